@@ -1,0 +1,8 @@
+"""Shared fixtures. Importing mlx_sdm first puts the fast BLAS in place before mlx is imported."""
+
+import os
+
+import mlx_sdm  # noqa: F401  (must precede any `import mlx.core`)
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -1,0 +1,40 @@
+import subprocess
+import sys
+
+from mlx_sdm import blas
+
+
+def _gflops(env_extra: dict) -> float:
+    import os
+
+    env = {**os.environ, **env_extra}
+    code = "import mlx_sdm, mlx_sdm.blas as b; print(b.measure_gflops(512, 4))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def test_fast_path_is_default_and_faster_than_reference():
+    if blas.find_openblas() is None:
+        import pytest
+
+        pytest.skip("OpenBLAS not installed (scripts/setup.sh installs it on Linux)")
+    assert blas.state().fast, blas.state().reason
+    assert any("openblas" in p for p in blas.blas_libraries_mapped())
+    fast = _gflops({})
+    slow = _gflops({"MLX_SDM_BLAS": "reference"})
+    assert fast > 4 * slow, (fast, slow)
+
+
+def test_preload_too_late_is_reported(tmp_path):
+    code = "import mlx.core, mlx_sdm.blas as b; print(b.state().fast, b.state().reason)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("False") and "too late" in out
+
+
+def test_doctor_reports_fields():
+    from mlx_sdm.commands import doctor
+
+    info = doctor.collect(256)
+    for key in ("backend", "default_device", "blas", "gflops", "embedded_model"):
+        assert key in info
+    assert info["gflops"] > 0
