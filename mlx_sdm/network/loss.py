@@ -1,0 +1,108 @@
+"""The next-token SDM loss of the SDM network (Eq. 32) with its regulariser (Eqs. 29–31).
+
+Per token n with document-level Similarity q_n and Distance quantile d_n (constants):
+
+    log_{2+q} sdm(z)        = log_softmax(d ln(2+q) z) / ln(2+q)                       (Eq. 7)
+    NLL                     = −mean_n log_{2+q_n} sdm([z_neg; z_pos])_{t_n + |V|}        (Eq. 32)
+    r                       = mean_n ‖ i ⊙ log sdm([z_ref; z_ref]) − i ⊙ log sdm([z_neg; z_pos]) + 1e-6 ‖₂   (Eq. 29)
+    s                       = ln(NLL + ε) / (ln(r + ε) + ε)          (no gradient)       (Eq. 31)
+    r'                      = sqrt(max(r, 1) ^ clip(s, 0, 1))                          (Eq. 30)
+    loss                    = NLL + β r'
+
+The mask i is 1 except at argmax z_ref, argmax z_ref + |V|, argmax z_neg, argmax z_pos + |V| and
+the shifted target (§ 15.2). The reference computes r with PyTorch ``PairwiseDistance`` (which adds
+1e-6 to the difference) and takes its batch mean; the reference term has no gradient.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from mlx_sdm.calibration.constants import FLOAT32_EPS, Q_RESCALE_OFFSET
+
+#: β_min, β_max of the β schedule (§ 15.4; paper A.3, replication scripts).
+BETA_MIN: float = 0.0
+BETA_MAX: float = 0.1
+#: PyTorch PairwiseDistance's default eps, added to the difference before the norm (Eq. 29, reference).
+PAIRWISE_DISTANCE_EPS: float = 1e-6
+
+
+def beta_for_batch(batch_index: int, batches_per_epoch: int, beta_min: float = BETA_MIN, beta_max: float = BETA_MAX) -> float:
+    """β of mini-batch ``batch_index`` (0-based) within an epoch: it restarts at β_min each epoch and
+    grows by (β_max − β_min)/n_batches after every mini-batch, reaching β_max at the epoch end (§ 15.4)."""
+    if batches_per_epoch <= 0:
+        return beta_min
+    return beta_min + batch_index * (beta_max - beta_min) / batches_per_epoch
+
+
+def log_sdm(logits: mx.array, q: mx.array, d: mx.array) -> mx.array:
+    """log_{2+q} sdm(z) row-wise (Eq. 7): log_softmax(d ln(2+q) z) / ln(2+q); q, d have shape [N]."""
+    log_base = mx.log(Q_RESCALE_OFFSET + q.astype(mx.float32))[:, None]
+    scaled = (d.astype(mx.float32)[:, None] * log_base) * logits
+    return (scaled - mx.logsumexp(scaled, axis=-1, keepdims=True)) / log_base
+
+
+@dataclass
+class LossParts:
+    nll: mx.array
+    r: mx.array
+    r_prime: mx.array
+    s: mx.array
+
+
+def regulariser_mask(log_ref: mx.array, log_joint: mx.array, targets: mx.array, vocab_size: int) -> mx.array:
+    """The mask i of Eq. 29 ([N, 2|V|]): 0 at the reference's argmaxes (in both halves), at the
+    joint vector's argmax in each half, and at the shifted target; 1 elsewhere."""
+    ref_arg = mx.argmax(log_ref[:, :vocab_size], axis=-1)
+    neg_arg = mx.argmax(log_joint[:, :vocab_size], axis=-1)
+    pos_arg = mx.argmax(log_joint[:, vocab_size:], axis=-1) + vocab_size
+    columns = mx.arange(2 * vocab_size)[None, :]
+    zero = (
+        (columns == ref_arg[:, None])
+        | (columns == (ref_arg + vocab_size)[:, None])
+        | (columns == neg_arg[:, None])
+        | (columns == pos_arg[:, None])
+        | (columns == targets[:, None])
+    )
+    return mx.where(zero, 0.0, 1.0)
+
+
+def sdm_next_token_loss(
+    z_neg: mx.array,
+    z_pos: mx.array,
+    targets: mx.array,
+    q: mx.array,
+    d: mx.array,
+    beta: float | mx.array,
+    z_ref: mx.array | None = None,
+) -> tuple[mx.array, LossParts]:
+    """Eq. 32 for one mini-batch of N target tokens.
+
+    ``z_neg``, ``z_pos``: [N, |V|] logits; ``targets``: [N] token ids already shifted by |V|;
+    ``q``, ``d``: [N] document-level Similarity and Distance quantile of each token's document;
+    ``z_ref`` defaults to ``z_neg`` (both are the frozen original head, § 15.1).
+    """
+    vocab_size = z_neg.shape[-1]
+    z_ref = mx.stop_gradient(z_neg if z_ref is None else z_ref)
+    q = mx.stop_gradient(q)
+    d = mx.stop_gradient(d)
+    joint = mx.concatenate([z_neg, z_pos], axis=-1)
+    log_joint = log_sdm(joint, q, d)
+    targets = targets.astype(mx.int32)
+    nll = -mx.mean(mx.take_along_axis(log_joint, targets[:, None], axis=-1)[:, 0])  # Eq. 32, first term
+    log_ref = mx.stop_gradient(log_sdm(mx.concatenate([z_ref, z_ref], axis=-1), q, d))
+    mask = mx.stop_gradient(regulariser_mask(log_ref, log_joint, targets, vocab_size))
+    diff = mask * log_ref - mask * log_joint + PAIRWISE_DISTANCE_EPS
+    r = mx.mean(mx.sqrt(mx.sum(diff * diff, axis=-1)))  # Eq. 29, batch mean of per-token L2 norms
+    s = mx.stop_gradient(mx.log(nll + FLOAT32_EPS) / (mx.log(r + FLOAT32_EPS) + FLOAT32_EPS))  # Eq. 31
+    r_prime = mx.sqrt(mx.power(mx.maximum(r, 1.0), mx.clip(s, 0.0, 1.0)))  # Eq. 30
+    loss = nll + beta * r_prime  # Eq. 32
+    return loss, LossParts(nll=nll, r=r, r_prime=r_prime, s=s)
+
+
+def cross_entropy_next_token_loss(z_pos: mx.array, targets: mx.array) -> mx.array:
+    """Plain cross-entropy on the positive head alone, unshifted targets (the benchmark baseline)."""
+    return mx.mean(nn.losses.cross_entropy(z_pos, targets.astype(mx.int32)))
