@@ -1,0 +1,79 @@
+"""A process killed (SIGKILL) in the middle of writing leaves a store with every committed write
+and no corruption."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from mlx_sdm.session.store import ChatStore
+
+WRITER = r"""
+import sys
+import numpy as np
+from mlx_sdm.session.store import ChatStore
+
+store = ChatStore(sys.argv[1])
+session = store.create_session("killed")
+print("session", session.id, flush=True)
+i = 0
+while True:
+    store.add_message(session.id, "user", f"question {i}")
+    mid = store.add_answer(
+        session.id, f"answer {i} " + "x" * 2000, tokens=["a"] * 50, token_logprobs=[-0.1] * 50,
+        features=np.full(256, i, dtype=np.float32), feature_model="m", verdict_status="rejected",
+        verdict={"p_lower": 0.1, "reason": "below_threshold", "exemplars": []}, monitor={"level": "high"},
+        review_reasons=["below_threshold"],
+    )
+    print("committed", i, mid, flush=True)
+    i += 1
+"""
+
+
+def test_sigkill_mid_write_loses_nothing_committed(tmp_path):
+    db = tmp_path / "chat.db"
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(db)], stdout=subprocess.PIPE, text=True, cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    committed = []
+    session_id = None
+    deadline = time.monotonic() + 30
+    try:
+        for line in proc.stdout:
+            parts = line.split()
+            if parts[0] == "session":
+                session_id = parts[1]
+            elif parts[0] == "committed":
+                committed.append((int(parts[1]), int(parts[2])))
+            if len(committed) >= 40 or time.monotonic() > deadline:
+                break
+        proc.send_signal(signal.SIGKILL)  # mid-way through the next write
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert len(committed) >= 5, "the writer did not get going"
+
+    store = ChatStore(db)
+    assert store.integrity_check() == "ok"
+    answers = [m for m in store.messages(session_id) if m.role == "assistant"]
+    by_id = {m.id: m for m in answers}
+    for i, mid in committed:  # every write the writer saw commit is there, whole
+        m = by_id[mid]
+        assert m.text.startswith(f"answer {i} ") and m.verdict["reason"] == "below_threshold"
+        assert m.monitor == {"level": "high"} and m.token_count == 50
+        np.testing.assert_array_equal(m.features, np.full(256, i, dtype=np.float32))
+    # an answer is never there without its verdict and queue entry (one transaction each)
+    assert all(m.verdict is not None and m.review_id is not None for m in answers)
+    assert len(store.review_items()) == len(answers) >= len(committed)
+    # and the store takes new writes
+    store.add_message(session_id, "user", "after the crash")
+    assert store.messages(session_id)[-1].text == "after the crash"

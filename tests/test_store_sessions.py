@@ -1,0 +1,119 @@
+"""ChatStore: sessions, messages, verdicts, monitor snapshots, schema migrations."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import numpy as np
+import pytest
+
+from mlx_sdm.errors import ArtifactError, DataError
+from mlx_sdm.session.store import MIGRATIONS, SCHEMA_VERSION, ChatStore
+
+
+def test_wal_mode_and_schema_version(tmp_path):
+    store = ChatStore(tmp_path / "chat.db")
+    assert store._query("PRAGMA journal_mode")[0][0] == "wal"
+    assert store.schema_version == SCHEMA_VERSION == MIGRATIONS[-1].version
+    assert [v for v, _, _ in store.applied_migrations()] == [m.version for m in MIGRATIONS]
+    assert store.integrity_check() == "ok"
+
+
+def test_session_lifecycle_and_reopen(tmp_path):
+    path = tmp_path / "chat.db"
+    store = ChatStore(path)
+    a = store.create_session("first", model="smollm2", verifier="weights/default")
+    b = store.create_session()
+    assert b.title.startswith("Chat ")
+    store.add_message(a.id, "user", "Is Paris the capital of France?")
+    feats = np.arange(6, dtype=np.float32)
+    verdict = {"prediction": 1, "p_lower": 0.97, "admitted": True, "q": 5, "d": 0.1, "q_bin": 3, "reason": None,
+               "exemplars": [{"id": "t1", "label": 1, "prediction": 1, "distance": 0.2, "text": "x"}], "softmax": [0.03, 0.97]}
+    mid = store.add_answer(
+        a.id, "Yes.", prompt=[{"role": "user", "content": "Is Paris the capital of France?"}],
+        tokens=["Yes", "."], token_logprobs=[-0.5, -1.5], features=feats, feature_model="abc",
+        verdict_status="verified", verdict=verdict, verifier="weights/default",
+        monitor={"level": "low", "action": "proceed", "cumulative_confidence": 0.84, "tracer_risk": 0.7},
+    )
+    store.rename_session(a.id, "capitals")
+    store.close()
+
+    store = ChatStore(path)
+    sessions = {s.id: s for s in store.list_sessions()}
+    assert sessions[a.id].title == "capitals" and sessions[a.id].message_count == 2
+    msgs = store.messages(a.id)
+    assert [m.role for m in msgs] == ["user", "assistant"]
+    ans = msgs[1]
+    assert ans.id == mid and ans.text == "Yes." and ans.token_count == 2
+    assert ans.logprob_mean == pytest.approx(-1.0) and ans.logprob_min == pytest.approx(-1.5)
+    assert ans.verdict == verdict and ans.verdict_status == "verified"
+    assert ans.monitor["cumulative_confidence"] == pytest.approx(0.84)
+    np.testing.assert_array_equal(ans.features, feats)
+    assert ans.review_id is None
+    row = store._query("SELECT p_lower, reason FROM verdicts WHERE message_id = ?", (mid,))[0]
+    assert row[0] == pytest.approx(0.97) and row[1] is None
+    assert store.delete_session(a.id) == 0
+    assert [s.id for s in store.list_sessions()] == [b.id]
+    # cascades removed the children
+    assert store._query("SELECT COUNT(*) FROM messages")[0][0] == 0
+    assert store._query("SELECT COUNT(*) FROM verdicts")[0][0] == 0
+    with pytest.raises(DataError, match="no session"):
+        store.messages(a.id)
+    with pytest.raises(DataError, match="cannot be empty"):
+        store.rename_session(b.id, "  ")
+
+
+def test_nan_features_are_refused_and_nothing_is_written(tmp_path):
+    store = ChatStore(tmp_path / "chat.db")
+    s = store.create_session("s")
+    with pytest.raises(DataError, match="NaN"):
+        store.add_answer(s.id, "x", features=np.array([1.0, np.nan]), verdict_status="rejected", review_reasons=["below_threshold"])
+    assert store.messages(s.id) == [] and store.review_items() == []
+
+
+def test_migration_from_v1_keeps_data(tmp_path):
+    path = tmp_path / "old.db"
+    old = ChatStore(path, target_version=1)
+    assert old.schema_version == 1
+    tables = {r[0] for r in old._query("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert "review_queue" not in tables and "monitor_snapshots" not in tables
+    # a v1-era file: raw inserts in the v1 columns only
+    with old._tx() as conn:
+        conn.execute("INSERT INTO sessions VALUES ('s1', 'old chat', '2026-01-01T00:00:00.000000Z', '2026-01-01T00:00:00.000000Z', 'm', NULL)")
+        conn.execute("INSERT INTO messages(session_id, role, text, status, created_at) VALUES ('s1', 'user', 'hi', 'done', '2026-01-01T00:00:01.000000Z')")
+        conn.execute("INSERT INTO messages(session_id, role, text, status, created_at) VALUES ('s1', 'assistant', 'hello', 'done', '2026-01-01T00:00:02.000000Z')")
+        conn.execute("INSERT INTO verdicts VALUES (2, 'rejected', 0.4, 'below_threshold', '{\"p_lower\": 0.4}', 'v', '2026-01-01T00:00:02.000000Z')")
+    old.close()
+
+    store = ChatStore(path)
+    assert store.schema_version == SCHEMA_VERSION
+    assert [v for v, _, _ in store.applied_migrations()] == [m.version for m in MIGRATIONS]
+    msgs = store.messages("s1")
+    assert [m.text for m in msgs] == ["hi", "hello"]
+    assert msgs[0].kind == "chat" and msgs[1].features is None  # new columns got their defaults
+    assert msgs[1].verdict == {"p_lower": 0.4} and msgs[1].verdict_status == "rejected"
+    # the new tables work on the migrated file
+    mid = store.add_answer("s1", "again", verdict_status="rejected", verdict={"p_lower": 0.1, "reason": "out_of_distribution"},
+                           monitor={"level": "high"}, review_reasons=["out_of_distribution", "escalated_high"])
+    (item,) = store.review_items()
+    assert item.message_id == mid and item.reasons == ["out_of_distribution", "escalated_high"]
+    assert item.prompt == "hi" and item.monitor == {"level": "high"}
+    assert store.integrity_check() == "ok"
+
+
+def test_newer_schema_is_refused(tmp_path):
+    path = tmp_path / "new.db"
+    ChatStore(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("INSERT INTO schema_migrations VALUES (?, 'from the future', 'x')", (SCHEMA_VERSION + 1,))
+    conn.commit()
+    conn.close()
+    with pytest.raises(ArtifactError, match="newer than this mlx-sdm"):
+        ChatStore(path)
+
+
+def test_not_a_database_is_a_clear_error(tmp_path):
+    path = tmp_path / "junk.db"
+    path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(ArtifactError, match="not a usable chat store"):
+        ChatStore(path)
