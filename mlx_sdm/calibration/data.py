@@ -1,0 +1,161 @@
+"""Labelled embedding sets and the JSONL reader (rows ``{"id": str, "label": int, "embedding": [...]}``).
+
+Every problem with the input raises :class:`~mlx_sdm.errors.DataError` naming the file, the line and
+the field, and saying how to fix it. Nothing is written before the whole input has been checked.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mlx_sdm.errors import DataError
+
+#: Fewer rows of a class than this in the training or calibration file is refused: Alg. 1 splits
+#: the pool in half per class, and the eCDFs and Alg. 3 need several points of every class.
+MIN_PER_CLASS: int = 5
+
+
+@dataclass
+class LabelledSet:
+    """N instances: ids, float32 embeddings [N, D], int64 labels [N] (−1 where unlabelled), texts."""
+
+    ids: list[str]
+    embeddings: np.ndarray
+    labels: np.ndarray
+    texts: list[str | None] | None = None
+    path: str | None = None
+
+    def __post_init__(self) -> None:
+        self.embeddings = np.ascontiguousarray(self.embeddings, dtype=np.float32)
+        self.labels = np.asarray(self.labels, dtype=np.int64)
+        if self.embeddings.ndim != 2:
+            raise DataError("embeddings must be a 2-D matrix [N, D]", path=self.path, field="embedding")
+        if not (len(self.ids) == len(self.embeddings) == len(self.labels)):
+            raise DataError(f"ids ({len(self.ids)}), embeddings ({len(self.embeddings)}) and labels "
+                            f"({len(self.labels)}) differ in length", path=self.path)
+        if self.texts is not None and len(self.texts) != len(self.ids):
+            raise DataError("texts and ids differ in length", path=self.path, field="text")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def dim(self) -> int:
+        return int(self.embeddings.shape[1])
+
+    def subset(self, index: np.ndarray) -> "LabelledSet":
+        index = np.asarray(index, dtype=np.int64)
+        return LabelledSet([self.ids[i] for i in index], self.embeddings[index], self.labels[index],
+                           None if self.texts is None else [self.texts[i] for i in index], self.path)
+
+    @staticmethod
+    def concat(a: "LabelledSet", b: "LabelledSet") -> "LabelledSet":
+        texts = None
+        if a.texts is not None or b.texts is not None:
+            texts = (a.texts or [None] * len(a)) + (b.texts or [None] * len(b))
+        return LabelledSet(a.ids + b.ids, np.concatenate([a.embeddings, b.embeddings]),
+                           np.concatenate([a.labels, b.labels]), texts)
+
+
+def parse_label(value, *, path: str | None, line: int | None, field: str = "label") -> int:
+    """A class label: a non-negative integer (JSON int, or a float with no fractional part)."""
+    if isinstance(value, bool) or value is None:
+        raise DataError(f"expected a non-negative integer class label, got {value!r}", path=path, line=line, field=field)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int):
+        raise DataError(f"expected a non-negative integer class label (0..C-1), got {value!r}", path=path, line=line, field=field)
+    if value < 0:
+        raise DataError(f"class labels are 0..C-1, got {value}", path=path, line=line, field=field)
+    return value
+
+
+def parse_embedding(value, *, path: str | None, line: int | None, width: int | None) -> list[float]:
+    if not isinstance(value, list) or not value:
+        raise DataError("expected a non-empty list of numbers", path=path, line=line, field="embedding")
+    for i, x in enumerate(value):
+        if isinstance(x, bool) or not isinstance(x, (int, float)):
+            raise DataError(f"entry {i} is {x!r}, not a number", path=path, line=line, field="embedding")
+        if not math.isfinite(x):
+            raise DataError(f"entry {i} is {x!r}; embeddings must be finite (no NaN or inf)", path=path, line=line, field="embedding")
+    if width is not None and len(value) != width:
+        raise DataError(f"has {len(value)} numbers but earlier rows have {width}; every row needs the same width",
+                        path=path, line=line, field="embedding")
+    return value
+
+
+def read_embedding_jsonl(path: str | Path, require_label: bool = True, expected_dim: int | None = None) -> LabelledSet:
+    """Read ``{"id", "label", "embedding", ["text"]}`` rows. Blank lines are skipped; a missing
+    ``id`` becomes the line number. ``require_label=False`` reads unlabelled rows (label −1)."""
+    path = str(path)
+    ids: list[str] = []
+    rows: list[list[float]] = []
+    labels: list[int] = []
+    texts: list[str | None] = []
+    width = expected_dim
+    seen: dict[str, int] = {}
+    try:
+        handle = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise DataError(f"cannot read the file ({exc.strerror})", path=path) from exc
+    with handle:
+        for number, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw, parse_constant=lambda c: float(c))
+            except json.JSONDecodeError as exc:
+                raise DataError(f"not valid JSON ({exc.msg} at column {exc.colno})", path=path, line=number) from exc
+            if not isinstance(row, dict):
+                raise DataError("each line must be a JSON object", path=path, line=number)
+            if "embedding" not in row:
+                raise DataError("missing; each row needs \"embedding\": [numbers]", path=path, line=number, field="embedding")
+            vec = parse_embedding(row["embedding"], path=path, line=number, width=width)
+            width = len(vec)
+            if "label" in row and row["label"] is not None:
+                labels.append(parse_label(row["label"], path=path, line=number))
+            elif require_label:
+                raise DataError("missing; each row needs an integer \"label\" (0..C-1)", path=path, line=number, field="label")
+            else:
+                labels.append(-1)
+            rid = str(row.get("id", number))
+            if rid in seen:
+                raise DataError(f"id {rid!r} already used on line {seen[rid]}; ids must be unique", path=path, line=number, field="id")
+            seen[rid] = number
+            ids.append(rid)
+            text = row.get("text")
+            texts.append(text if isinstance(text, str) else None)
+            rows.append(vec)
+    if not rows:
+        raise DataError("no rows; expected one JSON object per line", path=path)
+    return LabelledSet(ids, np.asarray(rows, dtype=np.float32), np.asarray(labels, dtype=np.int64),
+                       texts if any(t is not None for t in texts) else None, path)
+
+
+def check_fit_sets(train: LabelledSet, calibration: LabelledSet, min_per_class: int = MIN_PER_CLASS) -> int:
+    """Validate a (train, calibration) pair for fitting; returns the number of classes C."""
+    if train.dim != calibration.dim:
+        raise DataError(f"embeddings have width {calibration.dim} but the training rows have {train.dim}",
+                        path=calibration.path, line=1, field="embedding")
+    for s in (train, calibration):
+        if (s.labels < 0).any():
+            line = int(np.argmax(s.labels < 0)) + 1
+            raise DataError("every training and calibration row needs a label", path=s.path, line=line, field="label")
+    num_classes = int(max(train.labels.max(), calibration.labels.max())) + 1
+    if num_classes < 2:
+        raise DataError("need at least two classes (labels 0 and 1)", path=train.path, field="label")
+    for s, name in ((train, "training"), (calibration, "calibration")):
+        counts = np.bincount(s.labels, minlength=num_classes)
+        for c in range(num_classes):
+            if counts[c] == 0:
+                raise DataError(f"class {c} is absent from the {name} set; labels must be 0..{num_classes - 1} "
+                                f"with every class present in both files", path=s.path, field="label")
+            if counts[c] < min_per_class:
+                raise DataError(f"class {c} has only {counts[c]} rows in the {name} set; need at least {min_per_class}",
+                                path=s.path, field="label")
+    return num_classes
