@@ -1,0 +1,311 @@
+"""Streaming generation that keeps what verification needs, in ONE decoding pass.
+
+``HiddenCapture`` wraps an mlx-lm model for ``mlx_lm.generate.generate_step``: its ``__call__``
+runs ``model.model(...)`` (the final RMSNorm output, spec § 15.3), stashes those hidden states, and
+returns logits of the last position from a pluggable ``head`` (default: the model's own output
+projection). ``layers``/``make_cache`` are exposed so mlx-lm builds the KV cache as usual.
+
+``stream_generate_features`` yields one ``GenerationChunk`` per token (text piece, id, log-prob);
+the last chunk carries a ``GenerationResult`` with the document feature vector
+``[mean(h_0..h_k); h_k]`` where ``h_k`` is the state that predicts the end-of-unit delimiter
+(see ``mlx_sdm.lm.features``).
+
+Head API (for the SDM network's joint heads): ``head(hidden: mx.array[..., D]) -> mx.array[..., V]``
+or ``[..., 2V]`` (negative half first, then positive). A ``2V`` head is folded to ``V`` with an
+elementwise max of the two halves, so greedy decoding equals ``argmax([z_neg; z_pos]) mod V``
+(spec § 15.1/§ 15.7); reported log-probs are the log-softmax of the folded logits.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+from mlx_lm.generate import generate_step
+from mlx_lm.models.cache import KVCache
+
+from mlx_sdm.errors import DataError
+from mlx_sdm.lm.features import (
+    DELIMITER_END_OF_TURN,
+    DocumentFeatures,
+    delimiter_index,
+    document_features_from_hidden,
+)
+
+Head = Callable[[mx.array], mx.array]
+Prompt = str | Sequence[dict] | Sequence[int]
+
+DEFAULT_MAX_TOKENS = 256
+
+
+def default_head(model: nn.Module) -> Head:
+    """The model's own output projection (tied embedding or ``lm_head``)."""
+    if getattr(model, "lm_head", None) is not None and not getattr(getattr(model, "args", None), "tie_word_embeddings", False):
+        return model.lm_head
+    return model.model.embed_tokens.as_linear
+
+
+def fold_joint_logits(logits: mx.array, vocab_size: int) -> mx.array:
+    """``[z_neg; z_pos]`` (2V) -> V with an elementwise max: argmax equals the joint argmax mod V (§ 15.7)."""
+    if logits.shape[-1] == vocab_size:
+        return logits
+    if logits.shape[-1] != 2 * vocab_size:
+        raise ValueError(f"head returned {logits.shape[-1]} logits; expected {vocab_size} or {2 * vocab_size}.")
+    return mx.maximum(logits[..., :vocab_size], logits[..., vocab_size:])
+
+
+class HiddenCapture(nn.Module):
+    """mlx-lm-compatible model: runs ``model.model`` once per call, stashes the normed hidden states,
+    returns last-position logits from ``head``. ``captured`` lists the [1, L, D] blocks in call order,
+    so their concatenation is the hidden state of every position fed so far."""
+
+    def __init__(self, model: nn.Module, head: Head | None = None, vocab_size: int | None = None):
+        super().__init__()
+        self.lm = model
+        self._head = head if head is not None else default_head(model)
+        self._vocab_size = vocab_size
+        self.captured: list[mx.array] = []
+
+    @property
+    def layers(self):
+        return self.lm.layers
+
+    def make_cache(self):
+        if hasattr(self.lm, "make_cache"):
+            return self.lm.make_cache()
+        return [KVCache() for _ in self.lm.layers]
+
+    def __call__(self, inputs: mx.array, cache=None, input_embeddings=None) -> mx.array:
+        if input_embeddings is not None:
+            hidden = self.lm.model(inputs, cache=cache, input_embeddings=input_embeddings)
+        else:
+            hidden = self.lm.model(inputs, cache=cache)
+        self.captured.append(hidden)
+        logits = self._head(hidden[:, -1:, :])
+        if self._vocab_size is not None:
+            logits = fold_joint_logits(logits, self._vocab_size)
+        return logits
+
+    def hidden_states(self) -> mx.array:
+        """[positions, D] of everything fed so far (prompt, then generated tokens)."""
+        return mx.concatenate([h[0] for h in self.captured], axis=0) if self.captured else mx.zeros((0, 0))
+
+
+@dataclass
+class GenerationResult:
+    """One finished generation: answer text and ids, per-token log-probs, why it stopped, and the
+    document features (``features.vector`` = ``[mean; h_delimiter]``, dim 2·hidden)."""
+
+    text: str
+    tokens: list[int]
+    logprobs: list[float]
+    finish_reason: str  # "stop" (end of turn) | "delimiter" | "length" | "cancelled"
+    prompt_tokens: int
+    truncated_prompt_tokens: int
+    features: DocumentFeatures
+    prompt_time_s: float
+    generation_time_s: float
+    feature_time_s: float
+
+    @property
+    def generation_tps(self) -> float:
+        return len(self.tokens) / self.generation_time_s if self.generation_time_s > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "tokens": self.tokens,
+            "logprobs": self.logprobs,
+            "finish_reason": self.finish_reason,
+            "prompt_tokens": self.prompt_tokens,
+            "truncated_prompt_tokens": self.truncated_prompt_tokens,
+            "delimiter": self.features.delimiter_kind,
+            "generation_tps": self.generation_tps,
+        }
+
+
+@dataclass
+class GenerationChunk:
+    """One streamed step: a text piece and its token; the last chunk has ``result`` set (and may
+    carry an empty text piece)."""
+
+    text: str
+    token: int | None
+    logprob: float | None
+    index: int
+    result: GenerationResult | None = None
+
+
+@dataclass
+class GenerationConfig:
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    delimiter: str = DELIMITER_END_OF_TURN  # or "json_close"
+    stop_at_delimiter: bool = True  # with "json_close": stop once the JSON unit is closed
+    system: str | None = None
+    max_context: int | None = None  # default: the model's context length
+    prefill_step_size: int = 2048
+    sampler: Callable[[mx.array], mx.array] | None = None  # default greedy
+    extra: dict = field(default_factory=dict)  # passed on to mlx-lm's generate_step
+
+
+def render_prompt(tokenizer, prompt: Prompt, system: str | None = None) -> list[int]:
+    """Token ids of a prompt: a user message string or a list of chat messages is rendered with the
+    chat template (``add_generation_prompt=True``); a list of ints is used as is."""
+    if isinstance(prompt, str):
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+    elif len(prompt) and isinstance(prompt[0], dict):
+        messages = list(prompt)
+        if system and messages[0].get("role") != "system":
+            messages = [{"role": "system", "content": system}] + messages
+    else:
+        ids = [int(t) for t in prompt]
+        if not ids:
+            raise DataError("the prompt is empty.", field="prompt")
+        return ids
+    if not any(m.get("content") for m in messages):
+        raise DataError("the prompt is empty.", field="prompt")
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def truncate_left(ids: list[int], budget: int, what: str = "prompt") -> tuple[list[int], int]:
+    """Keep the last ``budget`` ids; returns (ids, number dropped) and warns when it drops any."""
+    if budget <= 0:
+        raise DataError(f"no room left for the {what} in the model's context.", field=what)
+    dropped = max(0, len(ids) - budget)
+    if dropped:
+        warnings.warn(
+            f"{what} is {len(ids)} tokens, longer than the {budget} that fit the context; "
+            f"dropped the first {dropped} tokens (left truncation).",
+            stacklevel=3,
+        )
+    return ids[dropped:], dropped
+
+
+def _is_stopped(stop: Any) -> bool:
+    if stop is None:
+        return False
+    if hasattr(stop, "is_set"):
+        return bool(stop.is_set())
+    return bool(stop())
+
+
+def stream_generate_features(
+    lm,
+    prompt: Prompt,
+    config: GenerationConfig | None = None,
+    *,
+    head: Head | None = None,
+    stop: Any = None,
+) -> Iterator[GenerationChunk]:
+    """Greedy (or ``config.sampler``) generation through mlx-lm's ``generate_step`` that captures the
+    final normed hidden states of prompt and completion in the same pass.
+
+    ``lm``: a ``LoadedModel`` (or anything with ``.model``, ``.tokenizer``, ``.max_context``).
+    ``stop``: a ``threading.Event`` or a callable returning True to cancel (checked every token).
+    """
+    config = config or GenerationConfig()
+    tokenizer = lm.tokenizer
+    max_context = config.max_context or getattr(lm, "max_context", 2048)
+    if config.max_tokens < 1:
+        raise DataError("max_tokens must be at least 1.", field="max_tokens")
+    if config.max_tokens >= max_context:
+        raise DataError(
+            f"max_tokens={config.max_tokens} leaves no room for the prompt in a {max_context}-token context.",
+            field="max_tokens",
+        )
+    ids = render_prompt(tokenizer, prompt, config.system)
+    ids, dropped = truncate_left(ids, max_context - config.max_tokens)
+    vocab_size = getattr(lm, "vocab_size", None) if head is not None else None
+    wrapper = HiddenCapture(lm.model, head=head, vocab_size=vocab_size)
+    eos = set(tokenizer.eos_token_ids)
+    detok = tokenizer.detokenizer
+    detok.reset()
+    tokens: list[int] = []
+    logprobs: list[float] = []
+    pieces: list[str] = []
+    finish = "length"
+    seen_open = False
+    tic = time.perf_counter()
+    prompt_time = 0.0
+    steps = generate_step(
+        mx.array(ids),
+        wrapper,
+        max_tokens=config.max_tokens,
+        sampler=config.sampler,
+        prefill_step_size=config.prefill_step_size,
+        **config.extra,
+    )
+    index = 0
+    for token, logprob_vector in steps:
+        if index == 0:
+            prompt_time = time.perf_counter() - tic
+            tic = time.perf_counter()
+        if token in eos:
+            finish = "stop"
+            break
+        tokens.append(int(token))
+        logprobs.append(float(logprob_vector[token].item()))
+        detok.add_token(token)
+        piece = detok.last_segment
+        pieces.append(piece)
+        yield GenerationChunk(text=piece, token=int(token), logprob=logprobs[-1], index=index)
+        index += 1
+        if config.delimiter != DELIMITER_END_OF_TURN and config.stop_at_delimiter:
+            text_so_far = "".join(pieces)
+            seen_open = seen_open or "{" in text_so_far
+            if seen_open and "}" in text_so_far[text_so_far.index("{"):]:
+                finish = "delimiter"
+                break
+        if _is_stopped(stop):
+            finish = "cancelled"
+            break
+    steps.close()
+    generation_time = time.perf_counter() - tic
+    detok.finalize()
+    tail = detok.last_segment
+    if tail:
+        pieces.append(tail)
+    tic = time.perf_counter()
+    hidden = wrapper.hidden_states()
+    k = delimiter_index(tokenizer, tokens, config.delimiter)
+    features = document_features_from_hidden(
+        hidden, prompt_len=len(ids), completion_len=len(tokens), delimiter=k,
+        delimiter_rule=config.delimiter, truncated_prompt_tokens=dropped,
+    )
+    feature_time = time.perf_counter() - tic
+    wrapper.captured.clear()
+    result = GenerationResult(
+        text="".join(pieces),
+        tokens=tokens,
+        logprobs=logprobs,
+        finish_reason=finish,
+        prompt_tokens=len(ids),
+        truncated_prompt_tokens=dropped,
+        features=features,
+        prompt_time_s=prompt_time,
+        generation_time_s=generation_time,
+        feature_time_s=feature_time,
+    )
+    yield GenerationChunk(text=tail, token=None, logprob=None, index=index, result=result)
+
+
+def generate_with_features(lm, prompt: Prompt, config: GenerationConfig | None = None, *, head: Head | None = None,
+                           stop: Any = None, on_text: Callable[[str], None] | None = None) -> GenerationResult:
+    """Run ``stream_generate_features`` to the end and return its ``GenerationResult``."""
+    result = None
+    for chunk in stream_generate_features(lm, prompt, config, head=head, stop=stop):
+        if on_text is not None and chunk.text:
+            on_text(chunk.text)
+        result = chunk.result or result
+    assert result is not None
+    return result
+
+
+def as_numpy(features: DocumentFeatures) -> np.ndarray:
+    return np.asarray(features.vector, dtype=np.float32)
