@@ -1,0 +1,201 @@
+"""The mlx-sdm chat App: verified local chat, session monitor, escalation, sessions and the review queue.
+
+    from tui.app import run
+    run(engine=engine, store=store)            # what `mlx-sdm chat` does on a terminal
+
+The App owns no model: every model, verifier and monitor call goes to the session layer's engine
+thread through :class:`tui.bridge.Bridge`, and its events come back as Textual messages.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+
+from tui.bridge import Bridge
+from tui.screens.chat import ChatScreen
+from tui.screens.help import HelpScreen
+from tui.screens.prompts import CopyFallback, TextPrompt
+from tui.screens.review import ReviewScreen
+from tui.screens.sessions import SessionsScreen
+
+DEFAULT_THEME = "textual-dark"
+
+
+class SdmChatApp(App):
+    """``SdmChatApp(engine=..., store=...)``; tests drive it with ``run_test()``."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "mlx-sdm"
+    BINDINGS = [
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+        Binding("f1", "help", "Help"),
+        Binding("ctrl+n", "new_chat", "New chat"),
+        Binding("ctrl+o", "sessions", "Sessions"),
+        Binding("ctrl+r", "review", "Review"),
+        Binding("ctrl+e", "export", "Export"),
+        Binding("f2", "change_theme", "Theme", show=False),
+    ]
+
+    def __init__(
+        self,
+        *,
+        engine: Any,
+        store: Any,
+        session_id: str | None = None,
+        show_monitor: bool = True,
+        theme: str | None = None,
+        export_dir: str | Path | None = None,
+    ) -> None:
+        super().__init__()
+        self.bridge = Bridge(engine, store)
+        self._initial_session = session_id
+        self._show_monitor = show_monitor
+        self._initial_theme = theme or DEFAULT_THEME
+        self.export_dir = Path(export_dir) if export_dir is not None else self.bridge.data_dir / "exports"
+
+    # ----- screens ------------------------------------------------------------------------------
+    def get_default_screen(self) -> Screen:
+        return ChatScreen(session_id=self._initial_session, show_monitor=self._show_monitor)
+
+    @property
+    def chat(self) -> ChatScreen:
+        return self.get_screen_stack_chat()
+
+    def get_screen_stack_chat(self) -> ChatScreen:
+        for screen in self.screen_stack:
+            if isinstance(screen, ChatScreen):
+                return screen
+        raise LookupError("the chat screen is not on the stack")
+
+    def on_mount(self) -> None:
+        if self._initial_theme in self.available_themes:
+            self.theme = self._initial_theme
+
+    def on_unmount(self) -> None:
+        self.bridge.close()
+
+    # ----- actions ------------------------------------------------------------------------------
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    async def action_new_chat(self) -> None:
+        self._pop_to_chat()
+        await self.chat.open_session(None)
+
+    def action_sessions(self) -> None:
+        async def chosen(session_id: str | None) -> None:
+            if session_id is None:
+                return
+            self._pop_to_chat()
+            await self.chat.open_session(session_id or None)
+
+        self.push_screen(SessionsScreen(), chosen)
+
+    def action_review(self) -> None:
+        if not isinstance(self.screen, ReviewScreen):
+            self.push_screen(ReviewScreen())
+
+    def action_toggle_monitor(self) -> None:
+        self.chat.action_toggle_monitor()
+
+    def action_export(self) -> None:
+        session_id = self.chat.session_id
+        if session_id is None:
+            self.notify("No session to export yet.", severity="warning")
+            return
+        try:
+            paths = self.bridge.export(session_id, self.export_dir)
+        except Exception as exc:
+            self.notify(f"Export failed: {exc}", severity="error", timeout=10)
+            return
+        self.notify("Exported to " + " and ".join(str(p) for p in paths), title="Export", timeout=10)
+
+    def action_show_copied(self) -> None:
+        path = self.bridge.data_dir / "clipboard.txt"
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+        self.push_screen(CopyFallback(text or "(nothing copied yet: ctrl+y copies the last answer)", str(path)))
+
+    def _pop_to_chat(self) -> None:
+        while not isinstance(self.screen, ChatScreen) and len(self.screen_stack) > 1:
+            self.pop_screen()
+
+    def _switch(self, what: str) -> None:
+        def done(value: str | None) -> None:
+            if value is None or not value.strip():
+                return
+            self.notify(f"Loading {what} {value.strip()}…")
+            self._run_switch(what, value.strip())
+
+        self.push_screen(TextPrompt(f"Switch {what}", placeholder=self.bridge.switch_hint(what)), done)
+
+    def _run_switch(self, what: str, value: str) -> None:
+        def work() -> None:
+            try:
+                self.bridge.switch(what, value)
+            except Exception as exc:
+                self.call_from_thread(self.notify, f"Could not switch {what}: {exc}", severity="error", timeout=10)
+                return
+            self.call_from_thread(self.notify, f"Now using {what} {value}.")
+            self.call_from_thread(self.chat.refresh_status)
+
+        self.run_worker(work, thread=True, group="switch", exclusive=True)
+
+    # ----- called by the sessions screen --------------------------------------------------------
+    def session_renamed(self, session_id: str, title: str) -> None:
+        chat = self.chat
+        if chat.session_id == session_id:
+            chat.title = title
+
+    def session_deleted(self, session_id: str) -> None:
+        chat = self.chat
+        if chat.session_id == session_id:
+            chat.session_id = None
+            self.call_later(chat.open_session, None)
+
+    # ----- command palette ----------------------------------------------------------------------
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield SystemCommand("New chat", "Start a new session (ctrl+n)", self.action_new_chat)
+        yield SystemCommand("Open review queue", "Rejected and escalated answers from every session (ctrl+r)", self.action_review)
+        yield SystemCommand("Sessions", "Open, rename or delete stored sessions (ctrl+o)", self.action_sessions)
+        yield SystemCommand("Export session", "Write this session as Markdown and as session JSONL (ctrl+e)", self.action_export)
+        yield SystemCommand("Toggle monitor panel", "Show or hide AUQ / TRACER per turn (ctrl+t)", self.action_toggle_monitor)
+        yield SystemCommand("Rename session", "Give this chat a title", self._rename_current)
+        yield SystemCommand("Show copied text", "The last copied message as selectable text, and its file", self.action_show_copied)
+        for what in self.bridge.switchable():
+            yield SystemCommand(f"Switch {what}", f"Load another {what} (on the engine thread)", lambda w=what: self._switch(w))
+        yield SystemCommand("Help", "Keys and what the badges mean (f1)", self.action_help)
+        yield from super().get_system_commands(screen)
+
+    def _rename_current(self) -> None:
+        chat = self.chat
+        if chat.session_id is None:
+            return
+
+        def done(title: str | None) -> None:
+            if title and title.strip():
+                chat.rename_current(title.strip())
+
+        self.push_screen(TextPrompt("Rename session", value=str(chat.title or "")), done)
+
+
+def run(
+    engine: Any,
+    store: Any,
+    *,
+    session_id: str | None = None,
+    show_monitor: bool = True,
+    theme: str | None = None,
+    export_dir: str | Path | None = None,
+) -> int:
+    """Run the UI until the user quits (ctrl+q). Returns the process exit code."""
+    app = SdmChatApp(
+        engine=engine, store=store, session_id=session_id, show_monitor=show_monitor, theme=theme, export_dir=export_dir
+    )
+    app.run()
+    return int(app.return_code or 0)

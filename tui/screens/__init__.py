@@ -1,0 +1,1 @@
+"""Screens of the UI: chat, review queue, sessions, evidence, help and small modal prompts."""

@@ -1,0 +1,324 @@
+"""The chat screen: the conversation (streamed answers with verdict badges), the prompt and the
+session monitor panel."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, Input, Static
+
+from tui.messages import EngineUpdate
+from tui.screens.prompts import CopyFallback, EscalationPrompt
+from tui.widgets.message import MessageBubble
+from tui.widgets.monitor import MonitorPanel
+from tui.widgets.verdict import VerdictBadge
+
+if TYPE_CHECKING:
+    from tui.bridge import Bridge
+
+#: How a stored answer without a verdict ended.
+STATUS_TEXT = {
+    "cancelled": "■ stopped",
+    "paused": "‖ paused for guidance",
+    "aborted": "✘ aborted by the session monitor",
+    "error": "✘ failed",
+    "done": "no verdict",
+}
+
+#: Terminals known to drop OSC 52 clipboard writes: copying there opens the selectable fallback at once.
+OSC52_BLIND_TERMINALS = {"Apple_Terminal"}
+
+
+class ChatScreen(Screen):
+    BINDINGS = [
+        Binding("escape", "stop", "Stop", show=True),
+        Binding("ctrl+t", "toggle_monitor", "Monitor", show=True),
+        Binding("ctrl+y", "copy", "Copy", show=True),
+        Binding("question_mark", "app.help", "Help", show=False),
+    ]
+
+    def __init__(self, *, session_id: str | None = None, show_monitor: bool = True) -> None:
+        super().__init__(id="chat")
+        self._initial_session = session_id
+        self._show_monitor = show_monitor
+        self.session_id: str | None = None
+        self.active: MessageBubble | None = None  # the answer being generated
+        self.reflection_bubble: MessageBubble | None = None
+        self.last_escalation: Any = None
+        self.paused: Any = None  # the finished event of a turn waiting for guidance
+        self.turn_number = 0
+
+    @property
+    def bridge(self) -> "Bridge":
+        return self.app.bridge  # type: ignore[attr-defined]
+
+    def compose(self) -> ComposeResult:
+        yield Header(icon="◆")
+        with Horizontal(id="main"):
+            yield VerticalScroll(id="chat-log")
+            yield MonitorPanel(id="monitor")
+        yield Static("", id="status-line")
+        yield Input(placeholder="Ask something · enter sends · escape stops · f1 help", id="prompt")
+        yield Footer()
+
+    async def on_mount(self) -> None:
+        self.query_one(MonitorPanel).display = self._show_monitor
+        self.query_one("#prompt", Input).focus()
+        self.refresh_status()
+        await self.open_session(self._initial_session)
+
+    # ----- status -------------------------------------------------------------------------------
+    def refresh_status(self, note: str | None = None) -> None:
+        info = self.bridge.info()
+        parts = [f"model {info.model}", f"verifier {info.verifier or 'none (unverifiable)'}"]
+        if info.head:
+            parts.append(f"head {info.head}")
+        if info.support_size is not None:
+            parts.append(f"support {info.support_size}")
+        if note:
+            parts.append(note)
+        self.query_one("#status-line", Static).update(" · ".join(parts))
+
+    def _set_title(self, title: str) -> None:
+        self.title = title
+        self.sub_title = "verified local chat"
+
+    # ----- sessions -----------------------------------------------------------------------------
+    async def open_session(self, session_id: str | None) -> None:
+        """Show a stored session (or start an empty new one when ``session_id`` is None)."""
+        if self.active is not None:
+            self.notify("Stop the running answer first (escape).", severity="warning")
+            return
+        log = self.query_one("#chat-log", VerticalScroll)
+        await log.remove_children()
+        self.paused = None
+        monitor = self.query_one(MonitorPanel)
+        monitor.reset()
+        self.turn_number = 0
+        self.session_id = session_id
+        if session_id is None:  # created in the store with the first message, so empty chats leave no trace
+            self._set_title("New chat")
+            return
+        self._set_title(self.bridge.store.get_session(session_id).title)
+        for record in self.bridge.store.messages(session_id):
+            await self._mount_stored(record)
+        log.scroll_end(animate=False)
+        log.anchor()
+
+    async def _mount_stored(self, record: Any) -> None:
+        """One stored message (the store's ``MessageRecord``) as it looked when it was written."""
+        log = self.query_one("#chat-log", VerticalScroll)
+        if record.role == "user" and record.kind == "chat":
+            self.turn_number += 1
+            await log.mount(MessageBubble("user", record.text, turn_id=record.id))
+            return
+        if record.role == "user":
+            await log.mount(MessageBubble("user", record.text, title=f"you · {record.kind}", turn_id=record.id))
+            return
+        if record.role != "assistant":
+            await log.mount(MessageBubble("system", record.text, title=f"monitor · {record.kind}", turn_id=record.id))
+            return
+        answer = MessageBubble(
+            "assistant",
+            record.text,
+            title=f"assistant · turn {self.turn_number}",
+            turn_id=record.id,
+            number=self.turn_number,
+        )
+        await log.mount(answer)
+        if record.verdict_status is not None:
+            answer.set_verdict(record.verdict, status=record.verdict_status)
+        else:
+            answer.set_cancelled(STATUS_TEXT.get(record.status, record.status))
+        if record.monitor:
+            answer.set_monitor(record.monitor)
+            self.query_one(MonitorPanel).add_turn(self.turn_number, record.monitor)
+
+    def rename_current(self, title: str) -> None:
+        if self.session_id is not None:
+            self.bridge.store.rename_session(self.session_id, title)
+            self._set_title(title)
+
+    # ----- sending ------------------------------------------------------------------------------
+    @on(Input.Submitted, "#prompt")
+    async def send(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        if not text:
+            return
+        if self.active is not None or self.paused is not None:
+            self.notify("An answer is still running (escape stops it) or waiting for guidance.", severity="warning")
+            return
+        if self.session_id is None:
+            self.session_id = self.bridge.new_session()
+            self._set_title(self.bridge.store.get_session(self.session_id).title)
+        event.input.value = ""
+        self.turn_number += 1
+        await self._log_mount(MessageBubble("user", text))
+        await self._start(lambda: self.bridge.send(self.session_id, text, self))
+
+    async def _start(self, call: Any) -> None:
+        """Mount the answer's bubble, then hand the turn to the engine (which returns at once)."""
+        bubble = MessageBubble("assistant", "", title=f"assistant · turn {self.turn_number}", number=self.turn_number)
+        await self._log_mount(bubble)
+        self.active = bubble
+        self.reflection_bubble = None
+        self.last_escalation = None
+        try:
+            call()
+        except Exception as exc:  # the session layer refused the turn: say why, keep the UI alive
+            self.active = None
+            bubble.set_cancelled("✘ not sent")
+            self.notify(f"Could not start the turn: {exc}", severity="error", timeout=8)
+            return
+        self.refresh_status("generating… (escape stops)")
+
+    async def _log_mount(self, widget: Any) -> None:
+        log = self.query_one("#chat-log", VerticalScroll)
+        await log.mount(widget)
+
+    def action_stop(self) -> None:
+        if self.active is None:
+            return
+        self.bridge.cancel()
+        self.refresh_status("stopping…")
+
+    # ----- engine events (posted from the engine's thread) ---------------------------------------
+    async def on_engine_update(self, message: EngineUpdate) -> None:
+        event = message.event
+        if event.session_id is not None and event.session_id != self.session_id and event.kind != "support":
+            return  # a late event of a session the user has left
+        handler = getattr(self, f"_on_{event.kind}", None)
+        if handler is not None:
+            await handler(event)
+
+    async def _on_token(self, event: Any) -> None:
+        if event.phase == "reflection":
+            if self.reflection_bubble is None:
+                self.reflection_bubble = MessageBubble("system", "", title="monitor · reflection")
+                await self._log_mount(self.reflection_bubble)
+            await self.reflection_bubble.append(event.text)
+        elif self.active is not None:
+            await self.active.append(event.text)
+
+    async def _on_verdict(self, event: Any) -> None:
+        if self.active is not None:
+            await self.active.finish()
+            self.active.set_verdict(event.verdict, status=event.status, reason=event.reason)
+
+    async def _on_monitor(self, event: Any) -> None:
+        monitor = event.monitor
+        number = self.active.number if self.active is not None else self.turn_number
+        if self.active is not None:
+            self.active.set_monitor(monitor)
+        panel = self.query_one(MonitorPanel)
+        history = monitor.get("history")
+        if history:
+            panel.show_history(history)
+        else:
+            panel.add_turn(number, monitor)
+
+    async def _on_escalation(self, event: Any) -> None:
+        self.last_escalation = event
+        if event.action == "log":  # MEDIUM: log it and carry on
+            self.log.warning(f"AUQ {event.level.upper()}: {event.message}")
+            self.notify(event.message or f"{event.level.upper()}: logged", title="Monitor", severity="warning")
+
+    async def _on_finished(self, event: Any) -> None:
+        bubble = self.active
+        self.active = None
+        if bubble is not None:
+            await bubble.finish()
+        if self.reflection_bubble is not None:
+            await self.reflection_bubble.finish()
+        status = event.status
+        if status == "paused":
+            await self._paused(event, bubble)
+        elif status == "aborted":
+            if bubble is not None and bubble.badge is not None and not bubble.badge.resolved:
+                bubble.set_cancelled(STATUS_TEXT["aborted"])
+            explanation = event.explanation or "The session monitor aborted this turn (CRITICAL)."
+            await self._log_mount(MessageBubble("system", explanation, title="monitor · CRITICAL"))
+            self.notify(explanation, title="Turn aborted", severity="error", timeout=8)
+        elif status in ("cancelled", "error"):
+            if bubble is not None and bubble.badge is not None and not bubble.badge.resolved:
+                bubble.set_cancelled(STATUS_TEXT[status])
+        self.refresh_status()
+
+    async def _paused(self, event: Any, bubble: MessageBubble | None) -> None:
+        escalation = self.last_escalation
+        level = escalation.level if escalation is not None else "high"
+        confidence = escalation.confidence if escalation is not None else None
+        irreversible = bool(escalation.irreversible) if escalation is not None else False
+        reflection = event.reflection or ""
+        if reflection and self.reflection_bubble is None:
+            self.reflection_bubble = MessageBubble("system", reflection, title="monitor · reflection")
+            await self._log_mount(self.reflection_bubble)
+        self.paused = event
+        self.refresh_status(f"paused ({level.upper()}): waiting for your guidance")
+
+        async def answered(guidance: str | None) -> None:
+            self.paused = None
+            if guidance is None or not guidance.strip():
+                self.bridge.abort_paused(event.session_id)
+                if bubble is not None and bubble.badge is not None and not bubble.badge.resolved:
+                    bubble.set_cancelled("✘ aborted by you")
+                self.refresh_status("turn aborted")
+                return
+            await self._log_mount(MessageBubble("user", guidance.strip(), title="you · guidance"))
+            session_id = event.session_id
+            await self._start(lambda: self.bridge.resume(session_id, guidance.strip(), self))
+
+        self.app.push_screen(EscalationPrompt(level, confidence, reflection, irreversible=irreversible), answered)
+
+    async def _on_error(self, event: Any) -> None:
+        self.notify(event.message, title=event.error_type or "Error", severity="error", timeout=10)
+
+    async def _on_support(self, event: Any) -> None:
+        self.refresh_status()
+
+    async def _on_status(self, event: Any) -> None:
+        self.refresh_status(event.message or event.state)
+
+    # ----- evidence, monitor, copy --------------------------------------------------------------
+    def on_verdict_badge_toggled(self, event: VerdictBadge.Toggled) -> None:
+        for bubble in self.query(MessageBubble):
+            if bubble.badge is event.badge:
+                bubble.toggle_evidence(event.expanded)
+                if event.expanded and bubble.evidence is not None:
+                    bubble.evidence.scroll_visible()
+
+    def action_toggle_monitor(self) -> None:
+        panel = self.query_one(MonitorPanel)
+        panel.display = not panel.display
+
+    def _message_to_copy(self) -> MessageBubble | None:
+        if self.focused is not None:
+            for node in self.focused.ancestors_with_self:
+                if isinstance(node, MessageBubble):
+                    return node
+        answers = [b for b in self.query(MessageBubble) if b.role == "assistant" and b.text]
+        return answers[-1] if answers else None
+
+    def action_copy(self) -> None:
+        bubble = self._message_to_copy()
+        if bubble is None:
+            self.notify("Nothing to copy yet.", severity="warning")
+            return
+        path = Path(self.bridge.data_dir) / "clipboard.txt"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(bubble.text, encoding="utf-8")
+        except OSError as exc:
+            self.notify(f"Could not write {path}: {exc}", severity="error")
+        self.app.copy_to_clipboard(bubble.text)
+        if os.environ.get("TERM_PROGRAM") in OSC52_BLIND_TERMINALS:
+            self.app.push_screen(CopyFallback(bubble.text, str(path)))
+        else:
+            self.notify(f"Copied (OSC 52). Also saved to {path}; ctrl+p → 'Show copied text' to select it by hand.")

@@ -1,0 +1,33 @@
+"""The full evidence of one verdict, with room for the exemplars' whole texts."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Label, Static
+
+from tui.widgets.evidence import evidence_renderable
+
+FULL_TEXT_WIDTH = 400
+
+
+class EvidenceScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q", "close", "Close")]
+
+    def __init__(self, verdict: Mapping[str, Any], answer: str = "") -> None:
+        super().__init__(classes="modal")
+        self.verdict, self.answer = verdict, answer
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(classes="dialog wide evidence-screen"):
+            yield Label("Evidence behind the verdict", classes="dialog-title")
+            if self.answer:
+                yield Static(self.answer, classes="answer")
+            yield Static(evidence_renderable(self.verdict, text_width=FULL_TEXT_WIDTH), id="evidence-full")
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,57 @@
+"""F1 / ? : what every key does."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Markdown
+
+HELP_TEXT = """\
+# mlx-sdm chat
+
+Every answer is checked by the SDM verifier of the model. The badge under it says
+**verified** (with its calibrated `p_lower` ≥ α′ = 0.95), **rejected** (out of distribution,
+below α′, or index flipped), or **unverifiable** (no verifier fits this model).
+Click the badge, or focus it and press enter, to see the evidence: q, d, ⌊q̃⌋ and the
+nearest training exemplars with their labels.
+
+The session monitor scores each turn (AUQ level and cumulative confidence P, TRACER risk R).
+MEDIUM is logged; HIGH pauses the turn and asks for your guidance; CRITICAL aborts it.
+
+| key | chat |
+|---|---|
+| enter | send the message |
+| escape | stop the answer being generated |
+| ctrl+t | show / hide the session monitor panel |
+| ctrl+o | sessions: open, rename (r), delete (d), new (n) |
+| ctrl+n | new chat |
+| ctrl+r | review queue |
+| ctrl+e | export this session (Markdown and session JSONL) |
+| ctrl+y | copy the last answer (or the focused message) |
+| ctrl+p | command palette (also: switch model / verifier / head, theme) |
+| f1, ? | this help |
+| ctrl+q | quit |
+
+| key | review queue |
+|---|---|
+| j / k | next / previous item |
+| a / u | mark acceptable / unacceptable (goes into the support set at once) |
+| n | add a note |
+| e | edit the answer into an acceptable completion |
+| z | undo the last decision |
+| f | focus the filters (session, reason, date) |
+| escape | back to the chat |
+"""
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,q,f1,question_mark", "close", "Close")]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(classes="dialog wide help"):
+            yield Markdown(HELP_TEXT)
+
+    def action_close(self) -> None:
+        self.dismiss(None)
