@@ -1,0 +1,179 @@
+"""Table-1 style evaluation (sdm-spec § 19.1): class- and prediction-conditional accuracy of the
+admitted set with the admitted proportion per stratum, for no-reject, the plain softmax ≥ α′
+baseline and the estimator's p̂_lower; plus the reliability plot of ``mlx-sdm report --plot``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mlx_sdm.calibration.data import LabelledSet
+
+
+@dataclass
+class Stratum:
+    accuracy: float | None  # None = nothing admitted (printed N/A)
+    admitted: int
+    total: int  # |D_te|; the printed proportion is admitted / total
+
+    @property
+    def fraction(self) -> float:
+        return self.admitted / self.total if self.total else 0.0
+
+    def cell(self) -> str:
+        acc = "N/A" if self.accuracy is None else f"{self.accuracy:.3f}"
+        return f"{acc}/{self.fraction:.2f}"
+
+
+@dataclass
+class Row:
+    name: str
+    by_class: list[Stratum]
+    by_prediction: list[Stratum]
+    marginal: Stratum
+
+    def strata(self) -> list[Stratum]:
+        return self.by_class + self.by_prediction + [self.marginal]
+
+    def calibrated(self, alpha: float) -> bool:
+        """Index-conditional calibration on this sample: every admitted stratum has accuracy ≥ α′."""
+        return all(s.accuracy is None or s.accuracy >= alpha for s in self.strata())
+
+
+def table_row(name: str, labels: np.ndarray, predictions: np.ndarray, admitted: np.ndarray, num_classes: int) -> Row:
+    labels, predictions, admitted = np.asarray(labels), np.asarray(predictions), np.asarray(admitted, dtype=bool)
+    n = len(labels)
+    correct = labels == predictions
+
+    def stratum(mask: np.ndarray) -> Stratum:
+        sel = mask & admitted
+        return Stratum(float(correct[sel].mean()) if sel.any() else None, int(sel.sum()), n)
+
+    return Row(name, [stratum(labels == c) for c in range(num_classes)],
+               [stratum(predictions == c) for c in range(num_classes)], stratum(np.ones(n, dtype=bool)))
+
+
+@dataclass
+class Evaluation:
+    name: str
+    alpha: float
+    num_classes: int
+    rows: list[Row]
+    adaptor_accuracy: float
+    logistic_regression_accuracy: float
+    labels: np.ndarray
+    predictions: np.ndarray
+    admitted: np.ndarray
+    p_lower: np.ndarray
+    softmax_max: np.ndarray
+    q_bin: np.ndarray
+
+    def row(self, name: str) -> Row:
+        return next(r for r in self.rows if r.name == name)
+
+
+def evaluate(estimator, data: LabelledSet, name: str = "test") -> Evaluation:
+    """Run the estimator on labelled rows and build the three Table-1 rows."""
+    a = estimator.predict_arrays(data.embeddings)
+    c, alpha = estimator.num_classes, estimator.alpha
+    yhat = a["prediction"]
+    sm_max = a["softmax"].max(axis=1)
+    rows = [
+        table_row("no-reject", data.labels, yhat, np.ones(len(yhat), bool), c),
+        table_row(f"softmax>={alpha:g}", data.labels, yhat, sm_max >= alpha, c),
+        table_row("sdm p_lower", data.labels, yhat, a["admitted"], c),
+    ]
+    lr_pred = estimator.logistic_regression_predict(data.embeddings)
+    return Evaluation(name, alpha, c, rows, float(np.mean(yhat == data.labels)), float(np.mean(lr_pred == data.labels)),
+                      data.labels, yhat, a["admitted"], a["p_lower"], sm_max, a["q_bin"])
+
+
+def format_table(ev: Evaluation, class_names: list[str] | None = None) -> str:
+    c = ev.num_classes
+    names = class_names or [str(i) for i in range(c)]
+    head = ["estimator"] + [f"y={n}" for n in names] + [f"ŷ={n}" for n in names] + ["marginal"]
+    body = [[r.name] + [s.cell() for s in r.strata()] for r in ev.rows]
+    widths = [max(len(line[i]) for line in [head] + body) for i in range(len(head))]
+    fmt = lambda line: "  ".join(x.ljust(w) for x, w in zip(line, widths))  # noqa: E731
+    lines = [f"{ev.name}: {len(ev.labels)} rows; cells are accuracy/admitted proportion (N/A = none admitted)",
+             fmt(head), fmt(["-" * w for w in widths])] + [fmt(b) for b in body]
+    for r in ev.rows[1:]:
+        verdict = "yes" if r.calibrated(ev.alpha) else "NO"
+        lines.append(f"  {r.name}: every admitted stratum >= {ev.alpha:g}? {verdict}  "
+                     f"(admitted {r.marginal.admitted}, of them wrong {_wrong(ev, r)})")
+    lines.append(f"  adaptor accuracy {ev.adaptor_accuracy:.3f}; logistic-regression reference {ev.logistic_regression_accuracy:.3f}")
+    return "\n".join(lines)
+
+
+def _wrong(ev: Evaluation, row: Row) -> int:
+    if row.name.startswith("softmax"):
+        mask = ev.softmax_max >= ev.alpha
+    elif row.name == "sdm p_lower":
+        mask = ev.admitted
+    else:
+        mask = np.ones(len(ev.labels), bool)
+    return int(np.sum(mask & (ev.labels != ev.predictions)))
+
+
+def format_training(manifest: dict) -> str:
+    t = manifest.get("training", {})
+    lines = ["training (from the estimator's manifest):"]
+    lines.append(f"  support {t.get('support_size')} / calibration {t.get('calibration_size')}; "
+                 f"alpha' {manifest.get('alpha')}; J = {manifest.get('iterations')}; best iteration {t.get('best_iteration')}")
+    lines.append(f"  epoch chosen per iteration: {t.get('epochs_chosen')} (of {manifest.get('config', {}).get('epochs')})")
+    lines.append(f"  adaptor accuracy: train {t.get('train_accuracy', float('nan')):.3f}, "
+                 f"calibration {t.get('calibration_accuracy', float('nan')):.3f}")
+    lr = t.get("logistic_regression", {})
+    lines.append(f"  logistic-regression reference: train {lr.get('train_accuracy', float('nan')):.3f}, "
+                 f"calibration {lr.get('calibration_accuracy', float('nan')):.3f}")
+    qmin = manifest.get("q_tilde_min_robust")
+    lines.append(f"  q~_min* {manifest.get('q_tilde_min_star')}, robust q~_min {qmin}"
+                 + ("" if manifest.get("threshold_succeeded") else "  (Alg. 3 found no threshold: everything is rejected)"))
+    return "\n".join(lines)
+
+
+def plot(evaluations: list[Evaluation], path: str) -> None:
+    """Reliability diagram (softmax max and p̂_lower of admitted points vs accuracy) and admitted
+    accuracy by ⌊q̃_lower⌋ bin, one column per evaluation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from mlx_sdm.atomic import atomic_write_bytes
+
+    fig, axes = plt.subplots(2, len(evaluations), figsize=(5 * len(evaluations), 8), squeeze=False)
+    edges = np.linspace(0.0, 1.0, 11)
+    for col, ev in enumerate(evaluations):
+        ax = axes[0, col]
+        correct = ev.labels == ev.predictions
+        for values, mask, label in ((ev.softmax_max, np.ones(len(correct), bool), "softmax max (all)"),
+                                    (ev.p_lower, ev.admitted, "p_lower (admitted)")):
+            xs, ys = [], []
+            for lo, hi in zip(edges[:-1], edges[1:]):
+                sel = mask & (values >= lo) & ((values < hi) | (hi == 1.0))
+                if sel.any():
+                    xs.append(values[sel].mean())
+                    ys.append(correct[sel].mean())
+            ax.plot(xs, ys, "o-", label=label)
+        ax.plot([0, 1], [0, 1], "k:", lw=1)
+        ax.axhline(ev.alpha, color="r", lw=0.8, ls="--")
+        ax.set(title=f"{ev.name}: reliability", xlabel="estimated probability", ylabel="accuracy", xlim=(0, 1), ylim=(0, 1.02))
+        ax.legend(loc="lower right")
+        ax = axes[1, col]
+        bins = np.unique(ev.q_bin[ev.admitted]) if ev.admitted.any() else np.array([], dtype=int)
+        accs = [correct[ev.admitted & (ev.q_bin == b)].mean() for b in bins]
+        counts = [int(np.sum(ev.admitted & (ev.q_bin == b))) for b in bins]
+        ax.bar([str(b) for b in bins], accs, color="tab:green")
+        for i, n in enumerate(counts):
+            ax.text(i, 0.02, f"n={n}", ha="center", fontsize=8)
+        ax.axhline(ev.alpha, color="r", lw=0.8, ls="--")
+        ax.set(title=f"{ev.name}: admitted accuracy by ⌊q̃⌋", xlabel="⌊q̃_lower⌋", ylabel="accuracy", ylim=(0, 1.02))
+    fig.tight_layout()
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
