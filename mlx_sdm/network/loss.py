@@ -70,16 +70,15 @@ def regulariser_mask(log_ref: mx.array, log_joint: mx.array, targets: mx.array, 
     return mx.where(zero, 0.0, 1.0)
 
 
-def sdm_next_token_loss(
+def sdm_token_terms(
     z_neg: mx.array,
     z_pos: mx.array,
     targets: mx.array,
     q: mx.array,
     d: mx.array,
-    beta: float | mx.array,
     z_ref: mx.array | None = None,
-) -> tuple[mx.array, LossParts]:
-    """Eq. 32 for one mini-batch of N target tokens.
+) -> tuple[mx.array, mx.array]:
+    """Per-token terms of Eq. 32 and Eq. 29: (−log_{2+q} sdm([z_neg; z_pos])_t, ‖i ⊙ Δ + 1e-6‖₂), each [N].
 
     ``z_neg``, ``z_pos``: [N, |V|] logits; ``targets``: [N] token ids already shifted by |V|;
     ``q``, ``d``: [N] document-level Similarity and Distance quantile of each token's document;
@@ -89,18 +88,54 @@ def sdm_next_token_loss(
     z_ref = mx.stop_gradient(z_neg if z_ref is None else z_ref)
     q = mx.stop_gradient(q)
     d = mx.stop_gradient(d)
-    joint = mx.concatenate([z_neg, z_pos], axis=-1)
-    log_joint = log_sdm(joint, q, d)
+    log_joint = log_sdm(mx.concatenate([z_neg, z_pos], axis=-1), q, d)
     targets = targets.astype(mx.int32)
-    nll = -mx.mean(mx.take_along_axis(log_joint, targets[:, None], axis=-1)[:, 0])  # Eq. 32, first term
+    nll = -mx.take_along_axis(log_joint, targets[:, None], axis=-1)[:, 0]  # Eq. 32, per token
     log_ref = mx.stop_gradient(log_sdm(mx.concatenate([z_ref, z_ref], axis=-1), q, d))
     mask = mx.stop_gradient(regulariser_mask(log_ref, log_joint, targets, vocab_size))
     diff = mask * log_ref - mask * log_joint + PAIRWISE_DISTANCE_EPS
-    r = mx.mean(mx.sqrt(mx.sum(diff * diff, axis=-1)))  # Eq. 29, batch mean of per-token L2 norms
-    s = mx.stop_gradient(mx.log(nll + FLOAT32_EPS) / (mx.log(r + FLOAT32_EPS) + FLOAT32_EPS))  # Eq. 31
+    norms = mx.sqrt(mx.sum(diff * diff, axis=-1))  # Eq. 29, PairwiseDistance per token
+    return nll, norms
+
+
+def _global_mean(local_sum: mx.array, global_count: float | mx.array, group=None) -> mx.array:
+    """Mean over the global batch whose value is the same on every rank and whose gradient is this
+    rank's share: stop_gradient(global mean) + (local sum − stop_gradient(local sum)) / N.
+
+    Summing the ranks' gradients (``average_gradients`` × world size) then gives exactly the
+    gradient of the single-process loss on the whole batch, even through the non-linear r'.
+    """
+    if group is None or group.size() == 1:
+        return local_sum / global_count
+    total = mx.distributed.all_sum(mx.stop_gradient(local_sum), group=group, stream=mx.cpu)
+    return mx.stop_gradient(total / global_count) + (local_sum - mx.stop_gradient(local_sum)) / global_count
+
+
+def sdm_loss_from_terms(
+    nll: mx.array, norms: mx.array, beta: float | mx.array, *, global_count: float | mx.array | None = None, group=None
+) -> tuple[mx.array, LossParts]:
+    """Eqs. 30–32 from the per-token terms; ``global_count`` and ``group`` for data-parallel batches."""
+    count = float(nll.shape[0]) if global_count is None else global_count
+    nll_mean = _global_mean(mx.sum(nll), count, group)
+    r = _global_mean(mx.sum(norms), count, group)  # Eq. 29, batch mean
+    s = mx.stop_gradient(mx.log(nll_mean + FLOAT32_EPS) / (mx.log(r + FLOAT32_EPS) + FLOAT32_EPS))  # Eq. 31
     r_prime = mx.sqrt(mx.power(mx.maximum(r, 1.0), mx.clip(s, 0.0, 1.0)))  # Eq. 30
-    loss = nll + beta * r_prime  # Eq. 32
-    return loss, LossParts(nll=nll, r=r, r_prime=r_prime, s=s)
+    loss = nll_mean + beta * r_prime  # Eq. 32
+    return loss, LossParts(nll=nll_mean, r=r, r_prime=r_prime, s=s)
+
+
+def sdm_next_token_loss(
+    z_neg: mx.array,
+    z_pos: mx.array,
+    targets: mx.array,
+    q: mx.array,
+    d: mx.array,
+    beta: float | mx.array,
+    z_ref: mx.array | None = None,
+) -> tuple[mx.array, LossParts]:
+    """Eq. 32 for one mini-batch of N target tokens (see :func:`sdm_token_terms` for the shapes)."""
+    nll, norms = sdm_token_terms(z_neg, z_pos, targets, q, d, z_ref)
+    return sdm_loss_from_terms(nll, norms, beta)
 
 
 def cross_entropy_next_token_loss(z_pos: mx.array, targets: mx.array) -> mx.array:

@@ -1,0 +1,364 @@
+"""SDM-network fine-tuning of the positive vocabulary head (Alg. 4, spec § 15.4–15.6).
+
+The loop has mlx-lm's trainer shape (``mlx_lm.tuner.trainer.train``): a dataclass of arguments,
+an injectable loss and batch iterator, ``nn.value_and_grad`` + ``mx.compile`` over the module and
+optimizer state, gradients averaged with ``mlx.nn.average_gradients`` across ``mlx.launch`` ranks,
+and reports through mlx-lm's ``TrainingCallback``. Around it, Alg. 4:
+
+    (q, d) of every y = 1 training document ← greedy generation + verifier       (cached)
+    best ← admitted count of the untuned model on the calibration set             (reference)
+    for each epoch:
+        Eq. 32 over the shuffled target tokens of the y = 1 documents, β: 0 → 0.1
+        regenerate the training documents → new (q, d)
+        regenerate the calibration documents → admitted count
+                 (ŷ = 1, admitted at p_lower ≥ α′, parsed task answer correct)
+        keep W_pos if the count strictly beats the best
+        checkpoint (atomic)
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable, Iterator, Protocol, Sequence
+
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+import numpy as np
+from mlx.utils import tree_flatten, tree_map, tree_unflatten
+from mlx_lm.tuner.callbacks import TrainingCallback
+
+from mlx_sdm.calibration.constants import ADAM_BETAS, ADAM_EPS
+from mlx_sdm.errors import DataError
+from mlx_sdm.network.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
+from mlx_sdm.network.data import (
+    FinetuneDocument,
+    TokenTargets,
+    build_token_targets,
+    documents_hash,
+    greedy_generate,
+    parse_task_answer,
+)
+from mlx_sdm.network.distributed import gather_rows, shard, shard_indices, unshard_rows
+from mlx_sdm.network.heads import VocabularyHeads
+from mlx_sdm.network.loss import BETA_MAX, BETA_MIN, beta_for_batch, sdm_loss_from_terms, sdm_token_terms
+
+#: Paper values (§ 15.4, § 18): Adam lr 1e-5, 50-token mini-batches, 5 epochs, seed 235.
+PAPER_HEAD_LEARNING_RATE = 1e-5
+PAPER_TOKEN_BATCH_SIZE = 50
+PAPER_HEAD_EPOCHS = 5
+PAPER_HEAD_SEED = 235
+
+
+@dataclass
+class FinetuneArgs:
+    epochs: int = field(default=PAPER_HEAD_EPOCHS, metadata={"help": "Epochs over the target tokens (Alg. 4)."})
+    batch_size: int = field(default=PAPER_TOKEN_BATCH_SIZE, metadata={"help": "Target tokens per mini-batch (global)."})
+    learning_rate: float = field(default=PAPER_HEAD_LEARNING_RATE, metadata={"help": "Adam learning rate."})
+    seed: int = field(default=PAPER_HEAD_SEED, metadata={"help": "Seed of the token shuffling."})
+    beta_min: float = BETA_MIN
+    beta_max: float = BETA_MAX
+    steps_per_report: int = field(default=10, metadata={"help": "Mini-batches between loss reports."})
+    checkpoint_path: str | None = field(default=None, metadata={"help": "Folder of the per-epoch checkpoint."})
+    resume: bool = field(default=False, metadata={"help": "Continue from the checkpoint if there is one."})
+    compile: bool = True
+    progress: bool = True
+
+
+@dataclass
+class Outcome:
+    """What Alg. 4 needs from one generated completion."""
+
+    prediction: int  # verifier ŷ
+    admitted: bool  # p_lower ≥ α′ (Eq. 28)
+    q: float
+    d: float
+    task_answer: int | None  # parsed from the generated JSON
+    text: str = ""
+
+
+class Scorer(Protocol):
+    """Generates for documents with a decoding head and verifies the completions (this rank's share)."""
+
+    def __call__(self, documents: Sequence[FinetuneDocument], head: Callable[[mx.array], mx.array]) -> list[Outcome]: ...
+
+
+class VerifierScorer:
+    """The default scorer: greedy joint decoding (:func:`greedy_generate`), the document feature
+    vector of the completion (``features(messages, text) -> np.ndarray``, the LM layer's
+    force-decoding) and the document verifier (``verify(features) -> Verdict``)."""
+
+    def __init__(self, model, tokenizer, features: Callable[[list[dict], str], np.ndarray], verify: Callable[[np.ndarray], Any], progress=None):
+        self.model, self.tokenizer, self.features, self.verify, self.progress = model, tokenizer, features, verify, progress
+
+    def __call__(self, documents, head):
+        outcomes = []
+        iterator = self.progress(documents) if self.progress else documents
+        for doc in iterator:
+            text = greedy_generate(self.model, self.tokenizer, head, doc)
+            verdict = self.verify(self.features(doc.messages, text))
+            outcomes.append(
+                Outcome(
+                    prediction=int(verdict.prediction),
+                    admitted=bool(verdict.admitted),
+                    q=float(verdict.q),
+                    d=float(verdict.d),
+                    task_answer=parse_task_answer(text),
+                    text=text,
+                )
+            )
+        return outcomes
+
+
+class FinetuneCallback(TrainingCallback):
+    """mlx-lm's callback, plus a report after each epoch of Alg. 4."""
+
+    def on_epoch_report(self, epoch_info: dict) -> None:
+        pass
+
+
+def admitted_count(documents: Sequence[FinetuneDocument], outcomes: Sequence[Outcome]) -> int:
+    """Alg. 4's metric: ŷ = 1, admitted, and the parsed task answer equals the task label."""
+    return sum(
+        1
+        for doc, out in zip(documents, outcomes)
+        if out.prediction == 1 and out.admitted and out.task_answer is not None and out.task_answer == doc.task_label
+    )
+
+
+def score_all(scorer: Scorer, documents: Sequence[FinetuneDocument], head, group) -> np.ndarray:
+    """Score the documents sharded over the ranks; rows [prediction, admitted, q, d, task_answer or -1]."""
+    outcomes = scorer(shard(documents, group), head)
+    local = np.array(
+        [[o.prediction, float(o.admitted), o.q, o.d, -1.0 if o.task_answer is None else o.task_answer] for o in outcomes],
+        dtype=np.float32,
+    ).reshape(-1, 5)
+    return unshard_rows(local, len(documents), group)
+
+
+def outcomes_from_rows(rows: np.ndarray) -> list[Outcome]:
+    return [
+        Outcome(prediction=int(r[0]), admitted=bool(r[1]), q=float(r[2]), d=float(r[3]), task_answer=None if r[4] < 0 else int(r[4]))
+        for r in rows
+    ]
+
+
+def iterate_token_batches(count: int, batch_size: int, seed: int, epoch: int) -> Iterator[np.ndarray]:
+    """The default batch iterator: all target tokens shuffled once per epoch (seed + epoch, so a
+    resumed run draws the same batches), cut into global mini-batches of ``batch_size`` tokens."""
+    order = np.random.default_rng(seed + epoch).permutation(count)
+    for start in range(0, count, batch_size):
+        yield order[start : start + batch_size]
+
+
+def sdm_batch_loss(heads: VocabularyHeads, hidden, targets, q, d, beta, global_count, group=None):
+    """The default loss: Eq. 32 with the regulariser over one (rank's share of a) mini-batch."""
+    z_neg, z_pos = heads(hidden)
+    nll, norms = sdm_token_terms(z_neg, z_pos, targets, q, d)
+    loss, parts = sdm_loss_from_terms(nll, norms, beta, global_count=global_count, group=group)
+    return loss, parts.nll
+
+
+def gather_token_targets(model, tokenizer, documents, vocab_size, group, progress=None) -> TokenTargets:
+    """Token targets of all documents, force-decoded in shards and gathered in document order."""
+    mine = shard_indices(len(documents), group)
+    local = build_token_targets(model, tokenizer, [documents[i] for i in mine], vocab_size, progress)
+    owners = np.array(mine, dtype=np.int64)[local.document_index] if len(local) else local.document_index
+    if group is None or group.size() == 1:
+        return TokenTargets(local.hidden, local.targets, owners)
+    hidden = np.concatenate(gather_rows(local.hidden.astype(np.float32), group))
+    meta = np.concatenate(gather_rows(np.stack([local.targets, owners], axis=1).astype(np.int64), group))
+    order = np.argsort(meta[:, 1], kind="stable")  # rows of one document stay in position order
+    return TokenTargets(hidden[order], meta[order, 0], meta[order, 1])
+
+
+@dataclass
+class FinetuneResult:
+    heads: VocabularyHeads
+    best_epoch: int
+    best_metric: int
+    initial_metric: int
+    history: list[dict[str, Any]]
+    data_hash: str
+    epochs_run: int
+
+
+def _array_state(heads, best_positive, optimizer) -> dict[str, mx.array]:
+    arrays = {"positive": heads.positive, "best_positive": best_positive}
+    arrays.update({f"optimizer.{k}": v for k, v in tree_flatten(optimizer.state)})
+    return arrays
+
+
+def finetune(
+    model,
+    tokenizer,
+    train_documents: Sequence[FinetuneDocument],
+    calibration_documents: Sequence[FinetuneDocument],
+    scorer: Scorer,
+    args: FinetuneArgs = FinetuneArgs(),
+    *,
+    heads: VocabularyHeads | None = None,
+    loss: Callable = sdm_batch_loss,
+    iterate_batches: Callable[[int, int, int, int], Iterator[np.ndarray]] = iterate_token_batches,
+    training_callback: FinetuneCallback | None = None,
+    group=None,
+    run_identity: dict[str, Any] | None = None,
+) -> FinetuneResult:
+    """Alg. 4 on (train, calibration) documents; returns the best positive head."""
+    from tqdm.auto import tqdm
+
+    group = group if group is not None else mx.distributed.init()
+    rank = group.rank()
+    show = args.progress and rank == 0
+    bar = (lambda it, **kw: tqdm(it, leave=False, **kw)) if show else (lambda it, **kw: it)
+
+    verified = [doc for doc in train_documents if doc.label == 1]
+    if not verified:
+        raise DataError(
+            "no documents with label 1 (verified); the next-token loss trains only on verified answers. "
+            "Add rows whose completion is the correct answer, with \"label\": 1",
+            field="label",
+        )
+    if any(doc.task_label is None for doc in calibration_documents):
+        raise DataError("every calibration document needs a task_label to count correct answers", field="task_label")
+
+    heads = heads if heads is not None else VocabularyHeads.from_model(model)
+    vocab_size = heads.vocab_size
+    data_hash = documents_hash(list(train_documents) + list(calibration_documents))
+    identity = {"data_hash": data_hash, "args": {k: v for k, v in asdict(args).items() if k in ("batch_size", "learning_rate", "seed", "beta_min", "beta_max")}}
+    identity.update(run_identity or {})
+
+    optimizer = optim.Adam(learning_rate=args.learning_rate, betas=list(ADAM_BETAS), eps=ADAM_EPS, bias_correction=True)
+    optimizer.init(heads.trainable_parameters())
+    checkpoint_path = Path(args.checkpoint_path) if args.checkpoint_path else None
+
+    tokens = gather_token_targets(model, tokenizer, verified, vocab_size, group, progress=lambda it: bar(it, desc="targets"))
+    if len(tokens) == 0:
+        raise DataError("the verified documents have no completion tokens to train on", field="completion")
+
+    history: list[dict[str, Any]] = []
+    start_epoch = 1
+    loaded = read_checkpoint(checkpoint_path) if (checkpoint_path and args.resume) else None
+    if loaded is not None:
+        arrays, state = loaded
+        if state.get("identity") != identity:
+            raise CheckpointError(
+                f"{checkpoint_path}: this checkpoint belongs to another run (data, verifier or arguments differ: "
+                f"{state.get('identity')} vs {identity}); drop --resume or pass another --adapter-path"
+            )
+        heads.positive = arrays["positive"]
+        best_positive = arrays["best_positive"]
+        optimizer.state = tree_unflatten([(k[len("optimizer.") :], v) for k, v in arrays.items() if k.startswith("optimizer.")])
+        best_metric, best_epoch = int(state["best_metric"]), int(state["best_epoch"])
+        initial_metric = int(state["initial_metric"])
+        qd = np.array(state["train_qd"], dtype=np.float32)
+        history = list(state["history"])
+        start_epoch = int(state["epoch"]) + 1
+    else:
+        if args.resume and rank == 0 and checkpoint_path:
+            print(f"no checkpoint at {checkpoint_path}; starting from the untuned head", flush=True)
+        qd = score_all(scorer, verified, heads.vocab_logits, group)[:, 2:4]
+        initial_metric = admitted_count(calibration_documents, outcomes_from_rows(score_all(scorer, calibration_documents, heads.vocab_logits, group)))
+        best_metric, best_epoch = initial_metric, 0  # reference: start from the untuned model's count
+        best_positive = mx.array(heads.positive)
+        history.append({"epoch": 0, "calibration_admitted": initial_metric})
+
+    loss_value_and_grad = nn.value_and_grad(heads, partial(loss, group=group))
+    state = [heads.state, optimizer.state]
+
+    def step(hidden, targets, q, d, beta, global_count):
+        (lvalue, nll), grad = loss_value_and_grad(heads, hidden, targets, q, d, beta, global_count)
+        if group.size() > 1:
+            # Each rank's gradient is its share of the global-batch gradient: sum = average × size.
+            grad = tree_map(lambda g: g * group.size(), nn.average_gradients(grad, group=group))
+        optimizer.update(heads, grad)
+        return lvalue, nll
+
+    if args.compile and group.size() == 1:
+        step = mx.compile(step, inputs=state, outputs=state)
+
+    hidden_all = tokens.hidden
+    count = len(tokens)
+    epochs_bar = bar(range(start_epoch, args.epochs + 1), desc="epoch", initial=start_epoch - 1, total=args.epochs)
+    for epoch in epochs_bar:
+        batches = list(iterate_batches(count, args.batch_size, args.seed, epoch))
+        losses, n_tokens, steps, tic = 0.0, 0, 0, time.perf_counter()
+        batch_bar = bar(batches, desc=f"epoch {epoch} batches", unit="batch")
+        for index, global_batch in enumerate(batch_bar):
+            local = global_batch[rank :: group.size()]
+            doc_rows = tokens.document_index[local]
+            q = mx.array(qd[doc_rows, 0])
+            d = mx.array(qd[doc_rows, 1])
+            beta = mx.array(beta_for_batch(index, len(batches), args.beta_min, args.beta_max), dtype=mx.float32)
+            lvalue, nll = step(
+                mx.array(hidden_all[local]),
+                mx.array(tokens.targets[local]),
+                q,
+                d,
+                beta,
+                mx.array(float(len(global_batch))),
+            )
+            mx.eval(lvalue, nll, heads.state, optimizer.state)
+            losses += lvalue.item()
+            n_tokens += len(global_batch)
+            steps += 1
+            elapsed = time.perf_counter() - tic
+            if show and hasattr(batch_bar, "set_postfix"):
+                batch_bar.set_postfix(loss=f"{lvalue.item():.4f}", tok_s=f"{n_tokens / max(elapsed, 1e-9):.0f}")
+            if training_callback is not None and (steps % args.steps_per_report == 0 or index == len(batches) - 1):
+                training_callback.on_train_loss_report(
+                    {
+                        "epoch": epoch,
+                        "iteration": index + 1,
+                        "train_loss": losses / steps,
+                        "learning_rate": float(args.learning_rate),
+                        "tokens_per_second": n_tokens / max(elapsed, 1e-9),
+                        "trained_tokens": n_tokens,
+                        "peak_memory": mx.get_peak_memory() / 1e9,
+                    }
+                )
+        # Alg. 4: regenerate the training completions (new q, d) and the calibration ones (metric).
+        qd = score_all(scorer, verified, heads.vocab_logits, group)[:, 2:4]
+        calibration = outcomes_from_rows(score_all(scorer, calibration_documents, heads.vocab_logits, group))
+        metric = admitted_count(calibration_documents, calibration)
+        improved = metric > best_metric
+        if improved:
+            best_metric, best_epoch = metric, epoch
+            best_positive = mx.array(heads.positive)
+        info = {"epoch": epoch, "calibration_admitted": metric, "train_loss": losses / max(steps, 1), "best_epoch": best_epoch}
+        history.append(info)
+        if training_callback is not None:
+            training_callback.on_epoch_report(dict(info))
+        if show and hasattr(epochs_bar, "set_postfix"):
+            epochs_bar.set_postfix(admitted=metric, best=best_metric)
+        if checkpoint_path is not None and rank == 0:
+            write_checkpoint(
+                checkpoint_path,
+                _array_state(heads, best_positive, optimizer),
+                {
+                    "epoch": epoch,
+                    "best_metric": best_metric,
+                    "best_epoch": best_epoch,
+                    "initial_metric": initial_metric,
+                    "train_qd": qd.tolist(),
+                    "history": history,
+                    "identity": identity,
+                },
+            )
+        if group.size() > 1:
+            mx.eval(mx.distributed.all_sum(mx.array(0.0), group=group, stream=mx.cpu))  # wait for rank 0's write
+
+    heads.positive = best_positive
+    mx.eval(heads.positive)
+    return FinetuneResult(
+        heads=heads,
+        best_epoch=best_epoch,
+        best_metric=best_metric,
+        initial_metric=initial_metric,
+        history=history,
+        data_hash=data_hash,
+        epochs_run=args.epochs,
+    )
