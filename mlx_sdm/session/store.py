@@ -202,7 +202,7 @@ class MessageRecord:
     role: str  # "user" | "assistant" | "system"
     kind: str  # "chat" | "reflection" | "guidance" | "explanation"
     text: str
-    status: str  # "done" | "cancelled" | "paused" | "aborted" | "error"
+    status: str  # "done" | "cancelled" | "paused" | "resumed" | "aborted" | "error"
     created_at: str
     finished_at: str | None
     token_count: int | None = None
@@ -441,6 +441,23 @@ class ChatStore:
                 "INSERT INTO messages(session_id, role, kind, text, status, created_at, finished_at, metadata_json) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (session_id, role, kind, text, status, stamp, stamp, _dumps(metadata)),
+            )
+            conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (stamp, session_id))
+            return int(cur.lastrowid)
+
+    def add_guidance(self, session_id: str, paused_message_id: int, text: str) -> int:
+        """The user's guidance for a paused answer: stored as a user message, and the paused answer
+        marked "resumed", in one transaction."""
+        stamp = now_iso()
+        with self._tx() as conn:
+            row = conn.execute("SELECT status FROM messages WHERE id = ? AND session_id = ?", (paused_message_id, session_id)).fetchone()
+            if row is None or row["status"] != "paused":
+                raise DataError(f"message {paused_message_id} of session {session_id!r} is not a paused answer", field="message")
+            conn.execute("UPDATE messages SET status = 'resumed' WHERE id = ?", (paused_message_id,))
+            cur = conn.execute(
+                "INSERT INTO messages(session_id, role, kind, text, status, created_at, finished_at, metadata_json) "
+                "VALUES (?, 'user', 'guidance', ?, 'done', ?, ?, ?)",
+                (session_id, text, stamp, stamp, _dumps({"resumes": paused_message_id})),
             )
             conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (stamp, session_id))
             return int(cur.lastrowid)

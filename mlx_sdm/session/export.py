@@ -1,0 +1,137 @@
+"""Export a stored session: Markdown for people, the session JSONL (``mlx_sdm/session/format.py``,
+read by ``mlx-sdm eval-monitor``) for scoring. Reads the store only; no MLX."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from mlx_sdm.atomic import atomic_write_text
+from mlx_sdm.errors import DataError
+from mlx_sdm.session.format import (
+    AUQOutput,
+    Session,
+    SessionStep,
+    ToolCall,
+    TracerOutput,
+    VerifierOutput,
+    step_id_for,
+    write_session_jsonl,
+)
+from mlx_sdm.session.store import ChatStore, MessageRecord
+
+EXPORT_FORMATS = ("markdown", "jsonl")
+
+
+def verdict_line(status: str | None, verdict: dict | None) -> str:
+    """One line naming the verdict, as the plain chat prints it."""
+    if status is None:
+        return "verdict: none"
+    if status == "unverifiable" or verdict is None:
+        return "verdict: unverifiable (no verifier fits this model)"
+    core = f"p_lower={_num(verdict.get('p_lower'))} q={verdict.get('q')} d={_num(verdict.get('d'))} q_bin={verdict.get('q_bin')}"
+    if status == "verified":
+        return f"verdict: VERIFIED {core}"
+    reason = verdict.get("reason") or ("predicted unacceptable" if verdict.get("admitted") else "rejected")
+    return f"verdict: REJECTED ({str(reason).replace('_', ' ')}) {core}"
+
+
+def monitor_line(monitor: dict | None) -> str:
+    if not monitor:
+        return "monitor: none"
+    return (
+        f"monitor: AUQ {str(monitor.get('level') or 'n/a').upper()} cumulative confidence {_num(monitor.get('cumulative_confidence'))}"
+        f" · TRACER risk {_num(monitor.get('tracer_risk'))}"
+    )
+
+
+def _num(x) -> str:
+    return "n/a" if x is None else f"{float(x):.3f}"
+
+
+def session_to_markdown(store: ChatStore, session_id: str) -> str:
+    info = store.get_session(session_id)
+    lines = [f"# {info.title}", "", f"- session: `{info.id}`", f"- created: {info.created_at}"]
+    if info.model:
+        lines.append(f"- model: {info.model}")
+    if info.verifier:
+        lines.append(f"- verifier: {info.verifier}")
+    lines.append("")
+    for m in store.messages(session_id):
+        lines.extend(_message_markdown(m))
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _message_markdown(m: MessageRecord) -> list[str]:
+    if m.role == "user":
+        head = "### You" if m.kind != "guidance" else "### You (guidance to resume)"
+        return [head, "", m.text, ""]
+    if m.role != "assistant":
+        return [f"### {m.role.capitalize()} ({m.kind})", "", m.text, ""]
+    status = "" if m.status in {"done", "resumed"} else f" ({m.status})"
+    out = [f"### Assistant{status}", "", m.text or "_(empty)_", ""]
+    out.append(f"> {verdict_line(m.verdict_status, m.verdict)}  ")
+    out.append(f"> {monitor_line(m.monitor)}")
+    out.append("")
+    if m.verdict and m.verdict.get("exemplars"):
+        out.append("Nearest training exemplars:")
+        out.append("")
+        for e in m.verdict["exemplars"]:
+            text = (e.get("text") or "").replace("\n", " ")
+            out.append(f"- `{e.get('id')}` label {e.get('label')} (predicted {e.get('prediction')}), distance {_num(e.get('distance'))}: {text}")
+        out.append("")
+    meta = m.metadata or {}
+    if meta.get("reflection_prompt"):
+        out += ["**Reflection requested** (HIGH uncertainty):", "", f"> {meta['reflection_prompt']}", ""]
+        if meta.get("reflection"):
+            out += ["**The model's reflection:**", "", meta["reflection"], ""]
+    if meta.get("explanation"):
+        out += [f"**Aborted:** {meta['explanation']}", ""]
+    return out
+
+
+def session_to_format(store: ChatStore, session_id: str) -> Session:
+    """The stored session as a :class:`~mlx_sdm.session.format.Session` (one step per message)."""
+    info = store.get_session(session_id)
+    steps: list[SessionStep] = []
+    turn = 0
+    for m in store.messages(session_id):
+        if m.role == "user":
+            steps.append(SessionStep(step_id=step_id_for(None, "user", len(steps)), actor="user", step_type=None,
+                                     text=m.text, turn_index=turn, timestamp=m.created_at))
+            continue
+        if m.role != "assistant" or m.kind != "chat":
+            continue
+        meta, mon = m.metadata or {}, m.monitor or {}
+        calls = [ToolCall(name=c["name"], arguments=c.get("arguments", {})) for c in meta.get("tool_calls", [])]
+        step_type = "tool_call" if calls else "llm_call"
+        tokens, logprobs = m.tokens, m.token_logprobs
+        if tokens is None or logprobs is None or len(tokens) != len(logprobs):
+            tokens = logprobs = None
+        verifier = None
+        if m.verdict is not None:
+            verifier = VerifierOutput(p_lower=m.verdict.get("p_lower"), admitted=m.verdict.get("admitted"),
+                                      reason=m.verdict.get("reason"), prediction=m.verdict.get("prediction"))
+        auq = AUQOutput(**{k: v for k, v in mon["auq"].items() if k in AUQOutput.__dataclass_fields__}) if mon.get("auq") else None
+        tracer = TracerOutput(**{k: v for k, v in mon["tracer"].items() if k in TracerOutput.__dataclass_fields__}) if mon.get("tracer") else None
+        steps.append(SessionStep(
+            step_id=step_id_for(step_type, "agent", len(steps)), actor="agent", step_type=step_type, text=m.text,
+            tool_calls=calls, token_logprobs=logprobs, tokens=tokens, turn_index=turn, timestamp=m.created_at,
+            verifier=verifier, auq=auq, tracer=tracer,
+        ))
+        turn += 1
+    return Session(session_id=info.id, steps=steps, model=info.model, created_at=info.created_at,
+                   metadata={"title": info.title, "verifier": info.verifier, "exported_by": "mlx-sdm chat"})
+
+
+def export_session(store: ChatStore, session_id: str, path: str | os.PathLike, fmt: str | None = None) -> Path:
+    """Write a session to ``path`` (atomically). ``fmt``: "markdown" or "jsonl"; default from the suffix."""
+    path = Path(path)
+    fmt = fmt or ("jsonl" if path.suffix.lower() in {".jsonl", ".json"} else "markdown")
+    if fmt not in EXPORT_FORMATS:
+        raise DataError(f"unknown export format {fmt!r}; use markdown or jsonl", field="format")
+    if fmt == "markdown":
+        atomic_write_text(path, session_to_markdown(store, session_id))
+    else:
+        write_session_jsonl(path, session_to_format(store, session_id))
+    return path

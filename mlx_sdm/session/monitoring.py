@@ -1,0 +1,163 @@
+"""Per-session monitoring glue for the chat engine: AUQ (confidence, level, escalation action;
+monitoring spec § 2) and TRACER (trajectory risk; § 3) over one conversation, fed by what a turn
+produced, with P(True) read from the local model reusing the conversation's KV cache.
+
+The monitors themselves live in :mod:`mlx_sdm.monitor`; this module only maps a chat turn onto
+their steps (spec § 5.2: each user message is a user step, each answer an agent step, ``llm_call``
+or ``tool_call`` when it proposes tool calls) and rebuilds their state from the store when a
+session is reopened.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from mlx_sdm.monitor.auq import (
+    AUQMonitor,
+    EscalationAction,
+    SessionStatus,
+    UncertaintyError,
+    UncertaintyLevel,
+    UncertaintyPolicy,
+)
+from mlx_sdm.monitor.tracer import TracerConfig, TracerMonitor
+from mlx_sdm.session.format import SessionStep, ToolCall
+
+__all__ = ["MonitorConfig", "SessionMonitor"]
+
+
+@dataclass
+class MonitorConfig:
+    """AUQ thresholds (floors on the cumulative confidence P_t, spec § 2.5), the irreversible tool
+    names, P(True) on/off and the TRACER weights (spec § 3.8 reference defaults)."""
+
+    low_threshold: float = 0.80
+    medium_threshold: float = 0.60
+    high_threshold: float = 0.40
+    irreversible_tool_names: tuple[str, ...] = ()
+    enable_p_true: bool = True
+    inject_reflection_on_high: bool = True
+    cap_with_verifier: bool = True  # spec § 5.4 v1: s'_t = min(s_t, v_t) with v_t = the verifier's p_lower
+    tracer: TracerConfig = field(default_factory=TracerConfig)
+
+    def policy(self) -> UncertaintyPolicy:
+        return UncertaintyPolicy(
+            low_threshold=self.low_threshold, medium_threshold=self.medium_threshold, high_threshold=self.high_threshold,
+            enable_p_true=self.enable_p_true, irreversible_tool_names=list(self.irreversible_tool_names),
+            inject_reflection_on_high=self.inject_reflection_on_high,
+        )
+
+
+class SessionMonitor:
+    """AUQ + TRACER over one chat session (owned by the engine's thread)."""
+
+    def __init__(self, session_id: str, config: MonitorConfig, *, lm: Any = None, embedder: Any = None):
+        self.session_id = session_id
+        self.config = config
+        self.lm = lm
+        self.auq = AUQMonitor(config.policy())
+        self.auq.start(session_id)
+        self.tracer = TracerMonitor(config.tracer, embedder, session_id=session_id)
+        self.history: list[dict] = []  # per answered turn: level, cumulative confidence, TRACER prefix risk
+
+    # -- state -----------------------------------------------------------------------------------
+    def replay(self, messages: Sequence[Any]) -> None:
+        """Rebuild the monitors from stored messages (a reopened session continues where it was):
+        TRACER re-observes every step from the stored tokens and log-probs; AUQ takes the last stored
+        cumulative confidence (its EMA state) and the paused status."""
+        state = self.auq.belief(self.session_id)
+        for m in messages:
+            if m.role == "user":
+                self.tracer.observe(self._user_step(m.text))
+            elif m.role == "assistant" and m.kind == "chat" and m.monitor:
+                calls = (m.metadata or {}).get("tool_calls", [])
+                self.tracer.observe(self._agent_step(m.text, m.tokens, m.token_logprobs, calls))
+                if m.monitor.get("cumulative_confidence") is not None:
+                    state.cumulative_confidence = float(m.monitor["cumulative_confidence"])
+                state.step_counter += 1
+                state.status = SessionStatus.WAITING_FOR_HUMAN if m.status == "paused" else SessionStatus.RUNNING
+                self.history.append(_history_row(len(self.history) + 1, m.monitor))
+
+    def observe_user(self, text: str) -> None:
+        self.tracer.observe(self._user_step(text))
+
+    def resume(self, guidance: str) -> None:
+        if self.auq.belief(self.session_id).status is SessionStatus.WAITING_FOR_HUMAN:
+            self.auq.resume(self.session_id, guidance)
+
+    # -- scoring ---------------------------------------------------------------------------------
+    def score_answer(
+        self,
+        *,
+        answer: str,
+        tokens: list[str] | None,
+        logprobs: list[float] | None,
+        tool_calls: list[dict],
+        p_true: Any = None,
+        verdict: dict | None = None,
+    ) -> dict:
+        """Score one answer; returns the monitor snapshot the store and the UI keep."""
+        state = self.auq.belief(self.session_id)
+        if state.status is SessionStatus.ABORTED:
+            # A chat goes on after a CRITICAL abort (the aborted answer is withheld); P_t is kept,
+            # so the next answers have to earn the confidence back.
+            state.status = SessionStatus.RUNNING
+        if state.status is SessionStatus.WAITING_FOR_HUMAN:  # the user moved on without resuming
+            state.status = SessionStatus.RUNNING
+        tracer_out = self.tracer.observe(self._agent_step(answer, tokens, logprobs, tool_calls))
+        verifier_p = None
+        if self.config.cap_with_verifier and verdict and verdict.get("p_lower") is not None and int(verdict.get("prediction", 1)) == 1:
+            verifier_p = float(verdict["p_lower"])
+        step_type = "tool_call" if tool_calls else "llm_call"
+        try:
+            step = self.auq.score_step(
+                self.session_id, step_type, answer, p_true=p_true, tool_names=[c["name"] for c in tool_calls],
+                verifier_p=verifier_p,
+            )
+            auq = step.to_dict()
+        except UncertaintyError:
+            step = state.step_uncertainties[-1]  # recorded before the raise
+            auq = step.to_dict()
+        level, action = UncertaintyLevel(auq["level"]), EscalationAction(auq["action"])
+        snapshot = {
+            "level": level.value,
+            "action": action.value,
+            "cumulative_confidence": auq["propagated_confidence"],
+            "step_confidence": auq["step_confidence"],
+            "tracer_risk": tracer_out.prefix_risk,
+            "step_risk": tracer_out.r,
+            "irreversible": bool(auq["irreversible"]),
+            "inject_reflection": bool(
+                level is UncertaintyLevel.HIGH and step_type == "llm_call" and self.config.inject_reflection_on_high
+            ),
+            "critical_below": self.config.high_threshold,
+            "auq": auq,
+            "tracer": tracer_out.to_dict(),
+        }
+        self.history.append(_history_row(len(self.history) + 1, snapshot))
+        snapshot["history"] = [dict(row) for row in self.history]
+        return snapshot
+
+    # -- steps -----------------------------------------------------------------------------------
+    def _user_step(self, text: str) -> SessionStep:
+        return SessionStep(step_id=f"user_{len(self.tracer.outputs)}", actor="user", step_type=None, text=text)
+
+    def _agent_step(self, text: str, tokens, logprobs, tool_calls) -> SessionStep:
+        if tokens is None or logprobs is None or len(tokens) != len(logprobs):
+            tokens = logprobs = None
+        calls = [ToolCall(name=c["name"], arguments=c.get("arguments", {})) for c in tool_calls]
+        return SessionStep(
+            step_id=f"{'tool' if calls else 'llm'}_{len(self.tracer.outputs)}", actor="agent",
+            step_type="tool_call" if calls else "llm_call", text=text, tool_calls=calls,
+            token_logprobs=None if logprobs is None else list(logprobs), tokens=None if tokens is None else list(tokens),
+        )
+
+
+def _history_row(turn: int, snapshot: dict) -> dict:
+    return {
+        "turn": turn,
+        "level": snapshot.get("level"),
+        "cumulative_confidence": snapshot.get("cumulative_confidence"),
+        "tracer_risk": snapshot.get("tracer_risk"),
+    }
