@@ -175,6 +175,38 @@ def gather_token_targets(model, tokenizer, documents, vocab_size, group, progres
     return TokenTargets(hidden[order], meta[order, 0], meta[order, 1])
 
 
+def local_rows(global_batch: np.ndarray, group) -> np.ndarray:
+    """This rank's rows of a global mini-batch (interleaved; all rows with one process)."""
+    return global_batch[group.rank() :: group.size()] if group is not None else global_batch
+
+
+def build_train_step(heads: VocabularyHeads, optimizer, loss: Callable = sdm_batch_loss, group=None, *, compile: bool = True):
+    """One optimizer step on this rank's share of a global mini-batch, in mlx-lm's shape:
+    ``nn.value_and_grad`` over the module, gradients averaged across ranks, ``mx.compile`` over
+    the module and optimizer state. Returns ``step(hidden, targets, q, d, beta, global_count) ->
+    (loss, nll)`` on arrays; ``global_count`` is the number of tokens in the global batch."""
+    group = group if group is not None else mx.distributed.init()
+    loss_value_and_grad = nn.value_and_grad(heads, partial(loss, group=group))
+    state = [heads.state, optimizer.state]
+
+    def step(hidden, targets, q, d, beta, global_count):
+        (lvalue, nll), grad = loss_value_and_grad(heads, hidden, targets, q, d, beta, global_count)
+        if group.size() > 1:
+            # Each rank's gradient is its share of the global-batch gradient: sum = average × size.
+            grad = tree_map(lambda g: g * group.size(), nn.average_gradients(grad, group=group))
+        optimizer.update(heads, grad)
+        return lvalue, nll
+
+    if compile and group.size() == 1:
+        step = mx.compile(step, inputs=state, outputs=state)
+    return step
+
+
+def make_optimizer(learning_rate: float) -> optim.Adam:
+    """Adam as in the reference (PyTorch defaults: betas (0.9, 0.999), eps 1e-8, bias correction)."""
+    return optim.Adam(learning_rate=learning_rate, betas=list(ADAM_BETAS), eps=ADAM_EPS, bias_correction=True)
+
+
 @dataclass
 class FinetuneResult:
     heads: VocabularyHeads
@@ -231,7 +263,7 @@ def finetune(
     identity = {"data_hash": data_hash, "args": {k: v for k, v in asdict(args).items() if k in ("batch_size", "learning_rate", "seed", "beta_min", "beta_max")}}
     identity.update(run_identity or {})
 
-    optimizer = optim.Adam(learning_rate=args.learning_rate, betas=list(ADAM_BETAS), eps=ADAM_EPS, bias_correction=True)
+    optimizer = make_optimizer(args.learning_rate)
     optimizer.init(heads.trainable_parameters())
     checkpoint_path = Path(args.checkpoint_path) if args.checkpoint_path else None
 
@@ -266,19 +298,7 @@ def finetune(
         best_positive = mx.array(heads.positive)
         history.append({"epoch": 0, "calibration_admitted": initial_metric})
 
-    loss_value_and_grad = nn.value_and_grad(heads, partial(loss, group=group))
-    state = [heads.state, optimizer.state]
-
-    def step(hidden, targets, q, d, beta, global_count):
-        (lvalue, nll), grad = loss_value_and_grad(heads, hidden, targets, q, d, beta, global_count)
-        if group.size() > 1:
-            # Each rank's gradient is its share of the global-batch gradient: sum = average × size.
-            grad = tree_map(lambda g: g * group.size(), nn.average_gradients(grad, group=group))
-        optimizer.update(heads, grad)
-        return lvalue, nll
-
-    if args.compile and group.size() == 1:
-        step = mx.compile(step, inputs=state, outputs=state)
+    step = build_train_step(heads, optimizer, loss, group, compile=args.compile)
 
     hidden_all = tokens.hidden
     count = len(tokens)
@@ -288,7 +308,7 @@ def finetune(
         losses, n_tokens, steps, tic = 0.0, 0, 0, time.perf_counter()
         batch_bar = bar(batches, desc=f"epoch {epoch} batches", unit="batch")
         for index, global_batch in enumerate(batch_bar):
-            local = global_batch[rank :: group.size()]
+            local = local_rows(global_batch, group)
             doc_rows = tokens.document_index[local]
             q = mx.array(qd[doc_rows, 0])
             d = mx.array(qd[doc_rows, 1])
