@@ -149,12 +149,16 @@ def check_fit_sets(train: LabelledSet, calibration: LabelledSet, min_per_class: 
     num_classes = int(max(train.labels.max(), calibration.labels.max())) + 1
     if num_classes < 2:
         raise DataError("need at least two classes (labels 0 and 1)", path=train.path, field="label")
-    for s, name in ((train, "training"), (calibration, "calibration")):
+    sets = ((train, "training"), (calibration, "calibration"))
+    for s, name in sets:
         counts = np.bincount(s.labels, minlength=num_classes)
         for c in range(num_classes):
             if counts[c] == 0:
                 raise DataError(f"class {c} is absent from the {name} set; labels must be 0..{num_classes - 1} "
                                 f"with every class present in both files", path=s.path, field="label")
+    for s, name in sets:
+        counts = np.bincount(s.labels, minlength=num_classes)
+        for c in range(num_classes):
             if counts[c] < min_per_class:
                 raise DataError(f"class {c} has only {counts[c]} rows in the {name} set; need at least {min_per_class}",
                                 path=s.path, field="label")
