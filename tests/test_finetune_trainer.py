@@ -29,8 +29,8 @@ from mlx_sdm.errors import DataError  # noqa: E402
 from mlx_sdm.network import checkpoint as checkpoint_module  # noqa: E402
 from mlx_sdm.network.checkpoint import CheckpointError, read_checkpoint  # noqa: E402
 from mlx_sdm.network.data import FinetuneDocument  # noqa: E402
-from mlx_sdm.network.trainer import FinetuneArgs, FinetuneCallback, VerifierScorer, finetune  # noqa: E402
-from tests.tiny_lm import build_tiny_lm  # noqa: E402
+from mlx_sdm.network.trainer import FinetuneArgs, FinetuneCallback, LMScorer, finetune  # noqa: E402
+from tests.tiny_verifier import tiny_loaded_model  # noqa: E402
 
 
 def make_documents(n: int = 12) -> list[FinetuneDocument]:
@@ -42,7 +42,7 @@ def make_documents(n: int = 12) -> list[FinetuneDocument]:
         docs.append(
             FinetuneDocument(
                 id=str(i),
-                messages=[{"role": "user", "content": f"Check claim {i}: Paris is the capital of France."}],
+                prompt=f"Check claim {i}: Paris is the capital of France.",
                 completion='{"correctness": %s}' % str(answer).lower(),
                 label=y,
                 task_label=int(truth),
@@ -52,22 +52,22 @@ def make_documents(n: int = 12) -> list[FinetuneDocument]:
     return docs
 
 
-def make_scorer(model, tokenizer):
-    # A stand-in verifier: admits everything as ŷ = 1; q and d depend on the generated text, so they
-    # change as the head learns (the real one is mlx_sdm.network.verifier).
+def make_scorer(lm):
+    # A stand-in verifier: admits everything as ŷ = 1; q depends on the generated completion, so it
+    # changes as the head learns (the real DocumentVerifier is exercised in test_finetune_command.py).
     def verify(features):
-        return SimpleNamespace(prediction=1, admitted=True, q=float(features[0] % 5), d=0.5)
+        return SimpleNamespace(prediction=1, admitted=True, q=float(features.completion_tokens % 5), d=0.5)
 
-    return VerifierScorer(model, tokenizer, lambda messages, text: np.array([len(text)], np.float32), verify)
+    return LMScorer(lm, verify)
 
 
 def run(checkpoint: str | None, *, resume: bool = False, epochs: int = 3, callback=None, learning_rate: float = 0.05):
-    model, tokenizer = build_tiny_lm(seed=0)
+    lm = tiny_loaded_model()
     docs = make_documents()
     args = FinetuneArgs(
         epochs=epochs, batch_size=4, learning_rate=learning_rate, progress=False, checkpoint_path=checkpoint, resume=resume
     )
-    return finetune(model, tokenizer, docs[:8], docs[8:], make_scorer(model, tokenizer), args, training_callback=callback)
+    return finetune(lm, docs[:8], docs[8:], make_scorer(lm), args, training_callback=callback)
 
 
 def test_best_epoch_starts_from_untuned_count():
@@ -90,10 +90,10 @@ def test_best_epoch_starts_from_untuned_count():
 
 
 def test_no_verified_documents_is_a_clear_error():
-    model, tokenizer = build_tiny_lm(seed=0)
+    lm = tiny_loaded_model()
     docs = [d for d in make_documents() if d.label == 0]
     with pytest.raises(DataError, match="no documents with label 1"):
-        finetune(model, tokenizer, docs, docs, make_scorer(model, tokenizer), FinetuneArgs(epochs=1, progress=False))
+        finetune(lm, docs, docs, make_scorer(lm), FinetuneArgs(epochs=1, progress=False))
 
 
 def test_disk_full_mid_checkpoint_keeps_last_good(tmp_path, monkeypatch):

@@ -21,31 +21,43 @@ import numpy as np
 
 from mlx_sdm.errors import DataError
 
-#: The delimiter that closes the answer unit (§ 15.3): the JSON object's closing brace.
-DELIMITER = "}"
+#: Generation budget when a document does not say (the reference: longest task completion + 2).
+DEFAULT_MAX_GENERATION_TOKENS = 16
 
 
 @dataclass
 class FinetuneDocument:
+    """A verification document (spec § 14) as the fine-tuning loop needs it.
+
+    ``prompt`` is the user message (or a list of chat messages), rendered with the model's chat
+    template and ``system`` exactly as :func:`mlx_sdm.lm.generation.render_prompt` does for
+    generation and the verifier's features. ``parse`` reads the task answer out of a generated
+    completion (default :func:`parse_task_answer`); it counts as correct when it equals ``task_label``.
+    """
+
     id: str
-    messages: list[dict[str, str]]
+    prompt: str | list[dict[str, str]]
     completion: str
     label: int  # verification label y: 1 = verified (correct answer), 0 = unverified
-    task_label: int | None = None
-    max_generation_tokens: int = 16
-    extra: dict[str, Any] = field(default_factory=dict)
+    task_label: Any = None
+    system: str | None = None
+    max_generation_tokens: int = DEFAULT_MAX_GENERATION_TOKENS
+    parse: Callable[[str], Any] | None = field(default=None, repr=False, compare=False)
+
+    def task_answer(self, text: str) -> Any:
+        return (self.parse or parse_task_answer)(text)
 
 
-def _as_messages(prompt: Any, path: str, line: int) -> list[dict[str, str]]:
-    if isinstance(prompt, str):
-        return [{"role": "user", "content": prompt}]
-    if isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in prompt):
+def _as_prompt(prompt: Any, path: str, line: int) -> str | list[dict[str, str]]:
+    if isinstance(prompt, str) and prompt.strip():
+        return prompt
+    if isinstance(prompt, list) and prompt and all(isinstance(m, dict) and "role" in m and "content" in m for m in prompt):
         return [{"role": str(m["role"]), "content": str(m["content"])} for m in prompt]
-    raise DataError("must be a string or a list of {role, content} messages", path=path, line=line, field="prompt")
+    raise DataError("must be a non-empty string or a list of {role, content} messages", path=path, line=line, field="prompt")
 
 
 def read_documents_jsonl(path: str | Path) -> list[FinetuneDocument]:
-    """Read ``{"prompt", "completion", "label", "task_label"?, "id"?, "max_generation_tokens"?}`` rows."""
+    """Read ``{"prompt", "completion", "label", "task_label"?, "system"?, "id"?, "max_generation_tokens"?}`` rows."""
     path = str(path)
     documents: list[FinetuneDocument] = []
     try:
@@ -65,17 +77,18 @@ def read_documents_jsonl(path: str | Path) -> list[FinetuneDocument]:
                     raise DataError("missing; every row needs prompt, completion and label", path=path, line=number, field=key)
             if row["label"] not in (0, 1) or isinstance(row["label"], bool):
                 raise DataError(f"must be 0 or 1, got {row['label']!r}", path=path, line=number, field="label")
-            task = row.get("task_label")
-            if task is not None and (isinstance(task, bool) or not isinstance(task, int)):
-                raise DataError(f"must be an integer, got {task!r}", path=path, line=number, field="task_label")
+            budget = row.get("max_generation_tokens", DEFAULT_MAX_GENERATION_TOKENS)
+            if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+                raise DataError(f"must be a positive integer, got {budget!r}", path=path, line=number, field="max_generation_tokens")
             documents.append(
                 FinetuneDocument(
                     id=str(row.get("id", f"{Path(path).name}:{number}")),
-                    messages=_as_messages(row["prompt"], path, number),
+                    prompt=_as_prompt(row["prompt"], path, number),
                     completion=str(row["completion"]),
                     label=int(row["label"]),
-                    task_label=task,
-                    max_generation_tokens=int(row.get("max_generation_tokens", 16)),
+                    task_label=row.get("task_label"),
+                    system=row.get("system"),
+                    max_generation_tokens=budget,
                 )
             )
     if not documents:
@@ -87,7 +100,7 @@ def documents_hash(documents: Sequence[FinetuneDocument]) -> str:
     """sha256 over the documents' content (ids, prompts, completions, labels): the manifest's data hash."""
     digest = hashlib.sha256()
     for doc in documents:
-        digest.update(json.dumps([doc.id, doc.messages, doc.completion, doc.label, doc.task_label], sort_keys=True).encode())
+        digest.update(json.dumps([doc.id, doc.system, doc.prompt, doc.completion, doc.label, doc.task_label], sort_keys=True).encode())
     return digest.hexdigest()
 
 
@@ -113,22 +126,44 @@ def parse_task_answer(text: str) -> int | None:
     return None
 
 
-def prompt_ids(tokenizer, messages: list[dict[str, str]]) -> list[int]:
-    """Token ids of the chat prompt with the generation marker (the completion starts right after)."""
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    if isinstance(ids, dict):  # transformers may return a BatchEncoding
-        ids = ids["input_ids"]
-    return [int(i) for i in ids]
+def from_verification_documents(documents: Sequence[Any], tokenizer=None) -> list[FinetuneDocument]:
+    """Convert :class:`mlx_sdm.network.encoding.VerificationDocument` s; the task answer is parsed
+    with the task's own rule (``encoding.parse_answer``) and the generation budget is, as in the
+    reference, the longest completion of the task in tokens + 2."""
+    from mlx_sdm.network.encoding import TASK_FORMATS, parse_answer
+
+    formats = {fmt.name: fmt for fmt in TASK_FORMATS.values()}
+    budgets: dict[Any, int] = {}
+    if tokenizer is not None:
+        for doc in documents:
+            n = len(tokenizer.encode(doc.completion, add_special_tokens=False)) + 2
+            budgets[doc.task] = max(budgets.get(doc.task, 0), n)
+    out = []
+    for doc in documents:
+        fmt = formats.get(doc.task)
+        out.append(
+            FinetuneDocument(
+                id=doc.id,
+                prompt=doc.prompt,
+                completion=doc.completion,
+                label=int(doc.label),
+                task_label=doc.task_label,
+                system=doc.system,
+                max_generation_tokens=budgets.get(doc.task, DEFAULT_MAX_GENERATION_TOKENS),
+                parse=(lambda text, fmt=fmt: parse_answer(text, fmt)) if fmt is not None else None,
+            )
+        )
+    return out
 
 
 def completion_target_ids(tokenizer, completion: str) -> list[int]:
-    """The completion's tokens up to and including the one that closes the JSON (§ 15.8)."""
+    """The completion's tokens up to and including the one that closes the JSON unit (§ 15.8),
+    found with the LM layer's delimiter rule; all of them when it never closes."""
+    from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE, delimiter_index
+
     ids = [int(i) for i in tokenizer.encode(completion, add_special_tokens=False)]
-    last = None
-    for i in range(len(ids)):
-        if DELIMITER in tokenizer.decode(ids[i : i + 1]):
-            last = i
-    return ids if last is None else ids[: last + 1]
+    k = delimiter_index(tokenizer, ids, DELIMITER_JSON_CLOSE)
+    return ids if k is None else ids[: k + 1]
 
 
 @dataclass
@@ -143,63 +178,37 @@ class TokenTargets:
         return int(self.targets.shape[0])
 
 
-def final_hidden_states(model, ids: Sequence[int], cache=None) -> mx.array:
+def final_hidden_states(model, ids: Sequence[int]) -> mx.array:
     """Output of the final norm (input to the LM head) for ``ids``: [T, D]."""
-    return model.model(mx.array([list(ids)], dtype=mx.int32), cache=cache)[0]
+    return model.model(mx.array([list(ids)], dtype=mx.int32))[0]
 
 
 def build_token_targets(
-    model,
-    tokenizer,
+    lm,
     documents: Sequence[FinetuneDocument],
     vocab_size: int,
     progress: Callable[[Iterable], Iterable] | None = None,
 ) -> TokenTargets:
     """Force-decode every document once and keep the states that predict its target tokens."""
+    from mlx_sdm.lm.generation import render_prompt
+
     hidden, targets, owners = [], [], []
     iterator = progress(range(len(documents))) if progress else range(len(documents))
     for i in iterator:
         doc = documents[i]
-        prompt = prompt_ids(tokenizer, doc.messages)
-        answer = completion_target_ids(tokenizer, doc.completion)
+        prompt = render_prompt(lm.tokenizer, doc.prompt, doc.system)
+        answer = completion_target_ids(lm.tokenizer, doc.completion)
         if not answer:
             continue
-        states = final_hidden_states(model, prompt + answer).astype(mx.float32)
+        states = final_hidden_states(lm.model, prompt + answer).astype(mx.float32)
         # Position p predicts token p + 1: the states at P-1 .. P+k-2 predict the k answer tokens.
         rows = states[len(prompt) - 1 : len(prompt) - 1 + len(answer)]
         hidden.append(np.array(rows))
         targets.extend(t + vocab_size for t in answer)
         owners.extend([i] * len(answer))
-    width = int(model.model.norm.weight.shape[0]) if not hidden else hidden[0].shape[1]
+    width = hidden[0].shape[1] if hidden else int(lm.model.model.norm.weight.shape[0])
     return TokenTargets(
         hidden=np.concatenate(hidden, axis=0) if hidden else np.zeros((0, width), np.float32),
         targets=np.array(targets, dtype=np.int64),
         document_index=np.array(owners, dtype=np.int64),
     )
-
-
-def eos_token_ids(tokenizer) -> set[int]:
-    ids = set(getattr(tokenizer, "eos_token_ids", None) or [])
-    if getattr(tokenizer, "eos_token_id", None) is not None:
-        ids.add(int(tokenizer.eos_token_id))
-    return ids
-
-
-def greedy_generate(model, tokenizer, head: Callable[[mx.array], mx.array], document: FinetuneDocument) -> str:
-    """Greedy decoding from the joint heads (§ 15.5, q = e−2, d = 1, i.e. argmax mod |V|), up to
-    ``max_generation_tokens``, an EOS token or the closing delimiter."""
-    from mlx_lm.models.cache import make_prompt_cache
-
-    cache = make_prompt_cache(model)
-    states = final_hidden_states(model, prompt_ids(tokenizer, document.messages), cache=cache)
-    stop = eos_token_ids(tokenizer)
-    tokens: list[int] = []
-    for _ in range(document.max_generation_tokens):
-        token = int(mx.argmax(head(states[-1:]), axis=-1).item())
-        if token in stop:
-            break
-        tokens.append(token)
-        if DELIMITER in tokenizer.decode(tokens[-1:]):
-            break
-        states = final_hidden_states(model, [token], cache=cache)
-    return tokenizer.decode(tokens)

@@ -34,7 +34,7 @@ HEAD_FORMAT_VERSION = 1
 HEAD_WEIGHTS_FILE = "positive_head.safetensors"
 HEAD_MANIFEST_FILE = "manifest.json"
 #: fingerprint keys that must agree between the model a head was trained on and the one loading it.
-FINGERPRINT_KEYS = ("architecture", "hidden_size", "vocab_size", "head_sha256")
+FINGERPRINT_KEYS = ("architecture", "hidden_size", "vocab_size", "num_layers", "head_sha256")
 
 
 def _dequantized_weight(layer: nn.Module) -> mx.array:

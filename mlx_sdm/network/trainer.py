@@ -34,14 +34,7 @@ from mlx_lm.tuner.callbacks import TrainingCallback
 from mlx_sdm.calibration.constants import ADAM_BETAS, ADAM_EPS
 from mlx_sdm.errors import DataError
 from mlx_sdm.network.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
-from mlx_sdm.network.data import (
-    FinetuneDocument,
-    TokenTargets,
-    build_token_targets,
-    documents_hash,
-    greedy_generate,
-    parse_task_answer,
-)
+from mlx_sdm.network.data import FinetuneDocument, TokenTargets, build_token_targets, documents_hash
 from mlx_sdm.network.distributed import gather_rows, shard, shard_indices, unshard_rows
 from mlx_sdm.network.heads import VocabularyHeads
 from mlx_sdm.network.loss import BETA_MAX, BETA_MIN, beta_for_batch, sdm_loss_from_terms, sdm_token_terms
@@ -76,7 +69,7 @@ class Outcome:
     admitted: bool  # p_lower ≥ α′ (Eq. 28)
     q: float
     d: float
-    task_answer: int | None  # parsed from the generated JSON
+    correct: bool  # the task answer parsed from the generated JSON equals the task label
     text: str = ""
 
 
@@ -86,28 +79,43 @@ class Scorer(Protocol):
     def __call__(self, documents: Sequence[FinetuneDocument], head: Callable[[mx.array], mx.array]) -> list[Outcome]: ...
 
 
-class VerifierScorer:
-    """The default scorer: greedy joint decoding (:func:`greedy_generate`), the document feature
-    vector of the completion (``features(messages, text) -> np.ndarray``, the LM layer's
-    force-decoding) and the document verifier (``verify(features) -> Verdict``)."""
+class LMScorer:
+    """The default scorer (§ 15.5): greedy decoding over the joint heads through the LM layer's
+    ``generate_with_features`` (argmax mod |V|, the document feature vector from the same pass),
+    then the document verifier (``verify(features) -> Verdict``, e.g. ``DocumentVerifier.verify_features``)."""
 
-    def __init__(self, model, tokenizer, features: Callable[[list[dict], str], np.ndarray], verify: Callable[[np.ndarray], Any], progress=None):
-        self.model, self.tokenizer, self.features, self.verify, self.progress = model, tokenizer, features, verify, progress
+    def __init__(self, lm, verify: Callable[[Any], Any], *, delimiter: str = "json_close", system: str | None = None, progress=None):
+        self.lm, self.verify, self.delimiter, self.system, self.progress = lm, verify, delimiter, system, progress
+
+    @classmethod
+    def from_verifier(cls, lm, verifier, progress=None) -> "LMScorer":
+        """Scorer for a :class:`~mlx_sdm.network.verifier.DocumentVerifier`; refuses one built on another model."""
+        verifier.check_model(lm)
+        return cls(lm, lambda features: verifier.verify_features(features, explain=0), delimiter=verifier.recipe.delimiter,
+                   system=verifier.recipe.system, progress=progress)
 
     def __call__(self, documents, head):
+        from mlx_sdm.lm.generation import GenerationConfig, generate_with_features
+
         outcomes = []
         iterator = self.progress(documents) if self.progress else documents
         for doc in iterator:
-            text = greedy_generate(self.model, self.tokenizer, head, doc)
-            verdict = self.verify(self.features(doc.messages, text))
+            config = GenerationConfig(
+                max_tokens=doc.max_generation_tokens,
+                delimiter=self.delimiter,
+                system=doc.system if doc.system is not None else self.system,
+            )
+            result = generate_with_features(self.lm, doc.prompt, config, head=head)
+            verdict = self.verify(result.features)
+            answer = doc.task_answer(result.text)
             outcomes.append(
                 Outcome(
                     prediction=int(verdict.prediction),
                     admitted=bool(verdict.admitted),
                     q=float(verdict.q),
                     d=float(verdict.d),
-                    task_answer=parse_task_answer(text),
-                    text=text,
+                    correct=answer is not None and answer == doc.task_label,
+                    text=result.text,
                 )
             )
         return outcomes
@@ -120,20 +128,16 @@ class FinetuneCallback(TrainingCallback):
         pass
 
 
-def admitted_count(documents: Sequence[FinetuneDocument], outcomes: Sequence[Outcome]) -> int:
+def admitted_count(outcomes: Sequence[Outcome]) -> int:
     """Alg. 4's metric: ŷ = 1, admitted, and the parsed task answer equals the task label."""
-    return sum(
-        1
-        for doc, out in zip(documents, outcomes)
-        if out.prediction == 1 and out.admitted and out.task_answer is not None and out.task_answer == doc.task_label
-    )
+    return sum(1 for out in outcomes if out.prediction == 1 and out.admitted and out.correct)
 
 
 def score_all(scorer: Scorer, documents: Sequence[FinetuneDocument], head, group) -> np.ndarray:
-    """Score the documents sharded over the ranks; rows [prediction, admitted, q, d, task_answer or -1]."""
+    """Score the documents sharded over the ranks; rows [prediction, admitted, q, d, correct]."""
     outcomes = scorer(shard(documents, group), head)
     local = np.array(
-        [[o.prediction, float(o.admitted), o.q, o.d, -1.0 if o.task_answer is None else o.task_answer] for o in outcomes],
+        [[o.prediction, float(o.admitted), o.q, o.d, float(o.correct)] for o in outcomes],
         dtype=np.float32,
     ).reshape(-1, 5)
     return unshard_rows(local, len(documents), group)
@@ -141,7 +145,7 @@ def score_all(scorer: Scorer, documents: Sequence[FinetuneDocument], head, group
 
 def outcomes_from_rows(rows: np.ndarray) -> list[Outcome]:
     return [
-        Outcome(prediction=int(r[0]), admitted=bool(r[1]), q=float(r[2]), d=float(r[3]), task_answer=None if r[4] < 0 else int(r[4]))
+        Outcome(prediction=int(r[0]), admitted=bool(r[1]), q=float(r[2]), d=float(r[3]), correct=bool(r[4]))
         for r in rows
     ]
 
@@ -162,10 +166,10 @@ def sdm_batch_loss(heads: VocabularyHeads, hidden, targets, q, d, beta, global_c
     return loss, parts.nll
 
 
-def gather_token_targets(model, tokenizer, documents, vocab_size, group, progress=None) -> TokenTargets:
+def gather_token_targets(lm, documents, vocab_size, group, progress=None) -> TokenTargets:
     """Token targets of all documents, force-decoded in shards and gathered in document order."""
     mine = shard_indices(len(documents), group)
-    local = build_token_targets(model, tokenizer, [documents[i] for i in mine], vocab_size, progress)
+    local = build_token_targets(lm, [documents[i] for i in mine], vocab_size, progress)
     owners = np.array(mine, dtype=np.int64)[local.document_index] if len(local) else local.document_index
     if group is None or group.size() == 1:
         return TokenTargets(local.hidden, local.targets, owners)
@@ -225,8 +229,7 @@ def _array_state(heads, best_positive, optimizer) -> dict[str, mx.array]:
 
 
 def finetune(
-    model,
-    tokenizer,
+    lm,
     train_documents: Sequence[FinetuneDocument],
     calibration_documents: Sequence[FinetuneDocument],
     scorer: Scorer,
@@ -239,7 +242,12 @@ def finetune(
     group=None,
     run_identity: dict[str, Any] | None = None,
 ) -> FinetuneResult:
-    """Alg. 4 on (train, calibration) documents; returns the best positive head."""
+    """Alg. 4 on (train, calibration) documents; returns the best positive head.
+
+    ``lm``: the LM layer's ``LoadedModel`` (or anything with ``.model`` and ``.tokenizer``).
+    ``scorer``: generation + verification (:class:`LMScorer`); ``loss`` and ``iterate_batches``
+    are injectable as in mlx-lm's trainer; ``group``: the ``mx.distributed`` group (default: the
+    global one, size 1 unless started by ``mlx.launch``)."""
     from tqdm.auto import tqdm
 
     group = group if group is not None else mx.distributed.init()
@@ -257,7 +265,7 @@ def finetune(
     if any(doc.task_label is None for doc in calibration_documents):
         raise DataError("every calibration document needs a task_label to count correct answers", field="task_label")
 
-    heads = heads if heads is not None else VocabularyHeads.from_model(model)
+    heads = heads if heads is not None else VocabularyHeads.from_model(lm.model)
     vocab_size = heads.vocab_size
     data_hash = documents_hash(list(train_documents) + list(calibration_documents))
     identity = {"data_hash": data_hash, "args": {k: v for k, v in asdict(args).items() if k in ("batch_size", "learning_rate", "seed", "beta_min", "beta_max")}}
@@ -267,7 +275,7 @@ def finetune(
     optimizer.init(heads.trainable_parameters())
     checkpoint_path = Path(args.checkpoint_path) if args.checkpoint_path else None
 
-    tokens = gather_token_targets(model, tokenizer, verified, vocab_size, group, progress=lambda it: bar(it, desc="targets"))
+    tokens = gather_token_targets(lm, verified, vocab_size, group, progress=lambda it: bar(it, desc="targets"))
     if len(tokens) == 0:
         raise DataError("the verified documents have no completion tokens to train on", field="completion")
 
@@ -293,7 +301,7 @@ def finetune(
         if args.resume and rank == 0 and checkpoint_path:
             print(f"no checkpoint at {checkpoint_path}; starting from the untuned head", flush=True)
         qd = score_all(scorer, verified, heads.vocab_logits, group)[:, 2:4]
-        initial_metric = admitted_count(calibration_documents, outcomes_from_rows(score_all(scorer, calibration_documents, heads.vocab_logits, group)))
+        initial_metric = admitted_count(outcomes_from_rows(score_all(scorer, calibration_documents, heads.vocab_logits, group)))
         best_metric, best_epoch = initial_metric, 0  # reference: start from the untuned model's count
         best_positive = mx.array(heads.positive)
         history.append({"epoch": 0, "calibration_admitted": initial_metric})
@@ -343,7 +351,7 @@ def finetune(
         # Alg. 4: regenerate the training completions (new q, d) and the calibration ones (metric).
         qd = score_all(scorer, verified, heads.vocab_logits, group)[:, 2:4]
         calibration = outcomes_from_rows(score_all(scorer, calibration_documents, heads.vocab_logits, group))
-        metric = admitted_count(calibration_documents, calibration)
+        metric = admitted_count(calibration)
         improved = metric > best_metric
         if improved:
             best_metric, best_epoch = metric, epoch
