@@ -1,0 +1,132 @@
+#!/usr/bin/env python
+"""Benchmark q (Eq. 5) and d (Eq. 6) for 1,000 queries against support sets of 1k, 10k and 50k
+exemplars of dimension 1000 (not a test).
+
+Paths compared, all in one run, all computing the same q and d:
+  * project (mlx): SupportIndex(backend="mlx") — chunked MLX matmul, q as a masked count below
+    the first "bad" neighbour (no sort, no top-k), then Eq. 6;
+  * project (numpy): the same algorithm in NumPy;
+  * faiss IndexFlatL2 with k = the largest class count (as the reference does) and with a small k,
+    then the reference's prefix scan over the returned neighbours;
+  * plain NumPy: matmul distances + full argsort + prefix scan.
+Ratios are time(other) / time(project mlx): > 1 means the project path is faster.
+
+    .venv/bin/python scripts/bench_knn.py [--sizes 1000 10000 50000] [--queries 1000] [--dim 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import mlx_sdm  # noqa: E402,F401  (BLAS preload before mlx)
+
+from mlx_sdm.calibration.knn import SupportIndex, faiss_available  # noqa: E402
+from mlx_sdm.calibration.similarity import distance_quantile  # noqa: E402
+
+CLASSES = 2
+SMALL_K = 100
+
+
+def make_data(n: int, queries: int, dim: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(0, 1, (CLASSES * 4, dim)).astype(np.float32)
+    cluster = rng.integers(0, len(centers), n)
+    support = centers[cluster] + rng.normal(0, 1, (n, dim)).astype(np.float32)
+    labels = cluster % CLASSES
+    preds = np.where(rng.uniform(size=n) < 0.9, labels, 1 - labels)
+    qc = rng.integers(0, len(centers), queries)
+    q = centers[qc] + rng.normal(0, 1, (queries, dim)).astype(np.float32)
+    qpred = qc % CLASSES
+    cdfs = [np.sort(rng.uniform(30, 50, 500)) for _ in range(CLASSES)]
+    return support, labels, preds, q, qpred, cdfs
+
+
+def run_project(index: SupportIndex, q, qpred, cdfs):
+    res = index.q_and_nearest(q, qpred)
+    return res.q, distance_quantile(res.d_nearest, cdfs)
+
+
+def run_faiss(faiss_index, k, good, q, qpred, cdfs):
+    d2, nbr = faiss_index.search(q, k)
+    g = good[qpred[:, None], nbr]
+    qv = np.count_nonzero(g & (np.cumsum(~g, axis=1) == 0), axis=1)
+    return qv, distance_quantile(np.sqrt(np.maximum(d2[:, 0], 0)), cdfs)
+
+
+def run_numpy_sort(support, sq, good, k, q, qpred, cdfs, chunk=100):
+    qs, ds = [], []
+    for s in range(0, len(q), chunk):
+        qb = q[s:s + chunk]
+        d2 = np.einsum("ij,ij->i", qb, qb)[:, None] + sq[None, :] - 2.0 * (qb @ support.T)
+        order = np.argsort(d2, axis=1)[:, :k]
+        g = good[qpred[s:s + chunk, None], order]
+        qs.append(np.count_nonzero(g & (np.cumsum(~g, axis=1) == 0), axis=1))
+        ds.append(np.sqrt(np.maximum(np.take_along_axis(d2, order[:, :1], axis=1)[:, 0], 0)))
+    return np.concatenate(qs), distance_quantile(np.concatenate(ds), cdfs)
+
+
+def timed(fn, repeats: int):
+    fn()  # warm-up
+    best = float("inf")
+    out = None
+    for _ in range(repeats):
+        t = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t)
+    return best, out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 50000])
+    p.add_argument("--queries", type=int, default=1000)
+    p.add_argument("--dim", type=int, default=1000)
+    p.add_argument("--repeats", type=int, default=3)
+    args = p.parse_args(argv)
+    from mlx_sdm import blas
+
+    print(f"BLAS: {blas.state().loaded_path or 'bundled reference BLAS'}; {args.queries} queries, dim {args.dim}, "
+          f"{CLASSES} classes; best of {args.repeats}")
+    header = f"{'support':>8} {'path':<38} {'seconds':>9} {'vs project':>10}"
+    print(header)
+    print("-" * len(header))
+    for n in args.sizes:
+        support, labels, preds, q, qpred, cdfs = make_data(n, args.queries, args.dim)
+        index = SupportIndex(support, labels, preds, CLASSES, backend="mlx")
+        k_max = index.k
+        rows = []
+        t_mlx, ref = timed(lambda: run_project(index, q, qpred, cdfs), args.repeats)
+        rows.append(("project (mlx, masked count)", t_mlx, ref))
+        np_index = SupportIndex(support, labels, preds, CLASSES, backend="numpy")
+        rows.append(("project algorithm in numpy",) + timed(lambda: run_project(np_index, q, qpred, cdfs), args.repeats))
+        good = np_index._good_np
+        if faiss_available():
+            import faiss
+
+            fi = faiss.IndexFlatL2(args.dim)
+            fi.add(support)
+            rows.append((f"faiss IndexFlatL2 k={k_max} (max class)",)
+                        + timed(lambda: run_faiss(fi, k_max, good, q, qpred, cdfs), max(1, args.repeats - 2)))
+            rows.append((f"faiss IndexFlatL2 k={SMALL_K}",) + timed(lambda: run_faiss(fi, SMALL_K, good, q, qpred, cdfs),
+                                                                    args.repeats))
+        sq = np.einsum("ij,ij->i", support, support)
+        rows.append(("numpy matmul + argsort + scan",)
+                    + timed(lambda: run_numpy_sort(support, sq, good, k_max, q, qpred, cdfs), max(1, args.repeats - 2)))
+        for name, secs, out in rows:
+            same = "" if name.startswith("project (mlx") else ("" if np.array_equal(out[0], ref[0]) or "k=100" in name
+                                                               else "  (q differs)")
+            if name.endswith(f"k={SMALL_K}"):
+                capped = np.minimum(ref[0], SMALL_K)
+                same = "" if np.array_equal(out[0], capped) else "  (q differs)"
+            print(f"{n:>8} {name:<38} {secs:>9.3f} {secs / t_mlx:>9.2f}x{same}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
