@@ -96,3 +96,12 @@ def test_load_refuses_other_version_and_dimension(fitted, tmp_path):
         SDMEstimator.load(tmp_path / "missing")
     with pytest.raises(DataError, match="width 5"):
         est.predict(np.zeros((2, 5), np.float32))
+
+
+def test_q_and_d_matches_predict(fitted):
+    est, test, _ = fitted
+    a = est.predict_arrays(test.embeddings)
+    b = est.q_and_d(test.embeddings)
+    assert np.array_equal(a["q"], b["q"]) and np.array_equal(a["d"], b["d"])
+    tr = est.q_and_d(test.embeddings, distance_cdfs="training")
+    assert np.array_equal(tr["q"], b["q"]) and tr["d"].shape == b["d"].shape

@@ -251,6 +251,20 @@ class SDMEstimator:
                 "p_centroid": centroid[rows, yhat], "admitted": admitted, "ood": ood, "flipped": flip_any & ~ood,
                 "softmax": softmax_numpy(z), "logits": z, "exemplar": hp}
 
+    def q_and_d(self, embeddings: np.ndarray, distance_cdfs: str = "calibration") -> dict[str, np.ndarray]:
+        """ŷ, q (Eq. 5, no self-exclusion, not flip-adjusted), d_nearest and d (Eq. 6) for each row.
+
+        ``distance_cdfs="training"`` uses the training dCDFs instead of the calibration ones, as the
+        SDM network does for generated documents (§ 15.5)."""
+        if distance_cdfs not in ("calibration", "training"):
+            raise ValueError("distance_cdfs must be 'calibration' or 'training'")
+        z, hp = self._forward(embeddings)
+        yhat = np.argmax(z, axis=1)
+        qd = self.index.q_and_nearest(hp, yhat)
+        cdfs = self._state.dcdf_ca if distance_cdfs == "calibration" else self._state.dcdf_tr
+        return {"prediction": yhat, "q": qd.q, "d_nearest": qd.d_nearest, "d": distance_quantile(qd.d_nearest, cdfs),
+                "logits": z}
+
     def predict(self, embeddings: np.ndarray, explain: int = 0) -> list[Verdict]:
         """One :class:`Verdict` per row; ``explain=k`` adds the k nearest support exemplars."""
         a = self.predict_arrays(embeddings)
