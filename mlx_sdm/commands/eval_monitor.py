@@ -1,0 +1,121 @@
+"""``mlx-sdm eval-monitor``: score logged sessions per monitor (TPS, AUROC, AUARC) in one table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from mlx_sdm.errors import MlxSdmError
+
+DEFAULT_WEIGHTS = "linear-front"
+DEFAULT_EMBEDDER = "none"
+DEFAULT_PLOT_SESSIONS = 30
+CLI_EMBEDDERS = ("minilm", "none")  # the chat model's hidden states are used online, by the session engine
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from mlx_sdm.monitor.scoring import SCHEDULES
+    from mlx_sdm.monitor.tracer import TracerConfig
+
+    ref = TracerConfig()
+    parser = argparse.ArgumentParser(
+        prog="mlx-sdm eval-monitor",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Score logged sessions with three monitors and print one table: the AUQ cumulative confidence P_t, "
+            "the TRACER prefix risk inverted to a success probability exp(-R_t), and the verifier's p_lower.\n\n"
+            "Columns: TPS_log / TPS_brier = trajectory proper score (mean over sessions, larger is better, <= 0; "
+            "censored sessions use the censored score, exact when the session logs pi); AUROC = how well the "
+            "monitor ranks failed sessions above successful ones (failure positive, 0.5 = chance); AUARC = area "
+            "under the accuracy-rejection curve over coverage 0.05..1 (at most 0.95; needs >= 10 labelled sessions)."
+        ),
+        epilog=(
+            "Inputs: a session JSONL as exported by the chat store (see docs/interfaces.md), or a tau2-bench\n"
+            "Results JSON (detected by its 'simulations' list; success = reward 1.0).\n\n"
+            "examples:\n"
+            "  mlx-sdm eval-monitor sessions.jsonl\n"
+            "  mlx-sdm eval-monitor sessions.jsonl --plot monitors.png\n"
+            "  mlx-sdm eval-monitor airline_results.json --embedder minilm --json\n"
+        ),
+    )
+    parser.add_argument("sessions", nargs="+", help="session JSONL file(s) and/or tau2-bench Results JSON file(s)")
+    parser.add_argument("--weights", default=DEFAULT_WEIGHTS, choices=SCHEDULES, help="TPS step-weight schedule (default %(default)s)")
+    parser.add_argument("--embedder", default=DEFAULT_EMBEDDER, choices=CLI_EMBEDDERS,
+                        help="sentence embedder for TRACER when it must be recomputed: minilm (all-MiniLM-L6-v2) "
+                             "or none (Jaccard-only repetition, no coherence gaps). Default %(default)s")
+    parser.add_argument("--recompute-tracer", action="store_true",
+                        help="recompute TRACER even where the sessions logged it (e.g. with another embedder)")
+    parser.add_argument("--alpha", type=float, default=ref.alpha, help="TRACER repetition weight (default %(default)s)")
+    parser.add_argument("--beta", type=float, default=ref.beta, help="TRACER action-observation gap weight (default %(default)s)")
+    parser.add_argument("--gamma", type=float, default=ref.gamma, help="TRACER user gap weight (default %(default)s)")
+    parser.add_argument("--k", type=float, default=ref.k, help="TRACER tail fraction (default %(default)s)")
+    parser.add_argument("--w", type=float, default=ref.w, help="TRACER weight of the max (default %(default)s)")
+    parser.add_argument("--plot", metavar="FILE.png", help="plot risk and confidence over turns to this PNG")
+    parser.add_argument("--plot-sessions", type=int, default=DEFAULT_PLOT_SESSIONS, help="sessions drawn in the plot (default %(default)s)")
+    parser.add_argument("--json", action="store_true", help="print the table as one JSON object")
+    return parser
+
+
+def load_sessions(paths: list[str]):
+    from mlx_sdm.monitor.tau2 import is_tau2_results, read_tau2_results
+    from mlx_sdm.session.format import read_sessions_jsonl
+
+    sessions = []
+    for path in paths:
+        p = Path(path)
+        is_tau2 = False
+        if p.suffix.lower() == ".json" and p.is_file():
+            with open(p, encoding="utf-8") as handle:
+                head = handle.read(1)
+            if head == "{":
+                try:
+                    is_tau2 = is_tau2_results(json.loads(p.read_text(encoding="utf-8")))
+                except json.JSONDecodeError:
+                    is_tau2 = False
+        sessions.extend(read_tau2_results(p) if is_tau2 else read_sessions_jsonl(p))
+    return sessions
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from mlx_sdm.monitor.embedders import make_embedder
+    from mlx_sdm.monitor.evaluate import evaluate_sessions, format_table, plot_series
+    from mlx_sdm.monitor.tracer import TracerConfig
+
+    try:
+        sessions = load_sessions(args.sessions)
+        if not sessions:
+            print("mlx-sdm eval-monitor: no sessions in the input", file=sys.stderr)
+            return 1
+        config = TracerConfig(alpha=args.alpha, beta=args.beta, gamma=args.gamma, k=args.k, w=args.w)
+        embedder = make_embedder(args.embedder)
+        report = evaluate_sessions(sessions, tracer_config=config, embedder=embedder, weights=args.weights,
+                                   recompute_tracer=args.recompute_tracer)
+        if args.json:
+            print(json.dumps({
+                "sessions": report.n_sessions, "labelled": report.n_labelled, "censored": report.censored,
+                "weights": report.weights, "excluded_from_tps": report.excluded_from_tps,
+                "tracer_embedder": report.tracer_embedder, "tracer_missing_logprobs": report.tracer_missing_logprobs,
+                "monitors": [{"monitor": r.monitor, "sessions": r.sessions, "tps_sessions": r.tps_sessions,
+                              "tps_log": _num(r.tps_log), "tps_brier": _num(r.tps_brier), "auroc": _num(r.auroc),
+                              "auarc": _num(r.auarc), "notes": r.notes} for r in report.rows],
+            }, indent=2))
+        else:
+            print(format_table(report))
+        if args.plot:
+            plot_series(report, sessions, args.plot, args.plot_sessions)
+            print(f"plot written to {args.plot}", file=sys.stderr)
+    except (MlxSdmError, ValueError) as exc:
+        print(f"mlx-sdm eval-monitor: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _num(x: float) -> float | None:
+    return None if x != x else round(x, 6)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
