@@ -256,3 +256,21 @@ def test_guard_node_routes_pause_to_escalate_node():
     assert out["metadata"]["uncertainty"]["overall_level"] == "high"
     ok = uncertainty_guard_node(monitor, "llm_call", "human_review")({"session_id": "h", "messages": [], "p_true": 1.0})
     assert ok["metadata"]["uncertainty_escalate"] is False and "next_node" not in ok["metadata"]
+
+
+def test_otlp_extra_missing_gives_install_command(monkeypatch):
+    import builtins
+
+    from mlx_sdm.errors import MissingDependencyError
+    from mlx_sdm.monitor.spans import configure_otlp
+
+    real_import = builtins.__import__
+
+    def no_exporter(name, *args, **kw):
+        if name.startswith("opentelemetry.exporter"):
+            raise ImportError(name)
+        return real_import(name, *args, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", no_exporter)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'mlx-sdm\[otlp\]'"):
+        configure_otlp()
