@@ -1,0 +1,226 @@
+"""A fine-tuning run from a config: the YAML/flag layer of ``mlx-sdm finetune``.
+
+Keys follow mlx-lm's ``lora_config.yaml`` where the meaning is the same (``model``, ``data``,
+``seed``, ``batch_size``, ``learning_rate``, ``steps_per_report``, ``adapter_path``,
+``resume_adapter_file``); the SDM-network ones are named for what they hold. Unknown keys are an
+error that names the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from mlx_sdm.errors import DataError
+
+#: Paper values (§ 15.4, § 18) unless noted.
+DEFAULT_EPOCHS = 5
+DEFAULT_BATCH_SIZE = 50
+DEFAULT_LEARNING_RATE = 1e-5
+DEFAULT_SEED = 235
+DEFAULT_ADAPTER_PATH = "sdm-head"
+
+
+@dataclass
+class FinetuneConfig:
+    model: str | None = field(default=None, metadata={"help": "model: 'smollm2' (embedded, default), a folder, a .gguf or a hub id"})
+    quantized: bool = field(default=False, metadata={"help": "load the frozen base 4-bit"})
+    verifier: str | None = field(default=None, metadata={"help": "document verifier folder (default: the shipped one for SmolLM2)"})
+    data: str | None = field(default=None, metadata={"help": "folder with train.jsonl + valid.jsonl (calibration), or a BIG-bench task.json"})
+    train_size: int | None = field(default=None, metadata={"help": "with a task.json: documents for training (default: half of the rest)"})
+    calibration_size: int | None = field(default=None, metadata={"help": "with a task.json: documents for calibration"})
+    test_size: int = field(default=0, metadata={"help": "with a task.json: documents held out first (never used here)"})
+    seed: int = field(default=DEFAULT_SEED, metadata={"help": "seed of the token shuffling"})
+    epochs: int = field(default=DEFAULT_EPOCHS, metadata={"help": "epochs (Alg. 4 keeps the best)"})
+    batch_size: int = field(default=DEFAULT_BATCH_SIZE, metadata={"help": "target tokens per mini-batch"})
+    learning_rate: float = field(default=DEFAULT_LEARNING_RATE, metadata={"help": "Adam learning rate"})
+    beta_min: float = 0.0
+    beta_max: float = 0.1
+    steps_per_report: int = 10
+    adapter_path: str = field(default=DEFAULT_ADAPTER_PATH, metadata={"help": "output folder of the positive head"})
+    resume: bool = field(default=False, metadata={"help": "continue from the last per-epoch checkpoint"})
+    resume_adapter_file: str | None = field(default=None, metadata={"help": "start from this trained head folder"})
+    compile: bool = True
+    progress: bool = True
+
+    @property
+    def checkpoint_path(self) -> Path:
+        path = Path(self.adapter_path)
+        return path.with_name(path.name + ".checkpoint")
+
+
+CONFIG_KEYS = tuple(f.name for f in dataclasses.fields(FinetuneConfig))
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a YAML config (mlx-lm's loader, so ``1e-5`` is a float); unknown keys are a DataError."""
+    import yaml
+    from mlx_lm.lora import yaml_loader
+
+    path = str(path)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            raw = yaml.load(handle, yaml_loader)
+    except FileNotFoundError:
+        raise DataError("no such config file", path=path) from None
+    except yaml.YAMLError as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        raise DataError(f"not valid YAML ({getattr(exc, 'problem', exc)})", path=path, line=None if line is None else line + 1) from None
+    raw = raw or {}
+    if not isinstance(raw, dict):
+        raise DataError("the config must be a mapping of key: value", path=path)
+    for key in raw:
+        if key not in CONFIG_KEYS:
+            close = difflib.get_close_matches(str(key).replace("-", "_"), CONFIG_KEYS, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise DataError(f"unknown key; {hint}known keys: {', '.join(CONFIG_KEYS)}", path=path, field=str(key))
+    return raw
+
+
+def build_config(file_values: dict[str, Any], overrides: dict[str, Any], *, source: str = "config") -> FinetuneConfig:
+    """File values, then command-line overrides (those not None), onto the defaults; types checked."""
+    values = {**file_values, **{k: v for k, v in overrides.items() if v is not None}}
+    config = FinetuneConfig()
+    for f in dataclasses.fields(FinetuneConfig):
+        if f.name not in values:
+            continue
+        value = values[f.name]
+        default = getattr(config, f.name)
+        kind = type(default) if default is not None else None
+        if kind is bool and not isinstance(value, bool):
+            raise DataError(f"must be true or false, got {value!r}", path=source, field=f.name)
+        if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+            raise DataError(f"must be an integer, got {value!r}", path=source, field=f.name)
+        if kind is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise DataError(f"must be a number, got {value!r}", path=source, field=f.name)
+            value = float(value)
+        if f.name in ("train_size", "calibration_size") and value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise DataError(f"must be an integer, got {value!r}", path=source, field=f.name)
+        setattr(config, f.name, value)
+    for name in ("epochs", "batch_size"):
+        if getattr(config, name) < 1:
+            raise DataError(f"must be at least 1, got {getattr(config, name)}", path=source, field=name)
+    if config.learning_rate < 0:
+        raise DataError("must not be negative", path=source, field="learning_rate")
+    return config
+
+
+def load_documents(config: FinetuneConfig, tokenizer) -> tuple[list, list]:
+    """(train, calibration) FinetuneDocuments from ``config.data``."""
+    from mlx_sdm.network.data import from_verification_documents, read_documents_jsonl
+
+    if config.data is None:
+        raise DataError("no data; set `data:` to a folder with train.jsonl and valid.jsonl, or to a BIG-bench task.json", field="data")
+    path = Path(config.data)
+    if path.is_dir():
+        train_file, valid_file = path / "train.jsonl", path / "valid.jsonl"
+        for file in (train_file, valid_file):
+            if not file.is_file():
+                raise DataError(
+                    f"missing {file.name}; the data folder needs train.jsonl (training) and valid.jsonl (calibration), "
+                    "rows {prompt, completion, label, task_label}",
+                    path=str(path),
+                    field="data",
+                )
+        return read_documents_jsonl(train_file), read_documents_jsonl(valid_file)
+    if path.suffix == ".json":
+        from mlx_sdm.network.encoding import encode_task
+
+        documents = encode_task(path)
+        train, calibration = split_task_documents(documents, config, str(path))
+        return from_verification_documents(train, tokenizer), from_verification_documents(calibration, tokenizer)
+    raise DataError("expected a folder with train.jsonl + valid.jsonl, or a BIG-bench task.json", path=str(path), field="data")
+
+
+def split_task_documents(documents: Sequence, config: FinetuneConfig, where: str) -> tuple[list, list]:
+    """Seeded disjoint split of an encoded task: [test | train | calibration] (the test part is
+    skipped here and kept for evaluation)."""
+    import numpy as np
+
+    from mlx_sdm.network.encoding import ENCODING_SEED
+
+    order = np.random.default_rng(ENCODING_SEED).permutation(len(documents))
+    rest = len(documents) - config.test_size
+    train_n = config.train_size if config.train_size is not None else rest // 2
+    cal_n = config.calibration_size if config.calibration_size is not None else rest - train_n
+    if config.test_size + train_n + cal_n > len(documents):
+        raise DataError(
+            f"asked for {config.test_size} + {train_n} + {cal_n} documents but the task has {len(documents)}",
+            path=where,
+            field="train_size",
+        )
+    start = config.test_size
+    train = [documents[i] for i in order[start : start + train_n]]
+    calibration = [documents[i] for i in order[start + train_n : start + train_n + cal_n]]
+    return train, calibration
+
+
+def run(config: FinetuneConfig):
+    """Load the model and verifier, fine-tune (Alg. 4), save the head; returns (FinetuneResult, head path)."""
+    import mlx.core as mx
+    from tqdm.auto import tqdm
+
+    from mlx_sdm.lm.loading import load_model
+    from mlx_sdm.network.heads import HeadManifest, VocabularyHeads, load_head, save_head
+    from mlx_sdm.network.trainer import FinetuneArgs, LMScorer, finetune
+    from mlx_sdm.network.verifier import DEFAULT_VERIFIER_DIR, DocumentVerifier
+
+    group = mx.distributed.init()
+    lm = load_model(config.model, quantized=config.quantized)
+    verifier_dir = Path(config.verifier) if config.verifier else DEFAULT_VERIFIER_DIR
+    verifier = DocumentVerifier.load(verifier_dir, expect_fingerprint=lm.fingerprint)
+    train, calibration = load_documents(config, lm.tokenizer)
+    heads = None
+    if config.resume_adapter_file:
+        heads = load_head(config.resume_adapter_file, lm.model, lm.fingerprint)
+    else:
+        heads = VocabularyHeads.from_model(lm.model)
+    show = config.progress and group.rank() == 0
+    progress = (lambda items: tqdm(items, desc="generate", unit="doc", leave=False)) if show else None
+    scorer = LMScorer.from_verifier(lm, verifier, progress=progress)
+    args = FinetuneArgs(
+        epochs=config.epochs,
+        batch_size=config.batch_size,
+        learning_rate=config.learning_rate,
+        seed=config.seed,
+        beta_min=config.beta_min,
+        beta_max=config.beta_max,
+        steps_per_report=config.steps_per_report,
+        checkpoint_path=str(config.checkpoint_path),
+        resume=config.resume,
+        compile=config.compile,
+        progress=config.progress,
+    )
+    verifier_info = {"path": str(verifier_dir), "model_fingerprint": verifier.model_fingerprint, "feature": verifier.manifest()["feature"]}
+    result = finetune(
+        lm,
+        train,
+        calibration,
+        scorer,
+        args,
+        heads=heads,
+        group=group,
+        run_identity={"model": lm.fingerprint, "verifier": str(verifier_dir), "start_head": config.resume_adapter_file},
+    )
+    if group.rank() == 0:
+        manifest = HeadManifest(
+            base_model=dict(lm.fingerprint, name=lm.name),
+            verifier=verifier_info,
+            data_hash=result.data_hash,
+            epochs=result.epochs_run,
+            best_epoch=result.best_epoch,
+            metrics={
+                "calibration_admitted_untuned": result.initial_metric,
+                "calibration_admitted_best": result.best_metric,
+                "history": result.history,
+                "train_documents": len(train),
+                "calibration_documents": len(calibration),
+                "config": dataclasses.asdict(config),
+            },
+        )
+        save_head(config.adapter_path, result.heads, manifest)
+    return result, Path(config.adapter_path)
