@@ -16,3 +16,15 @@ def tiny_lm():
     from tests.tiny_lm import build_tiny_lm
 
     return build_tiny_lm(seed=0)
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The embedded SmolLM2-135M-Instruct (float32), loaded once per test session (a LoadedModel)."""
+    from mlx_sdm.errors import MissingDependencyError
+    from mlx_sdm.lm.loading import load_model
+
+    try:
+        return load_model()
+    except MissingDependencyError as exc:  # setup installs it; say how when it is missing
+        pytest.skip(str(exc))

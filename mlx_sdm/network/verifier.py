@@ -1,0 +1,217 @@
+"""The document-level verifier: an SDM estimator over LM document features (spec § 15.3).
+
+    verifier = DocumentVerifier.fit(lm, train_docs, calibration_docs, FitConfig(...))
+    verdict = verifier.verify_features(result.features)      # after generate_with_features
+    verdict = verifier.verify_text(lm, prompt, completion)   # force-decoded
+    verifier.save("weights/smollm2-fever"); DocumentVerifier.load(dir, expect_fingerprint=lm.fingerprint)
+
+A verifier records the fingerprint of the model whose hidden states it was built on, and the
+feature recipe (delimiter rule, system prompt); loading it for another model raises
+:class:`~mlx_sdm.errors.ModelMismatchError`.
+
+Folder layout (written atomically as a whole): ``verifier.json`` + ``estimator/`` (the SDM
+estimator's own folder: safetensors + manifest.json + support.json).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from mlx_sdm.atomic import atomic_directory, recover_directory
+from mlx_sdm.calibration.data import LabelledSet
+from mlx_sdm.calibration.estimator import FitConfig, SDMEstimator, Verdict
+from mlx_sdm.errors import ArtifactError, DataError, ModelMismatchError
+from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE, DocumentFeatures, force_decode_batch
+from mlx_sdm.network.encoding import VerificationDocument
+
+VERIFIER_FORMAT_VERSION = 1
+VERIFIER_MANIFEST = "verifier.json"
+ESTIMATOR_DIR = "estimator"
+#: Keys of a model fingerprint that must agree (see mlx_sdm.lm.loading.model_fingerprint).
+FINGERPRINT_KEYS = ("architecture", "hidden_size", "vocab_size", "num_layers", "head_sha256")
+#: Where the shipped default verifier lives (the repository's weights/ folder).
+DEFAULT_VERIFIER_DIR = Path(__file__).resolve().parents[2] / "weights" / "smollm2-fever"
+
+
+def check_fingerprint(expected: dict[str, Any], found: dict[str, Any], *, where: str) -> None:
+    """ModelMismatchError naming the first differing key."""
+    for key in FINGERPRINT_KEYS:
+        if expected.get(key) != found.get(key):
+            raise ModelMismatchError(
+                f"{where}: this verifier was built on model {expected.get('name', '?')!r} "
+                f"({key}={expected.get(key)!r}) but the loaded model has {key}={found.get(key)!r}. "
+                "Load the model it was built on, or build a verifier for this model with `mlx-sdm train`."
+            )
+
+
+def document_text(doc: VerificationDocument) -> str:
+    """Short text shown for an exemplar."""
+    source = doc.document if doc.document is not None else doc.prompt
+    return f"{source.strip()} => {doc.completion.strip()}"
+
+
+@dataclass
+class FeatureRecipe:
+    delimiter: str = DELIMITER_JSON_CLOSE
+    system: str | None = None  # system prompt used for every document unless the document has its own
+
+
+def document_features(lm, documents: Sequence[VerificationDocument], *, delimiter: str,
+                      progress: Callable[[int], None] | None = None, max_batch_tokens: int = 2048) -> np.ndarray:
+    """[N, 2·hidden] force-decoded features; documents with different system prompts are batched apart."""
+    out = np.zeros((len(documents), 2 * lm.hidden_size), dtype=np.float32)
+    by_system: dict[str | None, list[int]] = {}
+    for i, doc in enumerate(documents):
+        by_system.setdefault(doc.system, []).append(i)
+    for system, index in by_system.items():
+        feats = force_decode_batch(
+            lm, [(documents[i].prompt, documents[i].completion) for i in index], delimiter=delimiter, system=system,
+            max_batch_tokens=max_batch_tokens, progress=progress,
+        )
+        for i, f in zip(index, feats):
+            out[i] = f.vector
+    return out
+
+
+def labelled_set(documents: Sequence[VerificationDocument], features: np.ndarray) -> LabelledSet:
+    labels = np.array([d.label for d in documents], dtype=np.int64)
+    if np.any((labels != 0) & (labels != 1)):
+        raise DataError("every training document needs label 0 or 1", field="label")
+    return LabelledSet([d.id for d in documents], features, labels, [document_text(d) for d in documents])
+
+
+def cached_document_features(lm, documents: Sequence[VerificationDocument], *, delimiter: str,
+                             cache_dir: str | Path | None, desc: str = "features") -> np.ndarray:
+    """``document_features`` with a tqdm bar and an on-disk cache keyed by model fingerprint,
+    delimiter rule and the exact documents (ids, system, prompt, completion)."""
+    import hashlib
+
+    from tqdm import tqdm
+
+    from mlx_sdm.atomic import atomic_write_bytes
+
+    key = hashlib.sha256()
+    key.update(json.dumps([lm.fingerprint["head_sha256"], delimiter]).encode())
+    for d in documents:
+        key.update(json.dumps([d.id, d.system, d.prompt, d.completion]).encode())
+    path = Path(cache_dir) / f"{desc}-{key.hexdigest()[:16]}.npy" if cache_dir is not None else None
+    if path is not None and path.is_file():
+        cached = np.load(path)
+        if cached.shape == (len(documents), 2 * lm.hidden_size):
+            return cached
+    with tqdm(total=len(documents), desc=desc, unit="doc", dynamic_ncols=True) as bar:
+        feats = document_features(lm, documents, delimiter=delimiter, progress=bar.update)
+    if path is not None:
+        import io
+
+        buffer = io.BytesIO()
+        np.save(buffer, feats)
+        atomic_write_bytes(path, buffer.getvalue())
+    return feats
+
+
+class DocumentVerifier:
+    """SDMEstimator + the model fingerprint and feature recipe it was built with."""
+
+    def __init__(self, estimator: SDMEstimator, model_fingerprint: dict[str, Any], recipe: FeatureRecipe | None = None,
+                 info: dict[str, Any] | None = None):
+        self.estimator = estimator
+        self.model_fingerprint = dict(model_fingerprint)
+        self.recipe = recipe or FeatureRecipe()
+        self.info = dict(info or {})
+
+    # ------------------------------------------------------------------------------------- build
+    @classmethod
+    def fit_features(cls, lm_fingerprint: dict[str, Any], train: LabelledSet, calibration: LabelledSet,
+                     config: FitConfig | None = None, *, recipe: FeatureRecipe | None = None,
+                     source: dict | None = None, progress: Any = None) -> "DocumentVerifier":
+        expected = 2 * int(lm_fingerprint["hidden_size"])
+        if train.dim != expected:
+            raise DataError(f"features have width {train.dim}; this model's document features have width {expected}",
+                            field="embedding")
+        estimator = SDMEstimator.fit(train, calibration, config, source=source, progress=progress)
+        return cls(estimator, lm_fingerprint, recipe)
+
+    @classmethod
+    def fit(cls, lm, train: Sequence[VerificationDocument], calibration: Sequence[VerificationDocument],
+            config: FitConfig | None = None, *, recipe: FeatureRecipe | None = None, source: dict | None = None,
+            progress: Any = None) -> "DocumentVerifier":
+        """Force-decode both sets with ``lm`` and fit the estimator (Alg. 1–3) on their features."""
+        systems = {d.system for d in list(train) + list(calibration)}
+        recipe = recipe or FeatureRecipe(system=systems.pop() if len(systems) == 1 else None)
+        tr = labelled_set(train, document_features(lm, train, delimiter=recipe.delimiter))
+        ca = labelled_set(calibration, document_features(lm, calibration, delimiter=recipe.delimiter))
+        fingerprint = dict(lm.fingerprint, name=lm.name)
+        return cls.fit_features(fingerprint, tr, ca, config, recipe=recipe, source=source, progress=progress)
+
+    # ------------------------------------------------------------------------------------ verify
+    def check_model(self, lm, *, where: str = "verifier") -> None:
+        check_fingerprint(self.model_fingerprint, lm.fingerprint, where=where)
+
+    def verify_features(self, features: np.ndarray | DocumentFeatures, explain: int = 5) -> Verdict:
+        vector = features.vector if isinstance(features, DocumentFeatures) else np.asarray(features, dtype=np.float32)
+        return self.estimator.predict(vector.reshape(1, -1), explain=explain)[0]
+
+    def verify_batch(self, features: np.ndarray, explain: int = 0) -> list[Verdict]:
+        return self.estimator.predict(np.asarray(features, dtype=np.float32), explain=explain)
+
+    def verify_text(self, lm, prompt: Any, completion: str, *, system: str | None = None, explain: int = 5) -> Verdict:
+        """Force-decode (prompt, completion) with ``lm`` (checked against the fingerprint) and verify."""
+        from mlx_sdm.lm.features import force_decode_document
+
+        self.check_model(lm)
+        feats = force_decode_document(lm, prompt, completion, delimiter=self.recipe.delimiter,
+                                      system=system if system is not None else self.recipe.system)
+        return self.verify_features(feats, explain=explain)
+
+    def verify_documents(self, lm, documents: Sequence[VerificationDocument], explain: int = 0,
+                         progress: Callable[[int], None] | None = None) -> list[Verdict]:
+        self.check_model(lm)
+        return self.verify_batch(document_features(lm, documents, delimiter=self.recipe.delimiter, progress=progress),
+                                 explain=explain)
+
+    # --------------------------------------------------------------------------------- save/load
+    def manifest(self) -> dict[str, Any]:
+        return {
+            "format_version": VERIFIER_FORMAT_VERSION,
+            "kind": "document_verifier",
+            "model_fingerprint": self.model_fingerprint,
+            "feature": {"delimiter": self.recipe.delimiter, "system": self.recipe.system,
+                        "dim": self.estimator.input_dim, "layout": "[mean(h_0..h_k); h_k], h = final RMSNorm output"},
+            "info": self.info,
+        }
+
+    def save(self, directory: str | Path) -> None:
+        with atomic_directory(directory) as tmp:
+            self.estimator.save(tmp / ESTIMATOR_DIR)
+            (tmp / VERIFIER_MANIFEST).write_text(json.dumps(self.manifest(), indent=2, sort_keys=True), encoding="utf-8")
+            tmp.chmod(0o755)
+            (tmp / VERIFIER_MANIFEST).chmod(0o644)
+
+    @classmethod
+    def load(cls, directory: str | Path, expect_fingerprint: dict[str, Any] | None = None) -> "DocumentVerifier":
+        directory = Path(directory)
+        recover_directory(directory)
+        path = directory / VERIFIER_MANIFEST
+        if not path.is_file():
+            raise ArtifactError(f"{directory}: no {VERIFIER_MANIFEST}; not a document verifier folder "
+                                "(build one with `mlx-sdm train` on prompt/completion rows)")
+        try:
+            manifest = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise ArtifactError(f"{path}: corrupt manifest ({exc.msg})") from exc
+        if manifest.get("format_version") != VERIFIER_FORMAT_VERSION:
+            raise ArtifactError(f"{path}: format_version {manifest.get('format_version')!r}; this mlx-sdm reads "
+                                f"{VERIFIER_FORMAT_VERSION}. Rebuild it with `mlx-sdm train`.")
+        fingerprint = manifest["model_fingerprint"]
+        if expect_fingerprint is not None:
+            check_fingerprint(fingerprint, expect_fingerprint, where=str(directory))
+        estimator = SDMEstimator.load(directory / ESTIMATOR_DIR, expect_input_dim=2 * int(fingerprint["hidden_size"]))
+        feature = manifest.get("feature", {})
+        recipe = FeatureRecipe(delimiter=feature.get("delimiter", DELIMITER_JSON_CLOSE), system=feature.get("system"))
+        return cls(estimator, fingerprint, recipe, manifest.get("info"))
