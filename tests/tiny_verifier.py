@@ -58,9 +58,9 @@ def tiny_loaded_model(seed: int = TINY_SEED):
 
 
 def tiny_features(lm, docs) -> np.ndarray:
-    from mlx_sdm.lm.features import force_decode_batch
+    from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE, force_decode_batch
 
-    feats = force_decode_batch(lm, [(p, c) for p, c, _ in docs])
+    feats = force_decode_batch(lm, [(p, c) for p, c, _ in docs], delimiter=DELIMITER_JSON_CLOSE)
     return np.stack([np.asarray(f.vector, dtype=np.float32) for f in feats])
 
 
@@ -81,7 +81,7 @@ def _fitted_dir(seed: int) -> Path:
     cal = LabelledSet([i for i, h in zip(ids, half) if not h], x[~half], y[~half], [t for t, h in zip(texts, half) if not h])
     config = FitConfig(iterations=2, epochs=5, batch_size=8, exemplar_dim=16, seed=seed)
     estimator = SDMEstimator.fit(train, cal, config, source={"tiny": True, "documents": len(docs)})
-    verifier = DocumentVerifier(estimator, lm.fingerprint)
+    verifier = DocumentVerifier(estimator, dict(lm.fingerprint, name=lm.name))  # recipe: JSON close, no system prompt
     out = Path(tempfile.mkdtemp(prefix="tiny-verifier-")) / "verifier"
     verifier.save(out)
     return out

@@ -20,6 +20,8 @@ verifier atomically, and :meth:`ChatEngine.undo_decision` takes the point out ag
 
 from __future__ import annotations
 
+import atexit
+import gc
 import hashlib
 import itertools
 import json
@@ -28,6 +30,7 @@ import re
 import threading
 import time
 import traceback
+import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -86,7 +89,7 @@ class EngineConfig:
     head: str | None = None
     max_tokens: int = DEFAULT_MAX_TOKENS
     temperature: float = 0.0
-    system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
+    system_prompt: str | None = None  # None: the verifier's own system prompt (its documents' distribution), else DEFAULT_SYSTEM_PROMPT
     irreversible_tools: tuple[str, ...] = ()
     quantized: bool = False
     generate_reflection: bool = True  # on HIGH, let the model state its uncertainty before pausing
@@ -160,8 +163,8 @@ def _load_verifier(config: EngineConfig, lm: Any) -> tuple[Any | None, str | Non
         return None, None, "verification is off (--verifier none)"
     if config.verifier is not None:  # named explicitly: a mismatch is an error, not a silent downgrade
         return verifier_mod.DocumentVerifier.load(config.verifier, expect_fingerprint=lm.fingerprint), config.verifier, None
-    path = verifier_mod.default_verifier_dir()
-    if path is None or not Path(path).exists():
+    path = verifier_mod.DEFAULT_VERIFIER_DIR
+    if not Path(path).exists():
         return None, None, "no default verifier is installed (weights/); build one with scripts/build_default_verifier.py"
     try:
         return verifier_mod.DocumentVerifier.load(path, expect_fingerprint=lm.fingerprint), str(path), None
@@ -194,6 +197,7 @@ class ChatEngine:
         self._busy = threading.Event()
         self._thread = threading.Thread(target=self._worker, name="mlx-sdm-engine", daemon=True)
         self._thread.start()
+        _LIVE_ENGINES.add(self)
         self.ready: Future = self._submit(self._load)
 
     # ------------------------------------------------------------------ public API (any thread)
@@ -251,7 +255,12 @@ class ChatEngine:
 
     def verify_text(self, prompt: str, completion: str) -> Future:
         """Verify an arbitrary (prompt, completion) by force-decoding. Resolves to (status, verdict dict | None, reason)."""
-        return self._submit(lambda: self._verify(self._features_for([{"role": "user", "content": prompt}], completion)))
+        def run():
+            system = self._system_prompt()
+            messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
+            return self._verify(self._features_for(messages, completion))
+
+        return self._submit(run)
 
     def call(self, fn: Callable[[EngineComponents], Any]) -> Future:
         """Run ``fn(components)`` on the engine's thread (for scripts and tests that need the model)."""
@@ -274,6 +283,8 @@ class ChatEngine:
         return future
 
     def _worker(self) -> None:
+        import mlx.core as mx  # this thread's MLX stream is the one every job runs on
+
         while True:
             job = self._jobs.get()
             if job is None:
@@ -283,11 +294,21 @@ class ChatEngine:
                 continue
             self._busy.set()
             try:
-                future.set_result(fn())
+                result = fn()
+                mx.synchronize()  # no work left in flight on this thread's stream between jobs
+                future.set_result(result)
             except BaseException as exc:  # delivered to the caller through the future
                 future.set_exception(exc)
             finally:
                 self._busy.clear()
+        # MLX needs a thread's streams destroyed by that thread before it ends, or the process may abort
+        # at exit ("terminate called without an active exception"; ml-explore/mlx#3126): drain, drop the
+        # state, then clear_streams.
+        mx.synchronize()
+        self._components = None
+        self._monitors.clear()
+        gc.collect()
+        mx.clear_streams()
         self._emit(None, StatusEvent(session_id=None, turn=0, state="stopped", message="engine stopped"))
 
     def _emit(self, on_event: EventCallback | None, event: EngineEvent) -> None:
@@ -336,8 +357,9 @@ class ChatEngine:
     def _conversation(self, session_id: str) -> list[dict]:
         """The chat the model sees, rebuilt from the store (so a reopened session continues as it was)."""
         messages: list[dict] = []
-        if self.config.system_prompt:
-            messages.append({"role": "system", "content": self.config.system_prompt})
+        system = self._system_prompt()
+        if system:
+            messages.append({"role": "system", "content": system})
         for m in self.store.messages(session_id):
             if m.role == "user":
                 messages.append({"role": "user", "content": m.text})
@@ -349,6 +371,19 @@ class ChatEngine:
                     if meta.get("reflection"):
                         messages.append({"role": "assistant", "content": meta["reflection"]})
         return messages
+
+    def _system_prompt(self) -> str | None:
+        if self.config.system_prompt is not None:
+            return self.config.system_prompt or None
+        verifier = self._require().verifier
+        recipe = getattr(verifier, "recipe", None)
+        if recipe is not None and recipe.system:
+            return recipe.system
+        return DEFAULT_SYSTEM_PROMPT
+
+    def _delimiter(self) -> str:
+        recipe = getattr(self._require().verifier, "recipe", None)
+        return recipe.delimiter if recipe is not None else "end_of_turn"
 
     def _turn(
         self, session_id: str, text: str, *, on_event: EventCallback | None, started: float, guidance_for: int | None
@@ -519,13 +554,14 @@ class ChatEngine:
 
         return generate_answer(
             components.lm, messages, max_tokens=max_tokens, temperature=self.config.temperature,
-            head=components.head, on_token=on_token, features=features, keep_cache=features,
+            head=components.head, on_token=on_token, features=features, keep_cache=features, delimiter=self._delimiter(),
         )
 
     def _features_for(self, prompt: list[dict], completion: str) -> np.ndarray:
         from mlx_sdm.lm.features import force_decode_features
 
-        return np.asarray(force_decode_features(self._require().lm, prompt, completion), dtype=np.float32)
+        return np.asarray(force_decode_features(self._require().lm, prompt, completion, delimiter=self._delimiter()),
+                          dtype=np.float32)
 
     def _verify(self, features: np.ndarray | None) -> tuple[str, dict | None, str | None]:
         components = self._require()
@@ -667,6 +703,16 @@ class ChatEngine:
 
 
 # ---------------------------------------------------------------------- helpers
+
+_LIVE_ENGINES: "weakref.WeakSet[ChatEngine]" = weakref.WeakSet()
+
+
+@atexit.register
+def _shutdown_live_engines() -> None:
+    """An engine left running at interpreter exit is stopped cleanly (its thread clears its MLX streams)."""
+    for engine in list(_LIVE_ENGINES):
+        engine.shutdown(wait=True, timeout=10)
+
 
 
 def _pending_pause(messages: list[MessageRecord]) -> PauseInfo | None:

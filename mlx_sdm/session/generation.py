@@ -38,8 +38,11 @@ def generate_answer(
     on_token: TokenCallback | None = None,
     features: bool = True,
     keep_cache: bool = False,
+    delimiter: str = "end_of_turn",
 ) -> GeneratedAnswer:
-    """Stream one answer. ``on_token`` returning False stops generation at that token (the stop key)."""
+    """Stream one answer. ``on_token`` returning False stops generation at that token (the stop key).
+    ``delimiter`` is the verifier's feature rule ("end_of_turn", or "json_close" for verifiers built on
+    JSON answers); a chat answer always runs to the end of its turn, the rule only picks ``h_k``."""
     from mlx_lm.models.cache import make_prompt_cache
 
     from mlx_sdm.lm.generation import GenerationConfig, as_numpy, render_prompt, stream_generate_features
@@ -51,7 +54,8 @@ def generate_answer(
         sampler = make_sampler(temp=temperature)
     stopped = [False]
     cache = make_prompt_cache(lm.model) if keep_cache else None
-    config = GenerationConfig(max_tokens=max_tokens, sampler=sampler, extra={"prompt_cache": cache} if cache is not None else {})
+    config = GenerationConfig(max_tokens=max_tokens, sampler=sampler, delimiter=delimiter, stop_at_delimiter=False,
+                              extra={"prompt_cache": cache} if cache is not None else {})
     pieces: list[str] = []
     ids: list[int] = []
     logprobs: list[float] = []

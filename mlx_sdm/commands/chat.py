@@ -1,0 +1,250 @@
+"""``mlx-sdm chat``: private, verified chat in the terminal.
+
+In a terminal it opens the Textual UI (``tui/app.py``); with ``--plain``, or when stdin/stdout is
+not a terminal (pipes, scripts), it is a line-mode chat with the same verdicts: each answer is
+printed, then a verdict line and a monitor line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from mlx_sdm.errors import MlxSdmError
+
+DEFAULT_MAX_TOKENS = 256
+DEFAULT_EMBEDDER = "minilm"
+DEFAULT_DB_NAME = "chat.db"
+APP_NAME = "mlx-sdm"
+#: Plain-mode commands (a line starting with one of these is not sent to the model).
+PLAIN_HELP = """commands: /help  /sessions  /new [title]  /rename TITLE  /export PATH(.md|.jsonl)  /quit
+A HIGH-uncertainty answer pauses: type your guidance to resume it (or an empty line to move on)."""
+
+
+def default_data_dir() -> Path:
+    """Where sessions live: $MLX_SDM_HOME, else the platform's user data dir (platformdirs, which
+    Textual installs), else ~/.local/share/mlx-sdm."""
+    if os.environ.get("MLX_SDM_HOME"):
+        return Path(os.environ["MLX_SDM_HOME"]).expanduser()
+    try:
+        from platformdirs import user_data_dir
+
+        return Path(user_data_dir(APP_NAME, appauthor=False))
+    except ImportError:
+        return Path.home() / ".local" / "share" / APP_NAME
+
+
+def default_db_path() -> Path:
+    return default_data_dir() / DEFAULT_DB_NAME
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mlx-sdm chat",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Chat with a local model; every answer gets a calibrated verdict (verified with p_lower >= alpha' = 0.95, "
+            "rejected with its reason, or unverifiable when no verifier fits the model) and a session monitor reading "
+            "(AUQ confidence level, TRACER risk). HIGH uncertainty pauses the answer for your guidance; CRITICAL aborts it. "
+            "Rejected and escalated answers land in a review queue; your labels join the verifier's support set at once."
+        ),
+        epilog=(
+            "examples:\n"
+            "  mlx-sdm chat                              # Textual UI, embedded SmolLM2 + default verifier, offline\n"
+            "  echo 'Is Paris in France?' | mlx-sdm chat  # line mode (not a terminal): answer, verdict, monitor\n"
+            "  mlx-sdm chat --plain --session 3f2a9c1b    # reopen a session in line mode\n"
+            "  mlx-sdm chat --list                        # sessions in the store\n"
+            "  mlx-sdm chat --irreversible-tools send_email,delete  # pause such tool calls already at MEDIUM\n"
+            f"\nThe store defaults to {default_db_path()} (set MLX_SDM_HOME or --db to move it)."
+        ),
+    )
+    parser.add_argument("--model", default=None, help="smollm2 (default, embedded), a local mlx-lm folder or .gguf, a preset (phi-3.5) or a hub id")
+    parser.add_argument("--verifier", default=None,
+                        help="verifier directory (mlx-sdm train); default: the one shipped in weights/ for the model; 'none' turns verification off")
+    parser.add_argument("--head", default=None, help="SDM-network head directory (mlx-sdm finetune) to decode with")
+    parser.add_argument("--db", default=None, help=f"chat store (SQLite) path; default {default_db_path()}")
+    parser.add_argument("--session", default=None, help="reopen this session id (see --list); default: a new session")
+    parser.add_argument("--title", default=None, help="title of a new session")
+    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="longest answer in tokens (default %(default)s)")
+    parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; 0 = greedy (default)")
+    parser.add_argument("--irreversible-tools", default="",
+                        help="comma-separated tool-name substrings whose calls pause already at MEDIUM uncertainty (case-insensitive)")
+    parser.add_argument("--embedder", default=DEFAULT_EMBEDDER, choices=("minilm", "hidden", "none"),
+                        help="TRACER sentence embedder: all-MiniLM-L6-v2 (default), the chat model's pooled states, or none (lexical only)")
+    parser.add_argument("--no-p-true", action="store_true", help="skip the P(True) follow-up question (AUQ then has no confidence signal: 0.5, HIGH)")
+    parser.add_argument("--plain", action="store_true", help="line-mode chat (the default when stdin/stdout is not a terminal)")
+    parser.add_argument("--list", action="store_true", help="list the sessions in the store and exit")
+    parser.add_argument("--no-monitor-panel", action="store_true", help="start the UI with the monitor panel hidden")
+    parser.add_argument("--theme", default=None, help="Textual theme name for the UI")
+    return parser
+
+
+def engine_config(args: argparse.Namespace):
+    from mlx_sdm.session.engine import EngineConfig
+
+    if args.max_tokens < 1:
+        raise MlxSdmError(f"--max-tokens must be at least 1, got {args.max_tokens}")
+    tools = tuple(t.strip() for t in args.irreversible_tools.split(",") if t.strip())
+    return EngineConfig(
+        model=args.model, verifier=args.verifier, head=args.head, max_tokens=args.max_tokens,
+        temperature=args.temperature, irreversible_tools=tools, embedder=args.embedder, enable_p_true=not args.no_p_true,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from mlx_sdm.session.store import ChatStore
+
+    try:
+        store = ChatStore(Path(args.db).expanduser() if args.db else default_db_path())
+        if args.list:
+            return _list_sessions(store)
+        if args.session is not None:
+            store.get_session(args.session)
+        config = engine_config(args)
+    except MlxSdmError as exc:
+        print(f"mlx-sdm chat: error: {exc}", file=sys.stderr)
+        return 2
+    interactive = sys.stdin.isatty() and sys.stdout.isatty()
+    if not args.plain and interactive:
+        return _run_ui(args, config, store)
+    return run_plain(config, store, session_id=args.session, title=args.title, stdin=sys.stdin, stdout=sys.stdout,
+                     prompt=interactive)
+
+
+def _list_sessions(store) -> int:
+    sessions = store.list_sessions()
+    if not sessions:
+        print(f"no sessions in {store.path}")
+    for s in sessions:
+        print(f"{s.id}  {s.updated_at[:19].replace('T', ' ')}  {s.message_count:4d} messages  {s.title}")
+    return 0
+
+
+def _run_ui(args, config, store) -> int:
+    from mlx_sdm.session.engine import ChatEngine
+
+    try:
+        from tui.app import run as run_ui
+    except ImportError as exc:
+        print(f"mlx-sdm chat: the terminal UI is not available ({exc}); falling back to --plain", file=sys.stderr)
+        return run_plain(config, store, session_id=args.session, title=args.title, stdin=sys.stdin, stdout=sys.stdout, prompt=True)
+    engine = ChatEngine(config, store)
+    try:
+        return run_ui(engine, store, session_id=args.session, show_monitor=not args.no_monitor_panel, theme=args.theme)
+    finally:
+        engine.shutdown(wait=True, timeout=10)
+        store.close()
+
+
+def run_plain(config, store, *, session_id: str | None, title: str | None, stdin, stdout, prompt: bool = False,
+              components=None) -> int:
+    """Line mode: each input line is a message; the answer streams to ``stdout``, then its verdict and
+    monitor lines. Returns 0, or 2 when the model or verifier cannot be loaded."""
+    from mlx_sdm.session.engine import ChatEngine
+    from mlx_sdm.session.export import export_session, monitor_line, verdict_line
+
+    def out(text: str = "", end: str = "\n") -> None:
+        stdout.write(text + end)
+        stdout.flush()
+
+    def on_event(event) -> None:
+        if event.kind == "token":
+            out(event.text, end="")
+        elif event.kind == "escalation" and event.action == "log":
+            out(f"\n[{event.message}]", end="")
+
+    engine = ChatEngine(config, store, components=components)
+    try:
+        try:
+            info = engine.ready.result()
+        except MlxSdmError as exc:
+            print(f"mlx-sdm chat: error: {exc}", file=sys.stderr)
+            return 2
+        if session_id is None:
+            session_id = store.create_session(title, model=info.model_name, verifier=info.verifier_path).id
+            out(f"[session {session_id} · model {info.model_name} · "
+                + (f"verifier {info.verifier_path}" if info.verifier_path else f"unverifiable: {info.unverifiable_reason}") + "]")
+        else:
+            s = store.get_session(session_id)
+            out(f"[reopened session {s.id} \"{s.title}\" · {s.message_count} messages · model {info.model_name}]")
+        paused = engine.pending_pause(session_id) is not None
+        while True:
+            if prompt:
+                out("guidance> " if paused else "you> ", end="")
+            line = stdin.readline()
+            if not line:
+                break
+            text = line.rstrip("\n")
+            if text.startswith("/"):
+                if _plain_command(text, store, session_id, out, export_session) == "quit":
+                    break
+                if text.split()[0] == "/new":
+                    session_id = store.create_session(text[4:].strip() or None, model=info.model_name,
+                                                      verifier=info.verifier_path).id
+                    out(f"[session {session_id}]")
+                    paused = False
+                continue
+            if paused:
+                paused = False
+                if not text.strip():
+                    out("[paused answer left as is]")
+                    continue
+                future = engine.resume(session_id, text, on_event=on_event)
+            else:
+                if not text.strip():
+                    continue
+                future = engine.send(session_id, text, on_event=on_event)
+            try:
+                result = future.result()
+            except MlxSdmError as exc:
+                out(f"\n[error: {exc}]")
+                continue
+            out()
+            out(f"[{verdict_line(result.verdict_status, result.verdict)}]")
+            out(f"[{monitor_line(result.monitor)}]")
+            if result.status == "paused":
+                paused = True
+                out(f"[PAUSED at {result.monitor.get('level', '').upper()} uncertainty: give guidance on the next line, "
+                    "or an empty line to move on]")
+                if result.reflection:
+                    out(f"[reflection: {result.reflection.strip()}]")
+            elif result.status == "aborted":
+                out(f"[ABORTED: {result.explanation}]")
+            elif result.status == "cancelled":
+                out("[stopped]")
+            if result.review_id is not None:
+                out(f"[queued for review as #{result.review_id}]")
+        return 0
+    finally:
+        engine.shutdown(wait=True, timeout=10)
+
+
+def _plain_command(text: str, store, session_id: str, out, export_session) -> str | None:
+    name, _, rest = text.partition(" ")
+    rest = rest.strip()
+    if name in {"/quit", "/exit", "/q"}:
+        return "quit"
+    if name == "/help":
+        out(PLAIN_HELP)
+    elif name == "/sessions":
+        for s in store.list_sessions():
+            out(f"{s.id}  {s.message_count:4d} messages  {s.title}")
+    elif name == "/rename":
+        if rest:
+            out(f"[renamed to {store.rename_session(session_id, rest).title!r}]")
+        else:
+            out("[usage: /rename TITLE]")
+    elif name == "/export":
+        if not rest:
+            out("[usage: /export PATH.md or PATH.jsonl]")
+        else:
+            try:
+                out(f"[exported to {export_session(store, session_id, Path(rest).expanduser())}]")
+            except MlxSdmError as exc:
+                out(f"[error: {exc}]")
+    elif name != "/new":
+        out(f"[unknown command {name}; /help lists them]")
+    return None

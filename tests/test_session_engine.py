@@ -1,0 +1,204 @@
+"""ChatEngine with the tiny model and a tiny verifier fitted in the test (no mocks of our own code):
+streaming, verdicts, monitor, the escalation ladder, cancel, reopen."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from mlx_sdm.errors import DataError
+from mlx_sdm.session.engine import ChatEngine, EngineConfig, parse_tool_calls
+from mlx_sdm.session.store import ChatStore
+from tests.tiny_verifier import build_tiny_verifier, tiny_components
+
+# AUQ floors (LOW, MEDIUM, HIGH) that put any cumulative confidence in one tier (spec § 2.5 thresholds are config)
+ALWAYS_HIGH = (1.0, 0.9999, 0.0)
+ALWAYS_CRITICAL = (1.0, 0.9999, 0.9998)
+ALWAYS_MEDIUM = (1.0, 1e-9, 0.0)
+QUESTION = "Is Paris the capital of France?"
+
+
+@pytest.fixture
+def make_engine(tmp_path):
+    engines = []
+
+    def make(*, verifier=True, db="chat.db", **config):
+        path = build_tiny_verifier(tmp_path / "verifier") if verifier else None
+        store = ChatStore(tmp_path / db)
+        events = []
+        config.setdefault("max_tokens", 12)
+        config.setdefault("reflection_max_tokens", 6)
+        engine = ChatEngine(EngineConfig(**config), store, on_event=events.append, components=tiny_components(path))
+        engine.ready.result(120)
+        engines.append(engine)
+        return engine, store, events
+
+    yield make
+    for engine in engines:
+        engine.shutdown()
+
+
+def kinds(events, turn):
+    return [e.kind for e in events if e.turn == turn]
+
+
+def test_turn_streams_then_verdict_monitor_and_one_stored_answer(make_engine):
+    engine, store, events = make_engine(auq_thresholds=(0.02, 0.01, 0.0))  # LOW for any P_t >= 0.02
+    session = store.create_session("t")
+    result = engine.send(session.id, QUESTION).result(60)
+    seq = kinds(events, result.turn)
+    assert seq[: result.tokens] == ["token"] * result.tokens and result.tokens == 12  # max_tokens, streamed one by one
+    assert seq[result.tokens:] == ["verdict", "monitor", "finished"]
+    assert "".join(e.text for e in events if e.kind == "token" and e.turn == result.turn) == result.text
+    assert all(e.logprob <= 0 for e in events if e.kind == "token" and e.logprob is not None)
+    assert result.status == "done" and result.first_token_s is not None and result.first_token_s < result.generation_s + 1
+    assert result.verdict_status in {"verified", "rejected"}
+    assert set(result.verdict) >= {"p_lower", "q", "d", "q_bin", "reason", "exemplars", "prediction"}
+    assert len(result.verdict["exemplars"]) > 0 and "text" in result.verdict["exemplars"][0]
+    mon = result.monitor
+    assert mon["level"] == "low" and mon["action"] == "proceed"
+    assert mon["auq"]["p_true_ran"] and 0.0 <= mon["auq"]["p_true_confidence"] <= 1.0
+    assert mon["cumulative_confidence"] == pytest.approx(mon["step_confidence"])  # first step: P_1 = s_1
+    assert mon["tracer_risk"] >= 0 and mon["tracer"]["surprisal_source"] == "logprobs"
+    user, answer = store.messages(session.id)
+    assert user.text == QUESTION and answer.id == result.message_id and answer.text == result.text
+    assert answer.verdict == result.verdict and answer.monitor["level"] == "low"
+    assert answer.token_count == 12 and len(answer.tokens) == 12
+    assert answer.features.shape == (64,) and answer.feature_model == engine.info().feature_model
+    assert answer.prompt[-1] == {"role": "user", "content": QUESTION}
+    # rejected answers (and only they, at LOW) are queued
+    assert (answer.review_id is not None) == (result.verdict_status == "rejected")
+
+
+def test_unverifiable_when_no_verifier_fits(make_engine):
+    engine, store, events = make_engine(verifier=False)
+    assert engine.info().verifier_path is None and engine.info().unverifiable_reason
+    result = engine.send(store.create_session().id, QUESTION).result(60)
+    assert result.verdict_status == "unverifiable" and result.verdict is None
+    (verdict_event,) = [e for e in events if e.kind == "verdict"]
+    assert verdict_event.status == "unverifiable" and verdict_event.reason == engine.info().unverifiable_reason
+
+
+def test_cancel_stops_generation_at_the_next_token(make_engine):
+    engine, store, events = make_engine(max_tokens=400)
+
+    def stop_after_three(event):
+        if event.kind == "token" and sum(e.kind == "token" for e in events) == 3:
+            engine.cancel()
+
+    engine.subscribe(stop_after_three)
+    session = store.create_session()
+    result = engine.send(session.id, QUESTION).result(60)
+    assert result.status == "cancelled" and result.tokens <= 4
+    assert kinds(events, result.turn)[-1] == "finished" and "verdict" not in kinds(events, result.turn)
+    answer = store.messages(session.id)[-1]
+    assert answer.status == "cancelled" and answer.verdict is None and answer.review_id is None
+    # the next turn runs normally (the stop applied to one turn only)
+    engine.cancel()  # a stale stop request before a turn starts is cleared by the turn
+    assert engine.send(session.id, "And Rome?").result(60).status != "cancelled"
+
+
+def test_high_pauses_with_reflection_then_resumes_with_guidance(make_engine):
+    engine, store, events = make_engine(auq_thresholds=ALWAYS_HIGH)
+    session = store.create_session()
+    first = engine.send(session.id, QUESTION).result(60)
+    assert first.status == "paused" and first.monitor["level"] == "high"
+    seq = kinds(events, first.turn)
+    assert seq.index("monitor") < seq.index("escalation") < seq.index("finished")
+    (esc,) = [e for e in events if e.kind == "escalation"]
+    assert esc.action == "pause" and esc.level == "high" and not esc.irreversible
+    reflection_tokens = [e for e in events if e.kind == "token" and e.phase == "reflection"]
+    assert 0 < len(reflection_tokens) <= 6 and first.reflection == "".join(e.text for e in reflection_tokens)
+    pause = engine.pending_pause(session.id)
+    assert pause.message_id == first.message_id and pause.level == "high" and pause.reflection == first.reflection
+    item = store.review_item(first.review_id)
+    assert "escalated_high" in item.reasons
+
+    with pytest.raises(DataError, match="guidance is empty"):
+        engine.resume(session.id, "  ").result(60)
+    second = engine.resume(session.id, "Answer with one word.").result(60)
+    assert second.message_id != first.message_id
+    msgs = store.messages(session.id)
+    assert [(m.role, m.kind, m.status) for m in msgs] == [
+        ("user", "chat", "done"), ("assistant", "chat", "resumed"), ("user", "guidance", "done"),
+        ("assistant", "chat", second.status),
+    ]
+    # the resumed generation saw the paused answer, the reflection request, the model's reflection and the guidance
+    prompt = msgs[-1].prompt
+    assert [m["role"] for m in prompt[-5:]] == ["user", "assistant", "system", "assistant", "user"]
+    assert "NOT confident" in prompt[-3]["content"] and prompt[-1]["content"] == "Answer with one word."
+    assert [h["turn"] for h in second.monitor["history"]] == [1, 2]  # P_t carried over (no reset on resume)
+    assert second.status == "paused"  # still HIGH: the resumed answer pauses again, and can be resumed again
+    assert engine.pending_pause(session.id).message_id == second.message_id
+
+
+def test_resume_without_a_pause_is_refused(make_engine):
+    engine, store, _ = make_engine(auq_thresholds=ALWAYS_MEDIUM)
+    session = store.create_session()
+    engine.send(session.id, QUESTION).result(60)
+    with pytest.raises(DataError, match="no paused turn"):
+        engine.resume(session.id, "go on").result(60)
+
+
+def test_critical_aborts_with_an_explanation_and_the_chat_goes_on(make_engine):
+    engine, store, events = make_engine(auq_thresholds=ALWAYS_CRITICAL)
+    session = store.create_session()
+    result = engine.send(session.id, QUESTION).result(60)
+    assert result.status == "aborted" and result.monitor["level"] == "critical" and result.monitor["action"] == "abort"
+    assert "CRITICAL" in result.explanation
+    (esc,) = [e for e in events if e.kind == "escalation"]
+    assert esc.action == "abort" and esc.message == result.explanation
+    assert "escalated_critical" in store.review_item(result.review_id).reasons
+    assert store.messages(session.id)[-1].status == "aborted"
+    assert engine.pending_pause(session.id) is None
+    again = engine.send(session.id, "Try again.").result(60)
+    # the aborted answer is not shown to the model again
+    assert all(m["content"] != result.text or m["role"] != "assistant" for m in store.messages(session.id)[-1].prompt)
+    assert again.status == "aborted"
+
+
+def test_medium_logs_and_proceeds(make_engine):
+    engine, store, events = make_engine(auq_thresholds=ALWAYS_MEDIUM)
+    result = engine.send(store.create_session().id, QUESTION).result(60)
+    assert result.status == "done" and result.monitor["level"] == "medium"
+    (esc,) = [e for e in events if e.kind == "escalation"]
+    assert esc.action == "log" and "MEDIUM" in esc.message
+
+
+def test_reopened_session_continues_its_conversation_and_monitor(make_engine):
+    engine, store, _ = make_engine(auq_thresholds=ALWAYS_MEDIUM)
+    session = store.create_session("reopen me")
+    first = engine.send(session.id, QUESTION).result(60)
+    engine.shutdown()
+    store.close()
+    engine2, store2, _ = make_engine(auq_thresholds=ALWAYS_MEDIUM)
+    second = engine2.send(session.id, "And Rome?").result(60)
+    msgs = store2.messages(session.id)
+    assert [m.text for m in msgs[:2]] == [QUESTION, first.text]
+    assert [m["content"] for m in msgs[-1].prompt[-3:]] == [QUESTION, first.text, "And Rome?"]
+    assert [h["turn"] for h in second.monitor["history"]] == [1, 2]
+    # TRACER replayed the stored steps: 4 steps observed, prefix risk over all of them
+    assert second.monitor["history"][0]["tracer_risk"] == pytest.approx(first.monitor["tracer_risk"])
+
+
+def test_events_arrive_on_the_engine_thread(make_engine):
+    engine, store, _ = make_engine()
+    threads = set()
+    engine.send(store.create_session().id, QUESTION, on_event=lambda e: threads.add(threading.current_thread().name)).result(60)
+    assert threads == {"mlx-sdm-engine"}
+
+
+def test_empty_message_and_unknown_session_are_refused(make_engine):
+    engine, store, _ = make_engine()
+    with pytest.raises(DataError, match="empty"):
+        engine.send("whatever", "   ")
+    with pytest.raises(DataError, match="no session"):
+        engine.send("nope", "hello").result(60)
+
+
+def test_tool_calls_are_parsed_from_the_answer():
+    text = 'Sure. <tool_call>{"name": "send_email_to_client", "arguments": {"to": "a@b"}}</tool_call> <tool_call>{bad}</tool_call>'
+    assert parse_tool_calls(text) == [{"name": "send_email_to_client", "arguments": {"to": "a@b"}}]
+    assert parse_tool_calls("no tools") == []
