@@ -51,6 +51,7 @@ def test_evaluate_sessions_values():
     assert verifier.sessions == 12 and verifier.auroc == 1.0
     assert tracer.sessions == 14 and report.tracer_embedder == "none (Jaccard only)"
     assert report.excluded_from_tps == {"abandoned": 1, "error": 0, "unlabelled": 0} and report.censored == 1
+    assert report.tracer_early_warning is not None and len(report.tracer_early_warning.times) == 7  # 6 failed + "gone"
 
 
 def test_cli_table_json_and_plot(tmp_path, capsys):

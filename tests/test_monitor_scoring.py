@@ -233,3 +233,16 @@ def test_bad_inputs():
         trajectory_proper_score([0.5], 2)
     with pytest.raises(ValueError, match="weights must be"):
         trajectory_proper_score([0.5], 1, weights="cosine")
+
+
+def test_early_warning_and_youden():
+    from mlx_sdm.monitor.scoring import early_warning, youden_threshold
+
+    assert youden_threshold([0.1, 0.2, 0.8, 0.9], [0, 0, 1, 1]) == 0.8
+    series = [[0.1, 0.9, 0.2], [1.0], [0.1, 0.1, 0.1, 0.1, 0.1], [0.1, 0.1, 0.1, 0.1, 2.0], [0.5, 0.5]]
+    ew = early_warning(series, threshold=0.8)
+    assert ew.times == (50.0, 0.0, 100.0, 100.0, 100.0)
+    assert ew.mean == pytest.approx(70.0) and ew.median == 100.0
+    assert ew.share_before[10] == pytest.approx(0.2) and ew.share_before[60] == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="at least 5"):
+        early_warning(series[:4], 0.5)

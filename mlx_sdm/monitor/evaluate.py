@@ -55,6 +55,8 @@ class EvaluationReport:
     tracer_missing_logprobs: int
     weights: str
     series: dict[str, dict[str, list[float]]]  # session_id -> {"risk": R_t (all steps), "auq": P_t, ...}
+    tracer_early_warning: scoring.EarlyWarning | None = None  # on failed sessions, Youden threshold (spec 3.10)
+    tracer_threshold: float | None = None
 
 
 def _stored_tracer(session: Session) -> TracerSessionResult | None:
@@ -155,6 +157,13 @@ def evaluate_sessions(
                 row.notes.append(f"AUARC needs >= {scoring.AUARC_MIN_EPISODES} labelled sessions")
         if row.sessions == 0:
             row.notes.append("no forecasts logged")
+    early, threshold = None, None
+    labelled = [s for s in sessions if s.success is not None]
+    failed = [series[s.session_id]["risk"] for s in labelled if s.success == 0 and series[s.session_id]["risk"]]
+    if len(failed) >= scoring.EARLY_WARNING_MIN_FAILED and any(s.success == 1 for s in labelled):
+        final = [series[s.session_id]["risk"][-1] if series[s.session_id]["risk"] else 0.0 for s in labelled]
+        threshold = scoring.youden_threshold(final, [1 - s.success for s in labelled])
+        early = scoring.early_warning(failed, threshold)
     embedder_names = sorted(e or "none (Jaccard only)" for e in embedders_used)
     return EvaluationReport(
         rows=[rows[m] for m in MONITORS],
@@ -166,6 +175,8 @@ def evaluate_sessions(
         tracer_missing_logprobs=missing,
         weights=weights,
         series=series,
+        tracer_early_warning=early,
+        tracer_threshold=threshold,
     )
 
 
@@ -191,6 +202,13 @@ def format_table(report: EvaluationReport) -> str:
         lines.append(
             f"TRACER: {report.tracer_missing_logprobs} agent steps had no token log-probs; their surprisal U is 0 "
             "(situational signals only)"
+        )
+    if report.tracer_early_warning is not None:
+        ew = report.tracer_early_warning
+        lines.append(
+            f"TRACER early warning on {len(ew.times)} failed sessions (threshold R_t > {report.tracer_threshold:.3f}): "
+            f"mean {ew.mean:.1f}% / median {ew.median:.1f}% of the trajectory; detected within the first 20%: "
+            f"{100 * ew.share_before[20]:.0f}%"
         )
     for row in report.rows:
         for note in row.notes:

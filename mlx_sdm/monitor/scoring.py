@@ -204,6 +204,41 @@ def youden_threshold(risk: Sequence[float], failure: Sequence[int]) -> float:
     return float(best_t)
 
 
+EARLY_WARNING_MIN_FAILED = 5
+EARLY_WARNING_CUTS = tuple(range(10, 100, 10))
+
+
+@dataclass(frozen=True)
+class EarlyWarning:
+    """Detection times (percent of the trajectory) on failed episodes (spec 3.10)."""
+
+    times: tuple[float, ...]
+    mean: float
+    median: float
+    share_before: dict[int, float]  # cut (10..90) -> share of failed episodes detected before cut %
+
+
+def early_warning(prefix_series: Sequence[Sequence[float]], threshold: float) -> EarlyWarning:
+    """First 0-based i with R_i > threshold gives 100*i/(n-1) (0 if n = 1; 100 if never crossed).
+
+    ``prefix_series``: the prefix scores R_t of each *failed* episode (at least 5);
+    ``threshold``: the episode-level Youden threshold (:func:`youden_threshold`).
+    """
+    if len(prefix_series) < EARLY_WARNING_MIN_FAILED:
+        raise ValueError(f"early warning needs at least {EARLY_WARNING_MIN_FAILED} failed episodes, got {len(prefix_series)}")
+    times = []
+    for series in prefix_series:
+        n = len(series)
+        hit = next((i for i, r in enumerate(series) if r > threshold), None)
+        if hit is None:
+            times.append(100.0)
+        else:
+            times.append(0.0 if n == 1 else 100.0 * hit / (n - 1))
+    arr = np.asarray(times)
+    return EarlyWarning(tuple(times), float(arr.mean()), float(np.median(arr)),
+                        {c: float(np.mean(arr < c)) for c in EARLY_WARNING_CUTS})
+
+
 def trajectory_ece(scores: Sequence[float], y: Sequence[int], bins: int = ECE_BINS) -> float:
     """Tie-aware quantile-binned ECE (spec 4.6): equal-count bins from quantiles, ties never split.
 
