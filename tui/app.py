@@ -37,7 +37,7 @@ class SdmChatApp(App):
         Binding("ctrl+n", "new_chat", "New chat"),
         Binding("ctrl+o", "sessions", "Sessions"),
         Binding("ctrl+r", "review", "Review"),
-        Binding("ctrl+e", "export", "Export"),
+        Binding("ctrl+s", "export", "Export"),
         Binding("f2", "change_theme", "Theme", show=False),
     ]
 
@@ -110,7 +110,7 @@ class SdmChatApp(App):
             self.notify("No session to export yet.", severity="warning")
             return
         try:
-            paths = self.bridge.export(session_id, self.export_dir)
+            paths = self.bridge.export(session_id, self.export_dir)  # reads the store only: quick, no MLX
         except Exception as exc:
             self.notify(f"Export failed: {exc}", severity="error", timeout=10)
             return
@@ -163,7 +163,7 @@ class SdmChatApp(App):
         yield SystemCommand("New chat", "Start a new session (ctrl+n)", self.action_new_chat)
         yield SystemCommand("Open review queue", "Rejected and escalated answers from every session (ctrl+r)", self.action_review)
         yield SystemCommand("Sessions", "Open, rename or delete stored sessions (ctrl+o)", self.action_sessions)
-        yield SystemCommand("Export session", "Write this session as Markdown and as session JSONL (ctrl+e)", self.action_export)
+        yield SystemCommand("Export session", "Write this session as Markdown and as session JSONL (ctrl+s)", self.action_export)
         yield SystemCommand("Toggle monitor panel", "Show or hide AUQ / TRACER per turn (ctrl+t)", self.action_toggle_monitor)
         yield SystemCommand("Rename session", "Give this chat a title", self._rename_current)
         yield SystemCommand("Show copied text", "The last copied message as selectable text, and its file", self.action_show_copied)

@@ -1,22 +1,27 @@
-"""The one place that knows the session layer's API: the UI calls the engine and the store only here.
+"""The one place that knows the session layer's API (``mlx_sdm.session``): the UI calls the engine
+and the store only here.
 
-Engine calls return at once (the engine's worker thread does the work); the engine calls back on its
-thread, and :meth:`Bridge._poster` re-posts each event to a Textual widget as :class:`EngineUpdate`
-(``post_message`` is thread-safe and does not block the engine). Calls that must wait for the engine
-(a review decision, an undo, switching the model) block on the engine's future and are made from
+Engine calls return at once (the engine's single worker thread does the work and owns all MLX
+state). The engine calls its listeners on ITS thread; :meth:`Bridge.attach` subscribes a listener
+that wraps each event in :class:`EngineUpdate` and posts it to a Textual widget (``post_message`` is
+thread-safe and does not block the engine). Calls that must wait for the engine (a review decision,
+an undo, deleting a session, switching the model) block on the engine's future and are made from
 Textual thread workers, never from the UI thread.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
 from tui.messages import EngineUpdate
 
-#: How long a UI worker waits for the engine to apply a review decision or an undo (seconds).
-DECISION_TIMEOUT_S = 120.0
+#: How long a UI worker waits for the engine to apply a review decision, an undo or a delete (seconds).
+DECISION_TIMEOUT_S = 300.0
+#: How long switching the model / verifier / head may take to load (seconds).
+SWITCH_TIMEOUT_S = 900.0
+EXPORT_SUFFIXES = {"markdown": ".md", "jsonl": ".jsonl"}
 
 
 @dataclass
@@ -28,88 +33,126 @@ class UiInfo:
     head: str | None
     support_size: int | None
     unverifiable_reason: str | None = None
+    ready: bool = True
 
 
 class Bridge:
     def __init__(self, engine: Any, store: Any) -> None:
         self.engine = engine
+        self._original_engine = engine
         self.store = store
         self.data_dir = Path(store.path).parent
+        self._target: Any = None
+        self._unsubscribe: Callable[[], None] | None = None
+
+    # ----- events -------------------------------------------------------------------------------
+    def attach(self, target: Any) -> None:
+        """Deliver every engine event to ``target`` (a Textual widget) as :class:`EngineUpdate`."""
+        self._target = target
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+
+        def post(event: Any) -> None:
+            target.post_message(EngineUpdate(event))
+
+        self._unsubscribe = self.engine.subscribe(post)
+
+    def close(self) -> None:
+        """Stop delivering events. The engine and store given to the UI belong to the caller (``mlx-sdm chat``
+        closes them); an engine the UI started by switching the model is shut down here."""
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        if self.engine is not self._original_engine:
+            self.engine.shutdown(wait=False)
 
     # ----- engine state -------------------------------------------------------------------------
     def info(self) -> UiInfo:
-        info = self.engine.info
-        verifier = info.verifier_path
+        info = self.engine.info()
+        if info is None:
+            loading = not self.engine.ready.done()
+            return UiInfo(model="loading…" if loading else "not loaded", verifier=None, head=None, support_size=None, ready=False)
         return UiInfo(
             model=info.model_name,
-            verifier=Path(verifier).name if verifier else None,
+            verifier=Path(info.verifier_path).name if info.verifier_path else None,
             head=Path(info.head_path).name if info.head_path else None,
             support_size=info.support_size,
             unverifiable_reason=info.unverifiable_reason,
         )
 
-    def _poster(self, target: Any) -> Callable[[Any], None]:
-        def post(event: Any) -> None:
-            target.post_message(EngineUpdate(event))
-
-        return post
-
     # ----- turns --------------------------------------------------------------------------------
     def new_session(self) -> str:
-        info = self.engine.info
-        return self.store.create_session(model=info.model_name, verifier=info.verifier_path).id
+        info = self.engine.info()
+        model = info.model_name if info is not None else None
+        verifier = info.verifier_path if info is not None else None
+        return self.store.create_session(model=model, verifier=verifier).id
 
-    def send(self, session_id: str, text: str, target: Any) -> Any:
-        return self.engine.submit(session_id, text, on_event=self._poster(target))
+    def send(self, session_id: str, text: str) -> Any:
+        return self.engine.send(session_id, text)
 
-    def resume(self, session_id: str, guidance: str, target: Any) -> Any:
-        return self.engine.resume(session_id, guidance, on_event=self._poster(target))
+    def resume(self, session_id: str, guidance: str) -> Any:
+        return self.engine.resume(session_id, guidance)
 
-    def abort_paused(self, session_id: str) -> None:
-        self.engine.abort(session_id)
+    def pending_pause(self, session_id: str) -> Any:
+        """The turn of this session waiting for guidance (a ``PauseInfo``), or None."""
+        return self.engine.pending_pause(session_id)
 
     def cancel(self) -> None:
         self.engine.cancel()
 
-    # ----- review -------------------------------------------------------------------------------
-    def decide(self, review_id: int, label: int, *, note: str | None = None, completion: str | None = None) -> int | None:
-        """Record a decision and add it to the verifier's support set; returns the new support size."""
-        future = self.engine.decide(review_id, label, note=note, completion=completion)
-        result = future.result(timeout=DECISION_TIMEOUT_S)
-        return result.support_size
+    # ----- review (blocking: call from a thread worker) ----------------------------------------
+    def decide(self, review_id: int, label: int, *, note: str | None = None, completion: str | None = None) -> Any:
+        """Record a decision; the engine adds the point to the verifier's support set. Returns a ``DecisionResult``."""
+        return self.engine.decide(review_id, label, note=note, completion=completion).result(timeout=DECISION_TIMEOUT_S)
 
     def undo(self) -> Any:
-        """Undo the last decision (and take its point out of the support set); returns the undone decision or None."""
-        future = self.engine.undo_last_decision()
-        return future.result(timeout=DECISION_TIMEOUT_S)
+        """Undo the last decision (its point leaves the support set). Returns a ``DecisionResult`` or None."""
+        return self.engine.undo_decision().result(timeout=DECISION_TIMEOUT_S)
 
-    # ----- sessions -----------------------------------------------------------------------------
-    def delete_session(self, session_id: str) -> None:
-        self.engine.delete_session(session_id).result(timeout=DECISION_TIMEOUT_S)
+    def delete_session(self, session_id: str) -> int:
+        return int(self.engine.delete_session(session_id).result(timeout=DECISION_TIMEOUT_S) or 0)
 
-    def export(self, session_id: str, directory: Path) -> tuple[Path, Path]:
-        """Markdown and session JSONL of one session, written atomically into ``directory``."""
-        from mlx_sdm.session.export import export_markdown, export_session_jsonl
+    # ----- export -------------------------------------------------------------------------------
+    def export(self, session_id: str, directory: str | Path) -> list[Path]:
+        """The session as Markdown and as session JSONL (what ``mlx-sdm eval-monitor`` reads), written atomically."""
+        from mlx_sdm.session.export import export_session
 
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        md = export_markdown(self.store, session_id, directory / f"{session_id}.md")
-        jsonl = export_session_jsonl(self.store, session_id, directory / f"{session_id}.jsonl")
-        return Path(md), Path(jsonl)
+        return [
+            Path(export_session(self.store, session_id, directory / f"session-{session_id}{suffix}", fmt))
+            for fmt, suffix in EXPORT_SUFFIXES.items()
+        ]
 
-    # ----- switching ----------------------------------------------------------------------------
+    # ----- switching model / verifier / head ----------------------------------------------------
     def switchable(self) -> list[str]:
-        return [what for what in ("model", "verifier", "head") if callable(getattr(self.engine, f"switch_{what}", None))]
+        config = getattr(self.engine, "config", None)
+        return [what for what in ("model", "verifier", "head") if config is not None and hasattr(config, what)]
 
     def switch_hint(self, what: str) -> str:
         return {
-            "model": "smollm2, a local folder, or a hub id",
-            "verifier": "a verifier directory (from mlx-sdm train)",
-            "head": "a head directory (from mlx-sdm finetune)",
+            "model": "smollm2, a local model folder, or a hub id",
+            "verifier": "a verifier directory (mlx-sdm train), or none",
+            "head": "a head directory (mlx-sdm finetune)",
         }[what]
 
     def switch(self, what: str, value: str) -> None:
-        getattr(self.engine, f"switch_{what}")(value).result(timeout=600)
+        """Start a new engine with ``what`` replaced (it loads on its own thread), then retire the old one.
+        A model switch drops the verifier and head choice: they belong to a model (the default verifier is
+        looked up again, and answers are unverifiable when none fits)."""
+        from mlx_sdm.session.engine import ChatEngine
 
-    def close(self) -> None:
-        """Nothing to release: the engine and store belong to the caller (``mlx-sdm chat`` closes them)."""
+        changes: dict[str, Any] = {what: value}
+        if what == "model":
+            changes.update(verifier=None, head=None)
+        new = ChatEngine(replace(self.engine.config, **changes), self.store)
+        try:
+            new.ready.result(timeout=SWITCH_TIMEOUT_S)
+        except BaseException:
+            new.shutdown(wait=False)
+            raise
+        old, self.engine = self.engine, new
+        if self._target is not None:
+            self.attach(self._target)
+        if old is not self._original_engine:
+            old.shutdown(wait=False)

@@ -69,6 +69,7 @@ class ChatScreen(Screen):
         yield Footer()
 
     async def on_mount(self) -> None:
+        self.bridge.attach(self)
         self.query_one(MonitorPanel).display = self._show_monitor
         self.query_one("#prompt", Input).focus()
         self.refresh_status()
@@ -77,7 +78,13 @@ class ChatScreen(Screen):
     # ----- status -------------------------------------------------------------------------------
     def refresh_status(self, note: str | None = None) -> None:
         info = self.bridge.info()
-        parts = [f"model {info.model}", f"verifier {info.verifier or 'none (unverifiable)'}"]
+        if not info.ready:
+            parts = [f"model {info.model}"]
+            if note:
+                parts.append(note)
+            self.query_one("#status-line", Static).update(" · ".join(parts))
+            return
+        parts = [f"model {info.model}", f"verifier {info.verifier or 'none: answers are unverifiable'}"]
         if info.head:
             parts.append(f"head {info.head}")
         if info.support_size is not None:
@@ -111,6 +118,9 @@ class ChatScreen(Screen):
             await self._mount_stored(record)
         log.scroll_end(animate=False)
         log.anchor()
+        pause = self.bridge.pending_pause(session_id)
+        if pause is not None:  # a turn left waiting for guidance: ask again
+            self._ask_guidance(session_id, pause.level or "high", pause.confidence, pause.reflection or "", pause.irreversible)
 
     async def _mount_stored(self, record: Any) -> None:
         """One stored message (the store's ``MessageRecord``) as it looked when it was written."""
@@ -140,6 +150,12 @@ class ChatScreen(Screen):
         if record.monitor:
             answer.set_monitor(record.monitor)
             self.query_one(MonitorPanel).add_turn(self.turn_number, record.monitor)
+        meta = record.metadata or {}
+        if meta.get("reflection") or meta.get("reflection_prompt"):
+            text = meta.get("reflection") or meta.get("reflection_prompt")
+            await log.mount(MessageBubble("system", text, title="monitor · reflection"))
+        if meta.get("explanation"):
+            await log.mount(MessageBubble("system", meta["explanation"], title="monitor · CRITICAL"))
 
     def rename_current(self, title: str) -> None:
         if self.session_id is not None:
@@ -152,8 +168,8 @@ class ChatScreen(Screen):
         text = event.value.strip()
         if not text:
             return
-        if self.active is not None or self.paused is not None:
-            self.notify("An answer is still running (escape stops it) or waiting for guidance.", severity="warning")
+        if self.active is not None:
+            self.notify("An answer is still streaming; escape stops it.", severity="warning")
             return
         if self.session_id is None:
             self.session_id = self.bridge.new_session()
@@ -161,7 +177,8 @@ class ChatScreen(Screen):
         event.input.value = ""
         self.turn_number += 1
         await self._log_mount(MessageBubble("user", text))
-        await self._start(lambda: self.bridge.send(self.session_id, text, self))
+        session_id = self.session_id
+        await self._start(lambda: self.bridge.send(session_id, text))
 
     async def _start(self, call: Any) -> None:
         """Mount the answer's bubble, then hand the turn to the engine (which returns at once)."""
@@ -260,20 +277,24 @@ class ChatScreen(Screen):
         if reflection and self.reflection_bubble is None:
             self.reflection_bubble = MessageBubble("system", reflection, title="monitor · reflection")
             await self._log_mount(self.reflection_bubble)
-        self.paused = event
+        if bubble is not None and bubble.badge is not None and not bubble.badge.resolved:
+            bubble.set_cancelled(STATUS_TEXT["paused"])
+        self._ask_guidance(event.session_id, level, confidence, reflection, irreversible)
+
+    def _ask_guidance(
+        self, session_id: str, level: str, confidence: float | None, reflection: str, irreversible: bool
+    ) -> None:
+        """HIGH (or an irreversible tool at MEDIUM): show the reflection, ask for guidance, resume with it."""
+        self.paused = session_id
         self.refresh_status(f"paused ({level.upper()}): waiting for your guidance")
 
         async def answered(guidance: str | None) -> None:
             self.paused = None
-            if guidance is None or not guidance.strip():
-                self.bridge.abort_paused(event.session_id)
-                if bubble is not None and bubble.badge is not None and not bubble.badge.resolved:
-                    bubble.set_cancelled("✘ aborted by you")
-                self.refresh_status("turn aborted")
+            if guidance is None or not guidance.strip() or session_id != self.session_id:
+                self.refresh_status("left paused: a new message moves on; reopening the session asks again")
                 return
             await self._log_mount(MessageBubble("user", guidance.strip(), title="you · guidance"))
-            session_id = event.session_id
-            await self._start(lambda: self.bridge.resume(session_id, guidance.strip(), self))
+            await self._start(lambda: self.bridge.resume(session_id, guidance.strip()))
 
         self.app.push_screen(EscalationPrompt(level, confidence, reflection, irreversible=irreversible), answered)
 

@@ -28,7 +28,7 @@ MEDIUM is logged; HIGH pauses the turn and asks for your guidance; CRITICAL abor
 | ctrl+o | sessions: open, rename (r), delete (d), new (n) |
 | ctrl+n | new chat |
 | ctrl+r | review queue |
-| ctrl+e | export this session (Markdown and session JSONL) |
+| ctrl+s | export this session (Markdown and session JSONL) |
 | ctrl+y | copy the last answer (or the focused message) |
 | ctrl+p | command palette (also: switch model / verifier / head, theme) |
 | f1, ? | this help |

@@ -182,14 +182,14 @@ class ReviewScreen(Screen):
         """The engine thread adds the point to the support set; this worker waits for it off the UI thread."""
         self.busy = True
         try:
-            size = self.bridge.decide(item.id, label, note=note, completion=completion)
+            result = self.bridge.decide(item.id, label, note=note, completion=completion)
         except Exception as exc:
             self.app.call_from_thread(self.notify, f"Decision not recorded: {exc}", severity="error", timeout=8)
             return
         finally:
             self.busy = False
         word = "edited → acceptable" if completion else ("acceptable" if label == LABEL_ACCEPTABLE else "unacceptable")
-        self.app.call_from_thread(self._after_change, f"#{item.id} {word}; support set now {size} points")
+        self.app.call_from_thread(self._after_change, f"#{item.id} {word}: {result.message}")
 
     def _after_change(self, message: str) -> None:
         self.reload()
@@ -244,5 +244,4 @@ class ReviewScreen(Screen):
         if undone is None:
             self.app.call_from_thread(self.notify, "No decision to undo.", severity="warning")
             return
-        size = self.bridge.info().support_size
-        self.app.call_from_thread(self._after_change, f"Undid the decision on #{undone.review_id}; support set {size} points")
+        self.app.call_from_thread(self._after_change, f"#{undone.review_id}: {undone.message}")

@@ -60,9 +60,11 @@ class EvidencePanel(Static):
     def __init__(self, verdict: Mapping[str, Any] | None = None, *, id: str | None = None) -> None:
         super().__init__("", id=id, classes="evidence")
         self.verdict = verdict
+        self.shown: Group | None = None
         if verdict is not None:
             self.show_verdict(verdict)
 
     def show_verdict(self, verdict: Mapping[str, Any]) -> None:
         self.verdict = verdict
-        self.update(evidence_renderable(verdict))
+        self.shown = evidence_renderable(verdict)
+        self.update(self.shown)

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# End-to-end drive of the real chat UI with the embedded model, in tmux.
+#
+#   scripts/e2e_tui.sh [PROMPT]
+#
+# Starts `mlx-sdm chat` (the Textual UI; embedded SmolLM2 and its default verifier) on a fresh
+# store in a detached 120x40 tmux session, waits for the model to load, types PROMPT, presses
+# Enter, and polls the pane every 20 ms to time the first streamed token on screen (the issue's
+# "first token within 2 s of Enter"). Then it waits for the verdict badge, expands the evidence,
+# opens the session monitor, the review queue and the help screen, printing each screen it saw,
+# and quits with ctrl+q. Exit status 0 when every step was seen, 1 otherwise.
+#
+# Environment: PYTHON (default .venv/bin/python), E2E_DIR (default a new temp dir; the store and
+# the log go there), LOAD_TIMEOUT (s, default 240), ANSWER_TIMEOUT (s, default 240),
+# CHAT_ARGS (extra arguments for `mlx-sdm chat`, e.g. "--max-tokens 48").
+set -u
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-.venv/bin/python}
+PROMPT=${1:-"Paris is the capital of France. Is this claim true or false?"}
+E2E_DIR=${E2E_DIR:-$(mktemp -d /tmp/mlx-sdm-e2e.XXXXXX)}
+LOAD_TIMEOUT=${LOAD_TIMEOUT:-240}
+ANSWER_TIMEOUT=${ANSWER_TIMEOUT:-240}
+CHAT_ARGS=${CHAT_ARGS:-}
+SESSION="mlx-sdm-e2e-$$"
+STATUS=0
+
+command -v tmux >/dev/null || { echo "e2e: tmux is not installed" >&2; exit 2; }
+now() { date +%s.%N; }
+pane() { tmux capture-pane -p -t "$SESSION"; }
+show() { echo "---------------- $1 ----------------"; pane; echo; }
+wait_for() {  # wait_for REGEX TIMEOUT_S -> 0 when the pane matches within the timeout
+    local deadline; deadline=$(echo "$(now) + $2" | bc)
+    while (( $(echo "$(now) < $deadline" | bc) )); do
+        pane | grep -Eq "$1" && return 0
+        sleep 0.1
+    done
+    return 1
+}
+step() {  # step NAME REGEX TIMEOUT
+    if wait_for "$2" "$3"; then echo "e2e: ok   $1"; else echo "e2e: FAIL $1 (no /$2/ within $3 s)"; STATUS=1; fi
+}
+cleanup() { tmux kill-session -t "$SESSION" 2>/dev/null; }
+trap cleanup EXIT
+
+echo "e2e: store and log in $E2E_DIR"
+tmux new-session -d -s "$SESSION" -x 120 -y 40 \
+    "$PYTHON -m mlx_sdm chat --db $E2E_DIR/chat.db $CHAT_ARGS 2> $E2E_DIR/stderr.log; echo EXITED \$?; sleep 30"
+
+t_start=$(now)
+step "model loaded" "model [^·]+ · verifier" "$LOAD_TIMEOUT"
+t_loaded=$(now)
+printf 'e2e: load time %.1f s\n' "$(echo "$t_loaded - $t_start" | bc)"
+show "chat, ready"
+
+tmux send-keys -t "$SESSION" -l "$PROMPT"
+sleep 0.3
+t_enter=$(now)
+tmux send-keys -t "$SESSION" Enter
+# First token: a text line appears under the "assistant · turn 1" title before the badge line.
+first=""
+deadline=$(echo "$t_enter + $ANSWER_TIMEOUT" | bc)
+while (( $(echo "$(now) < $deadline" | bc) )); do
+    if pane | awk '/assistant · turn 1/{f=1; next} f && /verifying|verified|rejected|unverifiable|stopped/{exit} f && /[[:alnum:]]/{found=1; exit} END{exit !found}'; then
+        first=$(now); break
+    fi
+    sleep 0.02
+done
+if [ -n "$first" ]; then
+    printf 'e2e: first token on screen %.2f s after Enter\n' "$(echo "$first - $t_enter" | bc)"
+else
+    echo "e2e: FAIL no streamed token within $ANSWER_TIMEOUT s"; STATUS=1
+fi
+step "verdict badge" "(✔ verified|✘ rejected|\? unverifiable)" "$ANSWER_TIMEOUT"
+t_done=$(now)
+printf 'e2e: answer + verdict + monitor %.1f s after Enter\n' "$(echo "$t_done - $t_enter" | bc)"
+sleep 1
+show "chat, answered"
+
+# Expand the evidence: shift+tab from the prompt reaches the last badge.
+tmux send-keys -t "$SESSION" BTab
+sleep 0.3
+tmux send-keys -t "$SESSION" Enter
+if pane | grep -q "unverifiable"; then
+    echo "e2e: (answer unverifiable: no evidence to expand)"
+else
+    step "evidence expanded" "nearest training exemplars|no exemplars were stored" 10
+fi
+show "evidence"
+
+tmux send-keys -t "$SESSION" C-r
+step "review queue" "Review queue" 10
+show "review queue"
+tmux send-keys -t "$SESSION" Escape
+sleep 0.5
+tmux send-keys -t "$SESSION" F1
+step "help" "Keys|this help" 10
+show "help"
+tmux send-keys -t "$SESSION" Escape
+sleep 0.3
+tmux send-keys -t "$SESSION" C-q
+step "quit" "EXITED 0" 30
+if [ -s "$E2E_DIR/stderr.log" ]; then echo "---- stderr ----"; tail -20 "$E2E_DIR/stderr.log"; fi
+exit $STATUS

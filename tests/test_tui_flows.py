@@ -1,0 +1,243 @@
+"""Pilot tests of the chat UI's flows on the REAL session engine with the tiny test model and the tiny
+verifier (tests/tiny_lm.py, tests/tiny_verifier.py): stream + badge, evidence, HIGH pause and resume,
+review decisions growing the support set (and undo), export, reopening a session."""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from mlx_sdm.session.engine import ChatEngine, EngineConfig
+from mlx_sdm.session.store import ChatStore
+from tests.tiny_verifier import build_tiny_verifier, tiny_components
+from tui.app import SdmChatApp
+from tui.screens.prompts import EscalationPrompt
+from tui.screens.review import ReviewScreen
+from tui.widgets.message import MessageBubble
+from tui.widgets.verdict import VerdictBadge
+
+pytestmark = pytest.mark.asyncio
+
+SIZE = (120, 40)
+MAX_TOKENS = 10
+TURN_TIMEOUT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def verifier_dir(tmp_path_factory) -> Path:
+    return build_tiny_verifier(tmp_path_factory.mktemp("tiny") / "verifier")
+
+
+def make_engine(store: ChatStore, verifier_dir: Path | None, **config) -> ChatEngine:
+    config.setdefault("max_tokens", MAX_TOKENS)
+    config.setdefault("embedder", "none")
+    config.setdefault("auq_thresholds", LOW_EVERYWHERE)  # the tiny model is unsure of everything: keep turns LOW
+    engine = ChatEngine(EngineConfig(**config), store, components=tiny_components(verifier_dir))
+    engine.ready.result(timeout=120)
+    return engine
+
+
+@pytest.fixture
+def store(tmp_path) -> ChatStore:
+    store = ChatStore(tmp_path / "chat.db")
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def engine(store, verifier_dir):
+    engine = make_engine(store, verifier_dir)
+    yield engine
+    engine.shutdown()
+
+
+async def wait_until(pilot, predicate, timeout: float = TURN_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("the UI did not reach the expected state in time")
+        await pilot.pause(0.05)
+
+
+def plain(renderable) -> str:
+    console = Console(width=110, record=True, file=io.StringIO())
+    console.print(renderable)
+    return console.export_text()
+
+
+def answers(app) -> list[MessageBubble]:
+    return [b for b in app.chat.query(MessageBubble) if b.role == "assistant"]
+
+
+async def send(pilot, app, text: str) -> MessageBubble:
+    """Type ``text``, press enter, wait until the turn is over; returns the answer's bubble."""
+    before = len(answers(app))
+    await pilot.click("#prompt")
+    await pilot.press(*text, "enter")
+    await wait_until(pilot, lambda: len(answers(app)) > before and app.chat.active is None)
+    await pilot.pause(0.1)
+    assert app.screen is app.chat, f"the turn ended on {app.screen!r}"
+    return answers(app)[-1]
+
+
+async def test_message_streams_and_gets_a_badge(store, engine):
+    tokens: list[str] = []
+    unsubscribe = engine.subscribe(lambda e: tokens.append(e.text) if e.kind == "token" and e.phase == "answer" else None)
+    app = SdmChatApp(engine=engine, store=store)
+    async with app.run_test(size=SIZE) as pilot:
+        bubble = await send(pilot, app, "Paris is the capital of France. Is this claim true or false?")
+        unsubscribe()
+        # streamed: several pieces arrived one by one, and the bubble shows exactly what the engine stored
+        assert len(tokens) >= 2
+        stored = [m for m in store.messages(app.chat.session_id) if m.role == "assistant"]
+        assert len(stored) == 1 and bubble.text == stored[0].text == "".join(tokens)
+        badge = bubble.badge
+        assert badge is not None and badge.resolved
+        assert badge.status == stored[0].verdict_status
+        shown = str(badge.render())
+        if badge.status == "verified":
+            assert f"p_lower {stored[0].verdict['p_lower']:.3f}" in shown
+        else:
+            assert badge.status == "rejected" and "✘ rejected ·" in shown
+        assert badge.has_class(badge.status)
+        # the monitor panel got the turn
+        assert [row["turn"] for row in app.chat.query_one("#monitor").rows] == [1]
+
+
+async def test_unverifiable_when_no_verifier_fits(store):
+    engine = make_engine(store, None)
+    try:
+        app = SdmChatApp(engine=engine, store=store)
+        async with app.run_test(size=SIZE) as pilot:
+            bubble = await send(pilot, app, "Hello world")
+            assert bubble.badge.status == "unverifiable"
+            assert str(bubble.badge.render()).startswith("? unverifiable")
+            assert not bubble.badge.expandable
+    finally:
+        engine.shutdown()
+
+
+async def test_expanding_the_badge_shows_the_evidence(store, engine):
+    app = SdmChatApp(engine=engine, store=store)
+    async with app.run_test(size=SIZE) as pilot:
+        bubble = await send(pilot, app, "Rome is the capital of Italy. Check the claim.")
+        verdict = store.messages(app.chat.session_id)[-1].verdict
+        assert bubble.evidence is not None and not bubble.evidence.display
+        bubble.badge.focus()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert bubble.evidence.display and bubble.badge.expanded
+        text = plain(bubble.evidence.shown)
+        assert f"q {verdict['q']}" in text and f"⌊q̃⌋ {verdict['q_bin']}" in text
+        assert verdict["exemplars"], "the tiny verifier returns exemplars"
+        for exemplar in verdict["exemplars"]:
+            assert exemplar["id"][:10] in text
+        await pilot.press("enter")
+        await pilot.pause()
+        assert not bubble.evidence.display
+
+
+async def test_high_pause_shows_the_reflection_and_resumes_with_guidance(store, verifier_dir):
+    # thresholds that put every cumulative confidence in [0, 0.999) at HIGH
+    engine = make_engine(store, verifier_dir, **HIGH_EVERYWHERE)
+    try:
+        app = SdmChatApp(engine=engine, store=store)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.click("#prompt")
+            await pilot.press(*"Is Oslo the capital of Norway?", "enter")
+            await wait_until(pilot, lambda: isinstance(app.screen, EscalationPrompt))
+            prompt = app.screen
+            assert "HIGH" in str(prompt.query_one(".dialog-title").render())
+            paused = [m for m in store.messages(app.chat.session_id) if m.role == "assistant"]
+            assert paused[-1].status == "paused"
+            await pilot.pause()
+            await pilot.click("#guidance")
+            await pilot.press(*"Say you are not sure.", "enter")
+            # resumed: a guidance message, then a second answer (which pauses again at these thresholds)
+            await wait_until(pilot, lambda: len(answers(app)) == 2 and app.chat.active is None)
+            messages = store.messages(app.chat.session_id)
+            guidance = [m for m in messages if m.kind == "guidance"]
+            assert [g.text for g in guidance] == ["Say you are not sure."]
+            assert paused[-1].id in [m.id for m in messages if m.status == "resumed"]
+            titles = [str(b.query_one(".title").render()) for b in app.chat.query(MessageBubble)]
+            assert "monitor · reflection" in titles and "you · guidance" in titles
+    finally:
+        engine.shutdown()
+
+
+async def test_review_decision_grows_the_support_set_and_undo_shrinks_it(store, verifier_dir):
+    engine = make_engine(store, verifier_dir, **HIGH_EVERYWHERE)  # every answer lands in the queue (escalated)
+    try:
+        app = SdmChatApp(engine=engine, store=store)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.click("#prompt")
+            await pilot.press(*"Berlin is the capital of Germany.", "enter")
+            await wait_until(pilot, lambda: isinstance(app.screen, EscalationPrompt))
+            await pilot.press("escape")  # leave it paused
+            await wait_until(pilot, lambda: app.chat.active is None)
+            before = engine.info().support_size
+            queue = store.review_items()
+            assert len(queue) == 1
+            await pilot.press("ctrl+r")
+            await wait_until(pilot, lambda: isinstance(app.screen, ReviewScreen))
+            await pilot.press("a")
+            await wait_until(pilot, lambda: engine.info().support_size == before + 1)
+            await pilot.pause(0.2)
+            decided = store.review_items()[0]
+            assert decided.decision is not None and decided.decision.label == 1
+            assert "support set" in str(app.screen.query_one("#review-status").render())
+            # the point is in the estimator's support set under the decision's id
+            assert engine.call(lambda c: decided.decision.support_id in c.verifier.estimator.support_ids).result(30)
+            await pilot.press("z")
+            await wait_until(pilot, lambda: engine.info().support_size == before)
+            assert store.review_items()[0].decision is None
+    finally:
+        engine.shutdown()
+
+
+async def test_export_writes_markdown_and_session_jsonl(store, engine, tmp_path):
+    from mlx_sdm.session.format import read_sessions_jsonl
+
+    app = SdmChatApp(engine=engine, store=store, export_dir=tmp_path / "out")
+    async with app.run_test(size=SIZE) as pilot:
+        bubble = await send(pilot, app, "Madrid is the capital of Spain.")
+        await pilot.press("ctrl+s")
+        await pilot.pause(0.2)
+        session_id = app.chat.session_id
+    md = tmp_path / "out" / f"session-{session_id}.md"
+    jsonl = tmp_path / "out" / f"session-{session_id}.jsonl"
+    assert "Madrid is the capital of Spain." in md.read_text()
+    sessions = read_sessions_jsonl(jsonl)
+    assert len(sessions) == 1 and sessions[0].session_id == session_id
+    agent = [s for s in sessions[0].steps if s.actor == "agent"]
+    assert [s.text for s in agent] == [bubble.text]
+
+
+async def test_reopening_a_session_shows_it_as_it_was(store, engine):
+    app = SdmChatApp(engine=engine, store=store)
+    async with app.run_test(size=SIZE) as pilot:
+        first = await send(pilot, app, "Lisbon is the capital of Portugal.")
+        session_id = app.chat.session_id
+        shown = (first.text, first.badge.status, str(first.badge.render()))
+    store.rename_session(session_id, "Capitals")
+    again = SdmChatApp(engine=engine, store=store, session_id=session_id)
+    async with again.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.2)
+        bubbles = again.chat.query(MessageBubble)
+        assert [b.role for b in bubbles] == ["user", "assistant"]
+        answer = answers(again)[0]
+        assert (answer.text, answer.badge.status, str(answer.badge.render())) == shown
+        assert again.chat.title == "Capitals"
+        # and the conversation goes on in the same session
+        await send(pilot, again, "And Vienna?")
+        assert len([m for m in store.messages(session_id) if m.role == "assistant"]) == 2
+
+
+#: AUQ floors (LOW, MEDIUM, HIGH) on the cumulative confidence (monitoring spec § 2.5) that put every turn
+#: at LOW, or every turn in [0, 0.9999) at HIGH.
+LOW_EVERYWHERE = (1e-6, 5e-7, 0.0)
+HIGH_EVERYWHERE: dict = {"auq_thresholds": (1.0, 0.9999, 0.0)}
