@@ -82,7 +82,7 @@ def test_unverifiable_when_no_verifier_fits(make_engine):
 
 
 def test_cancel_stops_generation_at_the_next_token(make_engine):
-    engine, store, events = make_engine(max_tokens=400)
+    engine, store, events = make_engine(max_tokens=60)
 
     def stop_after_three(event):
         if event.kind == "token" and sum(e.kind == "token" for e in events) == 3:

@@ -1,0 +1,97 @@
+"""Export a session to Markdown and to the session JSONL that `mlx-sdm eval-monitor` reads; the plain chat."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from mlx_sdm.commands import chat as chat_cmd
+from mlx_sdm.errors import DataError
+from mlx_sdm.session.engine import ChatEngine, EngineConfig
+from mlx_sdm.session.export import export_session, session_to_markdown
+from mlx_sdm.session.format import read_sessions_jsonl
+from mlx_sdm.session.store import ChatStore
+from tests.tiny_verifier import build_tiny_verifier, tiny_components
+
+ALWAYS_HIGH = (1.0, 0.9999, 0.0)
+
+
+@pytest.fixture
+def session(tmp_path):
+    path = build_tiny_verifier(tmp_path / "verifier")
+    store = ChatStore(tmp_path / "chat.db")
+    engine = ChatEngine(EngineConfig(max_tokens=8, reflection_max_tokens=4, auq_thresholds=ALWAYS_HIGH), store,
+                        components=tiny_components(path))
+    s = store.create_session("export me", model="tiny", verifier=str(path))
+    first = engine.send(s.id, "Is Paris the capital of France?").result(60)
+    second = engine.resume(s.id, "Answer in one word.").result(60)
+    engine.shutdown()
+    return store, s.id, first, second
+
+
+def test_markdown_export(session, tmp_path):
+    store, sid, first, second = session
+    out = export_session(store, sid, tmp_path / "s.md")
+    text = out.read_text()
+    assert text == session_to_markdown(store, sid)
+    assert text.startswith("# export me\n") and "### You\n\nIs Paris the capital of France?" in text
+    assert "### You (guidance to resume)\n\nAnswer in one word." in text
+    assert "verdict: REJECTED" in text or "verdict: VERIFIED" in text
+    assert "monitor: AUQ HIGH" in text and "NOT confident" in text and "Nearest training exemplars:" in text
+
+
+def test_jsonl_export_reads_back_with_the_session_format(session, tmp_path):
+    store, sid, first, second = session
+    path = export_session(store, sid, tmp_path / "s.jsonl")
+    (s,) = read_sessions_jsonl(path)
+    assert s.session_id == sid and s.model == "tiny" and s.outcome is None
+    assert [(st.actor, st.step_type) for st in s.steps] == [("user", None), ("agent", "llm_call"), ("user", None), ("agent", "llm_call")]
+    assert [st.step_id for st in s.steps] == ["user_0", "llm_1", "user_2", "llm_3"]
+    agent = s.steps[1]
+    assert agent.text == first.text and len(agent.tokens) == len(agent.token_logprobs) == first.tokens
+    assert agent.verifier.p_lower == first.verdict["p_lower"] and agent.verifier.reason == first.verdict["reason"]
+    assert agent.auq.level == "high" and agent.auq.propagated_confidence == pytest.approx(first.monitor["cumulative_confidence"])
+    assert agent.tracer.prefix_risk == pytest.approx(first.monitor["tracer_risk"])
+    assert s.steps[3].auq.propagated_confidence == pytest.approx(second.monitor["cumulative_confidence"])
+    with pytest.raises(DataError, match="unknown export format"):
+        export_session(store, sid, tmp_path / "s.txt", "pdf")
+
+
+def test_plain_chat_prints_answer_then_verdict_and_monitor(tmp_path):
+    path = build_tiny_verifier(tmp_path / "verifier")
+    store = ChatStore(tmp_path / "chat.db")
+    config = EngineConfig(max_tokens=6, reflection_max_tokens=4, auq_thresholds=ALWAYS_HIGH)
+    stdin = io.StringIO("Is Paris the capital of France?\nAnswer in one word.\n/rename plain test\n/export " + str(tmp_path / "x.md") + "\n/quit\n")
+    stdout = io.StringIO()
+    rc = chat_cmd.run_plain(config, store, session_id=None, title="plain", stdin=stdin, stdout=stdout,
+                            components=tiny_components(path))
+    out = stdout.getvalue()
+    assert rc == 0
+    lines = out.splitlines()
+    assert lines[0].startswith("[session ") and "verifier" in lines[0]
+    verdicts = [l for l in lines if l.startswith("[verdict: ")]
+    assert len(verdicts) == 2  # the question, then the guidance that resumed the paused answer
+    assert sum(l.startswith("[monitor: AUQ HIGH") for l in lines) == 2
+    assert "[PAUSED at HIGH uncertainty" in out and "[queued for review as #1]" in out
+    assert "[renamed to 'plain test']" in out and (tmp_path / "x.md").exists()
+    (s,) = store.list_sessions()
+    assert s.title == "plain test" and [m.kind for m in store.messages(s.id)] == ["chat", "chat", "guidance", "chat"]
+
+
+def test_chat_list_and_bad_session(tmp_path, capsys):
+    db = tmp_path / "chat.db"
+    store = ChatStore(db)
+    s = store.create_session("listed")
+    store.close()
+    assert chat_cmd.main(["--db", str(db), "--list"]) == 0
+    assert f"{s.id}" in capsys.readouterr().out
+    assert chat_cmd.main(["--db", str(db), "--plain", "--session", "nope"]) == 2
+    assert "no session with id 'nope'" in capsys.readouterr().err
+
+
+def test_default_store_location(monkeypatch, tmp_path):
+    monkeypatch.setenv("MLX_SDM_HOME", str(tmp_path / "home"))
+    assert chat_cmd.default_db_path() == tmp_path / "home" / "chat.db"
+    monkeypatch.delenv("MLX_SDM_HOME")
+    assert chat_cmd.default_db_path().name == "chat.db" and "mlx-sdm" in str(chat_cmd.default_db_path())

@@ -1,0 +1,101 @@
+"""Review decisions feed the verifier's support set at once (no retraining); undo takes the point out;
+the updated verifier is saved atomically and later verdicts change because of it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from mlx_sdm.network.verifier import DocumentVerifier
+from mlx_sdm.session.engine import ChatEngine, EngineConfig
+from mlx_sdm.session.store import ChatStore
+from tests.tiny_verifier import build_tiny_verifier, tiny_components, tiny_loaded_model
+
+ALWAYS_HIGH = (1.0, 0.9999, 0.0)  # every answer escalates, so every answer lands in the review queue
+QUESTION = "Is Paris the capital of France?"
+
+
+@pytest.fixture
+def engine(tmp_path):
+    path = build_tiny_verifier(tmp_path / "verifier")
+    store = ChatStore(tmp_path / "chat.db")
+    engine = ChatEngine(EngineConfig(max_tokens=10, auq_thresholds=ALWAYS_HIGH, generate_reflection=False),
+                        store, components=tiny_components(path))
+    engine.ready.result(120)
+    yield engine
+    engine.shutdown()
+
+
+def _ask(engine, title):
+    return engine.send(engine.store.create_session(title).id, QUESTION).result(60)
+
+
+def test_decision_grows_the_support_set_and_changes_a_near_duplicate_verdict(engine):
+    store = engine.store
+    base_size = engine.info().support_size
+    first = _ask(engine, "a")
+    assert first.review_id is not None and store.review_item(first.review_id).reasons[-1] == "escalated_high"
+    # the verifier's own prediction as the label: the new point extends the q prefix of a near-duplicate
+    label = int(first.verdict["prediction"])
+    result = engine.decide(first.review_id, label, note="checked").result(60)
+    assert result.applied and result.support_size == base_size + 1 == engine.info().support_size
+
+    again = _ask(engine, "b")  # the same question in a fresh session: the same (greedy) answer and features
+    np.testing.assert_allclose(store.message(again.message_id).features, store.message(first.message_id).features, atol=1e-5)
+    assert again.verdict["q"] > first.verdict["q"]
+    assert again.verdict["d"] != first.verdict["d"]  # the nearest support point is now the answer itself
+    assert f"review-{first.review_id}-decision-{result.decision_id}" in [e["id"] for e in again.verdict["exemplars"]]
+
+    # saved atomically beside the store, with the decision ids it holds, and loadable as a verifier
+    saved = DocumentVerifier.load(result.saved_to, expect_fingerprint=tiny_loaded_model().fingerprint)
+    assert saved.estimator.support_size == base_size + 1
+    sidecar = json.loads(open(result.saved_to + ".review.json").read())
+    assert sidecar["decision_ids"] == [result.decision_id] and sidecar["support_size"] == base_size + 1
+
+    undone = engine.undo_decision().result(60)
+    assert undone.decision_id == result.decision_id and undone.support_size == base_size
+    third = _ask(engine, "c")
+    assert third.verdict["q"] == first.verdict["q"] and third.verdict["d"] == pytest.approx(first.verdict["d"])
+    assert DocumentVerifier.load(undone.saved_to).estimator.support_size == base_size
+    assert engine.undo_decision().result(60) is None
+
+
+def test_opposite_label_removes_the_answer_from_its_own_q(engine):
+    first = _ask(engine, "a")
+    flipped = 1 - int(first.verdict["prediction"])
+    engine.decide(first.review_id, flipped).result(60)
+    again = _ask(engine, "b")
+    assert again.verdict["q"] == 0  # the nearest neighbour now disagrees: q stops at once (Eq. 5)
+    assert again.verdict_status == "rejected"
+
+
+def test_edited_completion_is_force_decoded_and_superseding_decisions_rebuild(engine):
+    store = engine.store
+    base = engine.info().support_size
+    first = _ask(engine, "a")
+    edited = '{"correctness": true}'
+    r1 = engine.decide(first.review_id, 1, completion=edited, note="fixed").result(60)
+    assert r1.applied and r1.support_size == base + 1
+    point = store.support_points()[0]
+    assert point.text == edited and point.label == 1
+    assert not np.allclose(point.features, store.message(first.message_id).features)  # features of the edit
+    # relabelling the same entry replaces the point (rebuilt from the base verifier), it does not add a second one
+    r2 = engine.decide(first.review_id, 0).result(60)
+    assert r2.support_size == base + 1 and [p.label for p in store.support_points()] == [0]
+    rows = store.training_rows()
+    assert rows == [{"prompt": QUESTION, "completion": first.text, "label": 0}]
+
+
+def test_decisions_survive_a_restart(engine, tmp_path):
+    first = _ask(engine, "a")
+    engine.decide(first.review_id, int(first.verdict["prediction"])).result(60)
+    size = engine.info().support_size
+    engine.shutdown()
+    again = ChatEngine(EngineConfig(max_tokens=10), ChatStore(tmp_path / "chat.db"),
+                       components=tiny_components(tmp_path / "verifier"))
+    try:
+        assert again.ready.result(120).support_size == size  # base verifier + the store's active decisions
+    finally:
+        again.shutdown()
