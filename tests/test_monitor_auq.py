@@ -274,3 +274,20 @@ def test_otlp_extra_missing_gives_install_command(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_exporter)
     with pytest.raises(MissingDependencyError, match=r"pip install 'mlx-sdm\[otlp\]'"):
         configure_otlp()
+
+
+def test_resolved_alternatives_are_config_fields():
+    assert cluster_samples(["a b c", "b c d", "c d e"], 0.40, "greedy") == [2, 1]  # vs [3] for components
+    assert entropy_confidence([3, 1, 1], "log_k") == pytest.approx(1 - 0.950271 / __import__("math").log(3), abs=1e-6)
+    assert propagate_ema(None, 0.2, "llm_call", EstimatorConfig(initial_confidence=1.0)) == pytest.approx(0.56)
+    with pytest.raises(ValueError, match="cluster_method"):
+        EstimatorConfig(cluster_method="kmeans")
+    # f = 0.5 exactly: inside the inclusive zone, outside the exclusive one
+    for inclusive, ran in ((True, True), (False, False)):
+        monitor = AUQMonitor(UncertaintyPolicy(enable_semantic_sampling=True),
+                             EstimatorConfig(trigger_inclusive=inclusive, calibration_mode="none", missing_confidence_default=0.5))
+        sampler = ScriptedSampler(["same words", "same words"])
+        step = monitor.score_step("s", "llm_call", "", sampler=sampler)
+        assert (step.samples_used > 0) is ran
+    with pytest.raises(ValueError, match="verifier_p"):
+        AUQMonitor().score_step("v", "llm_call", "", verifier_p=1.5)

@@ -100,6 +100,9 @@ class UncertaintyPolicy:
     inject_reflection_on_high: bool = True
     reset_on_resume: bool = False  # [RESOLVED] resuming keeps P_t
     reflection_text: str = REFLECTION_TEXT
+    reflection_step_types: tuple[str, ...] = LLM_STEP_TYPES  # [RESOLVED] reflection on HIGH "LLM steps" only
+    escalate_span_on_override: bool = True  # [RESOLVED] a MEDIUM step paused by the override emits escalate
+    high_uncertainty_levels: tuple[str, ...] = ("high", "critical")  # [RESOLVED] counted in high_uncertainty_steps
 
     def __post_init__(self) -> None:
         if not (1.0 >= self.low_threshold > self.medium_threshold > self.high_threshold >= 0.0):
@@ -132,6 +135,10 @@ class EstimatorConfig:
     sampling_timeout_s: float | None = None  # past it, System 2 counts as failed (samples_used = 0)
     step_type_weights: dict[str, float] = field(default_factory=lambda: dict(STEP_TYPE_WEIGHTS))
     unknown_step_weight: float = UNKNOWN_STEP_WEIGHT
+    initial_confidence: float | None = None  # [RESOLVED] P_0: None means P_1 = s_1 (no prior)
+    trigger_inclusive: bool = True  # [RESOLVED] trigger zone bounds inclusive
+    cluster_method: str = "components"  # [RESOLVED] "components" (single linkage) | "greedy" (first match)
+    entropy_normalizer: str = "log_n"  # [RESOLVED] "log_n" | "log_k" (number of clusters)
     eps: float = 1e-6
 
     def __post_init__(self) -> None:
@@ -143,6 +150,10 @@ class EstimatorConfig:
             raise ValueError(f"need 2 <= min_samples <= max_samples, got {self.min_samples}, {self.max_samples}")
         if self.verbalized_weight < 0 or self.p_true_weight < 0:
             raise ValueError("fusion weights must be >= 0")
+        if self.cluster_method not in ("components", "greedy"):
+            raise ValueError(f"cluster_method must be components or greedy, got {self.cluster_method!r}")
+        if self.entropy_normalizer not in ("log_n", "log_k"):
+            raise ValueError(f"entropy_normalizer must be log_n or log_k, got {self.entropy_normalizer!r}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -221,10 +232,23 @@ def auq_jaccard(a: str, b: str) -> float:
     return len(sa & sb) / len(sa | sb)
 
 
-def cluster_samples(samples: Sequence[str], threshold: float = CLUSTER_JACCARD) -> list[int]:
-    """Connected components of the graph linking samples with Jaccard >= threshold (single linkage).
-    Returns the cluster sizes."""
+def cluster_samples(samples: Sequence[str], threshold: float = CLUSTER_JACCARD, method: str = "components") -> list[int]:
+    """Cluster sizes, largest first. ``components``: connected components of the graph linking samples
+    with Jaccard >= threshold (single linkage, order-independent). ``greedy``: each sample joins the
+    first existing cluster whose first member it matches, else starts a new one."""
     n = len(samples)
+    if method == "greedy":
+        heads: list[int] = []
+        counts: list[int] = []
+        for i in range(n):
+            for c, h in enumerate(heads):
+                if auq_jaccard(samples[i], samples[h]) >= threshold:
+                    counts[c] += 1
+                    break
+            else:
+                heads.append(i)
+                counts.append(1)
+        return sorted(counts, reverse=True)
     parent = list(range(n))
 
     def find(i: int) -> int:
@@ -243,12 +267,16 @@ def cluster_samples(samples: Sequence[str], threshold: float = CLUSTER_JACCARD) 
     return sorted(sizes.values(), reverse=True)
 
 
-def entropy_confidence(cluster_sizes: Sequence[int]) -> float:
-    """c_se = 1 - H/log(n), H = -sum (n_k/n) log(n_k/n) (spec 2.3 step 5; normaliser log n)."""
+def entropy_confidence(cluster_sizes: Sequence[int], normalizer: str = "log_n") -> float:
+    """c_se = 1 - H/log(n), H = -sum (n_k/n) log(n_k/n) (spec 2.3 step 5; [RESOLVED] normaliser log n;
+    ``log_k`` divides by the log of the number of clusters instead, c_se = 1 for a single cluster)."""
     n = sum(cluster_sizes)
     if n < 2:
         raise ValueError("semantic entropy needs at least 2 samples")
     H = -sum((k / n) * math.log(k / n) for k in cluster_sizes if k > 0)
+    if normalizer == "log_k":
+        k = sum(1 for c in cluster_sizes if c > 0)
+        return 1.0 if k < 2 else 1.0 - H / math.log(k)
     return 1.0 - H / math.log(n)
 
 
@@ -294,8 +322,8 @@ def adaptive_semantic_entropy(sampler: ResponseSampler, config: EstimatorConfig)
             return SemanticResult(None, 0, False, error="timeout")
     except Exception as exc:  # noqa: BLE001 - any sampler failure means "System 2 did not run"
         return SemanticResult(None, 0, False, error=f"{type(exc).__name__}: {exc}")
-    sizes = cluster_samples(samples, config.cluster_jaccard)
-    return SemanticResult(entropy_confidence(sizes), len(samples), False, sizes)
+    sizes = cluster_samples(samples, config.cluster_jaccard, config.cluster_method)
+    return SemanticResult(entropy_confidence(sizes, config.entropy_normalizer), len(samples), False, sizes)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -307,7 +335,10 @@ def step_weight(step_type: str | None, config: EstimatorConfig) -> float:
 
 
 def propagate_ema(previous: float | None, s: float, step_type: str | None, config: EstimatorConfig) -> float:
-    """P_t = w*s_t + (1-w)*P_{t-1}; P_1 = s_1 (no prior). Not the SAUP estimator (see tracer.saup_rms)."""
+    """P_t = w*s_t + (1-w)*P_{t-1}; P_1 = s_1 unless ``initial_confidence`` sets a prior P_0.
+    Not the SAUP estimator (see tracer.saup_rms)."""
+    if previous is None:
+        previous = config.initial_confidence
     if previous is None:
         return s
     w = step_weight(step_type, config)
@@ -389,9 +420,7 @@ class AgentBeliefState:
             "overall_level": level_for(cum, policy).value if cum is not None else None,
             "cumulative_confidence": cum,
             "total_steps": len(self.step_uncertainties),
-            "high_uncertainty_steps": sum(
-                s.level in (UncertaintyLevel.HIGH, UncertaintyLevel.CRITICAL) for s in self.step_uncertainties
-            ),
+            "high_uncertainty_steps": sum(s.level.value in policy.high_uncertainty_levels for s in self.step_uncertainties),
             "last_step_id": self.step_uncertainties[-1].step_id if self.step_uncertainties else None,
         }
 
@@ -482,7 +511,10 @@ class AUQMonitor:
         # System 2
         c_se, samples_used, early = None, 0, False
         s = f
-        in_zone = cfg.semantic_trigger_low <= f <= cfg.semantic_trigger_high
+        if cfg.trigger_inclusive:
+            in_zone = cfg.semantic_trigger_low <= f <= cfg.semantic_trigger_high
+        else:
+            in_zone = cfg.semantic_trigger_low < f < cfg.semantic_trigger_high
         if self.policy.enable_semantic_sampling and sampler is not None and in_zone:
             result = adaptive_semantic_entropy(sampler, cfg)
             samples_used, early = result.samples_used, result.early_stopped
@@ -492,6 +524,8 @@ class AUQMonitor:
             spans.emit(self.tracer, spans.SPAN_SEMANTIC,
                        {"step_id": step_id, "sample_count": samples_used, "early_stopped": early})
         if verifier_p is not None:
+            if not 0.0 <= float(verifier_p) <= 1.0:
+                raise ValueError(f"step {step_id}: verifier_p must be in [0, 1], got {verifier_p}")
             s = min(s, float(verifier_p))  # spec 5.4 v1
 
         # propagation and escalation
@@ -512,13 +546,15 @@ class AUQMonitor:
             "fused_confidence": f, "propagated_confidence": P, "level": level.value, "action": action.value,
             "p_true_ran": p_true_ran, "samples_used": samples_used,
         })
-        escalates = level in (UncertaintyLevel.HIGH, UncertaintyLevel.CRITICAL) or action is EscalationAction.PAUSE_FOR_HUMAN
+        escalates = level in (UncertaintyLevel.HIGH, UncertaintyLevel.CRITICAL) or (
+            action is EscalationAction.PAUSE_FOR_HUMAN and self.policy.escalate_span_on_override
+        )
         if escalates:
             spans.emit(self.tracer, spans.SPAN_ESCALATE, {
                 "step_id": step_id, "level": level.value, "cumulative_confidence": P, "irreversible": irreversible,
             })
         if action is EscalationAction.PAUSE_FOR_HUMAN:
-            if level is UncertaintyLevel.HIGH and stype in LLM_STEP_TYPES and self.policy.inject_reflection_on_high:
+            if level is UncertaintyLevel.HIGH and stype in self.policy.reflection_step_types and self.policy.inject_reflection_on_high:
                 state.transcript.append({"role": "system", "content": self.policy.reflection_text,
                                          "metadata": {"kind": REFLECTION_KIND, "step_id": step_id}})
             state.status = SessionStatus.WAITING_FOR_HUMAN
