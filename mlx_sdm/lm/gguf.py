@@ -42,7 +42,7 @@ class GGUFModel:
     model: llama.Model
     metadata: dict[str, Any]
     config: dict[str, Any]
-    bits: int | None  # 4 or 8 when kept quantized, None for float32
+    bits: int | None  # the most common kept width (per-layer widths in config['quantization']), None for float32
 
 
 def _scalar(metadata: dict, key: str, default: Any = None) -> Any:
@@ -131,12 +131,12 @@ def load_gguf_model(path: str | os.PathLike, *, quantized: bool = False) -> GGUF
     weights = _rename(raw, config)
     config["tie_word_embeddings"] = "lm_head.weight" not in weights
     quantized_prefixes = sorted(k[: -len(".scales")] for k in weights if k.endswith(".scales"))
-    bits = None
+    bits: int | None = None
+    layer_bits: dict[str, int] = {}
     if quantized and quantized_prefixes:
-        bits_seen = {_quantized_bits(weights, p) for p in quantized_prefixes}
-        if len(bits_seen) != 1:
-            raise ArtifactError(f"{path}: mixed quantization widths {sorted(bits_seen)}; load it without --quantized.")
-        bits = bits_seen.pop()
+        layer_bits = {p: _quantized_bits(weights, p) for p in quantized_prefixes}
+        # SmolLM2's Q4_1 file keeps token_embd at Q8_0 and the rest at 4 bits: `bits` is the common width
+        bits = max(set(layer_bits.values()), key=list(layer_bits.values()).count)
     else:
         for prefix in quantized_prefixes:
             w = weights.pop(prefix + ".weight")
@@ -151,17 +151,17 @@ def load_gguf_model(path: str | os.PathLike, *, quantized: bool = False) -> GGUF
             weights[key] = value.astype(mx.float32)
     args = llama.ModelArgs.from_dict(config)
     model = llama.Model(args)
-    if bits is not None:
-        quantizable = {p for p in quantized_prefixes}
+    if layer_bits:
         nn.quantize(
             model,
-            group_size=GGUF_GROUP_SIZE,
-            bits=bits,
-            class_predicate=lambda p, m: p in quantizable and hasattr(m, "to_quantized"),
+            class_predicate=lambda p, m: (
+                {"group_size": GGUF_GROUP_SIZE, "bits": layer_bits[p]} if p in layer_bits and hasattr(m, "to_quantized") else False
+            ),
         )
     model.load_weights(list(weights.items()), strict=True)
     mx.eval(model.parameters())
     model.eval()
-    if bits is not None:
-        config["quantization"] = {"group_size": GGUF_GROUP_SIZE, "bits": bits}
+    if layer_bits:
+        config["quantization"] = {"group_size": GGUF_GROUP_SIZE, "bits": bits,
+                                  **{p: {"group_size": GGUF_GROUP_SIZE, "bits": b} for p, b in layer_bits.items() if b != bits}}
     return GGUFModel(model=model, metadata=metadata, config=config, bits=bits)
