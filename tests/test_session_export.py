@@ -74,6 +74,8 @@ def test_plain_chat_prints_answer_then_verdict_and_monitor(tmp_path):
     assert len(verdicts) == 2  # the question, then the guidance that resumed the paused answer
     assert sum(l.startswith("[monitor: AUQ HIGH") for l in lines) == 2
     assert "[PAUSED at HIGH uncertainty" in out and "[queued for review as #1]" in out
+    answer_line = lines[lines.index(verdicts[0]) - 1]
+    assert answer_line == store.messages(store.list_sessions()[0].id)[1].text.splitlines()[-1]  # answer, then verdict
     assert "[renamed to 'plain test']" in out and (tmp_path / "x.md").exists()
     (s,) = store.list_sessions()
     assert s.title == "plain test" and [m.kind for m in store.messages(s.id)] == ["chat", "chat", "guidance", "chat"]
@@ -88,6 +90,12 @@ def test_chat_list_and_bad_session(tmp_path, capsys):
     assert f"{s.id}" in capsys.readouterr().out
     assert chat_cmd.main(["--db", str(db), "--plain", "--session", "nope"]) == 2
     assert "no session with id 'nope'" in capsys.readouterr().err
+    assert chat_cmd.main(["--db", str(db), "--export", str(tmp_path / "a.md")]) == 2
+    assert "--export needs --session" in capsys.readouterr().err
+    assert chat_cmd.main(["--db", str(db), "--session", s.id, "--export", str(tmp_path / "a.md")]) == 0
+    assert (tmp_path / "a.md").read_text().startswith("# listed")
+    assert chat_cmd.main(["--db", str(db), "--export-labels", str(tmp_path / "labels.jsonl")]) == 0
+    assert (tmp_path / "labels.jsonl").read_text() == "" and "wrote 0 training rows" in capsys.readouterr().out
 
 
 def test_default_store_location(monkeypatch, tmp_path):

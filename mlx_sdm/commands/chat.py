@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
             "  echo 'Is Paris in France?' | mlx-sdm chat  # line mode (not a terminal): answer, verdict, monitor\n"
             "  mlx-sdm chat --plain --session 3f2a9c1b    # reopen a session in line mode\n"
             "  mlx-sdm chat --list                        # sessions in the store\n"
+            "  mlx-sdm chat --session 3f2a9c1b --export s.jsonl   # then: mlx-sdm eval-monitor s.jsonl\n"
+            "  mlx-sdm chat --export-labels labels.jsonl  # review decisions as training rows\n"
             "  mlx-sdm chat --irreversible-tools send_email,delete  # pause such tool calls already at MEDIUM\n"
             f"\nThe store defaults to {default_db_path()} (set MLX_SDM_HOME or --db to move it)."
         ),
@@ -76,6 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-p-true", action="store_true", help="skip the P(True) follow-up question (AUQ then has no confidence signal: 0.5, HIGH)")
     parser.add_argument("--plain", action="store_true", help="line-mode chat (the default when stdin/stdout is not a terminal)")
     parser.add_argument("--list", action="store_true", help="list the sessions in the store and exit")
+    parser.add_argument("--export", metavar="PATH", default=None,
+                        help="with --session: write that session to PATH (.md = Markdown, .jsonl = session JSONL for eval-monitor) and exit")
+    parser.add_argument("--export-labels", metavar="PATH", default=None,
+                        help="write every review decision as training rows {prompt, completion, label} (JSONL) for `mlx-sdm train` and exit")
     parser.add_argument("--no-monitor-panel", action="store_true", help="start the UI with the monitor panel hidden")
     parser.add_argument("--theme", default=None, help="Textual theme name for the UI")
     return parser
@@ -101,8 +107,19 @@ def main(argv: list[str] | None = None) -> int:
         store = ChatStore(Path(args.db).expanduser() if args.db else default_db_path())
         if args.list:
             return _list_sessions(store)
+        if args.export_labels:
+            n = store.export_training_rows(Path(args.export_labels).expanduser())
+            print(f"wrote {n} training rows to {args.export_labels}")
+            return 0
         if args.session is not None:
             store.get_session(args.session)
+        if args.export:
+            if args.session is None:
+                raise MlxSdmError("--export needs --session ID (see --list)")
+            from mlx_sdm.session.export import export_session
+
+            print(f"wrote {export_session(store, args.session, Path(args.export).expanduser())}")
+            return 0
         config = engine_config(args)
     except MlxSdmError as exc:
         print(f"mlx-sdm chat: error: {exc}", file=sys.stderr)
@@ -150,11 +167,13 @@ def run_plain(config, store, *, session_id: str | None, title: str | None, stdin
         stdout.write(text + end)
         stdout.flush()
 
+    logged: list[str] = []
+
     def on_event(event) -> None:
-        if event.kind == "token":
+        if event.kind == "token" and event.phase == "answer":
             out(event.text, end="")
         elif event.kind == "escalation" and event.action == "log":
-            out(f"\n[{event.message}]", end="")
+            logged.append(event.message)
 
     engine = ChatEngine(config, store, components=components)
     try:
@@ -197,14 +216,17 @@ def run_plain(config, store, *, session_id: str | None, title: str | None, stdin
                 if not text.strip():
                     continue
                 future = engine.send(session_id, text, on_event=on_event)
+            logged.clear()
             try:
                 result = future.result()
             except MlxSdmError as exc:
                 out(f"\n[error: {exc}]")
                 continue
             out()
-            out(f"[{verdict_line(result.verdict_status, result.verdict)}]")
+            out(f"[{verdict_line(result.verdict_status, result.verdict, result.verdict_reason)}]")
             out(f"[{monitor_line(result.monitor)}]")
+            for message in logged:
+                out(f"[{message}]")
             if result.status == "paused":
                 paused = True
                 out(f"[PAUSED at {result.monitor.get('level', '').upper()} uncertainty: give guidance on the next line, "

@@ -529,7 +529,8 @@ class ChatEngine:
             reflection=reflection, explanation=explanation, review_id=review_id,
         ))
         return TurnResult(status=status, text=gen.text, message_id=mid, verdict_status=verdict_status, verdict=verdict,
-                          monitor=monitor, review_id=review_id, reflection=reflection, explanation=explanation, **base)
+                          monitor=monitor, review_id=review_id, reflection=reflection, explanation=explanation,
+                          verdict_reason=verdict_reason, **base)
 
     def _monitor_for(self, session_id: str):
         monitor = self._monitors.get(session_id)

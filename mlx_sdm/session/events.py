@@ -135,6 +135,7 @@ class TurnResult:
     verdict: dict | None
     monitor: dict | None
     review_id: int | None = None
+    verdict_reason: str | None = None  # why rejected, or why unverifiable
     reflection: str | None = None
     explanation: str | None = None
     user_message_id: int | None = None

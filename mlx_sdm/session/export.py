@@ -23,12 +23,12 @@ from mlx_sdm.session.store import ChatStore, MessageRecord
 EXPORT_FORMATS = ("markdown", "jsonl")
 
 
-def verdict_line(status: str | None, verdict: dict | None) -> str:
-    """One line naming the verdict, as the plain chat prints it."""
+def verdict_line(status: str | None, verdict: dict | None, reason: str | None = None) -> str:
+    """One line naming the verdict, as the plain chat prints it (``reason``: why unverifiable, if known)."""
     if status is None:
         return "verdict: none"
     if status == "unverifiable" or verdict is None:
-        return "verdict: unverifiable (no verifier fits this model)"
+        return f"verdict: UNVERIFIABLE ({reason or 'no verifier fits this model'})"
     core = f"p_lower={_num(verdict.get('p_lower'))} q={verdict.get('q')} d={_num(verdict.get('d'))} q_bin={verdict.get('q_bin')}"
     if status == "verified":
         return f"verdict: VERIFIED {core}"
