@@ -463,57 +463,33 @@ class ChatEngine:
         )
         self._emit(on_event, MonitorEvent(session_id=session_id, turn=turn, monitor=monitor))
 
-        # escalate
-        level, action = monitor.get("level"), monitor.get("action")
-        irreversible = bool(monitor.get("irreversible"))
-        status, reflection, explanation = "done", None, None
+        # escalate (spec § 2.5-2.6: MEDIUM logs, HIGH pauses with a reflection, CRITICAL aborts; irreversible tools pause at MEDIUM)
+        plan = plan_escalation(monitor, [c["name"] for c in tool_calls], verdict_status, verdict_reason)
+        status, reasons, reflection, explanation = plan.status, plan.review_reasons, None, plan.explanation
         metadata: dict[str, Any] = {"finish_reason": gen.finish_reason}
-        reasons: list[str] = []
-        if verdict_status == "rejected":
-            reasons.append(verdict_reason or "rejected")
-        confidence = monitor.get("cumulative_confidence")
-        names = [c["name"] for c in tool_calls]
-        if action == "abort":
-            status = "aborted"
-            explanation = (
-                f"Aborted: the session's cumulative confidence {_fmt(confidence)} fell below the CRITICAL floor "
-                f"({_fmt(monitor.get('critical_below'))}); the answer is kept for review but not used. "
-                "Rephrase the question or start a new chat."
-            )
-            reasons.append(REASON_ESCALATED_CRITICAL)
-            metadata["explanation"] = explanation
-            self._emit(on_event, EscalationEvent(session_id=session_id, turn=turn, level=level or "critical", action="abort",
-                                                 message=explanation, confidence=confidence, irreversible=irreversible, tool_names=names))
-        elif action == "pause_for_human":
-            status = "paused"
-            reasons.append(REASON_ESCALATED_IRREVERSIBLE if irreversible and level != "high" else REASON_ESCALATED_HIGH)
-            message = (
-                f"Paused at {level} uncertainty (cumulative confidence {_fmt(confidence)})"
-                + (f" before the irreversible tool call(s) {', '.join(names)}" if irreversible else "")
-                + ". Give guidance to resume."
-            )
-            self._emit(on_event, EscalationEvent(session_id=session_id, turn=turn, level=level or "high", action="pause",
-                                                 message=message, confidence=confidence, irreversible=irreversible, tool_names=names))
-            if level == "high" and monitor.get("inject_reflection", True):  # spec § 2.6: reflection on HIGH only
-                metadata["reflection_prompt"] = REFLECTION_PROMPT
-                reflection = REFLECTION_PROMPT
-                if self.config.generate_reflection:
-                    ask = prompt + [{"role": "assistant", "content": gen.text}, {"role": "system", "content": REFLECTION_PROMPT}]
-
-                    def on_reflection(piece: str, token_id: int | None, logprob: float | None) -> bool:
-                        self._emit(on_event, TokenEvent(session_id=session_id, turn=turn, text=piece, token_id=token_id,
-                                                        logprob=logprob, phase="reflection"))
-                        return not self._cancel.is_set()
-
-                    stated = self._generate(components, ask, self.config.reflection_max_tokens, on_reflection, features=False)
-                    metadata["reflection"] = stated.text
-                    reflection = stated.text or REFLECTION_PROMPT
-            metadata["pause_message"] = message
-        elif action == "proceed_with_log":
+        if plan.event_action is not None:
             self._emit(on_event, EscalationEvent(
-                session_id=session_id, turn=turn, level=level or "medium", action="log", confidence=confidence,
-                message=f"MEDIUM uncertainty logged (cumulative confidence {_fmt(confidence)})",
+                session_id=session_id, turn=turn, level=plan.level, action=plan.event_action, message=plan.message,
+                confidence=monitor.get("cumulative_confidence"), irreversible=plan.irreversible, tool_names=plan.tool_names,
             ))
+        if explanation:
+            metadata["explanation"] = explanation
+        if status == "paused":
+            metadata["pause_message"] = plan.message
+        if plan.reflect:
+            metadata["reflection_prompt"] = REFLECTION_PROMPT
+            reflection = REFLECTION_PROMPT
+            if self.config.generate_reflection:
+                ask = prompt + [{"role": "assistant", "content": gen.text}, {"role": "system", "content": REFLECTION_PROMPT}]
+
+                def on_reflection(piece: str, token_id: int | None, logprob: float | None) -> bool:
+                    self._emit(on_event, TokenEvent(session_id=session_id, turn=turn, text=piece, token_id=token_id,
+                                                    logprob=logprob, phase="reflection"))
+                    return not self._cancel.is_set()
+
+                stated = self._generate(components, ask, self.config.reflection_max_tokens, on_reflection, features=False)
+                metadata["reflection"] = stated.text
+                reflection = stated.text or REFLECTION_PROMPT
         if tool_calls:
             metadata["tool_calls"] = tool_calls
 
@@ -704,6 +680,55 @@ class ChatEngine:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+@dataclass
+class EscalationPlan:
+    """What a turn does with its monitor verdict: the answer's status, why it goes to review, the
+    escalation event to emit (None at LOW), and whether to ask the model for a reflection."""
+
+    status: str  # "done" | "paused" | "aborted"
+    level: str
+    event_action: str | None  # None | "log" | "pause" | "abort"
+    message: str
+    review_reasons: list[str]
+    reflect: bool
+    irreversible: bool
+    tool_names: list[str]
+    explanation: str | None = None
+
+
+def plan_escalation(monitor: dict, tool_names: list[str], verdict_status: str | None,
+                    verdict_reason: str | None) -> EscalationPlan:
+    """The escalation ladder (monitoring spec § 2.5-2.6) applied to one answer's monitor snapshot."""
+    level, action = monitor.get("level") or "low", monitor.get("action") or "proceed"
+    irreversible = bool(monitor.get("irreversible"))
+    confidence = _fmt(monitor.get("cumulative_confidence"))
+    reasons = [verdict_reason or "rejected"] if verdict_status == "rejected" else []
+    if action == "abort":
+        explanation = (
+            f"Aborted: the session's cumulative confidence {confidence} fell below the CRITICAL floor "
+            f"({_fmt(monitor.get('critical_below'))}); the answer is kept for review but not used. "
+            "Rephrase the question or start a new chat."
+        )
+        return EscalationPlan("aborted", level, "abort", explanation, reasons + [REASON_ESCALATED_CRITICAL], False,
+                              irreversible, tool_names, explanation)
+    if action == "pause_for_human":
+        by_tool = irreversible and level != "high"
+        message = (
+            f"Paused at {level.upper()} uncertainty (cumulative confidence {confidence})"
+            + (f" before the irreversible tool call(s) {', '.join(tool_names)}" if irreversible else "")
+            + ". Give guidance to resume."
+        )
+        reflect = level == "high" and bool(monitor.get("inject_reflection", True))  # § 2.6: HIGH only, not the override
+        return EscalationPlan("paused", level, "pause", message,
+                              reasons + [REASON_ESCALATED_IRREVERSIBLE if by_tool else REASON_ESCALATED_HIGH],
+                              reflect, irreversible, tool_names)
+    if action == "proceed_with_log":
+        return EscalationPlan("done", level, "log", f"MEDIUM uncertainty logged (cumulative confidence {confidence})",
+                              reasons, False, irreversible, tool_names)
+    return EscalationPlan("done", level, None, "", reasons, False, irreversible, tool_names)
+
 
 _LIVE_ENGINES: "weakref.WeakSet[ChatEngine]" = weakref.WeakSet()
 
