@@ -7,7 +7,7 @@ embedded SmolLM2 (float32), and an SDM estimator is fitted on the document featu
 [mean(h); h_delimiter] (§ 15.3). The same seeded shuffle leaves a disjoint held-out test split for
 scripts/report_verifier.py. Features are cached under build/features (outside git).
 
-    .venv/bin/python scripts/build_default_verifier.py            # ~2000 documents, the shipped size
+    .venv/bin/python scripts/build_default_verifier.py            # 1600 documents, the shipped size
     .venv/bin/python scripts/build_default_verifier.py --pool-size 6000 --test-size 612
 """
 
@@ -26,8 +26,8 @@ import mlx_sdm  # noqa: E402,F401  (BLAS before mlx)
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "bigbench"
 DEFAULT_OUT = ROOT / "weights" / "smollm2-fever"
 DEFAULT_CACHE = ROOT / "build" / "features"
-DEFAULT_POOL_SIZE = 2000
-DEFAULT_TEST_SIZE = 600
+DEFAULT_POOL_SIZE = 1600
+DEFAULT_TEST_SIZE = 400
 SIZE_BUDGET_MB = 30
 
 

@@ -85,34 +85,45 @@ def labelled_set(documents: Sequence[VerificationDocument], features: np.ndarray
     return LabelledSet([d.id for d in documents], features, labels, [document_text(d) for d in documents])
 
 
+#: Documents per cache file: an interrupted extraction keeps every finished chunk.
+CACHE_CHUNK = 100
+
+
 def cached_document_features(lm, documents: Sequence[VerificationDocument], *, delimiter: str,
-                             cache_dir: str | Path | None, desc: str = "features") -> np.ndarray:
-    """``document_features`` with a tqdm bar and an on-disk cache keyed by model fingerprint,
-    delimiter rule and the exact documents (ids, system, prompt, completion)."""
+                             cache_dir: str | Path | None, desc: str = "features",
+                             max_batch_tokens: int = 4096) -> np.ndarray:
+    """``document_features`` with a tqdm bar and an on-disk cache (chunks of ``CACHE_CHUNK``
+    documents) keyed by model fingerprint, delimiter rule and the exact documents."""
     import hashlib
+    import io
 
     from tqdm import tqdm
 
     from mlx_sdm.atomic import atomic_write_bytes
 
-    key = hashlib.sha256()
-    key.update(json.dumps([lm.fingerprint["head_sha256"], delimiter]).encode())
-    for d in documents:
-        key.update(json.dumps([d.id, d.system, d.prompt, d.completion]).encode())
-    path = Path(cache_dir) / f"{desc}-{key.hexdigest()[:16]}.npy" if cache_dir is not None else None
-    if path is not None and path.is_file():
-        cached = np.load(path)
-        if cached.shape == (len(documents), 2 * lm.hidden_size):
-            return cached
+    width = 2 * lm.hidden_size
+    out = np.zeros((len(documents), width), dtype=np.float32)
     with tqdm(total=len(documents), desc=desc, unit="doc", dynamic_ncols=True) as bar:
-        feats = document_features(lm, documents, delimiter=delimiter, progress=bar.update)
-    if path is not None:
-        import io
-
-        buffer = io.BytesIO()
-        np.save(buffer, feats)
-        atomic_write_bytes(path, buffer.getvalue())
-    return feats
+        for start in range(0, len(documents), CACHE_CHUNK):
+            chunk = documents[start : start + CACHE_CHUNK]
+            key = hashlib.sha256(json.dumps([lm.fingerprint["head_sha256"], delimiter]).encode())
+            for d in chunk:
+                key.update(json.dumps([d.id, d.system, d.prompt, d.completion]).encode())
+            path = Path(cache_dir) / f"{key.hexdigest()[:24]}.npy" if cache_dir is not None else None
+            if path is not None and path.is_file():
+                cached = np.load(path)
+                if cached.shape == (len(chunk), width):
+                    out[start : start + len(chunk)] = cached
+                    bar.update(len(chunk))
+                    continue
+            feats = document_features(lm, chunk, delimiter=delimiter, progress=bar.update,
+                                      max_batch_tokens=max_batch_tokens)
+            out[start : start + len(chunk)] = feats
+            if path is not None:
+                buffer = io.BytesIO()
+                np.save(buffer, feats)
+                atomic_write_bytes(path, buffer.getvalue())
+    return out
 
 
 class DocumentVerifier:
