@@ -191,11 +191,15 @@ def test_events_arrive_on_the_engine_thread(make_engine):
 
 
 def test_empty_message_and_unknown_session_are_refused(make_engine):
-    engine, store, _ = make_engine()
+    engine, store, events = make_engine()
     with pytest.raises(DataError, match="empty"):
         engine.send("whatever", "   ")
     with pytest.raises(DataError, match="no session"):
         engine.send("nope", "hello").result(60)
+    error, finished = [e for e in events if e.kind in {"error", "finished"}]
+    assert error.error_type == "DataError" and "no session" in error.message and finished.status == "error"
+    # the engine keeps serving after a failed turn
+    assert engine.send(store.create_session().id, QUESTION).result(60).status in {"done", "paused", "aborted"}
 
 
 def test_tool_calls_are_parsed_from_the_answer():

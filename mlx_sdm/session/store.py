@@ -587,12 +587,16 @@ class ChatStore:
         since: str | date | datetime | None = None,
         until: str | date | datetime | None = None,
         status: str = "all",
+        review_id: int | None = None,
     ) -> list[ReviewItem]:
         """Review-queue entries, newest first. ``status``: "pending" (no active decision), "decided" or "all";
         ``since``/``until``: ISO timestamps or dates (a bare date covers its whole day)."""
         if status not in {"pending", "decided", "all"}:
             raise DataError(f"unknown review status {status!r}; use pending, decided or all", field="status")
         where, params = [], []
+        if review_id is not None:
+            where.append("r.id = ?")
+            params.append(int(review_id))
         if session_id is not None:
             where.append("r.session_id = ?")
             params.append(session_id)
@@ -642,9 +646,8 @@ class ChatStore:
         return items
 
     def review_item(self, review_id: int) -> ReviewItem:
-        for item in self.review_items():
-            if item.id == review_id:
-                return item
+        for item in self.review_items(review_id=review_id):
+            return item
         raise DataError(f"no review-queue entry with id {review_id}", path=str(self.path), field="review")
 
     def review_reasons(self) -> list[str]:
