@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--paper-settings", action="store_true",
                    help="use the paper's lr 1e-5, 50 epochs, J=10 and rescaler batch 1 at lr 1e-4 (slow, may under-train)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    # text rows {"prompt", "completion", "label"}: a document verifier over LM features (mlx_sdm.network.verifier)
+    p.add_argument("--model", default=None, help="text rows: LM whose features are used (default: embedded SmolLM2)")
+    p.add_argument("--quantized", action="store_true", help="text rows: keep the GGUF's 4-bit weights")
     return p
 
 
@@ -106,6 +109,16 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         config = config_from_args(args)
+        from mlx_sdm.network.verifier import is_text_jsonl, train_text_verifier
+
+        if is_text_jsonl(args.train):  # text rows -> document verifier over LM features
+            start = time.time()
+            verifier = train_text_verifier(args.train, args.calibration, args.out, config, model=args.model,
+                                           quantized=args.quantized, progress=not args.quiet)
+            print(format_training(verifier.estimator.manifest))
+            print(f"saved document verifier {args.out} for model {verifier.model_fingerprint.get('name')} "
+                  f"({time.time() - start:.1f} s)")
+            return 0
         train_set = read_embedding_jsonl(args.train)
         cal_set = read_embedding_jsonl(args.calibration, expected_dim=train_set.dim)
         source = {"kind": "embeddings", "train": args.train, "calibration": args.calibration, "dim": train_set.dim}

@@ -35,6 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("input", metavar="IN.jsonl", help="rows to verify")
     p.add_argument("--out", required=True, metavar="OUT.jsonl", help="verdicts, one JSON object per line (atomic write)")
     p.add_argument("--explain", type=int, default=DEFAULT_EXPLAIN, metavar="K", help="add the K nearest exemplars")
+    # text rows {"prompt", "completion"} with a document verifier (mlx_sdm.network.verifier)
+    p.add_argument("--model", default=None, help="text rows: LM to force-decode with (default: the verifier's own)")
+    p.add_argument("--quantized", action="store_true", help="text rows: keep the GGUF's 4-bit weights")
     return p
 
 
@@ -57,6 +60,15 @@ def write_jsonl(path: str, rows: list[dict]) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        from mlx_sdm.network.verifier import is_verifier_dir, verify_text_rows
+
+        if is_verifier_dir(args.estimator):  # a document verifier: text rows, force-decoded with its model
+            out = verify_text_rows(args.estimator, args.input, model=args.model, quantized=args.quantized,
+                                   explain=args.explain)
+            write_jsonl(args.out, out)
+            admitted = sum(r["admitted"] for r in out)
+            print(f"{len(out)} rows verified, {admitted} admitted ({admitted / max(len(out), 1):.1%}); wrote {args.out}")
+            return 0
         est = SDMEstimator.load(args.estimator)
         rows = read_embedding_jsonl(args.input, require_label=False, expected_dim=est.input_dim)
         out = verify_rows(est, rows, args.explain)

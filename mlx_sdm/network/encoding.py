@@ -217,8 +217,10 @@ def parse_answer(text: str, fmt: TaskFormat) -> Any | None:
     return value if value in fmt.answers else None
 
 
-def read_text_jsonl(path: str | Path, *, require_label: bool = True) -> list[VerificationDocument]:
-    """User rows ``{"prompt": str, "completion": str, "label": 0|1}`` (+ optional ``id``, ``system``)."""
+def read_text_jsonl(path: str | Path, *, require_label: bool = True,
+                    default_system: str | None = SYSTEM_PROMPT) -> list[VerificationDocument]:
+    """User rows ``{"prompt": str, "completion": str, "label": 0|1}`` (+ optional ``id``, ``system``;
+    rows without ``system`` get ``default_system``)."""
     path = Path(path)
     documents: list[VerificationDocument] = []
     try:
@@ -235,7 +237,8 @@ def read_text_jsonl(path: str | Path, *, require_label: bool = True) -> list[Ver
                 raise DataError(f"not valid JSON ({exc.msg})", path=str(path), line=number) from None
             if not isinstance(row, dict):
                 raise DataError("each line must be a JSON object", path=str(path), line=number)
-            documents.append(text_row_to_document(row, path=str(path), line=number, require_label=require_label))
+            documents.append(text_row_to_document(row, path=str(path), line=number, require_label=require_label,
+                                                  default_system=default_system))
     if not documents:
         raise DataError("no rows; expected JSONL lines {\"prompt\", \"completion\", \"label\"}", path=str(path))
     return documents
@@ -246,7 +249,7 @@ def is_text_row(row: dict) -> bool:
 
 
 def text_row_to_document(row: dict, *, path: str | None = None, line: int | None = None,
-                         require_label: bool = True) -> VerificationDocument:
+                         require_label: bool = True, default_system: str | None = SYSTEM_PROMPT) -> VerificationDocument:
     for key in ("prompt", "completion"):
         if not isinstance(row.get(key), str):
             raise DataError("must be a string", path=path, line=line, field=key)
@@ -261,7 +264,7 @@ def text_row_to_document(row: dict, *, path: str | None = None, line: int | None
         label = -1
     elif isinstance(label, bool) or label not in (0, 1):
         raise DataError(f"{label!r} is not 0 or 1", path=path, line=line, field="label")
-    system = row.get("system", SYSTEM_PROMPT)
+    system = row.get("system", default_system)
     if system is not None and not isinstance(system, str):
         raise DataError("must be a string or null", path=path, line=line, field="system")
     return VerificationDocument(

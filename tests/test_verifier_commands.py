@@ -1,0 +1,79 @@
+"""`mlx-sdm train` / `mlx-sdm verify` on text rows, with a tiny mlx-lm model saved as a local folder."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mlx_sdm.commands import train as train_cmd
+from mlx_sdm.commands import verify as verify_cmd
+from tests.tiny_verifier import tiny_documents
+
+
+def save_tiny_folder(path, seed):
+    from mlx_lm.utils import save_config, save_model
+
+    from tests.tiny_lm import build_tiny_lm
+
+    model, tokenizer = build_tiny_lm(seed=seed)
+    save_model(path, model, donate_model=False)
+    save_config(dict(vars(model.args)), config_path=path / "config.json")
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def write_rows(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("text")
+    model_dir = save_tiny_folder(root / "tiny-model", seed=0)
+    docs = tiny_documents()
+    rows = [{"id": f"d{i}", "prompt": p, "completion": c, "label": y, "system": None} for i, (p, c, y) in enumerate(docs)]
+    train = write_rows(root / "train.jsonl", rows[0::2])
+    cal = write_rows(root / "cal.jsonl", rows[1::2])
+    out = root / "verifier"
+    rc = train_cmd.main(["--train", str(train), "--calibration", str(cal), "--out", str(out), "--model", str(model_dir),
+                         "--iterations", "1", "--epochs", "3", "--batch-size", "8", "--exemplar-dim", "16", "--quiet"])
+    assert rc == 0
+    return root, model_dir, out, rows
+
+
+def test_train_on_text_rows_builds_a_document_verifier(trained):
+    root, model_dir, out, _ = trained
+    manifest = json.loads((out / "verifier.json").read_text())
+    assert manifest["feature"]["dim"] == 64 and manifest["feature"]["delimiter"] == "json_close"
+    assert manifest["model_fingerprint"]["name"] == "tiny-model"
+
+
+def test_verify_text_rows_writes_one_verdict_per_row(trained, capsys):
+    root, _, out, rows = trained
+    inp = write_rows(root / "new.jsonl", [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows[:5]])
+    dest = root / "verdicts.jsonl"
+    assert verify_cmd.main(["--estimator", str(out), str(inp), "--out", str(dest), "--explain", "2"]) == 0
+    verdicts = [json.loads(line) for line in dest.read_text().splitlines()]
+    assert len(verdicts) == 5
+    assert all(set(v) >= {"prediction", "p_lower", "admitted", "q", "d", "reason", "verified", "exemplars"} for v in verdicts)
+    assert all(len(v["exemplars"]) == 2 for v in verdicts)
+
+
+def test_verify_with_another_model_is_refused(trained, capsys):
+    root, _, out, rows = trained
+    other = save_tiny_folder(root / "other-model", seed=1)
+    inp = write_rows(root / "one.jsonl", [{"prompt": "Q", "completion": '{"correctness": true}'}])
+    dest = root / "never.jsonl"
+    assert verify_cmd.main(["--estimator", str(out), str(inp), "--out", str(dest), "--model", str(other)]) == 1
+    assert "built on model" in capsys.readouterr().err and not dest.exists()
+
+
+def test_bad_text_row_is_named_and_nothing_is_written(trained, capsys):
+    root, model_dir, _, rows = trained
+    bad = write_rows(root / "bad.jsonl", rows[:3] + [{"prompt": "Q", "completion": "", "label": 1}])
+    out = root / "not-written"
+    rc = train_cmd.main(["--train", str(bad), "--calibration", str(bad), "--out", str(out), "--model", str(model_dir), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "bad.jsonl:4" in err and "completion" in err and not out.exists()
