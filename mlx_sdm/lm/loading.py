@@ -161,18 +161,16 @@ def load_folder(path: str | os.PathLike, *, quantized: bool = False, name: str |
         return load_gguf(ggufs[0], quantized=quantized, name=name or path.name)
     if not (path / "config.json").exists():
         raise ArtifactError(f"{path}: not an mlx-lm model folder (no config.json) and no .gguf file in it.")
+    # An mlx-lm folder loads as stored (a 4-bit hub model stays 4-bit: dequantizing Phi-3.5 would need
+    # ~15 GB); ``quantized`` only chooses the layout of GGUF files.
     model, tokenizer, config = mlx_load(str(path), return_config=True)
-    if not quantized and "quantization" in config:
-        from mlx_lm.utils import dequantize_model
-
-        model = dequantize_model(model)
     return LoadedModel(
         model=model,
         tokenizer=tokenizer,
         name=name or path.name,
         fingerprint=model_fingerprint(model, str(config.get("model_type", "unknown"))),
         max_context=int(config.get("max_position_embeddings") or 4096),
-        quantized="quantization" in config and quantized,
+        quantized="quantization" in config,
         source=str(path),
         config=config,
     )
@@ -182,8 +180,8 @@ def load_model(name_or_path: str | os.PathLike | None = None, *, quantized: bool
     """Load the embedded default (None / "smollm2"), a local folder or GGUF file, a preset name
     (``phi-3.5``, ``phi-3.5-mini-instruct``) or a hub id (needs network, or the hub cache).
 
-    Hub models load through mlx-lm as stored (a 4-bit hub model stays 4-bit unless dequantized
-    here: ``quantized=False`` dequantizes it to float32 for CPU speed)."""
+    Folders and hub models load through mlx-lm as stored (a 4-bit hub model stays 4-bit);
+    ``quantized`` chooses the layout of GGUF files only (float32 by default: faster on CPU)."""
     key = None if name_or_path is None else os.fspath(name_or_path)
     if key in EMBEDDED_ALIASES:
         return load_embedded(quantized=quantized)
