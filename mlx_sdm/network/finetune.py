@@ -30,9 +30,10 @@ class FinetuneConfig:
     quantized: bool = field(default=False, metadata={"help": "load the frozen base 4-bit"})
     verifier: str | None = field(default=None, metadata={"help": "document verifier folder (default: the shipped one for SmolLM2)"})
     data: str | None = field(default=None, metadata={"help": "folder with train.jsonl + valid.jsonl (calibration), or a BIG-bench task.json"})
-    train_size: int | None = field(default=None, metadata={"help": "with a task.json: documents for training (default: half of the rest)"})
-    calibration_size: int | None = field(default=None, metadata={"help": "with a task.json: documents for calibration"})
-    test_size: int = field(default=0, metadata={"help": "with a task.json: documents held out first (never used here)"})
+    pool_size: int | None = field(default=None, metadata={"help": "with a task.json: train ∪ calibration pool (default: the verifier's)"})
+    test_size: int | None = field(default=None, metadata={"help": "with a task.json: held-out documents after the pool (default: the verifier's)"})
+    train_size: int | None = field(default=None, metadata={"help": "with a task.json: leading part of the pool's training half to use"})
+    calibration_size: int | None = field(default=None, metadata={"help": "with a task.json: leading part of the pool's calibration half"})
     seed: int = field(default=DEFAULT_SEED, metadata={"help": "seed of the token shuffling"})
     epochs: int = field(default=DEFAULT_EPOCHS, metadata={"help": "epochs (Alg. 4 keeps the best)"})
     batch_size: int = field(default=DEFAULT_BATCH_SIZE, metadata={"help": "target tokens per mini-batch"})
@@ -98,7 +99,7 @@ def build_config(file_values: dict[str, Any], overrides: dict[str, Any], *, sour
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise DataError(f"must be a number, got {value!r}", path=source, field=f.name)
             value = float(value)
-        if f.name in ("train_size", "calibration_size") and value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        if f.name in ("train_size", "calibration_size", "pool_size", "test_size") and value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             raise DataError(f"must be an integer, got {value!r}", path=source, field=f.name)
         setattr(config, f.name, value)
     for name in ("epochs", "batch_size"):
@@ -109,7 +110,7 @@ def build_config(file_values: dict[str, Any], overrides: dict[str, Any], *, sour
     return config
 
 
-def load_documents(config: FinetuneConfig, tokenizer) -> tuple[list, list]:
+def load_documents(config: FinetuneConfig, tokenizer, verifier_info: dict[str, Any] | None = None) -> tuple[list, list]:
     """(train, calibration) FinetuneDocuments from ``config.data``."""
     from mlx_sdm.network.data import from_verification_documents, read_documents_jsonl
 
@@ -131,31 +132,31 @@ def load_documents(config: FinetuneConfig, tokenizer) -> tuple[list, list]:
         from mlx_sdm.network.encoding import encode_task
 
         documents = encode_task(path)
-        train, calibration = split_task_documents(documents, config, str(path))
+        train, calibration = split_task_documents(documents, config, str(path), verifier_info or {})
         return from_verification_documents(train, tokenizer), from_verification_documents(calibration, tokenizer)
     raise DataError("expected a folder with train.jsonl + valid.jsonl, or a BIG-bench task.json", path=str(path), field="data")
 
 
-def split_task_documents(documents: Sequence, config: FinetuneConfig, where: str) -> tuple[list, list]:
-    """Seeded disjoint split of an encoded task: [test | train | calibration] (the test part is
-    skipped here and kept for evaluation)."""
-    import numpy as np
+def split_task_documents(documents: Sequence, config: FinetuneConfig, where: str, verifier_info: dict[str, Any]) -> tuple[list, list]:
+    """The verifier builder's split (``encoding.benchmark_splits``): a seeded pool, halved into
+    training and calibration documents (Alg. 4 fine-tunes on the verifier's own D_tr and picks the
+    epoch on its D_ca), and a held-out test part that is never used here. ``pool_size`` and
+    ``test_size`` default to the verifier's (its manifest ``info``); ``train_size`` and
+    ``calibration_size`` take leading subsets of the two halves."""
+    from mlx_sdm.network.encoding import benchmark_splits
 
-    from mlx_sdm.network.encoding import ENCODING_SEED
-
-    order = np.random.default_rng(ENCODING_SEED).permutation(len(documents))
-    rest = len(documents) - config.test_size
-    train_n = config.train_size if config.train_size is not None else rest // 2
-    cal_n = config.calibration_size if config.calibration_size is not None else rest - train_n
-    if config.test_size + train_n + cal_n > len(documents):
-        raise DataError(
-            f"asked for {config.test_size} + {train_n} + {cal_n} documents but the task has {len(documents)}",
-            path=where,
-            field="train_size",
-        )
-    start = config.test_size
-    train = [documents[i] for i in order[start : start + train_n]]
-    calibration = [documents[i] for i in order[start + train_n : start + train_n + cal_n]]
+    pool_size = config.pool_size if config.pool_size is not None else int(verifier_info.get("pool_size", len(documents)))
+    test_size = config.test_size if config.test_size is not None else int(verifier_info.get("test_size", 0))
+    if pool_size + test_size > len(documents):
+        raise DataError(f"asked for a pool of {pool_size} and {test_size} held out but the task has {len(documents)}",
+                        path=where, field="pool_size")
+    pool, _ = benchmark_splits(documents, pool_size=pool_size, test_size=test_size, seed=int(verifier_info.get("seed", 0)))
+    half = len(pool) // 2
+    train, calibration = pool[:half], pool[half:]
+    if config.train_size is not None:
+        train = train[: config.train_size]
+    if config.calibration_size is not None:
+        calibration = calibration[: config.calibration_size]
     return train, calibration
 
 
@@ -173,7 +174,7 @@ def run(config: FinetuneConfig):
     lm = load_model(config.model, quantized=config.quantized)
     verifier_dir = Path(config.verifier) if config.verifier else DEFAULT_VERIFIER_DIR
     verifier = DocumentVerifier.load(verifier_dir, expect_fingerprint=lm.fingerprint)
-    train, calibration = load_documents(config, lm.tokenizer)
+    train, calibration = load_documents(config, lm.tokenizer, verifier.info)
     heads = None
     if config.resume_adapter_file:
         heads = load_head(config.resume_adapter_file, lm.model, lm.fingerprint)
