@@ -77,3 +77,22 @@ def test_bad_text_row_is_named_and_nothing_is_written(trained, capsys):
     rc = train_cmd.main(["--train", str(bad), "--calibration", str(bad), "--out", str(out), "--model", str(model_dir), "--quiet"])
     err = capsys.readouterr().err
     assert rc == 1 and "bad.jsonl:4" in err and "completion" in err and not out.exists()
+
+
+def test_generate_prints_answer_then_verdict(trained, capsys):
+    from mlx_sdm.commands import generate as generate_cmd
+
+    root, model_dir, out, _ = trained
+    assert generate_cmd.main(["Paris is the capital of France. Check the claim.", "--model", str(model_dir),
+                              "--verifier", str(out), "--max-tokens", "8", "--json", "--explain", "2"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["verifier"] == str(out) and payload["model"] == "tiny-model"
+    verdict = payload["verdict"]
+    assert set(verdict) >= {"verified", "prediction", "p_lower", "q", "d", "exemplars"} and len(verdict["exemplars"]) == 2
+    assert payload["generation"]["tokens"] and payload["answer"]
+    assert generate_cmd.main(["hello", "--model", str(model_dir), "--verifier", str(out), "--max-tokens", "4"]) == 0
+    text = capsys.readouterr().out
+    assert "verdict:" in text and "q:" in text and "p_lower:" in text and "nearest exemplars:" in text
+    other = save_tiny_folder(root / "other-for-generate", seed=2)
+    assert generate_cmd.main(["hello", "--model", str(other), "--verifier", str(out)]) == 1
+    assert "built on model" in capsys.readouterr().err
