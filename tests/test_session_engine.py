@@ -206,3 +206,25 @@ def test_tool_calls_are_parsed_from_the_answer():
     text = 'Sure. <tool_call>{"name": "send_email_to_client", "arguments": {"to": "a@b"}}</tool_call> <tool_call>{bad}</tool_call>'
     assert parse_tool_calls(text) == [{"name": "send_email_to_client", "arguments": {"to": "a@b"}}]
     assert parse_tool_calls("no tools") == []
+
+
+def test_prefix_reuse_gives_the_features_of_a_full_recompute(make_engine):
+    """Turn 2 prefills only its new tokens (the previous turn's KV cache is kept), yet its answer, log-probs
+    and document features equal those of an engine that recomputes the whole conversation."""
+    questions = [QUESTION, "And Rome?", "Name a river."]
+    runs = {}
+    for reuse in (True, False):
+        engine, store, _ = make_engine(reuse_cache=reuse, auq_thresholds=ALWAYS_MEDIUM, db=f"{reuse}.db")
+        session = store.create_session()
+        results = [engine.send(session.id, q).result(60) for q in questions]
+        runs[reuse] = (results, [m for m in store.messages(session.id) if m.role == "assistant"])
+    (fast, fast_msgs), (slow, slow_msgs) = runs[True], runs[False]
+    assert [r.reused_tokens for r in slow] == [0, 0, 0]
+    assert fast[0].reused_tokens == 0 and all(r.reused_tokens > 0 for r in fast[1:])
+    assert [r.prompt_tokens for r in fast] == [r.prompt_tokens for r in slow]
+    assert fast[2].prompt_tokens - fast[2].reused_tokens < slow[2].prompt_tokens // 2
+    for a, b in zip(fast_msgs, slow_msgs):
+        assert a.text == b.text
+        np.testing.assert_allclose(a.token_logprobs, b.token_logprobs, atol=1e-4)
+        np.testing.assert_allclose(a.features, b.features, rtol=1e-4, atol=1e-5)
+        assert a.monitor["auq"]["p_true_confidence"] == pytest.approx(b.monitor["auq"]["p_true_confidence"], abs=1e-4)

@@ -97,6 +97,7 @@ class EngineConfig:
     embedder: str = "minilm"  # TRACER sentence embedder: "minilm", "hidden" (the chat model's pooled states) or "none"
     enable_p_true: bool = True
     auq_thresholds: tuple[float, float, float] = (0.80, 0.60, 0.40)  # floors of LOW / MEDIUM / HIGH on P_t (spec § 2.5)
+    reuse_cache: bool = True  # keep the last session's KV cache: a turn prefills only its new tokens
     reviewed_verifier_dir: str | None = None  # where the verifier with review labels is saved; default beside the store
 
 
@@ -194,6 +195,7 @@ class ChatEngine:
         self._load_error: BaseException | None = None
         self._components: EngineComponents | None = None
         self._monitors: dict[str, Any] = {}
+        self._prefix: dict[str, Any] = {}  # session id -> PrefixCache of its last answer (one session kept)
         self._busy = threading.Event()
         self._thread = threading.Thread(target=self._worker, name="mlx-sdm-engine", daemon=True)
         self._thread.start()
@@ -399,8 +401,7 @@ class ChatEngine:
             else:
                 user_id = self.store.add_guidance(session_id, guidance_for, text)
                 monitor.resume(text)
-            monitor.observe_user(text)
-            return self._answer(components, session_id, turn, user_id, on_event=on_event, started=started)
+            return self._answer(components, session_id, turn, user_id, text, on_event=on_event, started=started)
         except BaseException as exc:
             self._emit(on_event, ErrorEvent(session_id=session_id, turn=turn, message=str(exc), error_type=type(exc).__name__))
             self._emit(on_event, TurnFinishedEvent(session_id=session_id, turn=turn, status="error"))
@@ -415,7 +416,7 @@ class ChatEngine:
         return self._turn(session_id, guidance, on_event=on_event, started=started, guidance_for=pause.message_id)
 
     def _answer(
-        self, components: EngineComponents, session_id: str, turn: int, user_id: int, *,
+        self, components: EngineComponents, session_id: str, turn: int, user_id: int, user_text: str, *,
         on_event: EventCallback | None, started: float,
     ) -> TurnResult:
         prompt = self._conversation(session_id)
@@ -429,11 +430,16 @@ class ChatEngine:
             return not self._cancel.is_set()
 
         t0 = time.perf_counter()
-        gen = self._generate(components, prompt, self.config.max_tokens, on_token)
+        prefix = self._prefix.pop(session_id, None)
+        self._prefix.clear()  # one cached conversation at a time (a KV cache can be ~100 MB)
+        gen = self._generate(components, prompt, self.config.max_tokens, on_token, prefix=prefix)
         generation_s = time.perf_counter() - t0
         base = dict(session_id=session_id, turn=turn, user_message_id=user_id, first_token_s=first[0] if first else None,
-                    generation_s=generation_s, tokens=len(gen.tokens))
+                    generation_s=generation_s, tokens=len(gen.tokens), prompt_tokens=gen.prompt_tokens,
+                    reused_tokens=gen.reused_tokens)
 
+        # TRACER's user step (its coherence gap embeds two texts) is scored after generation, not before the first token
+        self._monitor_for(session_id).observe_user(user_text)
         if gen.cancelled:
             mid = self.store.add_answer(
                 session_id, gen.text, status="cancelled", created_at=created_at, prompt=prompt, tokens=gen.tokens,
@@ -461,6 +467,12 @@ class ChatEngine:
         monitor = self._monitor_for(session_id).score_answer(
             answer=gen.text, tokens=gen.tokens, logprobs=gen.logprobs, tool_calls=tool_calls, p_true=p_true, verdict=verdict,
         )
+        if self.config.reuse_cache:
+            from mlx_sdm.session.generation import settle_prefix
+
+            kept = settle_prefix(gen.prefix)
+            if kept is not None:
+                self._prefix[session_id] = kept
         self._emit(on_event, MonitorEvent(session_id=session_id, turn=turn, monitor=monitor))
 
         # escalate (spec § 2.5-2.6: MEDIUM logs, HIGH pauses with a reflection, CRITICAL aborts; irreversible tools pause at MEDIUM)
@@ -526,12 +538,13 @@ class ChatEngine:
     # ------------------------------------------------------------------ generation and verification
 
     def _generate(self, components: EngineComponents, messages: list[dict], max_tokens: int,
-                  on_token: Callable[[str, int | None, float | None], bool], *, features: bool = True):
+                  on_token: Callable[[str, int | None, float | None], bool], *, features: bool = True, prefix=None):
         from mlx_sdm.session.generation import generate_answer
 
         return generate_answer(
             components.lm, messages, max_tokens=max_tokens, temperature=self.config.temperature,
             head=components.head, on_token=on_token, features=features, keep_cache=features, delimiter=self._delimiter(),
+            prefix=prefix if self.config.reuse_cache else None,
         )
 
     def _features_for(self, prompt: list[dict], completion: str) -> np.ndarray:
@@ -668,6 +681,7 @@ class ChatEngine:
     def _delete_session(self, session_id: str) -> int:
         removed = self.store.delete_session(session_id)
         self._monitors.pop(session_id, None)
+        self._prefix.pop(session_id, None)
         if removed and self._require().verifier is not None:
             self._apply_all_support(save=False)
             self._save_reviewed([p.decision.id for p in self.store.support_points(feature_model=self._feature_model)])

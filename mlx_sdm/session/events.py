@@ -142,6 +142,8 @@ class TurnResult:
     first_token_s: float | None = None  # seconds from the call to the first streamed token
     generation_s: float | None = None
     tokens: int = 0
+    prompt_tokens: int = 0
+    reused_tokens: int = 0  # prompt tokens served from the previous turn's KV cache (not prefilled again)
 
 
 @dataclass

@@ -1,6 +1,14 @@
 """The engine's one call into the LM layer: generate an answer to a chat, streaming each token to
 a callback that can stop it, and keep what verification and monitoring need (token strings,
-log-probs, document features from the same pass; :func:`mlx_sdm.lm.generation.stream_generate_features`)."""
+log-probs, document features from the same pass; :func:`mlx_sdm.lm.generation.stream_generate_features`).
+
+Prefix reuse across turns: a chat prompt is the previous prompt + the previous answer + the new
+message, so the KV cache of the previous turn is kept (:class:`PrefixCache`) and only the new tokens
+are prefilled; the first token then comes as fast on turn 20 as on turn 1. The document features
+stay those of the whole conversation: their mean part ``mean(h_0..h_k)`` is recombined from the
+running sum of the cached positions' final hidden states and the mean over the newly fed ones
+(spec § 15.3; equal to a full recompute up to float rounding, which a test checks).
+"""
 
 from __future__ import annotations
 
@@ -14,6 +22,21 @@ TokenCallback = Callable[[str, "int | None", "float | None"], bool]
 
 
 @dataclass
+class PrefixCache:
+    """A session's KV cache after its last answer: ``ids`` are the token ids it holds (its offset is
+    ``len(ids)``) and ``hidden_sum`` the float64 sum of their final normed hidden states."""
+
+    cache: list
+    ids: list[int]
+    hidden_sum: np.ndarray
+
+    def usable_for(self, full_ids: list[int]) -> bool:
+        n = len(self.ids)
+        offset = getattr(self.cache[0], "offset", None) if self.cache else None
+        return 0 < n < len(full_ids) and offset == n and full_ids[:n] == self.ids
+
+
+@dataclass
 class GeneratedAnswer:
     text: str
     tokens: list[str] = field(default_factory=list)  # decoded piece per generated token (aligned with logprobs)
@@ -24,8 +47,10 @@ class GeneratedAnswer:
     cancelled: bool = False
     prompt_tokens: int = 0
     truncated_prompt_tokens: int = 0
+    reused_tokens: int = 0  # prompt tokens whose keys/values came from the previous turn's cache
     cache: list | None = field(default=None, repr=False)  # the KV cache after the answer (for P(True))
     cached_tokens: list[int] = field(default_factory=list, repr=False)  # the token ids that cache holds
+    prefix: PrefixCache | None = field(default=None, repr=False)  # what the next turn of this chat can reuse
 
 
 def generate_answer(
@@ -39,28 +64,37 @@ def generate_answer(
     features: bool = True,
     keep_cache: bool = False,
     delimiter: str = "end_of_turn",
+    prefix: PrefixCache | None = None,
 ) -> GeneratedAnswer:
     """Stream one answer. ``on_token`` returning False stops generation at that token (the stop key).
     ``delimiter`` is the verifier's feature rule ("end_of_turn", or "json_close" for verifiers built on
-    JSON answers); a chat answer always runs to the end of its turn, the rule only picks ``h_k``."""
-    from mlx_lm.models.cache import make_prompt_cache
+    JSON answers); a chat answer always runs to the end of its turn, the rule only picks ``h_k``.
+    ``prefix``: the previous turn's cache, used when the new prompt extends the tokens it holds."""
+    from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
-    from mlx_sdm.lm.generation import GenerationConfig, as_numpy, render_prompt, stream_generate_features
+    from mlx_sdm.lm.generation import GenerationConfig, render_prompt, stream_generate_features
 
     sampler = None
     if temperature > 0:
         from mlx_lm.sample_utils import make_sampler
 
         sampler = make_sampler(temp=temperature)
+    full_ids = render_prompt(lm.tokenizer, messages)
+    max_context = getattr(lm, "max_context", 2048)
+    base_len, base_sum, feed = 0, None, full_ids
+    if keep_cache and prefix is not None and prefix.usable_for(full_ids) and len(full_ids) + max_tokens < max_context:
+        cache, base_len, base_sum, feed = prefix.cache, len(prefix.ids), prefix.hidden_sum, full_ids[len(prefix.ids):]
+    else:
+        cache = make_prompt_cache(lm.model) if keep_cache else None
     stopped = [False]
-    cache = make_prompt_cache(lm.model) if keep_cache else None
     config = GenerationConfig(max_tokens=max_tokens, sampler=sampler, delimiter=delimiter, stop_at_delimiter=False,
                               extra={"prompt_cache": cache} if cache is not None else {})
     pieces: list[str] = []
     ids: list[int] = []
     logprobs: list[float] = []
     result = None
-    for chunk in stream_generate_features(lm, messages, config, head=head, stop=lambda: stopped[0]):
+    prompt = feed if base_len else messages  # token ids are used as is; messages are rendered (and left-truncated)
+    for chunk in stream_generate_features(lm, prompt, config, head=head, stop=lambda: stopped[0]):
         if chunk.result is not None:
             result = chunk.result
             if chunk.text and pieces:  # the detokenizer's flushed tail belongs to the last token
@@ -75,24 +109,62 @@ def generate_answer(
             stopped[0] = True
     assert result is not None
     cancelled = result.finish_reason == "cancelled"
+
+    vector = None
+    if not cancelled and ids:
+        vector = np.asarray(result.features.vector, dtype=np.float32).copy()
+        if base_len:  # mean over cached + fed positions (the fed part's mean covers `positions` of them)
+            hidden = vector.shape[0] // 2
+            fed = int(result.features.positions)
+            vector[:hidden] = ((base_sum + vector[:hidden].astype(np.float64) * fed) / (base_len + fed)).astype(np.float32)
+
     cached_tokens: list[int] = []
+    next_prefix = None
     if cache is not None:
-        held = render_prompt(lm.tokenizer, messages)[result.truncated_prompt_tokens :] + ids
+        held = (full_ids[result.truncated_prompt_tokens:] if not base_len else full_ids) + ids
+        eos = sorted(lm.tokenizer.eos_token_ids)
+        if result.finish_reason == "stop" and len(eos) == 1:
+            held = held + eos  # the end-of-turn token was fed before generation stopped
         offset = getattr(cache[0], "offset", None) if cache else None
         if offset is None or offset > len(held):
             cache = None  # cannot tell which tokens it holds: P(True) recomputes from scratch
         else:
             cached_tokens = held[:offset]
+            # Reusable next turn when the feature mean covers exactly prompt + answer (end-of-turn rule).
+            covered = base_len + int(result.features.positions) if vector is not None else -1
+            span = len(held) - (1 if result.finish_reason == "stop" and len(eos) == 1 else 0)
+            if (vector is not None and covered == span and offset >= span and not result.truncated_prompt_tokens
+                    and can_trim_prompt_cache(cache)):
+                hidden = vector.shape[0] // 2
+                total = vector[:hidden].astype(np.float64) * covered
+                next_prefix = PrefixCache(cache=cache, ids=held[:span], hidden_sum=total)
     return GeneratedAnswer(
         text=result.text,
         tokens=pieces,
         token_ids=ids,
         logprobs=logprobs,
-        features=as_numpy(result.features) if features and not cancelled and ids else None,
+        features=vector if features else None,
         finish_reason=result.finish_reason,
         cancelled=cancelled,
-        prompt_tokens=result.prompt_tokens,
+        prompt_tokens=base_len + result.prompt_tokens,
         truncated_prompt_tokens=result.truncated_prompt_tokens,
+        reused_tokens=base_len,
         cache=cache,
         cached_tokens=cached_tokens,
+        prefix=next_prefix,
     )
+
+
+def settle_prefix(prefix: PrefixCache | None) -> PrefixCache | None:
+    """After P(True) (which trims its question back out of the cache), cut the cache back to the
+    prefix's tokens; None when that is no longer possible."""
+    if prefix is None or not prefix.cache:
+        return None
+    from mlx_lm.models.cache import trim_prompt_cache
+
+    offset = getattr(prefix.cache[0], "offset", None)
+    if offset is None or offset < len(prefix.ids):
+        return None
+    if offset > len(prefix.ids):
+        trim_prompt_cache(prefix.cache, offset - len(prefix.ids))
+    return prefix if getattr(prefix.cache[0], "offset", None) == len(prefix.ids) else None
