@@ -135,6 +135,10 @@ class SessionMonitor:
             "auq": auq,
             "tracer": tracer_out.to_dict(),
         }
+        ran = getattr(p_true, "result", None)  # a PTrueScorer says how much of the KV cache it reused
+        if ran is not None:
+            snapshot["p_true"] = {"prefilled_tokens": ran.prefilled_tokens, "reused_tokens": ran.reused_tokens,
+                                  "cache_restored": ran.cache_restored}
         self.history.append(_history_row(len(self.history) + 1, snapshot))
         snapshot["history"] = [dict(row) for row in self.history]
         return snapshot
