@@ -25,13 +25,6 @@ def test_session_lifecycle_and_reopen(tmp_path):
     a = store.create_session("first", model="smollm2", verifier="weights/default")
     b = store.create_session()
     assert b.title.startswith("Chat ")
-    # an untitled session takes its first user message as title; a named one keeps its name
-    c = store.create_session()
-    store.add_message(c.id, "system", "not this")
-    store.add_message(c.id, "user", "\n  How tall is the Eiffel tower, roughly, in metres and in feet?\nthanks")
-    store.add_message(c.id, "user", "second")
-    assert store.get_session(c.id).title == "How tall is the Eiffel tower, roughly, in metre…"
-    store.delete_session(c.id)
     store.add_message(a.id, "user", "Is Paris the capital of France?")
     feats = np.arange(6, dtype=np.float32)
     verdict = {"prediction": 1, "p_lower": 0.97, "admitted": True, "q": 5, "d": 0.1, "q_bin": 3, "reason": None,

@@ -136,17 +136,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         ALTER TABLE decisions ADD COLUMN feature_model TEXT;
         """,
     ),
-    Migration(
-        4,
-        "sessions created without a title take their first message as title",
-        """
-        ALTER TABLE sessions ADD COLUMN auto_title INTEGER NOT NULL DEFAULT 0;
-        """,
-    ),
 )
-
-#: Longest title taken from a first message.
-AUTO_TITLE_CHARS = 48
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
@@ -383,12 +373,11 @@ class ChatStore:
     def create_session(self, title: str | None = None, *, model: str | None = None, verifier: str | None = None) -> SessionInfo:
         session_id = uuid.uuid4().hex[:12]
         stamp = now_iso()
-        auto = not (title or "").strip()
         title = (title or "").strip() or f"Chat {stamp[:16].replace('T', ' ')}"
         with self._tx() as conn:
             conn.execute(
-                "INSERT INTO sessions(id, title, created_at, updated_at, model, verifier, auto_title) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (session_id, title, stamp, stamp, model, verifier, int(auto)),
+                "INSERT INTO sessions(id, title, created_at, updated_at, model, verifier) VALUES (?, ?, ?, ?, ?, ?)",
+                (session_id, title, stamp, stamp, model, verifier),
             )
         return self.get_session(session_id)
 
@@ -414,8 +403,7 @@ class ChatStore:
         if not title:
             raise DataError("a session title cannot be empty", field="title")
         with self._tx() as conn:
-            cur = conn.execute("UPDATE sessions SET title = ?, updated_at = ?, auto_title = 0 WHERE id = ?",
-                               (title, now_iso(), session_id))
+            cur = conn.execute("UPDATE sessions SET title = ?, updated_at = ? WHERE id = ?", (title, now_iso(), session_id))
             if cur.rowcount == 0:
                 raise DataError(f"no session with id {session_id!r}", path=str(self.path), field="session")
         return self.get_session(session_id)
@@ -455,10 +443,6 @@ class ChatStore:
                 (session_id, role, kind, text, status, stamp, stamp, _dumps(metadata)),
             )
             conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (stamp, session_id))
-            first_line = next((line.strip() for line in text.splitlines() if line.strip()), "")
-            if role == "user" and first_line:
-                title = first_line if len(first_line) <= AUTO_TITLE_CHARS else first_line[: AUTO_TITLE_CHARS - 1].rstrip() + "…"
-                conn.execute("UPDATE sessions SET title = ?, auto_title = 0 WHERE id = ? AND auto_title = 1", (title, session_id))
             return int(cur.lastrowid)
 
     def add_guidance(self, session_id: str, paused_message_id: int, text: str) -> int:
