@@ -45,28 +45,36 @@ def test_bad_rows_name_file_line_field(tmp_path, bad, line, field, message):
 
 def test_set_level_errors(tmp_path):
     train = read_embedding_jsonl(_write(tmp_path / "t.jsonl", _good(12, classes=3)))
-    cal = read_embedding_jsonl(_write(tmp_path / "c.jsonl", _good(12, classes=2)))
+    cal = read_embedding_jsonl(_write(tmp_path / "c.jsonl", _good(12, classes=2, start=100)))
     with pytest.raises(DataError, match="class 2 is absent from the calibration set") as info:
         check_fit_sets(train, cal)
     assert info.value.path == str(tmp_path / "c.jsonl") and info.value.field == "label"
-    few = read_embedding_jsonl(_write(tmp_path / "f.jsonl", _good(6, classes=2)))
+    few = read_embedding_jsonl(_write(tmp_path / "f.jsonl", _good(6, classes=2, start=200)))
     with pytest.raises(DataError, match="class 0 has only 3 rows in the training set; need at least 5"):
         check_fit_sets(few, cal)
-    wide = read_embedding_jsonl(_write(tmp_path / "w.jsonl", [{"id": str(i), "label": i % 2, "embedding": [1.0, 2.0]}
+    wide = read_embedding_jsonl(_write(tmp_path / "w.jsonl", [{"id": f"w{i}", "label": i % 2, "embedding": [1.0, 2.0]}
                                                               for i in range(12)]))
     with pytest.raises(DataError, match="width 2 but the training rows have 3"):
         check_fit_sets(train, wide)
     unl = read_embedding_jsonl(_write(tmp_path / "u.jsonl", [{"embedding": [1.0, 2.0, 3.0]}]), require_label=False)
-    assert unl.labels.tolist() == [-1] and unl.ids == ["1"]
+    assert unl.labels.tolist() == [-1] and unl.ids == ["u.jsonl:1"]
     with pytest.raises(DataError, match="no rows"):
         read_embedding_jsonl(_write(tmp_path / "e.jsonl", []))
 
 
 def test_train_command_writes_nothing_on_bad_input(tmp_path, capsys):
     t = _write(tmp_path / "t.jsonl", _good(12))
-    c = _write(tmp_path / "c.jsonl", _good(11) + [{"id": "bad", "label": 0, "embedding": [1.0, float("nan"), 0.0]}])
+    c = _write(tmp_path / "c.jsonl", _good(11, start=50) + [{"id": "bad", "label": 0, "embedding": [1.0, float("nan"), 0.0]}])
     out = tmp_path / "out"
     rc = train_cmd.main(["--train", str(t), "--calibration", str(c), "--out", str(out), "--quiet"])
     assert rc == 1 and not out.exists()
     assert f"{c}:12: field 'embedding'" in capsys.readouterr().err
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_ids_must_be_unique_across_files(tmp_path):
+    train = read_embedding_jsonl(_write(tmp_path / "t.jsonl", _good(12)))
+    cal = read_embedding_jsonl(_write(tmp_path / "c.jsonl", _good(12, start=11)))
+    with pytest.raises(DataError, match="id 'r11' is also in the training file") as info:
+        check_fit_sets(train, cal)
+    assert info.value.path == str(tmp_path / "c.jsonl") and info.value.field == "id"

@@ -91,7 +91,7 @@ def parse_embedding(value, *, path: str | None, line: int | None, width: int | N
 
 def read_embedding_jsonl(path: str | Path, require_label: bool = True, expected_dim: int | None = None) -> LabelledSet:
     """Read ``{"id", "label", "embedding", ["text"]}`` rows. Blank lines are skipped; a missing
-    ``id`` becomes the line number. ``require_label=False`` reads unlabelled rows (label −1)."""
+    ``id`` becomes ``<file name>:<line>``. ``require_label=False`` reads unlabelled rows (label −1)."""
     path = str(path)
     ids: list[str] = []
     rows: list[list[float]] = []
@@ -123,7 +123,7 @@ def read_embedding_jsonl(path: str | Path, require_label: bool = True, expected_
                 raise DataError("missing; each row needs an integer \"label\" (0..C-1)", path=path, line=number, field="label")
             else:
                 labels.append(-1)
-            rid = str(row.get("id", number))
+            rid = str(row["id"]) if row.get("id") is not None else f"{Path(path).name}:{number}"
             if rid in seen:
                 raise DataError(f"id {rid!r} already used on line {seen[rid]}; ids must be unique", path=path, line=number, field="id")
             seen[rid] = number
@@ -149,6 +149,11 @@ def check_fit_sets(train: LabelledSet, calibration: LabelledSet, min_per_class: 
     num_classes = int(max(train.labels.max(), calibration.labels.max())) + 1
     if num_classes < 2:
         raise DataError("need at least two classes (labels 0 and 1)", path=train.path, field="label")
+    train_ids = set(train.ids)
+    for number, rid in enumerate(calibration.ids, start=1):
+        if rid in train_ids:
+            raise DataError(f"id {rid!r} is also in the training file {train.path}; ids must be unique across both files",
+                            path=calibration.path, field="id")
     sets = ((train, "training"), (calibration, "calibration"))
     for s, name in sets:
         counts = np.bincount(s.labels, minlength=num_classes)
