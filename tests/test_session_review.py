@@ -99,3 +99,15 @@ def test_decisions_survive_a_restart(engine, tmp_path):
         assert again.ready.result(120).support_size == size  # base verifier + the store's active decisions
     finally:
         again.shutdown()
+
+
+def test_a_reviewed_copy_passed_as_the_verifier_is_not_given_its_points_twice(engine, tmp_path):
+    first = _ask(engine, "a")
+    result = engine.decide(first.review_id, int(first.verdict["prediction"])).result(60)
+    engine.shutdown()
+    again = ChatEngine(EngineConfig(max_tokens=10), ChatStore(tmp_path / "chat.db"),
+                       components=tiny_components(result.saved_to))
+    try:
+        assert again.ready.result(120).support_size == result.support_size
+    finally:
+        again.shutdown()

@@ -337,7 +337,7 @@ class ChatEngine:
         self._feature_model = feature_model_id(components.lm.fingerprint)
         reviewed = self._reviewed_dir()
         if components.verifier is not None:
-            self._apply_all_support(save=False)
+            self._apply_all_support(save=False, reload=False)  # just loaded: add the store's review labels
         self._info = EngineInfo(
             model_name=components.lm.name,
             model_fingerprint=dict(components.lm.fingerprint),
@@ -588,14 +588,17 @@ class ChatEngine:
         tag = hashlib.sha256(str(base).encode()).hexdigest()[:8]
         return self.store.path.parent / "verifiers" / f"{base.name}-reviewed-{tag}"
 
-    def _apply_all_support(self, *, save: bool) -> None:
-        """(Re)build the support set: the base verifier plus every active decision made on this model."""
+    def _apply_all_support(self, *, save: bool, reload: bool = True) -> None:
+        """(Re)build the support set: the base verifier (reloaded from disk unless ``reload=False``) plus
+        every active decision made on this model. Points the verifier already holds (a reviewed copy
+        passed as --verifier) are not added twice."""
         components = self._require()
-        if components.verifier_path is not None:
+        if reload and components.verifier_path is not None:
             from mlx_sdm.network.verifier import DocumentVerifier
 
             components.verifier = DocumentVerifier.load(components.verifier_path, expect_fingerprint=components.lm.fingerprint)
-        points = self.store.support_points(feature_model=self._feature_model)
+        held = set(self._estimator().support_ids)
+        points = [p for p in self.store.support_points(feature_model=self._feature_model) if p.decision.support_id not in held]
         if points:
             self._estimator().add_support(
                 [p.decision.support_id for p in points],
@@ -604,7 +607,7 @@ class ChatEngine:
                 [p.text for p in points],
             )
         if save:
-            self._save_reviewed([p.decision.id for p in points])
+            self._save_reviewed([p.decision.id for p in self.store.support_points(feature_model=self._feature_model)])
 
     def _save_reviewed(self, decision_ids: list[int]) -> str | None:
         target = self._reviewed_dir()
