@@ -159,6 +159,47 @@ def force_decode_features(lm, prompt_messages_or_text: Any, completion: str | Se
     return force_decode_document(lm, prompt_messages_or_text, completion, delimiter=delimiter, system=system).vector
 
 
+def _common_prefix_len(sequences: Sequence[Sequence[int]]) -> int:
+    first = sequences[0]
+    n = min(len(seq) for seq in sequences)
+    for seq in sequences[1:]:
+        i = 0
+        while i < n and seq[i] == first[i]:
+            i += 1
+        n = i
+    return n
+
+
+class _SharedPrefix:
+    """KV cache and hidden-state sum of a token prefix that every document starts with (the system
+    prompt, template and task instruction): computed once, broadcast into every batch."""
+
+    def __init__(self, lm, ids: Sequence[int]):
+        from mlx_lm.models.cache import KVCache, make_prompt_cache
+
+        self.length = len(ids)
+        self.cache = make_prompt_cache(lm.model)
+        self.usable = all(type(c) is KVCache for c in self.cache)
+        if not self.usable:
+            return
+        hidden = lm.model.model(mx.array(ids)[None], cache=self.cache)[0].astype(mx.float32)
+        self.sum = mx.sum(hidden, axis=0)
+        self.last = hidden[-1]
+        mx.eval(self.sum, self.last, [(c.keys, c.values) for c in self.cache])
+
+    def batch_cache(self, batch: int) -> list:
+        from mlx_lm.models.cache import KVCache
+
+        caches = []
+        for c in self.cache:
+            fresh = KVCache()
+            fresh.keys = mx.repeat(c.keys[..., : self.length, :], batch, axis=0)
+            fresh.values = mx.repeat(c.values[..., : self.length, :], batch, axis=0)
+            fresh.offset = self.length
+            caches.append(fresh)
+        return caches
+
+
 def force_decode_batch(
     lm,
     documents: Sequence[tuple[Any, str | Sequence[int]]],
@@ -167,32 +208,60 @@ def force_decode_batch(
     system: str | None = None,
     max_batch_tokens: int = 2048,
     progress: Callable[[int], None] | None = None,
+    share_prefix: bool = True,
 ) -> list[DocumentFeatures]:
     """Features of many (prompt, completion) documents. Documents are sorted by length and run in
     right-padded batches of at most ``max_batch_tokens`` tokens; with a causal mask right padding
-    leaves every real position's state unchanged."""
+    leaves every real position's state unchanged. With ``share_prefix`` the token prefix common to
+    all documents (system prompt, template, instruction) is run once and its KV cache reused."""
     prepared = [
         _prepare(lm, prompt, completion, delimiter=delimiter, system=system, max_context=None)
         for prompt, completion in documents
     ]
+    if not prepared:
+        return []
+    prefix = None
+    if share_prefix and len(prepared) > 1:
+        # every document keeps at least one own token: the state predicting its delimiter
+        n = min(_common_prefix_len([p.ids for p in prepared]), min(len(p.ids) for p in prepared) - 1)
+        if n >= 4:
+            prefix = _SharedPrefix(lm, prepared[0].ids[:n])
+            prefix = prefix if prefix.usable else None
+    skip = prefix.length if prefix is not None else 0
     order = sorted(range(len(prepared)), key=lambda i: len(prepared[i].ids))
     pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
     results: list[DocumentFeatures | None] = [None] * len(prepared)
     start = 0
     while start < len(order):
         end = start + 1
-        while end < len(order) and len(prepared[order[end]].ids) * (end - start + 1) <= max_batch_tokens:
+        while end < len(order) and (len(prepared[order[end]].ids) - skip) * (end - start + 1) <= max_batch_tokens:
             end += 1
         batch = [prepared[i] for i in order[start:end]]
-        width = max(len(p.ids) for p in batch)
-        rows = [p.ids + [pad] * (width - len(p.ids)) for p in batch]
-        hidden = lm.model.model(mx.array(rows))
+        width = max(len(p.ids) for p in batch) - skip
+        rows = [p.ids[skip:] + [pad] * (width - len(p.ids) + skip) for p in batch]
+        cache = prefix.batch_cache(len(batch)) if prefix is not None else None
+        hidden = lm.model.model(mx.array(rows), cache=cache).astype(mx.float32)
         mx.eval(hidden)
         for row, i in enumerate(order[start:end]):
             p = prepared[i]
-            results[i] = document_features_from_hidden(
-                hidden[row], prompt_len=p.prompt_len, completion_len=p.completion_len, delimiter=p.delimiter,
-                delimiter_rule=delimiter, truncated_prompt_tokens=p.dropped,
+            if prefix is None:
+                results[i] = document_features_from_hidden(
+                    hidden[row], prompt_len=p.prompt_len, completion_len=p.completion_len, delimiter=p.delimiter,
+                    delimiter_rule=delimiter, truncated_prompt_tokens=p.dropped,
+                )
+                continue
+            k = len(p.ids) - 1  # the last position fed is the one that predicts the delimiter
+            own = hidden[row, : k + 1 - skip]
+            mean = (prefix.sum + mx.sum(own, axis=0)) / (k + 1)
+            d = p.delimiter if p.delimiter is not None else p.completion_len
+            results[i] = DocumentFeatures(
+                vector=np.asarray(mx.concatenate([mean, own[-1]]), dtype=np.float32),
+                positions=k + 1,
+                delimiter_position=k + 1,
+                delimiter_kind=delimiter if p.delimiter is not None else DELIMITER_MISSING,
+                prompt_tokens=p.prompt_len,
+                completion_tokens=d,
+                truncated_prompt_tokens=p.dropped,
             )
         if progress is not None:
             progress(end - start)
