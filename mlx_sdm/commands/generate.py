@@ -128,7 +128,9 @@ def main(argv: list[str] | None = None) -> int:
             result = chunk.result or result
         verdict = None
         verify_s = 0.0
-        if verifier is not None:
+        if verifier is not None and not result.text.strip():
+            unverifiable = "the model produced an empty answer; there is nothing to verify"
+        elif verifier is not None:
             tic = time.perf_counter()
             verdict = verifier.verify_features(result.features, explain=max(0, args.explain))
             verify_s = time.perf_counter() - tic
