@@ -103,3 +103,37 @@ def test_default_store_location(monkeypatch, tmp_path):
     assert chat_cmd.default_db_path() == tmp_path / "home" / "chat.db"
     monkeypatch.delenv("MLX_SDM_HOME")
     assert chat_cmd.default_db_path().name == "chat.db" and "mlx-sdm" in str(chat_cmd.default_db_path())
+
+
+def test_session_outcome_follows_the_verdicts_and_review_labels(tmp_path):
+    """Monitoring spec § 5.4: success = ends with a verified, accepted answer and no negative feedback."""
+    from mlx_sdm.session.export import session_to_format
+
+    store = ChatStore(tmp_path / "o.db")
+
+    def session(*answers):
+        s = store.create_session()
+        ids = []
+        for status, verdict in answers:
+            store.add_message(s.id, "user", "q")
+            ids.append(store.add_answer(s.id, "a", status=status, verdict_status=verdict,
+                                        review_reasons=["below_threshold"] if verdict == "rejected" else []))
+        return s.id, ids
+
+    ok, _ = session(("done", "rejected"), ("done", "verified"))
+    assert (session_to_format(store, ok).outcome, session_to_format(store, ok).termination) == ("success", "complete")
+    bad, _ = session(("done", "verified"), ("done", "rejected"))
+    assert session_to_format(store, bad).outcome == "failure"
+    aborted, _ = session(("aborted", "verified"),)
+    assert session_to_format(store, aborted).outcome == "failure"
+    left, _ = session(("paused", "verified"),)
+    assert (session_to_format(store, left).outcome, session_to_format(store, left).termination) == (None, "abandoned")
+    unknown, _ = session(("done", "unverifiable"),)
+    assert session_to_format(store, unknown).outcome is None
+    # review labels override: an unacceptable label anywhere is a failure, an acceptable last answer a success
+    (first_rejected,) = [i for i in store.review_items(session_id=ok)]
+    store.record_decision(first_rejected.id, 0)
+    assert session_to_format(store, ok).outcome == "failure"
+    (last_rejected,) = store.review_items(session_id=bad)
+    store.record_decision(last_rejected.id, 1)
+    assert session_to_format(store, bad).outcome == "success"

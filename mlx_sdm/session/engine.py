@@ -479,6 +479,8 @@ class ChatEngine:
         plan = plan_escalation(monitor, [c["name"] for c in tool_calls], verdict_status, verdict_reason)
         status, reasons, reflection, explanation = plan.status, plan.review_reasons, None, plan.explanation
         metadata: dict[str, Any] = {"finish_reason": gen.finish_reason}
+        if verdict_reason:
+            metadata["verdict_reason"] = verdict_reason
         if plan.event_action is not None:
             self._emit(on_event, EscalationEvent(
                 session_id=session_id, turn=turn, level=plan.level, action=plan.event_action, message=plan.message,

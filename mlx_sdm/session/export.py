@@ -69,8 +69,9 @@ def _message_markdown(m: MessageRecord) -> list[str]:
     if m.role != "assistant":
         return [f"### {m.role.capitalize()} ({m.kind})", "", m.text, ""]
     status = "" if m.status in {"done", "resumed"} else f" ({m.status})"
+    meta = m.metadata or {}
     out = [f"### Assistant{status}", "", m.text or "_(empty)_", ""]
-    out.append(f"> {verdict_line(m.verdict_status, m.verdict)}  ")
+    out.append(f"> {verdict_line(m.verdict_status, m.verdict, meta.get('verdict_reason'))}  ")
     out.append(f"> {monitor_line(m.monitor)}")
     out.append("")
     if m.verdict and m.verdict.get("exemplars"):
@@ -80,7 +81,6 @@ def _message_markdown(m: MessageRecord) -> list[str]:
             text = (e.get("text") or "").replace("\n", " ")
             out.append(f"- `{e.get('id')}` label {e.get('label')} (predicted {e.get('prediction')}), distance {_num(e.get('distance'))}: {text}")
         out.append("")
-    meta = m.metadata or {}
     if meta.get("reflection_prompt"):
         out += ["**Reflection requested** (HIGH uncertainty):", "", f"> {meta['reflection_prompt']}", ""]
         if meta.get("reflection"):
@@ -90,9 +90,35 @@ def _message_markdown(m: MessageRecord) -> list[str]:
     return out
 
 
+def session_outcome(messages: list[MessageRecord], decisions: dict) -> tuple[str | None, str | None]:
+    """(outcome, termination) of a chat session, monitoring spec § 5.4: success when the session ends
+    with a verified answer that the user accepted (or an answer a reviewer marked acceptable) and no
+    answer of the session was marked unacceptable; failure when one was, or when the last answer was
+    rejected by the verifier or aborted; a session left at a pause is abandoned (no outcome); an
+    unverifiable, unreviewed last answer leaves the outcome unknown."""
+    answers = [m for m in messages if m.role == "assistant" and m.kind == "chat" and m.status != "cancelled"]
+    if not answers:
+        return None, None
+    if any(d.label == 0 for mid, d in decisions.items() if mid in {a.id for a in answers}):
+        return "failure", "complete"
+    last = answers[-1]
+    decided = decisions.get(last.id)
+    if decided is not None and decided.label == 1:
+        return "success", "complete"
+    if last.status == "paused":
+        return None, "abandoned"
+    if last.status == "aborted" or last.verdict_status == "rejected":
+        return "failure", "complete"
+    if last.verdict_status == "verified":
+        return "success", "complete"
+    return None, None
+
+
 def session_to_format(store: ChatStore, session_id: str) -> Session:
-    """The stored session as a :class:`~mlx_sdm.session.format.Session` (one step per message)."""
+    """The stored session as a :class:`~mlx_sdm.session.format.Session` (one step per message), with the
+    outcome of :func:`session_outcome` so that `mlx-sdm eval-monitor` can score it."""
     info = store.get_session(session_id)
+    outcome, termination = session_outcome(store.messages(session_id), store.decisions_by_message(session_id))
     steps: list[SessionStep] = []
     turn = 0
     for m in store.messages(session_id):
@@ -121,6 +147,7 @@ def session_to_format(store: ChatStore, session_id: str) -> Session:
         ))
         turn += 1
     return Session(session_id=info.id, steps=steps, model=info.model, created_at=info.created_at,
+                   outcome=outcome, termination=termination,
                    metadata={"title": info.title, "verifier": info.verifier, "exported_by": "mlx-sdm chat"})
 
 

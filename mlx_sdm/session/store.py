@@ -692,6 +692,15 @@ class ChatStore:
             decision_id = int(cur.lastrowid)
         return self.decision(decision_id)
 
+    def decisions_by_message(self, session_id: str) -> dict[int, Decision]:
+        """The active decision on each reviewed answer of a session, keyed by message id."""
+        rows = self._query(
+            "SELECT d.*, r.message_id AS reviewed_message FROM decisions d JOIN review_queue r ON r.id = d.review_id "
+            "WHERE r.session_id = ? AND d.undone_at IS NULL ORDER BY d.id",
+            (session_id,),
+        )
+        return {int(r["reviewed_message"]): _decision(r) for r in rows}
+
     def decision(self, decision_id: int) -> Decision:
         rows = self._query("SELECT * FROM decisions WHERE id = ?", (decision_id,))
         if not rows:
