@@ -10,17 +10,20 @@
 # opens the session monitor, the review queue and the help screen, printing each screen it saw,
 # and quits with ctrl+q. Exit status 0 when every step was seen, 1 otherwise.
 #
-# Environment: PYTHON (default .venv/bin/python), E2E_DIR (default a new temp dir; the store and
-# the log go there), LOAD_TIMEOUT (s, default 240), ANSWER_TIMEOUT (s, default 240),
-# CHAT_ARGS (extra arguments for `mlx-sdm chat`, e.g. "--max-tokens 48").
+# Environment: PYTHON (default .venv/bin/python), E2E_DIR (default a new temp dir; the store goes
+# there), LOAD_TIMEOUT (s, default 240), ANSWER_TIMEOUT (s, default 240),
+# CHAT_ARGS (extra arguments for `mlx-sdm chat`, default "--max-tokens 64").
+# When the session monitor pauses the turn (HIGH), the script shows the reflection and the
+# guidance prompt, answers with GUIDANCE and waits for the resumed answer.
 set -u
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
 PROMPT=${1:-"Paris is the capital of France. Is this claim true or false?"}
+GUIDANCE=${GUIDANCE:-"Answer in one short sentence."}
 E2E_DIR=${E2E_DIR:-$(mktemp -d /tmp/mlx-sdm-e2e.XXXXXX)}
 LOAD_TIMEOUT=${LOAD_TIMEOUT:-240}
 ANSWER_TIMEOUT=${ANSWER_TIMEOUT:-240}
-CHAT_ARGS=${CHAT_ARGS:-}
+CHAT_ARGS=${CHAT_ARGS:-"--max-tokens 64"}
 SESSION="mlx-sdm-e2e-$$"
 STATUS=0
 
@@ -44,7 +47,7 @@ trap cleanup EXIT
 
 echo "e2e: store and log in $E2E_DIR"
 tmux new-session -d -s "$SESSION" -x 120 -y 40 \
-    "$PYTHON -m mlx_sdm chat --db $E2E_DIR/chat.db $CHAT_ARGS 2> $E2E_DIR/stderr.log; echo EXITED \$?; sleep 30"
+    "$PYTHON -m mlx_sdm chat --db $E2E_DIR/chat.db $CHAT_ARGS; echo EXITED \$?; sleep 30"
 
 t_start=$(now)
 step "model loaded" "model [^·]+ · verifier" "$LOAD_TIMEOUT"
@@ -72,14 +75,36 @@ else
 fi
 step "verdict badge" "(✔ verified|✘ rejected|\? unverifiable)" "$ANSWER_TIMEOUT"
 t_done=$(now)
-printf 'e2e: answer + verdict + monitor %.1f s after Enter\n' "$(echo "$t_done - $t_enter" | bc)"
-sleep 1
+printf 'e2e: answer + verdict %.1f s after Enter\n' "$(echo "$t_done - $t_enter" | bc)"
+# The turn is over when the status line stops saying "generating" (a HIGH pause opens the guidance prompt).
+resumed=0
+deadline=$(echo "$(now) + $ANSWER_TIMEOUT" | bc)
+while (( $(echo "$(now) < $deadline" | bc) )); do
+    screen=$(pane)
+    if echo "$screen" | grep -q "Paused: " && [ $resumed -eq 0 ]; then
+        echo "e2e: ok   HIGH pause: reflection shown, guidance asked"
+        show "escalation (HIGH)"
+        tmux send-keys -t "$SESSION" -l "$GUIDANCE"
+        sleep 0.3
+        tmux send-keys -t "$SESSION" Enter
+        resumed=1
+        sleep 1
+        continue
+    fi
+    if echo "$screen" | grep -q "Paused: "; then  # paused again after the resume: leave it paused
+        echo "e2e: paused again after the resume; escape leaves the turn paused"
+        tmux send-keys -t "$SESSION" Escape
+        sleep 0.5
+        break
+    fi
+    if ! echo "$screen" | grep -q "generating…\|stopping…"; then break; fi
+    sleep 0.2
+done
+printf 'e2e: turn over %.1f s after Enter%s\n' "$(echo "$(now) - $t_enter" | bc)" "$([ $resumed -eq 1 ] && echo ' (resumed once with guidance)')"
 show "chat, answered"
 
-# Expand the evidence: shift+tab from the prompt reaches the last badge.
-tmux send-keys -t "$SESSION" BTab
-sleep 0.3
-tmux send-keys -t "$SESSION" Enter
+# Expand the evidence of the last answer (ctrl+b).
+tmux send-keys -t "$SESSION" C-b
 if pane | grep -q "unverifiable"; then
     echo "e2e: (answer unverifiable: no evidence to expand)"
 else
@@ -93,11 +118,11 @@ show "review queue"
 tmux send-keys -t "$SESSION" Escape
 sleep 0.5
 tmux send-keys -t "$SESSION" F1
-step "help" "Keys|this help" 10
+step "help" "key +│ chat" 10
 show "help"
 tmux send-keys -t "$SESSION" Escape
 sleep 0.3
 tmux send-keys -t "$SESSION" C-q
 step "quit" "EXITED 0" 30
-if [ -s "$E2E_DIR/stderr.log" ]; then echo "---- stderr ----"; tail -20 "$E2E_DIR/stderr.log"; fi
+show "after quit"
 exit $STATUS

@@ -76,7 +76,7 @@ def answers(app) -> list[MessageBubble]:
 async def send(pilot, app, text: str) -> MessageBubble:
     """Type ``text``, press enter, wait until the turn is over; returns the answer's bubble."""
     before = len(answers(app))
-    await pilot.click("#prompt")
+    pilot.app.screen.query_one("#prompt").focus()
     await pilot.press(*text, "enter")
     await wait_until(pilot, lambda: len(answers(app)) > before and app.chat.active is None)
     await pilot.pause(0.1)
@@ -147,7 +147,7 @@ async def test_high_pause_shows_the_reflection_and_resumes_with_guidance(store, 
     try:
         app = SdmChatApp(engine=engine, store=store)
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.click("#prompt")
+            pilot.app.screen.query_one("#prompt").focus()
             await pilot.press(*"Is Oslo the capital of Norway?", "enter")
             await wait_until(pilot, lambda: isinstance(app.screen, EscalationPrompt))
             prompt = app.screen
@@ -155,7 +155,7 @@ async def test_high_pause_shows_the_reflection_and_resumes_with_guidance(store, 
             paused = [m for m in store.messages(app.chat.session_id) if m.role == "assistant"]
             assert paused[-1].status == "paused"
             await pilot.pause()
-            await pilot.click("#guidance")
+            pilot.app.screen.query_one("#guidance").focus()
             await pilot.press(*"Say you are not sure.", "enter")
             # resumed: a guidance message, then a second answer (which pauses again at these thresholds)
             await wait_until(pilot, lambda: len(answers(app)) == 2 and app.chat.active is None)
@@ -174,7 +174,7 @@ async def test_review_decision_grows_the_support_set_and_undo_shrinks_it(store, 
     try:
         app = SdmChatApp(engine=engine, store=store)
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.click("#prompt")
+            pilot.app.screen.query_one("#prompt").focus()
             await pilot.press(*"Berlin is the capital of Germany.", "enter")
             await wait_until(pilot, lambda: isinstance(app.screen, EscalationPrompt))
             await pilot.press("escape")  # leave it paused

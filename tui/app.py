@@ -34,7 +34,7 @@ class SdmChatApp(App):
     BINDINGS = [
         Binding("ctrl+q", "quit", "Quit", priority=True),
         Binding("f1", "help", "Help"),
-        Binding("ctrl+n", "new_chat", "New chat"),
+        Binding("ctrl+n", "new_chat", "New chat", show=False),
         Binding("ctrl+o", "sessions", "Sessions"),
         Binding("ctrl+r", "review", "Review"),
         Binding("ctrl+s", "export", "Export"),

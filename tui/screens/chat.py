@@ -41,6 +41,7 @@ class ChatScreen(Screen):
         Binding("escape", "stop", "Stop", show=True),
         Binding("ctrl+t", "toggle_monitor", "Monitor", show=True),
         Binding("ctrl+y", "copy", "Copy", show=True),
+        Binding("ctrl+b", "evidence", "Evidence", show=True),
         Binding("question_mark", "app.help", "Help", show=False),
     ]
 
@@ -66,7 +67,7 @@ class ChatScreen(Screen):
             yield MonitorPanel(id="monitor")
         yield Static("", id="status-line")
         yield Input(placeholder="Ask something · enter sends · escape stops · f1 help", id="prompt")
-        yield Footer()
+        yield Footer(compact=True)
 
     async def on_mount(self) -> None:
         self.bridge.attach(self)
@@ -314,6 +315,17 @@ class ChatScreen(Screen):
                 bubble.toggle_evidence(event.expanded)
                 if event.expanded and bubble.evidence is not None:
                     bubble.evidence.scroll_visible()
+
+    def action_evidence(self) -> None:
+        """Expand / collapse the evidence of the focused answer, or of the last one."""
+        bubble = self._message_to_copy()
+        if bubble is None or bubble.badge is None:
+            answers = [b for b in self.query(MessageBubble) if b.badge is not None and b.badge.expandable]
+            bubble = answers[-1] if answers else None
+        if bubble is None or bubble.badge is None or not bubble.badge.expandable:
+            self.notify("No verdict with evidence yet.", severity="warning")
+            return
+        bubble.badge.action_toggle()
 
     def action_toggle_monitor(self) -> None:
         panel = self.query_one(MonitorPanel)

@@ -24,6 +24,7 @@ MEDIUM is logged; HIGH pauses the turn and asks for your guidance; CRITICAL abor
 |---|---|
 | enter | send the message |
 | escape | stop the answer being generated |
+| ctrl+b | expand / collapse the evidence of the last (or focused) answer; `v` on a badge opens it full screen |
 | ctrl+t | show / hide the session monitor panel |
 | ctrl+o | sessions: open, rename (r), delete (d), new (n) |
 | ctrl+n | new chat |

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from tui.bridge import Bridge
 
 LABEL_ACCEPTABLE, LABEL_UNACCEPTABLE = 1, 0
-STATUS_CHOICES = [("pending", "pending"), ("decided", "decided"), ("all", "all")]
+STATUS_CHOICES = [("status: pending", "pending"), ("status: decided", "decided"), ("status: all", "all")]
 
 
 class ReviewScreen(Screen):
@@ -59,7 +59,7 @@ class ReviewScreen(Screen):
         with VerticalScroll(id="review-detail"):
             yield Static("", id="review-item")
         yield Static("", id="review-status")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.title = "Review queue"
@@ -120,7 +120,7 @@ class ReviewScreen(Screen):
         head.append("\nprompt\n", style="bold underline")
         head.append(f"{item.prompt}\n")
         head.append("\nanswer\n", style="bold underline")
-        head.append(f"{item.answer}\n")
+        head.append(f"{item.answer}\n" if item.answer.strip() else "(whitespace only)\n")
         if item.decision is not None and item.decision.completion:
             head.append("\nedited completion (acceptable)\n", style="bold underline")
             head.append(f"{item.decision.completion}\n")

@@ -14,6 +14,9 @@ from tui.widgets.evidence import EvidencePanel
 from tui.widgets.verdict import VerdictBadge
 
 
+EMPTY_ANSWER = "*(the model answered with whitespace only)*"
+
+
 class MessageBubble(Vertical, can_focus=True):
     """A user message, an assistant answer (streamed), or a system note (reflection, abort)."""
 
@@ -32,7 +35,8 @@ class MessageBubble(Vertical, can_focus=True):
 
     def compose(self) -> ComposeResult:
         yield Static(self._title, classes="title")
-        yield Markdown(self.text, classes="body")
+        shown = EMPTY_ANSWER if self.role == "assistant" and self.text and not self.text.strip() else self.text
+        yield Markdown(shown, classes="body")
         if self.role == "assistant":
             self.badge = VerdictBadge()
             yield self.badge
@@ -55,10 +59,12 @@ class MessageBubble(Vertical, can_focus=True):
         await self._stream.write(piece)
 
     async def finish(self) -> None:
-        """Flush the stream; the text is final."""
+        """Flush the stream; the text is final. An answer of only whitespace says so instead of showing nothing."""
         if self._stream is not None:
             await self._stream.stop()
             self._stream = None
+        if self.role == "assistant" and self.text and not self.text.strip():
+            await self.body.update(EMPTY_ANSWER)
 
     async def set_text(self, text: str) -> None:
         await self.finish()

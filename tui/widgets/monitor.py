@@ -15,7 +15,7 @@ from tui.format import format_p, format_risk, level_label
 LEVEL_STYLES = {"low": "green", "medium": "yellow", "high": "dark_orange", "critical": "bold red"}
 
 
-class MonitorPanel(VerticalScroll):
+class MonitorPanel(VerticalScroll, can_focus=False):
     """Toggle it with ctrl+t (or the command palette)."""
 
     def __init__(self, *, id: str | None = None) -> None:
