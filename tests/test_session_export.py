@@ -91,7 +91,9 @@ def test_chat_list_and_bad_session(tmp_path, capsys):
     assert chat_cmd.main(["--db", str(db), "--plain", "--session", "nope"]) == 2
     assert "no session with id 'nope'" in capsys.readouterr().err
     assert chat_cmd.main(["--db", str(db), "--export", str(tmp_path / "a.md")]) == 2
-    assert "--export needs --session" in capsys.readouterr().err
+    assert "name a .jsonl file" in capsys.readouterr().err
+    assert chat_cmd.main(["--db", str(db), "--export", str(tmp_path / "all.jsonl")]) == 0
+    assert [x.session_id for x in read_sessions_jsonl(tmp_path / "all.jsonl")] == [s.id]
     assert chat_cmd.main(["--db", str(db), "--session", s.id, "--export", str(tmp_path / "a.md")]) == 0
     assert (tmp_path / "a.md").read_text().startswith("# listed")
     assert chat_cmd.main(["--db", str(db), "--export-labels", str(tmp_path / "labels.jsonl")]) == 0

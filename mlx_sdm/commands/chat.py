@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
             "  echo 'Is Paris in France?' | mlx-sdm chat  # line mode (not a terminal): answer, verdict, monitor\n"
             "  mlx-sdm chat --plain --session 3f2a9c1b    # reopen a session in line mode\n"
             "  mlx-sdm chat --list                        # sessions in the store\n"
-            "  mlx-sdm chat --session 3f2a9c1b --export s.jsonl   # then: mlx-sdm eval-monitor s.jsonl\n"
+            "  mlx-sdm chat --session 3f2a9c1b --export s.md      # one session as Markdown\n"
+            "  mlx-sdm chat --export all.jsonl            # every session; then: mlx-sdm eval-monitor all.jsonl\n"
             "  mlx-sdm chat --export-labels labels.jsonl  # review decisions as training rows\n"
             "  mlx-sdm chat --irreversible-tools send_email,delete  # pause such tool calls already at MEDIUM\n"
             f"\nThe store defaults to {default_db_path()} (set MLX_SDM_HOME or --db to move it)."
@@ -79,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--plain", action="store_true", help="line-mode chat (the default when stdin/stdout is not a terminal)")
     parser.add_argument("--list", action="store_true", help="list the sessions in the store and exit")
     parser.add_argument("--export", metavar="PATH", default=None,
-                        help="with --session: write that session to PATH (.md = Markdown, .jsonl = session JSONL for eval-monitor) and exit")
+                        help="write the --session to PATH (.md = Markdown, .jsonl = session JSONL) and exit; "
+                             "without --session, every session goes to one session JSONL for `mlx-sdm eval-monitor`")
     parser.add_argument("--export-labels", metavar="PATH", default=None,
                         help="write every review decision as training rows {prompt, completion, label} (JSONL) for `mlx-sdm train` and exit")
     parser.add_argument("--no-monitor-panel", action="store_true", help="start the UI with the monitor panel hidden")
@@ -114,11 +116,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.session is not None:
             store.get_session(args.session)
         if args.export:
-            if args.session is None:
-                raise MlxSdmError("--export needs --session ID (see --list)")
-            from mlx_sdm.session.export import export_session
+            from mlx_sdm.session.export import export_all_sessions, export_session
 
-            print(f"wrote {export_session(store, args.session, Path(args.export).expanduser())}")
+            target = Path(args.export).expanduser()
+            if args.session is None:
+                if target.suffix.lower() != ".jsonl":
+                    raise MlxSdmError(f"--export {target} without --session writes every session as session JSONL: "
+                                      "name a .jsonl file, or pick one session with --session ID")
+                print(f"wrote {export_all_sessions(store, target)} sessions to {target}")
+            else:
+                print(f"wrote {export_session(store, args.session, target)}")
             return 0
         config = engine_config(args)
     except MlxSdmError as exc:

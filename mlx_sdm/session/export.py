@@ -17,6 +17,7 @@ from mlx_sdm.session.format import (
     VerifierOutput,
     step_id_for,
     write_session_jsonl,
+    write_sessions_jsonl,
 )
 from mlx_sdm.session.store import ChatStore, MessageRecord
 
@@ -149,6 +150,13 @@ def session_to_format(store: ChatStore, session_id: str) -> Session:
     return Session(session_id=info.id, steps=steps, model=info.model, created_at=info.created_at,
                    outcome=outcome, termination=termination,
                    metadata={"title": info.title, "verifier": info.verifier, "exported_by": "mlx-sdm chat"})
+
+
+def export_all_sessions(store: ChatStore, path: str | os.PathLike) -> int:
+    """Every session of the store in one session JSONL (what `mlx-sdm eval-monitor` scores). Returns the count."""
+    sessions = [session_to_format(store, s.id) for s in reversed(store.list_sessions())]  # oldest first
+    write_sessions_jsonl(path, sessions)
+    return len(sessions)
 
 
 def export_session(store: ChatStore, session_id: str, path: str | os.PathLike, fmt: str | None = None) -> Path:
