@@ -65,7 +65,7 @@ def test_plain_chat_prints_answer_then_verdict_and_monitor(tmp_path):
     stdin = io.StringIO("Is Paris the capital of France?\nAnswer in one word.\n/rename plain test\n/export " + str(tmp_path / "x.md") + "\n/quit\n")
     stdout = io.StringIO()
     rc = chat_cmd.run_plain(config, store, session_id=None, title="plain", stdin=stdin, stdout=stdout,
-                            components=tiny_components(path))
+                            components=tiny_components(path), timing=True)
     out = stdout.getvalue()
     assert rc == 0
     lines = out.splitlines()
@@ -73,6 +73,8 @@ def test_plain_chat_prints_answer_then_verdict_and_monitor(tmp_path):
     verdicts = [l for l in lines if l.startswith("[verdict: ")]
     assert len(verdicts) == 2  # the question, then the guidance that resumed the paused answer
     assert sum(l.startswith("[monitor: AUQ HIGH") for l in lines) == 2
+    timings = [l for l in lines if l.startswith("[timing: first token ")]
+    assert len(timings) == 2 and "6 tokens" in timings[0] and "0 reused" in timings[0] and "0 reused" not in timings[1]
     assert "[PAUSED at HIGH uncertainty" in out and "[queued for review as #1]" in out
     answer_line = lines[lines.index(verdicts[0]) - 1]
     assert answer_line == store.messages(store.list_sessions()[0].id)[1].text.splitlines()[-1]  # answer, then verdict

@@ -84,6 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "without --session, every session goes to one session JSONL for `mlx-sdm eval-monitor`")
     parser.add_argument("--export-labels", metavar="PATH", default=None,
                         help="write every review decision as training rows {prompt, completion, label} (JSONL) for `mlx-sdm train` and exit")
+    parser.add_argument("--timing", action="store_true",
+                        help="line mode: after each answer print first-token latency (from Enter), tokens/s and prompt tokens reused from the KV cache")
     parser.add_argument("--no-monitor-panel", action="store_true", help="start the UI with the monitor panel hidden")
     parser.add_argument("--theme", default=None, help="Textual theme name for the UI")
     return parser
@@ -135,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.plain and interactive:
         return _run_ui(args, config, store)
     return run_plain(config, store, session_id=args.session, title=args.title, stdin=sys.stdin, stdout=sys.stdout,
-                     prompt=interactive)
+                     prompt=interactive, timing=args.timing)
 
 
 def _list_sessions(store) -> int:
@@ -164,7 +166,7 @@ def _run_ui(args, config, store) -> int:
 
 
 def run_plain(config, store, *, session_id: str | None, title: str | None, stdin, stdout, prompt: bool = False,
-              components=None) -> int:
+              components=None, timing: bool = False) -> int:
     """Line mode: each input line is a message; the answer streams to ``stdout``, then its verdict and
     monitor lines. Returns 0, or 2 when the model or verifier cannot be loaded."""
     from mlx_sdm.session.engine import ChatEngine
@@ -234,6 +236,8 @@ def run_plain(config, store, *, session_id: str | None, title: str | None, stdin
             out(f"[{monitor_line(result.monitor)}]")
             for message in logged:
                 out(f"[{message}]")
+            if timing:
+                out(f"[timing: {_timing_line(result)}]")
             if result.status == "paused":
                 paused = True
                 out(f"[PAUSED at {result.monitor.get('level', '').upper()} uncertainty: give guidance on the next line, "
@@ -249,6 +253,13 @@ def run_plain(config, store, *, session_id: str | None, title: str | None, stdin
         return 0
     finally:
         engine.shutdown(wait=True, timeout=10)
+
+
+def _timing_line(result) -> str:
+    first = "n/a" if result.first_token_s is None else f"{result.first_token_s:.3f} s"
+    rate = result.tokens / result.generation_s if result.generation_s else 0.0
+    return (f"first token {first} after Enter; {result.tokens} tokens in {result.generation_s or 0:.2f} s ({rate:.1f} tok/s); "
+            f"prompt {result.prompt_tokens} tokens, {result.reused_tokens} reused from the KV cache")
 
 
 def _plain_command(text: str, store, session_id: str, out, export_session) -> str | None:
