@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     documents = from_verification_documents(encode_task(args.task), lm.tokenizer)
     verified = [d for d in documents if d.label == 1]
     vocab = lm.vocab_size
-    tokens = build_token_targets(lm, verified[: 4 * args.batch_size], vocab)
+    tokens = build_token_targets(lm, verified[: max(8, args.batch_size // 4)], vocab)
     rows = np.arange(args.batch_size) % len(tokens)
     hidden = mx.array(tokens.hidden[rows])
     targets = mx.array(tokens.targets[rows])
