@@ -1,0 +1,209 @@
+"""Pilot tests of the rest of the UI on the real engine with the tiny model: the stop key, a CRITICAL
+abort, review notes / edits / filters, sessions (rename, delete), copy with its fallback, the command
+palette and the theme picker."""
+
+from __future__ import annotations
+
+import pytest
+from textual.widgets import Input, Select
+
+from mlx_sdm.session.store import ChatStore
+from tests.test_tui_flows import HIGH_EVERYWHERE, SIZE, answers, make_engine, send, wait_until
+from tests.tiny_verifier import build_tiny_verifier
+from tui.app import SdmChatApp
+from tui.screens.prompts import Confirm, CopyFallback, EditText, EscalationPrompt, TextPrompt
+from tui.screens.review import ReviewScreen
+from tui.screens.sessions import SessionsScreen
+from tui.widgets.message import MessageBubble
+from tui.widgets.review_list import ReviewList
+
+pytestmark = pytest.mark.asyncio
+
+#: AUQ floors that put every cumulative confidence below 0.9998 at CRITICAL (monitoring spec § 2.5).
+CRITICAL_EVERYWHERE = {"auq_thresholds": (1.0, 0.9999, 0.9998)}
+
+
+@pytest.fixture(scope="module")
+def verifier_dir(tmp_path_factory):
+    return build_tiny_verifier(tmp_path_factory.mktemp("tiny") / "verifier")
+
+
+@pytest.fixture
+def store(tmp_path):
+    store = ChatStore(tmp_path / "chat.db")
+    yield store
+    store.close()
+
+
+async def test_escape_stops_the_answer_midway(store, verifier_dir):
+    engine = make_engine(store, verifier_dir, max_tokens=1500)
+    try:
+        app = SdmChatApp(engine=engine, store=store)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press(*"Tell me a long story.", "enter")
+            await wait_until(pilot, lambda: app.chat.active is not None and len(app.chat.active.text) > 0)
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: app.chat.active is None)
+            answer = [m for m in store.messages(app.chat.session_id) if m.role == "assistant"][-1]
+            assert answer.status == "cancelled" and 0 < answer.token_count < 1500
+            bubble = answers(app)[-1]
+            assert bubble.text == answer.text
+            assert str(bubble.badge.render()) == "■ stopped"
+    finally:
+        engine.shutdown()
+
+
+async def test_critical_aborts_the_turn_with_an_explanation(store, verifier_dir):
+    engine = make_engine(store, verifier_dir, **CRITICAL_EVERYWHERE)
+    try:
+        app = SdmChatApp(engine=engine, store=store)
+        async with app.run_test(size=SIZE) as pilot:
+            await send(pilot, app, "Delete all my files.")
+            answer = [m for m in store.messages(app.chat.session_id) if m.role == "assistant"][-1]
+            assert answer.status == "aborted"
+            notes = [b for b in app.chat.query(MessageBubble) if b.role == "system"]
+            assert [str(b.query_one(".title").render()) for b in notes] == ["monitor · CRITICAL"]
+            assert notes[0].text == answer.metadata["explanation"] and "CRITICAL" in notes[0].text
+            assert "CRITICAL" in str(answers(app)[-1].query_one(".monitor-line").render())
+            assert any("Aborted" in n.message for n in app._notifications)
+            assert [item.reasons[-1] for item in store.review_items()] == ["escalated_critical"]
+    finally:
+        engine.shutdown()
+
+
+async def test_review_note_edit_and_filters(store, verifier_dir):
+    engine = make_engine(store, verifier_dir, generate_reflection=False, **HIGH_EVERYWHERE)
+    try:
+        app = SdmChatApp(engine=engine, store=store)
+        async with app.run_test(size=SIZE) as pilot:
+            for question in ("Oslo is the capital of Norway.", "Athens is the capital of Greece."):
+                app.chat.query_one("#prompt").focus()
+                await pilot.press(*question, "enter")
+                await wait_until(pilot, lambda: isinstance(app.screen, EscalationPrompt))
+                await pilot.press("escape")
+                await wait_until(pilot, lambda: app.chat.active is None and app.screen is app.chat)
+            support = engine.info().support_size
+            await pilot.press("ctrl+r")
+            await wait_until(pilot, lambda: isinstance(app.screen, ReviewScreen))
+            review = app.screen
+            table = review.query_one(ReviewList)
+            assert len(table.items) == 2
+            first = table.current_item
+            # a note typed before deciding is saved with the decision
+            await pilot.press("n")
+            await wait_until(pilot, lambda: isinstance(app.screen, TextPrompt))
+            await pilot.press(*"too vague", "enter")
+            await pilot.press("u")
+            await wait_until(pilot, lambda: engine.info().support_size == support + 1)
+            await pilot.pause(0.1)
+            decided = [i for i in store.review_items() if i.id == first.id][0].decision
+            assert (decided.label, decided.note) == (0, "too vague")
+            # j moves to the other item; e edits it into an acceptable completion (re-encoded by the engine)
+            await pilot.press("j")
+            second = table.current_item
+            assert second.id != first.id
+            await pilot.press("e")
+            await wait_until(pilot, lambda: isinstance(app.screen, EditText))
+            app.screen.query_one("#edit-area").text = "Athens is the capital of Greece: true."
+            await pilot.press("ctrl+s")
+            await wait_until(pilot, lambda: engine.info().support_size == support + 2)
+            await pilot.pause(0.1)
+            edited = [i for i in store.review_items() if i.id == second.id][0].decision
+            assert (edited.label, edited.completion) == (1, "Athens is the capital of Greece: true.")
+            # filters: a date after today empties the list; the reason filter keeps both escalations
+            review.query_one("#filter-since", Input).value = "2099-01-01"
+            review.query_one("#filter-since", Input).focus()
+            await pilot.press("enter")
+            await pilot.pause(0.1)
+            assert table.items == []
+            review.query_one("#filter-since", Input).value = ""
+            review.query_one("#filter-reason", Select).value = "escalated_high"
+            await pilot.pause(0.2)
+            assert len(table.items) == 2
+            review.query_one("#filter-status", Select).value = "pending"
+            await pilot.pause(0.2)
+            assert table.items == []
+    finally:
+        engine.shutdown()
+
+
+async def test_sessions_rename_open_and_delete(store, verifier_dir):
+    engine = make_engine(store, verifier_dir)
+    try:
+        app = SdmChatApp(engine=engine, store=store)
+        async with app.run_test(size=SIZE) as pilot:
+            await send(pilot, app, "First chat.")
+            first = app.chat.session_id
+            await pilot.press("ctrl+n")
+            await pilot.pause(0.1)
+            assert app.chat.session_id is None and not app.chat.query(MessageBubble)
+            await send(pilot, app, "Second chat.")
+            second = app.chat.session_id
+            await pilot.press("ctrl+o")
+            await wait_until(pilot, lambda: isinstance(app.screen, SessionsScreen))
+            # the newest session is listed first: rename it
+            await pilot.press("r")
+            await wait_until(pilot, lambda: isinstance(app.screen, TextPrompt))
+            app.screen.query_one(Input).value = ""
+            await pilot.press(*"Renamed", "enter")
+            await pilot.pause(0.1)
+            assert store.get_session(second).title == "Renamed" and app.chat.title == "Renamed"
+            # open the older one
+            await pilot.press("j", "enter")
+            await wait_until(pilot, lambda: app.chat.session_id == first)
+            assert [b.text for b in app.chat.query(MessageBubble) if b.role == "user"] == ["First chat."]
+            # delete it (the one on screen): the chat moves to a new, empty session
+            await pilot.press("ctrl+o")
+            await wait_until(pilot, lambda: isinstance(app.screen, SessionsScreen))
+            await pilot.press("j", "d")
+            await wait_until(pilot, lambda: isinstance(app.screen, Confirm))
+            await pilot.press("y")
+            await wait_until(pilot, lambda: [s.id for s in store.list_sessions()] == [second])
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: app.chat.session_id is None)
+    finally:
+        engine.shutdown()
+
+
+async def test_copy_writes_a_file_and_falls_back_to_selectable_text(store, verifier_dir, monkeypatch):
+    engine = make_engine(store, verifier_dir)
+    try:
+        app = SdmChatApp(engine=engine, store=store)
+        async with app.run_test(size=SIZE) as pilot:
+            bubble = await send(pilot, app, "Copy me.")
+            await pilot.press("ctrl+y")
+            path = store.path.parent / "clipboard.txt"
+            assert path.read_text() == bubble.text
+            assert app.clipboard == bubble.text  # what went out by OSC 52
+            monkeypatch.setenv("TERM_PROGRAM", "Apple_Terminal")  # OSC 52 does not reach its clipboard
+            await pilot.press("ctrl+y")
+            await wait_until(pilot, lambda: isinstance(app.screen, CopyFallback))
+            assert app.screen.query_one("#copy-area").text == bubble.text
+    finally:
+        engine.shutdown()
+
+
+async def test_command_palette_and_theme_picker(store, verifier_dir):
+    engine = make_engine(store, verifier_dir)
+    try:
+        app = SdmChatApp(engine=engine, store=store, theme="nord")
+        async with app.run_test(size=SIZE) as pilot:
+            assert app.theme == "nord"
+            titles = [c.title for c in app.get_system_commands(app.screen)]
+            for wanted in ("New chat", "Open review queue", "Export session", "Toggle monitor panel",
+                           "Switch model", "Switch verifier", "Switch head", "Theme"):
+                assert wanted in titles
+            await pilot.press("ctrl+p")
+            await pilot.pause(0.2)
+            await pilot.press(*"monitor panel")
+            await pilot.pause(0.5)
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: not app.chat.query_one("#monitor").display)
+            await pilot.press("ctrl+p")
+            await pilot.pause(0.2)
+            await pilot.press(*"review queue")
+            await pilot.pause(0.5)
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: isinstance(app.screen, ReviewScreen))
+    finally:
+        engine.shutdown()
