@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
 
         class Untested:
-            def __call__(self, docs, head):
+            def __call__(self, docs, head, purpose="calibration"):
                 from mlx_sdm.network.trainer import Outcome
 
                 return [Outcome(prediction=1, admitted=False, q=1.0, d=1.0, correct=False) for _ in docs]

@@ -76,25 +76,39 @@ class Outcome:
 class Scorer(Protocol):
     """Generates for documents with a decoding head and verifies the completions (this rank's share)."""
 
-    def __call__(self, documents: Sequence[FinetuneDocument], head: Callable[[mx.array], mx.array]) -> list[Outcome]: ...
+    def __call__(
+        self, documents: Sequence[FinetuneDocument], head: Callable[[mx.array], mx.array], purpose: str = "calibration"
+    ) -> list[Outcome]: ...
 
 
 class LMScorer:
     """The default scorer (§ 15.5): greedy decoding over the joint heads through the LM layer's
     ``generate_with_features`` (argmax mod |V|, the document feature vector from the same pass),
-    then the document verifier (``verify(features) -> Verdict``, e.g. ``DocumentVerifier.verify_features``)."""
+    then the document verifier (``verify(features) -> Verdict``, e.g. ``DocumentVerifier.verify_features``).
 
-    def __init__(self, lm, verify: Callable[[Any], Any], *, delimiter: str = "json_close", system: str | None = None, progress=None):
-        self.lm, self.verify, self.delimiter, self.system, self.progress = lm, verify, delimiter, system, progress
+    For training documents (``purpose="training"``) q and d come from ``training_qd(features) ->
+    (ŷ, q, d)`` when given: q without self-exclusion and not flip-adjusted, d from the *training*
+    distance eCDFs, as the reference does for the next-token loss (§ 15.5, § 20 item 13)."""
+
+    def __init__(self, lm, verify: Callable[[Any], Any], *, training_qd: Callable[[Any], tuple[int, float, float]] | None = None,
+                 delimiter: str = "json_close", system: str | None = None, progress=None):
+        self.lm, self.verify, self.training_qd = lm, verify, training_qd
+        self.delimiter, self.system, self.progress = delimiter, system, progress
 
     @classmethod
     def from_verifier(cls, lm, verifier, progress=None) -> "LMScorer":
         """Scorer for a :class:`~mlx_sdm.network.verifier.DocumentVerifier`; refuses one built on another model."""
         verifier.check_model(lm)
-        return cls(lm, lambda features: verifier.verify_features(features, explain=0), delimiter=verifier.recipe.delimiter,
-                   system=verifier.recipe.system, progress=progress)
 
-    def __call__(self, documents, head):
+        def training_qd(features):
+            vector = np.asarray(features.vector, dtype=np.float32)[None, :]
+            qd = verifier.estimator.q_and_d(vector, distance_cdfs="training")
+            return int(qd["prediction"][0]), float(qd["q"][0]), float(qd["d"][0])
+
+        return cls(lm, lambda features: verifier.verify_features(features, explain=0), training_qd=training_qd,
+                   delimiter=verifier.recipe.delimiter, system=verifier.recipe.system, progress=progress)
+
+    def __call__(self, documents, head, purpose: str = "calibration"):
         from mlx_sdm.lm.generation import GenerationConfig, generate_with_features
 
         outcomes = []
@@ -106,8 +120,12 @@ class LMScorer:
                 system=doc.system if doc.system is not None else self.system,
             )
             result = generate_with_features(self.lm, doc.prompt, config, head=head)
-            verdict = self.verify(result.features)
             answer = doc.task_answer(result.text)
+            if purpose == "training" and self.training_qd is not None:
+                prediction, q, d = self.training_qd(result.features)
+                verdict = Outcome(prediction=prediction, admitted=False, q=q, d=d, correct=False)
+            else:
+                verdict = self.verify(result.features)
             outcomes.append(
                 Outcome(
                     prediction=int(verdict.prediction),
@@ -133,9 +151,9 @@ def admitted_count(outcomes: Sequence[Outcome]) -> int:
     return sum(1 for out in outcomes if out.prediction == 1 and out.admitted and out.correct)
 
 
-def score_all(scorer: Scorer, documents: Sequence[FinetuneDocument], head, group) -> np.ndarray:
+def score_all(scorer: Scorer, documents: Sequence[FinetuneDocument], head, group, purpose: str = "calibration") -> np.ndarray:
     """Score the documents sharded over the ranks; rows [prediction, admitted, q, d, correct]."""
-    outcomes = scorer(shard(documents, group), head)
+    outcomes = scorer(shard(documents, group), head, purpose)
     local = np.array(
         [[o.prediction, float(o.admitted), o.q, o.d, float(o.correct)] for o in outcomes],
         dtype=np.float32,
@@ -300,7 +318,7 @@ def finetune(
     else:
         if args.resume and rank == 0 and checkpoint_path:
             print(f"no checkpoint at {checkpoint_path}; starting from the untuned head", flush=True)
-        qd = score_all(scorer, verified, heads.vocab_logits, group)[:, 2:4]
+        qd = score_all(scorer, verified, heads.vocab_logits, group, "training")[:, 2:4]
         initial_metric = admitted_count(outcomes_from_rows(score_all(scorer, calibration_documents, heads.vocab_logits, group)))
         best_metric, best_epoch = initial_metric, 0  # reference: start from the untuned model's count
         best_positive = mx.array(heads.positive)
@@ -349,7 +367,7 @@ def finetune(
                     }
                 )
         # Alg. 4: regenerate the training completions (new q, d) and the calibration ones (metric).
-        qd = score_all(scorer, verified, heads.vocab_logits, group)[:, 2:4]
+        qd = score_all(scorer, verified, heads.vocab_logits, group, "training")[:, 2:4]
         calibration = outcomes_from_rows(score_all(scorer, calibration_documents, heads.vocab_logits, group))
         metric = admitted_count(calibration)
         improved = metric > best_metric
