@@ -16,6 +16,7 @@ the shifted target (§ 15.2). The reference computes r with PyTorch ``PairwiseDi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -59,15 +60,9 @@ def regulariser_mask(log_ref: mx.array, log_joint: mx.array, targets: mx.array, 
     ref_arg = mx.argmax(log_ref[:, :vocab_size], axis=-1)
     neg_arg = mx.argmax(log_joint[:, :vocab_size], axis=-1)
     pos_arg = mx.argmax(log_joint[:, vocab_size:], axis=-1) + vocab_size
-    columns = mx.arange(2 * vocab_size)[None, :]
-    zero = (
-        (columns == ref_arg[:, None])
-        | (columns == (ref_arg + vocab_size)[:, None])
-        | (columns == neg_arg[:, None])
-        | (columns == pos_arg[:, None])
-        | (columns == targets[:, None])
-    )
-    return mx.where(zero, 0.0, 1.0)
+    zeros_at = mx.stack([ref_arg, ref_arg + vocab_size, neg_arg, pos_arg, targets.astype(ref_arg.dtype)], axis=1)
+    ones = mx.ones(log_joint.shape, dtype=mx.float32)
+    return mx.put_along_axis(ones, zeros_at, mx.zeros(zeros_at.shape, dtype=mx.float32), axis=-1)
 
 
 def sdm_token_terms(
@@ -91,7 +86,9 @@ def sdm_token_terms(
     log_joint = log_sdm(mx.concatenate([z_neg, z_pos], axis=-1), q, d)
     targets = targets.astype(mx.int32)
     nll = -mx.take_along_axis(log_joint, targets[:, None], axis=-1)[:, 0]  # Eq. 32, per token
-    log_ref = mx.stop_gradient(log_sdm(mx.concatenate([z_ref, z_ref], axis=-1), q, d))
+    # log sdm([z_ref; z_ref]) = both halves of (log softmax(τ z_ref) − ln 2) / ln(2+q): one logsumexp over |V|.
+    log_half = log_sdm(z_ref, q, d) - math.log(2.0) / mx.log(Q_RESCALE_OFFSET + q.astype(mx.float32))[:, None]
+    log_ref = mx.stop_gradient(mx.concatenate([log_half, log_half], axis=-1))
     mask = mx.stop_gradient(regulariser_mask(log_ref, log_joint, targets, vocab_size))
     diff = mask * log_ref - mask * log_joint + PAIRWISE_DISTANCE_EPS
     norms = mx.sqrt(mx.sum(diff * diff, axis=-1))  # Eq. 29, PairwiseDistance per token
