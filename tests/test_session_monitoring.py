@@ -100,3 +100,22 @@ def test_replay_rebuilds_the_state_from_stored_messages(tmp_path):
     replayed.resume("go on")
     nxt = replayed.score_answer(answer="done", tokens=None, logprobs=None, tool_calls=[], p_true=1.0)
     assert nxt["history"][-1]["turn"] == 3
+
+
+def test_semantic_sampling_runs_inside_the_trigger_zone_only():
+    """AUQ System 2 with real samples from the tiny model (temperature 0.8, capped at 1.5x the answer)."""
+    from mlx_sdm.session.monitoring import ChatSampler
+    from tests.tiny_verifier import tiny_loaded_model
+
+    lm = tiny_loaded_model()
+    messages = [{"role": "user", "content": "Is Paris the capital of France?"}]
+    m = monitor(enable_semantic_sampling=True)
+    sampler = ChatSampler(lm, messages, answer_tokens=6)
+    assert sampler.max_tokens == 9
+    snap = m.score_answer(answer="yes", tokens=None, logprobs=None, tool_calls=[], p_true=0.75, sampler=sampler)  # f = 0.65
+    auq = snap["auq"]
+    assert 2 <= auq["samples_used"] <= 5 and len(sampler.drawn) == auq["samples_used"]
+    assert auq["entropy_confidence"] is not None and auq["step_confidence"] == pytest.approx(min(0.65, auq["entropy_confidence"]))
+    outside = ChatSampler(lm, messages, answer_tokens=6)
+    snap = m.score_answer(answer="yes", tokens=None, logprobs=None, tool_calls=[], p_true=0.95, sampler=outside)  # f = 0.85
+    assert snap["auq"]["samples_used"] == 0 and outside.drawn == []

@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--embedder", default=DEFAULT_EMBEDDER, choices=("minilm", "hidden", "none"),
                         help="TRACER sentence embedder: all-MiniLM-L6-v2 (default), the chat model's pooled states, or none (lexical only)")
     parser.add_argument("--no-p-true", action="store_true", help="skip the P(True) follow-up question (AUQ then has no confidence signal: 0.5, HIGH)")
+    parser.add_argument("--semantic-sampling", action="store_true",
+                        help="AUQ System 2: when the confidence lands in [0.50, 0.72], draw 2-5 extra answers at T=0.8 and "
+                             "take the semantic-entropy confidence if lower (slower)")
     parser.add_argument("--plain", action="store_true", help="line-mode chat (the default when stdin/stdout is not a terminal)")
     parser.add_argument("--list", action="store_true", help="list the sessions in the store and exit")
     parser.add_argument("--export", metavar="PATH", default=None,
@@ -100,6 +103,7 @@ def engine_config(args: argparse.Namespace):
     return EngineConfig(
         model=args.model, verifier=args.verifier, head=args.head, max_tokens=args.max_tokens,
         temperature=args.temperature, irreversible_tools=tools, embedder=args.embedder, enable_p_true=not args.no_p_true,
+        semantic_sampling=args.semantic_sampling,
     )
 
 

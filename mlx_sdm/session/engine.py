@@ -96,6 +96,7 @@ class EngineConfig:
     reflection_max_tokens: int = 96
     embedder: str = "minilm"  # TRACER sentence embedder: "minilm", "hidden" (the chat model's pooled states) or "none"
     enable_p_true: bool = True
+    semantic_sampling: bool = False  # AUQ System 2 (opt-in): up to 5 extra samples when the confidence is in [0.50, 0.72]
     auq_thresholds: tuple[float, float, float] = (0.80, 0.60, 0.40)  # floors of LOW / MEDIUM / HIGH on P_t (spec § 2.5)
     reuse_cache: bool = True  # keep the last session's KV cache: a turn prefills only its new tokens
     reviewed_verifier_dir: str | None = None  # where the verifier with review labels is saved; default beside the store
@@ -464,8 +465,14 @@ class ChatEngine:
             p_true = PTrueScorer(components.lm.model, components.lm.tokenizer,
                                  prompt + [{"role": "assistant", "content": gen.text}],
                                  cache=gen.cache, cached_tokens=gen.cached_tokens)
+        sampler = None
+        if self.config.semantic_sampling:
+            from mlx_sdm.session.monitoring import ChatSampler
+
+            sampler = ChatSampler(components.lm, prompt, len(gen.token_ids), head=components.head)
         monitor = self._monitor_for(session_id).score_answer(
             answer=gen.text, tokens=gen.tokens, logprobs=gen.logprobs, tool_calls=tool_calls, p_true=p_true, verdict=verdict,
+            sampler=sampler,
         )
         if self.config.reuse_cache:
             from mlx_sdm.session.generation import settle_prefix
@@ -531,7 +538,8 @@ class ChatEngine:
             low, medium, high = self.config.auq_thresholds
             config = MonitorConfig(low_threshold=low, medium_threshold=medium, high_threshold=high,
                                    irreversible_tool_names=tuple(self.config.irreversible_tools),
-                                   enable_p_true=self.config.enable_p_true)
+                                   enable_p_true=self.config.enable_p_true,
+                                   enable_semantic_sampling=self.config.semantic_sampling)
             monitor = SessionMonitor(session_id, config, lm=components.lm, embedder=components.embedder)
             monitor.replay(self.store.messages(session_id))
             self._monitors[session_id] = monitor

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from mlx_sdm.monitor.auq import (
+    SAMPLING_TEMPERATURE,
     AUQMonitor,
     EscalationAction,
     SessionStatus,
@@ -24,7 +25,11 @@ from mlx_sdm.monitor.auq import (
 from mlx_sdm.monitor.tracer import TracerConfig, TracerMonitor
 from mlx_sdm.session.format import SessionStep, ToolCall
 
-__all__ = ["MonitorConfig", "SessionMonitor"]
+__all__ = ["ChatSampler", "MonitorConfig", "SessionMonitor"]
+
+#: Monitoring spec § 5.1: cap each semantic sample at about 1.5x the original answer's length.
+SAMPLE_LENGTH_FACTOR = 1.5
+MIN_SAMPLE_TOKENS = 8
 
 
 @dataclass
@@ -38,6 +43,7 @@ class MonitorConfig:
     irreversible_tool_names: tuple[str, ...] = ()
     enable_p_true: bool = True
     inject_reflection_on_high: bool = True
+    enable_semantic_sampling: bool = False  # System 2 (spec § 2.3): extra samples, only inside the trigger zone
     cap_with_verifier: bool = True  # spec § 5.4 v1: s'_t = min(s_t, v_t) with v_t = the verifier's p_lower
     tracer: TracerConfig = field(default_factory=TracerConfig)
 
@@ -46,6 +52,7 @@ class MonitorConfig:
             low_threshold=self.low_threshold, medium_threshold=self.medium_threshold, high_threshold=self.high_threshold,
             enable_p_true=self.enable_p_true, irreversible_tool_names=list(self.irreversible_tool_names),
             inject_reflection_on_high=self.inject_reflection_on_high,
+            enable_semantic_sampling=self.enable_semantic_sampling,
         )
 
 
@@ -96,6 +103,7 @@ class SessionMonitor:
         tool_calls: list[dict],
         p_true: Any = None,
         verdict: dict | None = None,
+        sampler: Any = None,
     ) -> dict:
         """Score one answer; returns the monitor snapshot the store and the UI keep."""
         state = self.auq.belief(self.session_id)
@@ -113,7 +121,7 @@ class SessionMonitor:
         try:
             step = self.auq.score_step(
                 self.session_id, step_type, answer, p_true=p_true, tool_names=[c["name"] for c in tool_calls],
-                verifier_p=verifier_p,
+                verifier_p=verifier_p, sampler=sampler,
             )
             auq = step.to_dict()
         except UncertaintyError:
@@ -156,6 +164,25 @@ class SessionMonitor:
             step_type="tool_call" if calls else "llm_call", text=text, tool_calls=calls,
             token_logprobs=None if logprobs is None else list(logprobs), tokens=None if tokens is None else list(tokens),
         )
+
+
+class ChatSampler:
+    """System 2's response sampler (spec § 2.3): fresh answers to the same chat at temperature 0.8,
+    each capped at ~1.5x the original answer's length (§ 5.1). Called by AUQ only inside the trigger zone."""
+
+    def __init__(self, lm: Any, messages: list[dict], answer_tokens: int, *, head: Any = None,
+                 temperature: float = SAMPLING_TEMPERATURE):
+        self.lm, self.messages, self.head, self.temperature = lm, messages, head, temperature
+        self.max_tokens = max(MIN_SAMPLE_TOKENS, int(round(SAMPLE_LENGTH_FACTOR * answer_tokens)))
+        self.drawn: list[str] = []
+
+    def sample(self, n: int) -> list[str]:
+        from mlx_sdm.session.generation import generate_answer
+
+        out = [generate_answer(self.lm, self.messages, max_tokens=self.max_tokens, temperature=self.temperature,
+                               head=self.head, features=False).text for _ in range(n)]
+        self.drawn.extend(out)
+        return out
 
 
 def _history_row(turn: int, snapshot: dict) -> dict:
