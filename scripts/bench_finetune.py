@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def cross_entropy_batch_loss(heads, hidden, targets, q, d, beta, global_count, group=None):
+def cross_entropy_batch_loss(heads, hidden, targets, q, d, beta, global_count, weight=None, group=None):
     """Plain next-token cross-entropy on the positive head only (targets unshifted)."""
     import mlx.core as mx
 

@@ -61,13 +61,13 @@ def make_scorer(lm):
     return LMScorer(lm, verify)
 
 
-def run(checkpoint: str | None, *, resume: bool = False, epochs: int = 3, callback=None, learning_rate: float = 0.05):
+def run(checkpoint: str | None, *, resume: bool = False, epochs: int = 3, callback=None, learning_rate: float = 0.05, group=None):
     lm = tiny_loaded_model()
     docs = make_documents()
     args = FinetuneArgs(
         epochs=epochs, batch_size=4, learning_rate=learning_rate, progress=False, checkpoint_path=checkpoint, resume=resume
     )
-    return finetune(lm, docs[:8], docs[8:], make_scorer(lm), args, training_callback=callback)
+    return finetune(lm, docs[:8], docs[8:], make_scorer(lm), args, training_callback=callback, group=group)
 
 
 def test_best_epoch_starts_from_untuned_count():

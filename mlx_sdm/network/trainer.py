@@ -176,10 +176,13 @@ def iterate_token_batches(count: int, batch_size: int, seed: int, epoch: int) ->
         yield order[start : start + batch_size]
 
 
-def sdm_batch_loss(heads: VocabularyHeads, hidden, targets, q, d, beta, global_count, group=None):
-    """The default loss: Eq. 32 with the regulariser over one (rank's share of a) mini-batch."""
+def sdm_batch_loss(heads: VocabularyHeads, hidden, targets, q, d, beta, global_count, weight=None, group=None):
+    """The default loss: Eq. 32 with the regulariser over one (rank's share of a) mini-batch.
+    ``weight`` (0/1 per row) lets a rank with no rows of a short last batch join with a dummy row."""
     z_neg, z_pos = heads(hidden)
     nll, norms = sdm_token_terms(z_neg, z_pos, targets, q, d)
+    if weight is not None:
+        nll, norms = nll * weight, norms * weight
     loss, parts = sdm_loss_from_terms(nll, norms, beta, global_count=global_count, group=group)
     return loss, parts.nll
 
@@ -205,14 +208,15 @@ def local_rows(global_batch: np.ndarray, group) -> np.ndarray:
 def build_train_step(heads: VocabularyHeads, optimizer, loss: Callable = sdm_batch_loss, group=None, *, compile: bool = True):
     """One optimizer step on this rank's share of a global mini-batch, in mlx-lm's shape:
     ``nn.value_and_grad`` over the module, gradients averaged across ranks, ``mx.compile`` over
-    the module and optimizer state. Returns ``step(hidden, targets, q, d, beta, global_count) ->
-    (loss, nll)`` on arrays; ``global_count`` is the number of tokens in the global batch."""
+    the module and optimizer state. Returns ``step(hidden, targets, q, d, beta, global_count,
+    weight=None) -> (loss, nll)`` on arrays; ``global_count`` is the number of tokens in the global
+    batch, ``weight`` 0/1 per local row (a rank left without rows passes one dummy row of weight 0)."""
     group = group if group is not None else mx.distributed.init()
     loss_value_and_grad = nn.value_and_grad(heads, partial(loss, group=group))
     state = [heads.state, optimizer.state]
 
-    def step(hidden, targets, q, d, beta, global_count):
-        (lvalue, nll), grad = loss_value_and_grad(heads, hidden, targets, q, d, beta, global_count)
+    def step(hidden, targets, q, d, beta, global_count, weight=None):
+        (lvalue, nll), grad = loss_value_and_grad(heads, hidden, targets, q, d, beta, global_count, weight)
         if group.size() > 1:
             # Each rank's gradient is its share of the global-batch gradient: sum = average × size.
             grad = tree_map(lambda g: g * group.size(), nn.average_gradients(grad, group=group))
@@ -335,6 +339,9 @@ def finetune(
         batch_bar = bar(batches, desc=f"epoch {epoch} batches", unit="batch")
         for index, global_batch in enumerate(batch_bar):
             local = local_rows(global_batch, group)
+            weight = np.ones(len(local), dtype=np.float32)
+            if len(local) == 0:  # a short last batch leaves this rank nothing: one dummy row of weight 0
+                local, weight = global_batch[:1], np.zeros(1, dtype=np.float32)
             doc_rows = tokens.document_index[local]
             q = mx.array(qd[doc_rows, 0])
             d = mx.array(qd[doc_rows, 1])
@@ -346,6 +353,7 @@ def finetune(
                 d,
                 beta,
                 mx.array(float(len(global_batch))),
+                mx.array(weight),
             )
             mx.eval(lvalue, nll, heads.state, optimizer.state)
             losses += lvalue.item()
