@@ -86,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("mlx-sdm finetune: interrupted; re-run with --resume to continue from the last epoch", file=sys.stderr)
         return 130
+    import mlx.core as mx
+
+    if mx.distributed.init().rank() != 0:  # under mlx.launch only rank 0 reports (and wrote the head)
+        return 0
     print(
         f"calibration answers admitted and correct: untuned {result.initial_metric}, best {result.best_metric} "
         f"(epoch {result.best_epoch} of {result.epochs_run})"
