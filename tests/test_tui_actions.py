@@ -1,6 +1,6 @@
 """Pilot tests of the rest of the UI on the real engine with the tiny model: the stop key, a CRITICAL
-abort, review notes / edits / filters, sessions (rename, delete), copy with its fallback, the command
-palette and the theme picker."""
+abort, the review queue (decisions growing the support set, undo, notes, edits, filters), sessions
+(rename, open, delete), copy with its fallback, the command palette and the theme picker."""
 
 from __future__ import annotations
 
@@ -71,8 +71,8 @@ async def test_critical_aborts_the_turn_with_an_explanation(store, verifier_dir)
         engine.shutdown()
 
 
-async def test_review_note_edit_and_filters(store, verifier_dir):
-    engine = make_engine(store, verifier_dir, generate_reflection=False, **HIGH_EVERYWHERE)
+async def test_review_decisions_grow_the_support_set_with_notes_edits_undo_and_filters(store, verifier_dir):
+    engine = make_engine(store, verifier_dir, generate_reflection=False, **HIGH_EVERYWHERE)  # every answer is queued
     try:
         app = SdmChatApp(engine=engine, store=store)
         async with app.run_test(size=SIZE) as pilot:
@@ -80,16 +80,29 @@ async def test_review_note_edit_and_filters(store, verifier_dir):
                 app.chat.query_one("#prompt").focus()
                 await pilot.press(*question, "enter")
                 await wait_until(pilot, lambda: isinstance(app.screen, EscalationPrompt))
-                await pilot.press("escape")
+                await pilot.press("escape")  # leave it paused
                 await wait_until(pilot, lambda: app.chat.active is None and app.screen is app.chat)
             support = engine.info().support_size
             await pilot.press("ctrl+r")
             await wait_until(pilot, lambda: isinstance(app.screen, ReviewScreen))
             review = app.screen
             table = review.query_one(ReviewList)
-            assert len(table.items) == 2
+            assert len(table.items) == 2 and all(i.decision is None for i in table.items)
             first = table.current_item
-            # a note typed before deciding is saved with the decision
+            # a: acceptable -> one more point in the verifier's support set, under the decision's id
+            await pilot.press("a")
+            await wait_until(pilot, lambda: engine.info().support_size == support + 1)
+            await pilot.pause(0.1)
+            decided = [i for i in store.review_items() if i.id == first.id][0].decision
+            assert decided is not None and decided.label == 1
+            assert engine.call(lambda c: decided.support_id in c.verifier.estimator.support_ids).result(30)
+            assert f"support set {support + 1} points" in str(review.query_one("#review-status").render())
+            # z: undo -> the point leaves the support set, the item is pending again
+            await pilot.press("z")
+            await wait_until(pilot, lambda: engine.info().support_size == support)
+            await pilot.pause(0.1)
+            assert [i for i in store.review_items() if i.id == first.id][0].decision is None
+            # n then u: a note typed before deciding is saved with the decision
             await pilot.press("n")
             await wait_until(pilot, lambda: isinstance(app.screen, TextPrompt))
             await pilot.press(*"too vague", "enter")
@@ -194,15 +207,15 @@ async def test_command_palette_and_theme_picker(store, verifier_dir):
                            "Switch model", "Switch verifier", "Switch head", "Theme"):
                 assert wanted in titles
             await pilot.press("ctrl+p")
-            await pilot.pause(0.2)
+            await pilot.pause(0.1)
             await pilot.press(*"monitor panel")
-            await pilot.pause(0.5)
+            await pilot.pause(0.3)
             await pilot.press("enter")
             await wait_until(pilot, lambda: not app.chat.query_one("#monitor").display)
             await pilot.press("ctrl+p")
-            await pilot.pause(0.2)
+            await pilot.pause(0.1)
             await pilot.press(*"review queue")
-            await pilot.pause(0.5)
+            await pilot.pause(0.3)
             await pilot.press("enter")
             await wait_until(pilot, lambda: isinstance(app.screen, ReviewScreen))
     finally:

@@ -1,6 +1,6 @@
 """Pilot tests of the chat UI's flows on the REAL session engine with the tiny test model and the tiny
-verifier (tests/tiny_lm.py, tests/tiny_verifier.py): stream + badge, evidence, HIGH pause and resume,
-review decisions growing the support set (and undo), export, reopening a session."""
+verifier (tests/tiny_lm.py, tests/tiny_verifier.py): stream + badge, unverifiable, evidence, HIGH pause
+and resume, export, reopening a session. Review decisions growing the support set: tests/test_tui_actions.py."""
 
 from __future__ import annotations
 
@@ -15,10 +15,9 @@ from mlx_sdm.session.engine import ChatEngine, EngineConfig
 from mlx_sdm.session.store import ChatStore
 from tests.tiny_verifier import build_tiny_verifier, tiny_components
 from tui.app import SdmChatApp
+from tui.screens.evidence import EvidenceScreen
 from tui.screens.prompts import EscalationPrompt
-from tui.screens.review import ReviewScreen
 from tui.widgets.message import MessageBubble
-from tui.widgets.verdict import VerdictBadge
 
 pytestmark = pytest.mark.asyncio
 
@@ -139,6 +138,14 @@ async def test_expanding_the_badge_shows_the_evidence(store, engine):
         await pilot.press("enter")
         await pilot.pause()
         assert not bubble.evidence.display
+        # v opens the full evidence, exemplar texts uncut
+        await pilot.press("v")
+        await pilot.pause()
+        assert isinstance(app.screen, EvidenceScreen)
+        full = plain(app.screen.shown)
+        assert verdict["exemplars"][0]["text"] in full.replace("\n", " ").replace("  ", " ") or all(
+            word in full for word in verdict["exemplars"][0]["text"].split()
+        )
 
 
 async def test_high_pause_shows_the_reflection_and_resumes_with_guidance(store, verifier_dir):
@@ -165,36 +172,6 @@ async def test_high_pause_shows_the_reflection_and_resumes_with_guidance(store, 
             assert paused[-1].id in [m.id for m in messages if m.status == "resumed"]
             titles = [str(b.query_one(".title").render()) for b in app.chat.query(MessageBubble)]
             assert "monitor · reflection" in titles and "you · guidance" in titles
-    finally:
-        engine.shutdown()
-
-
-async def test_review_decision_grows_the_support_set_and_undo_shrinks_it(store, verifier_dir):
-    engine = make_engine(store, verifier_dir, **HIGH_EVERYWHERE)  # every answer lands in the queue (escalated)
-    try:
-        app = SdmChatApp(engine=engine, store=store)
-        async with app.run_test(size=SIZE) as pilot:
-            pilot.app.screen.query_one("#prompt").focus()
-            await pilot.press(*"Berlin is the capital of Germany.", "enter")
-            await wait_until(pilot, lambda: isinstance(app.screen, EscalationPrompt))
-            await pilot.press("escape")  # leave it paused
-            await wait_until(pilot, lambda: app.chat.active is None)
-            before = engine.info().support_size
-            queue = store.review_items()
-            assert len(queue) == 1
-            await pilot.press("ctrl+r")
-            await wait_until(pilot, lambda: isinstance(app.screen, ReviewScreen))
-            await pilot.press("a")
-            await wait_until(pilot, lambda: engine.info().support_size == before + 1)
-            await pilot.pause(0.2)
-            decided = store.review_items()[0]
-            assert decided.decision is not None and decided.decision.label == 1
-            assert "support set" in str(app.screen.query_one("#review-status").render())
-            # the point is in the estimator's support set under the decision's id
-            assert engine.call(lambda c: decided.decision.support_id in c.verifier.estimator.support_ids).result(30)
-            await pilot.press("z")
-            await wait_until(pilot, lambda: engine.info().support_size == before)
-            assert store.review_items()[0].decision is None
     finally:
         engine.shutdown()
 

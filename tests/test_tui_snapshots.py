@@ -95,7 +95,6 @@ def test_review_queue(snap_compare, store, verifier_dir):
 
         async def run_before(pilot) -> None:
             await answered(pilot)
-            await answered(pilot, "Rome is the capital of Italy.")
             await pilot.press("ctrl+r")
             await wait_until(pilot, lambda: isinstance(pilot.app.screen, ReviewScreen))
             steady(pilot.app)

@@ -21,13 +21,14 @@ class EvidenceScreen(ModalScreen[None]):
     def __init__(self, verdict: Mapping[str, Any], answer: str = "") -> None:
         super().__init__(classes="modal")
         self.verdict, self.answer = verdict, answer
+        self.shown = evidence_renderable(verdict, text_width=FULL_TEXT_WIDTH)
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="dialog wide evidence-screen"):
             yield Label("Evidence behind the verdict", classes="dialog-title")
             if self.answer:
                 yield Static(self.answer, classes="answer")
-            yield Static(evidence_renderable(self.verdict, text_width=FULL_TEXT_WIDTH), id="evidence-full")
+            yield Static(self.shown, id="evidence-full")
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -1,0 +1,64 @@
+"""The wording of verdicts, reasons, levels and monitor numbers on screen (tui/format.py)."""
+
+from types import SimpleNamespace
+
+from tui.format import (
+    badge_text,
+    decision_label,
+    format_p,
+    format_risk,
+    level_label,
+    reason_label,
+    shorten,
+    verdict_status,
+)
+
+VERIFIED = {"admitted": True, "prediction": 1, "p_lower": 0.97349, "reason": None}
+BELOW = {"admitted": False, "prediction": 1, "p_lower": 0.41, "reason": "below_threshold"}
+OOD = {"admitted": False, "prediction": 0, "p_lower": None, "reason": "out_of_distribution"}
+
+
+def test_reasons_read_as_the_issue_names_them():
+    assert reason_label("out_of_distribution") == "out of distribution"
+    assert reason_label("below_threshold") == "below α′"
+    assert reason_label("index_flipped") == "index flipped"
+    assert reason_label("below_threshold,escalated_high") == "below α′, escalated HIGH"
+    assert reason_label("something_new") == "something new"
+    assert reason_label(None) == "" and reason_label("") == ""
+
+
+def test_status_from_the_engine_wins_over_the_verdict():
+    assert verdict_status(VERIFIED) == "verified"
+    assert verdict_status(OOD) == "rejected"
+    assert verdict_status(None) == "unverifiable"
+    # admitted but predicted unacceptable: the engine says rejected
+    assert verdict_status({"admitted": True, "prediction": 0}, "rejected") == "rejected"
+
+
+def test_badge_text():
+    assert badge_text(VERIFIED) == "▸ ✔ verified · p_lower 0.973"
+    assert badge_text(VERIFIED, expanded=True) == "▾ ✔ verified · p_lower 0.973"
+    assert badge_text(BELOW) == "▸ ✘ rejected · below α′ · p_lower 0.410"
+    assert badge_text(OOD) == "▸ ✘ rejected · out of distribution"
+    assert badge_text({"admitted": True, "prediction": 0, "p_lower": 0.99, "reason": None}, status="rejected",
+                      reason="predicted_unacceptable") == "▸ ✘ rejected · predicted unacceptable · p_lower 0.990"
+    assert badge_text(None) == "? unverifiable · no verifier fits this model"
+    assert badge_text(None, reason="verification is off (--verifier none)") == (
+        "? unverifiable · verification is off (--verifier none)"
+    )
+
+
+def test_numbers_and_levels():
+    assert format_p(None) == "—" and format_p(0.5) == "0.500" and format_p(1) == "1.000"
+    assert format_risk(None) == "—" and format_risk(3.392) == "3.39"
+    assert level_label("medium") == "MEDIUM" and level_label(None) == "—"
+
+
+def test_shorten_and_decisions():
+    assert shorten("a\nb   c", 10) == "a b c"
+    assert shorten("abcdefghij", 5) == "abcd…"
+    assert shorten(None, 5) == ""
+    assert decision_label(None) == "·"
+    assert decision_label(SimpleNamespace(label=1, note=None, completion=None)) == "acceptable"
+    assert decision_label(SimpleNamespace(label=0, note="vague", completion=None)) == "unacceptable +note"
+    assert decision_label(SimpleNamespace(label=1, note=None, completion="fixed")) == "edited"
