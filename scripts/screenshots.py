@@ -123,12 +123,13 @@ async def shoot(args: argparse.Namespace, engine, store) -> int:
                 break
         for widget in app.query("Input"):
             widget.cursor_blink = False
+        await pilot.press("ctrl+b")  # expand the evidence of the last answer
+        await pilot.pause(0.3)
         if verified is None:
-            print("no answer was verified: saving the chat as chat.svg (no verified-answer.svg)", file=sys.stderr)
-            app.save_screenshot("chat.svg", str(args.out_dir))
+            print("no answer was verified (does this verifier admit anything? see its report): saving the last "
+                  "answer with its evidence as chat-rejected.svg instead of verified-answer.svg", file=sys.stderr)
+            print("saved", app.save_screenshot("chat-rejected.svg", str(args.out_dir)))
         else:
-            await pilot.press("ctrl+b")
-            await pilot.pause(0.3)
             verified.scroll_visible(animate=False)
             await pilot.pause(0.3)
             print("saved", app.save_screenshot("verified-answer.svg", str(args.out_dir)))

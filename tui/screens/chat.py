@@ -178,6 +178,7 @@ class ChatScreen(Screen):
         event.input.value = ""
         self.turn_number += 1
         await self._log_mount(MessageBubble("user", text))
+        self.query_one("#chat-log", VerticalScroll).anchor()  # sending jumps to the bottom and follows the answer
         session_id = self.session_id
         await self._start(lambda: self.bridge.send(session_id, text))
 

@@ -14,7 +14,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Select, Static
 
-from tui.format import decision_label, reason_label
+from tui.format import decision_label, format_p, format_risk, level_label, reason_label
 from tui.screens.prompts import EditText, TextPrompt
 from tui.widgets.evidence import evidence_renderable
 from tui.widgets.review_list import ReviewList
@@ -129,8 +129,8 @@ class ReviewScreen(Screen):
             m = item.monitor
             parts.append(
                 Text(
-                    f"monitor: AUQ {str(m.get('level') or '—').upper()} · P {m.get('cumulative_confidence')} · "
-                    f"TRACER {m.get('tracer_risk')}\n"
+                    f"monitor: AUQ {level_label(m.get('level'))} · P {format_p(m.get('cumulative_confidence'))} · "
+                    f"TRACER {format_risk(m.get('tracer_risk'))}\n"
                 )
             )
         if item.verdict:
