@@ -36,7 +36,7 @@ def _shifted(rng, n):
 def synthetic():
     rng = np.random.default_rng(0)
     train, cal = _in_distribution(rng, 500, "tr"), _in_distribution(rng, 500, "ca")
-    est = SDMEstimator.fit(train, cal, FitConfig(iterations=2, epochs=8, exemplar_dim=64, seed=0))
+    est = SDMEstimator.fit(train, cal, FitConfig(iterations=2, epochs=8, learning_rate=1e-3, exemplar_dim=64, seed=0))
     return est, _in_distribution(rng, 800, "te"), _shifted(rng, 800)
 
 

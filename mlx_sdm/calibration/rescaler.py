@@ -70,6 +70,7 @@ def train_rescaler(v: np.ndarray, q_tilde: np.ndarray, labels: np.ndarray, num_c
     tau_all = np.log(Q_RESCALE_OFFSET + q_tilde)
     onehot_all = np.eye(c)[labels]
     best, best_w, best_epoch, counter, step = np.inf, w.copy(), 0, 0, 0
+    w = w.copy()
     losses: list[float] = []
     epoch = 0
     if n == 0:
@@ -79,19 +80,23 @@ def train_rescaler(v: np.ndarray, q_tilde: np.ndarray, labels: np.ndarray, num_c
         total = 0.0
         for start in range(0, n, batch_size):
             idx = order[start:start + batch_size]
-            vb, tau, oh = v[idx], tau_all[idx, None], onehot_all[idx]
+            vb, tau, yb = v[idx], tau_all[idx, None], labels[idx]
             s = tau * (vb @ w)
             s -= s.max(axis=1, keepdims=True)
             e = np.exp(s)
             z = e.sum(axis=1, keepdims=True)
-            o = e / z
-            # Eq. 21 step loss: −log_{2+q̃} o_y
-            total += float(np.sum(-(np.log(o[oh > 0])) / tau[:, 0]))
-            grad = vb.T @ (o - oh) / len(idx)
+            # Eq. 21 step loss: −log_{2+q̃} o_y = (log Σ exp(s) − s_y) / ln(2+q̃)
+            total += float(np.sum((np.log(z[:, 0]) - s[np.arange(len(idx)), yb]) / tau[:, 0]))
+            e /= z
+            e -= onehot_all[idx]
+            grad = vb.T @ e
+            grad /= len(idx)
             step += 1
-            m1 = b1 * m1 + (1 - b1) * grad
-            m2 = b2 * m2 + (1 - b2) * grad * grad
-            w = w - learning_rate * (m1 / (1 - b1 ** step)) / (np.sqrt(m2 / (1 - b2 ** step)) + ADAM_EPS)
+            m1 *= b1
+            m1 += (1 - b1) * grad
+            m2 *= b2
+            m2 += (1 - b2) * grad * grad
+            w -= (learning_rate / (1 - b1 ** step)) * m1 / (np.sqrt(m2 / (1 - b2 ** step)) + ADAM_EPS)
         loss = total / n
         losses.append(loss)
         if loss < best:

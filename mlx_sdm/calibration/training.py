@@ -188,22 +188,23 @@ def load_params(adaptor: ExemplarAdaptor, params: dict[str, np.ndarray]) -> None
 
 
 def logistic_regression(x: np.ndarray, y: np.ndarray, num_classes: int, l2: float = 1e-4,
-                        max_iter: int = 500) -> tuple[np.ndarray, np.ndarray]:
+                        max_iter: int = 200) -> tuple[np.ndarray, np.ndarray]:
     """Multinomial logistic regression (L-BFGS, small L2) as a reference for the adaptor's accuracy.
     Returns (W [D, C], b [C]); inputs should already be normalised."""
     from scipy.optimize import minimize
 
-    x = np.asarray(x, dtype=np.float64)
+    x = np.asarray(x, dtype=np.float32)
+    xt = np.ascontiguousarray(x.T)
     n, dim = x.shape
-    onehot = np.eye(num_classes)[y]
+    onehot = np.eye(num_classes, dtype=np.float32)[y]
 
     def objective(theta):
-        w = theta[: dim * num_classes].reshape(dim, num_classes)
-        b = theta[dim * num_classes:]
+        w = theta[: dim * num_classes].reshape(dim, num_classes).astype(np.float32)
+        b = theta[dim * num_classes:].astype(np.float32)
         p = softmax_numpy(x @ w + b)
-        loss = -np.mean(np.log(p[np.arange(n), y] + 1e-300)) + 0.5 * l2 * np.sum(w * w)
-        g = (p - onehot) / n
-        return loss, np.concatenate([(x.T @ g + l2 * w).ravel(), g.sum(axis=0)])
+        loss = -np.mean(np.log(p[np.arange(n), y] + 1e-300)) + 0.5 * l2 * float(np.sum(w * w))
+        g = ((p - onehot) / n).astype(np.float32)
+        return loss, np.concatenate([(xt @ g + l2 * w).ravel(), g.sum(axis=0)]).astype(np.float64)
 
     res = minimize(objective, np.zeros(dim * num_classes + num_classes), jac=True, method="L-BFGS-B",
                    options={"maxiter": max_iter})
