@@ -79,20 +79,27 @@ def test_bad_text_row_is_named_and_nothing_is_written(trained, capsys):
     assert rc == 1 and "bad.jsonl:4" in err and "completion" in err and not out.exists()
 
 
-def test_generate_prints_answer_then_verdict(trained, capsys):
+def test_generate_reports_empty_answers_and_formats_verdicts(trained, capsys):
     from mlx_sdm.commands import generate as generate_cmd
+    from mlx_sdm.network.verifier import DocumentVerifier, model_for_verifier
 
     root, model_dir, out, _ = trained
+    # the tiny random model answers with newlines only: nothing to verify, said so, no verdict
     assert generate_cmd.main(["Paris is the capital of France. Check the claim.", "--model", str(model_dir),
-                              "--verifier", str(out), "--max-tokens", "8", "--json", "--explain", "2"]) == 0
+                              "--verifier", str(out), "--max-tokens", "8", "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["verifier"] == str(out) and payload["model"] == "tiny-model"
-    verdict = payload["verdict"]
-    assert set(verdict) >= {"verified", "prediction", "p_lower", "q", "d", "exemplars"} and len(verdict["exemplars"]) == 2
-    assert payload["generation"]["tokens"] and payload["answer"]
-    assert generate_cmd.main(["hello", "--model", str(model_dir), "--verifier", str(out), "--max-tokens", "4"]) == 0
-    text = capsys.readouterr().out
-    assert "verdict:" in text and "q:" in text and "p_lower:" in text and "nearest exemplars:" in text
+    assert payload["answer"].strip() == "" and payload["verdict"] is None
+    assert "empty answer" in payload["unverifiable_reason"]
+    assert len(payload["generation"]["tokens"]) == 8 and payload["generation"]["finish_reason"] == "length"
+    # a real answer's verdict block
+    lm = model_for_verifier(out, None)
+    verdict = DocumentVerifier.load(out, expect_fingerprint=lm.fingerprint).verify_text(
+        lm, "Paris is the capital of France.", '{"correctness": true}', explain=2)
+    text = generate_cmd.format_verdict(verdict, 0.95)
+    assert text.startswith("verdict: ") and "p_lower:" in text and f"q: {verdict.q}" in text
+    assert text.count("[label ") == 2 and "nearest exemplars:" in text
+    assert generate_cmd.verdict_summary(verdict)["verified"] == (verdict.admitted and verdict.prediction == 1)
     other = save_tiny_folder(root / "other-for-generate", seed=2)
     assert generate_cmd.main(["hello", "--model", str(other), "--verifier", str(out)]) == 1
     assert "built on model" in capsys.readouterr().err
