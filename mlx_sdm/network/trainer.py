@@ -242,6 +242,7 @@ class FinetuneResult:
     history: list[dict[str, Any]]
     data_hash: str
     epochs_run: int
+    last_positive: mx.array | None = None  # W_pos after the last epoch (whether or not it was kept)
 
 
 def _array_state(heads, best_positive, optimizer) -> dict[str, mx.array]:
@@ -405,6 +406,7 @@ def finetune(
         if group.size() > 1:
             mx.eval(mx.distributed.all_sum(mx.array(0.0), group=group, stream=mx.cpu))  # wait for rank 0's write
 
+    last_positive = heads.positive
     heads.positive = best_positive
     mx.eval(heads.positive)
     return FinetuneResult(
@@ -415,4 +417,5 @@ def finetune(
         history=history,
         data_hash=data_hash,
         epochs_run=args.epochs,
+        last_positive=last_positive,
     )
