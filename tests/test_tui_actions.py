@@ -19,8 +19,10 @@ from tui.widgets.review_list import ReviewList
 
 pytestmark = pytest.mark.asyncio
 
-#: AUQ floors that put every cumulative confidence below 0.9998 at CRITICAL (monitoring spec § 2.5).
+#: AUQ floors that put every cumulative confidence below 0.9998 at CRITICAL, or in [1e-4, 1) at MEDIUM
+#: (monitoring spec § 2.5).
 CRITICAL_EVERYWHERE = {"auq_thresholds": (1.0, 0.9999, 0.9998)}
+MEDIUM_EVERYWHERE = {"auq_thresholds": (1.0, 1e-4, 5e-5)}
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +51,20 @@ async def test_escape_stops_the_answer_midway(store, verifier_dir):
             bubble = answers(app)[-1]
             assert bubble.text == answer.text
             assert str(bubble.badge.render()) == "■ stopped"
+    finally:
+        engine.shutdown()
+
+
+async def test_medium_is_logged_and_the_turn_goes_on(store, verifier_dir):
+    engine = make_engine(store, verifier_dir, **MEDIUM_EVERYWHERE)
+    try:
+        app = SdmChatApp(engine=engine, store=store)
+        async with app.run_test(size=SIZE) as pilot:
+            bubble = await send(pilot, app, "Is the sky blue?")  # send() also checks no prompt is open
+            answer = [m for m in store.messages(app.chat.session_id) if m.role == "assistant"][-1]
+            assert answer.status == "done" and answer.monitor["level"] == "medium"
+            assert str(bubble.query_one(".monitor-line").render()).startswith("AUQ MEDIUM")
+            assert any("MEDIUM uncertainty logged" in n.message for n in app._notifications)
     finally:
         engine.shutdown()
 
@@ -203,7 +219,7 @@ async def test_command_palette_and_theme_picker(store, verifier_dir):
         async with app.run_test(size=SIZE) as pilot:
             assert app.theme == "nord"
             titles = [c.title for c in app.get_system_commands(app.screen)]
-            for wanted in ("New chat", "Open review queue", "Export session", "Toggle monitor panel",
+            for wanted in ("New chat", "Open review queue", "Export session", "Export review labels", "Toggle monitor panel",
                            "Switch model", "Switch verifier", "Switch head", "Theme"):
                 assert wanted in titles
             await pilot.press("ctrl+p")

@@ -116,6 +116,17 @@ class SdmChatApp(App):
             return
         self.notify("Exported to " + " and ".join(str(p) for p in paths), title="Export", timeout=10)
 
+    def action_export_labels(self) -> None:
+        """Review decisions as training rows {prompt, completion, label} for the next `mlx-sdm train` / `finetune`."""
+        path = self.export_dir / "review-labels.jsonl"
+        try:
+            self.export_dir.mkdir(parents=True, exist_ok=True)
+            rows = self.bridge.store.export_training_rows(path)
+        except Exception as exc:
+            self.notify(f"Export failed: {exc}", severity="error", timeout=10)
+            return
+        self.notify(f"Wrote {rows} training rows to {path}", title="Review labels", timeout=10)
+
     def action_show_copied(self) -> None:
         path = self.bridge.data_dir / "clipboard.txt"
         text = path.read_text(encoding="utf-8") if path.exists() else ""
@@ -164,6 +175,9 @@ class SdmChatApp(App):
         yield SystemCommand("Open review queue", "Rejected and escalated answers from every session (ctrl+r)", self.action_review)
         yield SystemCommand("Sessions", "Open, rename or delete stored sessions (ctrl+o)", self.action_sessions)
         yield SystemCommand("Export session", "Write this session as Markdown and as session JSONL (ctrl+s)", self.action_export)
+        yield SystemCommand(
+            "Export review labels", "Decisions as training rows for mlx-sdm train / finetune", self.action_export_labels
+        )
         yield SystemCommand("Toggle monitor panel", "Show or hide AUQ / TRACER per turn (ctrl+t)", self.action_toggle_monitor)
         yield SystemCommand("Rename session", "Give this chat a title", self._rename_current)
         yield SystemCommand("Show copied text", "The last copied message as selectable text, and its file", self.action_show_copied)
