@@ -103,3 +103,30 @@ def test_generate_reports_empty_answers_and_formats_verdicts(trained, capsys):
     other = save_tiny_folder(root / "other-for-generate", seed=2)
     assert generate_cmd.main(["hello", "--model", str(other), "--verifier", str(out)]) == 1
     assert "built on model" in capsys.readouterr().err
+
+
+def test_generate_decodes_from_a_finetuned_head(trained, capsys):
+    """--head DIR: the joint negative+positive heads decide the tokens (positive half pushed to one token)."""
+    import mlx.core as mx
+
+    from mlx_sdm.commands import generate as generate_cmd
+    from mlx_sdm.lm.loading import load_model
+    from mlx_sdm.network.heads import HeadManifest, VocabularyHeads, save_head
+
+    root, model_dir, out, _ = trained
+    lm = load_model(model_dir)
+    heads = VocabularyHeads.from_model(lm.model)
+    target = lm.tokenizer.encode("x", add_special_tokens=False)[0]
+    # W_pos = W_neg + 50 on every entry of row `target`: z_pos[target] = z_neg[target] + 50·sum(h), which for this
+    # fixed tiny model and prompt (sum(h) > 0, asserted below) dominates every other joint logit
+    heads.positive = heads.negative + mx.where(mx.arange(heads.vocab_size)[:, None] == target, 50.0, 0.0)
+    from mlx_sdm.lm.generation import render_prompt
+
+    hidden = lm.model.model(mx.array(render_prompt(lm.tokenizer, "hello"))[None])[0, -1]
+    assert float(hidden.sum()) > 0.5
+    save_head(root / "head", heads, HeadManifest(base_model=dict(lm.fingerprint), verifier={}, data_hash="t", epochs=1,
+                                                 best_epoch=1, metrics={}))
+    assert generate_cmd.main(["hello", "--model", str(model_dir), "--verifier", "none", "--head", str(root / "head"),
+                              "--max-tokens", "3", "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["generation"]["tokens"] == [target] * 3

@@ -25,7 +25,6 @@ from typing import Any, Callable, Iterator, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
-import numpy as np
 from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import KVCache
 
@@ -306,6 +305,3 @@ def generate_with_features(lm, prompt: Prompt, config: GenerationConfig | None =
     assert result is not None
     return result
 
-
-def as_numpy(features: DocumentFeatures) -> np.ndarray:
-    return np.asarray(features.vector, dtype=np.float32)
