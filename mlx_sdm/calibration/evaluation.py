@@ -133,6 +133,10 @@ def format_training(manifest: dict) -> str:
     return "\n".join(lines)
 
 
+def _short(name: str, width: int = 48) -> str:
+    return name if len(name) <= width else "…" + name[-(width - 1):]
+
+
 def plot(evaluations: list[Evaluation], path: str) -> None:
     """Reliability diagram (softmax max and p̂_lower of admitted points vs accuracy) and admitted
     accuracy by ⌊q̃_lower⌋ bin, one column per evaluation."""
@@ -159,7 +163,7 @@ def plot(evaluations: list[Evaluation], path: str) -> None:
             ax.plot(xs, ys, "o-", label=label)
         ax.plot([0, 1], [0, 1], "k:", lw=1)
         ax.axhline(ev.alpha, color="r", lw=0.8, ls="--")
-        ax.set(title=f"{ev.name}: reliability", xlabel="estimated probability", ylabel="accuracy", xlim=(0, 1), ylim=(0, 1.02))
+        ax.set(title=f"{_short(ev.name)}\nreliability", xlabel="estimated probability", ylabel="accuracy", xlim=(0, 1), ylim=(0, 1.02))
         ax.legend(loc="lower right")
         ax = axes[1, col]
         bins = np.unique(ev.q_bin[ev.admitted]) if ev.admitted.any() else np.array([], dtype=int)
@@ -169,7 +173,7 @@ def plot(evaluations: list[Evaluation], path: str) -> None:
         for i, n in enumerate(counts):
             ax.text(i, 0.02, f"n={n}", ha="center", fontsize=8)
         ax.axhline(ev.alpha, color="r", lw=0.8, ls="--")
-        ax.set(title=f"{ev.name}: admitted accuracy by ⌊q̃⌋", xlabel="⌊q̃_lower⌋", ylabel="accuracy", ylim=(0, 1.02))
+        ax.set(title=f"{_short(ev.name)}\nadmitted accuracy by ⌊q̃⌋ (n = admitted)", xlabel="⌊q̃_lower⌋", ylabel="accuracy", ylim=(0, 1.02))
     fig.tight_layout()
     import io
 

@@ -1,0 +1,61 @@
+"""`mlx-sdm train`, `verify` and `report` end to end on small embedding JSONL files."""
+
+import json
+
+import mlx_sdm  # noqa: F401
+import numpy as np
+
+from mlx_sdm.commands import report as report_cmd
+from mlx_sdm.commands import train as train_cmd
+from mlx_sdm.commands import verify as verify_cmd
+
+
+def _write(path, rng, n, tag, labelled=True):
+    means = np.random.default_rng(5).normal(0, 2.0, (2, 6))
+    y = rng.integers(0, 2, n)
+    x = means[y] + rng.normal(0, 1, (n, 6))
+    with open(path, "w") as f:
+        for i in range(n):
+            row = {"id": f"{tag}{i}", "embedding": [float(v) for v in x[i]], "text": f"{tag} text {i}"}
+            if labelled:
+                row["label"] = int(y[i])
+            f.write(json.dumps(row) + "\n")
+    return str(path)
+
+
+def test_train_verify_report(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    t, c = _write(tmp_path / "t.jsonl", rng, 150, "t"), _write(tmp_path / "c.jsonl", rng, 150, "c")
+    test = _write(tmp_path / "x.jsonl", rng, 40, "x")
+    out = tmp_path / "est"
+    assert train_cmd.main(["--train", t, "--calibration", c, "--out", str(out), "--iterations", "2", "--epochs", "3",
+                           "--exemplar-dim", "16", "--seed", "1", "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert "epoch chosen per iteration" in printed and "logistic-regression reference" in printed
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["iterations"] == 2 and manifest["config"]["epochs"] == 3 and manifest["source"]["train"] == t
+
+    verdicts = tmp_path / "v.jsonl"
+    assert verify_cmd.main(["--estimator", str(out), test, "--out", str(verdicts), "--explain", "2"]) == 0
+    rows = [json.loads(line) for line in verdicts.read_text().splitlines()]
+    assert len(rows) == 40 and [r["id"] for r in rows] == [f"x{i}" for i in range(40)]
+    for r in rows:
+        assert set(r) == {"id", "prediction", "p_lower", "admitted", "q", "d", "q_bin", "reason", "exemplars"}
+        assert (r["p_lower"] is None) == (not r["admitted"]) and (r["reason"] is None) == r["admitted"]
+        assert r["reason"] in (None, "out_of_distribution", "below_threshold", "index_flipped")
+        assert len(r["exemplars"]) == 2 and r["exemplars"][0]["text"].endswith(r["exemplars"][0]["id"][1:])
+    capsys.readouterr()
+
+    plot = tmp_path / "r.png"
+    assert report_cmd.main(["--estimator", str(out), test, "--plot", str(plot)]) == 0
+    text = capsys.readouterr().out
+    for needle in ("no-reject", "softmax>=0.95", "sdm p_lower", "y=0", "ŷ=1", "marginal", "epoch chosen per iteration"):
+        assert needle in text
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+
+    # a verify input of another width is refused with the line and field named
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"id": "b", "embedding": [1.0, 2.0]}) + "\n")
+    assert verify_cmd.main(["--estimator", str(out), str(bad), "--out", str(tmp_path / "o.jsonl")]) == 1
+    assert "bad.jsonl:1: field 'embedding'" in capsys.readouterr().err
+    assert not (tmp_path / "o.jsonl").exists()
