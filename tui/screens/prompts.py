@@ -79,10 +79,11 @@ class Confirm(ModalScreen[bool]):
 
 
 class EscalationPrompt(ModalScreen[str | None]):
-    """HIGH: the turn is paused. Shows the reflection and asks for guidance; enter resumes with it,
-    escape aborts the turn (None)."""
+    """HIGH (or an irreversible tool at MEDIUM): the turn is paused. Shows the reflection and asks for
+    guidance; enter resumes with it; escape (None) leaves the turn paused: a new message moves on, and
+    reopening the session asks again."""
 
-    BINDINGS = [Binding("escape", "abort", "Abort turn")]
+    BINDINGS = [Binding("escape", "leave", "Leave paused")]
 
     def __init__(self, level: str, confidence: float | None, reflection: str, *, irreversible: bool = False) -> None:
         super().__init__(classes="modal")
@@ -98,7 +99,10 @@ class EscalationPrompt(ModalScreen[str | None]):
                 yield Markdown(self._reflection or "(no reflection for this pause)")
             yield Label("Your guidance for the model:")
             yield Input(placeholder="e.g. say you are unsure and cite the source", id="guidance")
-            yield Static("enter resumes the turn with your guidance · escape aborts it", classes="hint")
+            yield Static(
+                "enter resumes the turn with your guidance · escape leaves it paused (a new message moves on)",
+                classes="hint",
+            )
 
     def on_mount(self) -> None:
         self.query_one("#guidance", Input).focus()
@@ -107,7 +111,7 @@ class EscalationPrompt(ModalScreen[str | None]):
         event.stop()
         self.dismiss(event.value)
 
-    def action_abort(self) -> None:
+    def action_leave(self) -> None:
         self.dismiss(None)
 
 
