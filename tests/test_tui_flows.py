@@ -172,6 +172,17 @@ async def test_high_pause_shows_the_reflection_and_resumes_with_guidance(store, 
             assert paused[-1].id in [m.id for m in messages if m.status == "resumed"]
             titles = [str(b.query_one(".title").render()) for b in app.chat.query(MessageBubble)]
             assert "monitor · reflection" in titles and "you · guidance" in titles
+            # the second answer paused again: leave it paused (escape) ...
+            await wait_until(pilot, lambda: isinstance(app.screen, EscalationPrompt))
+            await pilot.press("escape")
+            await pilot.pause(0.1)
+            assert app.screen is app.chat
+            session_id = app.chat.session_id
+        # ... and reopening the session asks for the guidance again
+        again = SdmChatApp(engine=engine, store=store, session_id=session_id)
+        async with again.run_test(size=SIZE) as pilot:
+            await wait_until(pilot, lambda: isinstance(again.screen, EscalationPrompt))
+            assert engine.pending_pause(session_id) is not None
     finally:
         engine.shutdown()
 
@@ -179,12 +190,13 @@ async def test_high_pause_shows_the_reflection_and_resumes_with_guidance(store, 
 async def test_export_writes_markdown_and_session_jsonl(store, engine, tmp_path):
     from mlx_sdm.session.format import read_sessions_jsonl
 
-    app = SdmChatApp(engine=engine, store=store, export_dir=tmp_path / "out")
+    app = SdmChatApp(engine=engine, store=store, export_dir=tmp_path / "out", title="Spain")
     async with app.run_test(size=SIZE) as pilot:
         bubble = await send(pilot, app, "Madrid is the capital of Spain.")
         await pilot.press("ctrl+s")
         await pilot.pause(0.2)
         session_id = app.chat.session_id
+    assert store.get_session(session_id).title == "Spain"
     md = tmp_path / "out" / f"session-{session_id}.md"
     jsonl = tmp_path / "out" / f"session-{session_id}.jsonl"
     assert "Madrid is the capital of Spain." in md.read_text()

@@ -50,9 +50,11 @@ class SdmChatApp(App):
         show_monitor: bool = True,
         theme: str | None = None,
         export_dir: str | Path | None = None,
+        title: str | None = None,
     ) -> None:
         super().__init__()
         self.bridge = Bridge(engine, store)
+        self.new_session_title = title  # the title of the first new session (``mlx-sdm chat --title``)
         self._initial_session = session_id
         self._show_monitor = show_monitor
         self._initial_theme = theme or DEFAULT_THEME
@@ -206,10 +208,17 @@ def run(
     show_monitor: bool = True,
     theme: str | None = None,
     export_dir: str | Path | None = None,
+    title: str | None = None,
 ) -> int:
     """Run the UI until the user quits (ctrl+q). Returns the process exit code."""
     app = SdmChatApp(
-        engine=engine, store=store, session_id=session_id, show_monitor=show_monitor, theme=theme, export_dir=export_dir
+        engine=engine,
+        store=store,
+        session_id=session_id,
+        show_monitor=show_monitor,
+        theme=theme,
+        export_dir=export_dir,
+        title=title,
     )
     app.run()
     return int(app.return_code or 0)

@@ -81,11 +81,11 @@ class Bridge:
         )
 
     # ----- turns --------------------------------------------------------------------------------
-    def new_session(self) -> str:
+    def new_session(self, title: str | None = None) -> str:
         info = self.engine.info()
         model = info.model_name if info is not None else None
         verifier = info.verifier_path if info is not None else None
-        return self.store.create_session(model=model, verifier=verifier).id
+        return self.store.create_session(title, model=model, verifier=verifier).id
 
     def send(self, session_id: str, text: str) -> Any:
         return self.engine.send(session_id, text)

@@ -173,7 +173,8 @@ class ChatScreen(Screen):
             self.notify("An answer is still streaming; escape stops it.", severity="warning")
             return
         if self.session_id is None:
-            self.session_id = self.bridge.new_session()
+            title, self.app.new_session_title = self.app.new_session_title, None  # type: ignore[attr-defined]
+            self.session_id = self.bridge.new_session(title)
             self._set_title(self.bridge.store.get_session(self.session_id).title)
         event.input.value = ""
         self.turn_number += 1
