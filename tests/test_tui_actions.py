@@ -1,4 +1,5 @@
-"""Pilot tests of the rest of the UI on the real engine with the tiny model: the stop key, a CRITICAL
+"""Pilot tests of the rest of the UI on the real engine with the tiny model: the stop key and auto-scroll,
+MEDIUM logging, a CRITICAL
 abort, the review queue (decisions growing the support set, undo, notes, edits, filters), sessions
 (rename, open, delete), copy with its fallback, the command palette and the theme picker."""
 
@@ -37,16 +38,30 @@ def store(tmp_path):
     store.close()
 
 
-async def test_escape_stops_the_answer_midway(store, verifier_dir):
+async def test_escape_stops_the_answer_and_autoscroll_follows_only_at_the_bottom(store, verifier_dir):
+    session = store.create_session("Long").id
+    for i in range(10):  # enough history to scroll
+        store.add_message(session, "user", f"Q{i}?")
+        store.add_answer(session, f"A{i}.\n\nMore.", verdict_status="unverifiable")
     engine = make_engine(store, verifier_dir, max_tokens=1500)
     try:
-        app = SdmChatApp(engine=engine, store=store)
+        app = SdmChatApp(engine=engine, store=store, session_id=session)
         async with app.run_test(size=SIZE) as pilot:
+            log = app.chat.query_one("#chat-log")
+            await pilot.pause(0.2)
+            assert log.max_scroll_y > 0 and log.scroll_y == log.max_scroll_y  # reopened at the bottom
             await pilot.press(*"Tell me a long story.", "enter")
             await wait_until(pilot, lambda: app.chat.active is not None and len(app.chat.active.text) > 0)
+            await pilot.pause(0.1)
+            assert app.chat.active is not None, "the answer must still be streaming here"
+            assert log.scroll_y == log.max_scroll_y  # at the bottom: the view follows the answer
+            log.scroll_to(y=0, animate=False)  # what a wheel / scrollbar / page-up does: releases the anchor
+            await pilot.pause(0.1)
             await pilot.press("escape")
             await wait_until(pilot, lambda: app.chat.active is None)
-            answer = [m for m in store.messages(app.chat.session_id) if m.role == "assistant"][-1]
+            await pilot.pause(0.2)
+            assert log.scroll_y == 0 and log.max_scroll_y > 0  # scrolled up: the view stayed put
+            answer = [m for m in store.messages(session) if m.role == "assistant"][-1]
             assert answer.status == "cancelled" and 0 < answer.token_count < 1500
             bubble = answers(app)[-1]
             assert bubble.text == answer.text
@@ -236,3 +251,4 @@ async def test_command_palette_and_theme_picker(store, verifier_dir):
             await wait_until(pilot, lambda: isinstance(app.screen, ReviewScreen))
     finally:
         engine.shutdown()
+
