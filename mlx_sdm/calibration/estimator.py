@@ -136,6 +136,10 @@ class SDMEstimator:
             source: dict | None = None, progress: bool | Callable[[dict], None] | None = None) -> "SDMEstimator":
         """Alg. 1 with J iterations over train ∪ calibration, then Eqs. 26–27 across iterations."""
         config = config or FitConfig()
+        if config.iterations < 1 or config.epochs < 1 or config.batch_size < 1 or config.exemplar_dim < 1:
+            raise ValueError("FitConfig: iterations, epochs, batch_size and exemplar_dim must all be at least 1")
+        if not 0.5 < config.alpha < 1.0:
+            raise ValueError(f"FitConfig: alpha must be in (0.5, 1), got {config.alpha}")
         num_classes = check_fit_sets(train, calibration)
         pool = LabelledSet.concat(train, calibration)
         rng = np.random.default_rng(config.seed)
@@ -152,11 +156,11 @@ class SDMEstimator:
         finally:
             if bar is not None:
                 bar.close()
-        assert best is not None
         q_mins = [r.threshold.q_tilde_min for r in results]  # failed iterations contribute +inf
         q_min_star = best.threshold.q_tilde_min
         q_min_robust = robust_q_tilde_min(q_min_star, q_mins, config.alpha)  # Eq. 26
         offsets = output_offsets([r.medians for r in results], num_classes, config.alpha)  # Eq. 27
+        assert best is not None  # iterations >= 1
         est = best.state
         support = pool.subset(best.train_index)
         cal = pool.subset(best.calibration_index)
