@@ -252,3 +252,23 @@ async def test_command_palette_and_theme_picker(store, verifier_dir):
     finally:
         engine.shutdown()
 
+
+
+async def test_a_turn_that_cannot_run_fails_visibly(store, tmp_path):
+    from mlx_sdm.session.engine import ChatEngine, EngineConfig
+    from tests.tiny_verifier import tiny_components
+
+    # the verifier folder does not exist: the engine never loads, and says so
+    engine = ChatEngine(EngineConfig(embedder="none"), store, components=tiny_components(tmp_path / "missing"))
+    try:
+        with pytest.raises(Exception):
+            engine.ready.result(timeout=60)
+        app = SdmChatApp(engine=engine, store=store)
+        async with app.run_test(size=SIZE) as pilot:
+            assert "not loaded" in str(app.chat.query_one("#status-line").render())
+            await pilot.press(*"Hello?", "enter")
+            await wait_until(pilot, lambda: answers(app) and str(answers(app)[-1].badge.render()) != "… verifying")
+            assert str(answers(app)[-1].badge.render()) == "✘ failed" and app.chat.active is None
+            assert any("missing" in n.message for n in app._notifications)
+    finally:
+        engine.shutdown()

@@ -18,3 +18,13 @@ class EngineUpdate(Message):
     def __init__(self, event: Any) -> None:
         super().__init__()
         self.event = event
+
+
+class CallFailed(Message):
+    """An engine call's future failed without the engine reporting it as an event (e.g. the model never
+    loaded, or there was no paused turn to resume). ``bubble`` is the answer it was meant for."""
+
+    def __init__(self, bubble: Any, error: BaseException) -> None:
+        super().__init__()
+        self.bubble = bubble
+        self.error = error

@@ -14,7 +14,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
-from tui.messages import EngineUpdate
+from tui.messages import CallFailed, EngineUpdate
 from tui.screens.prompts import CopyFallback, EscalationPrompt
 from tui.widgets.message import MessageBubble
 from tui.widgets.monitor import MonitorPanel
@@ -191,12 +191,18 @@ class ChatScreen(Screen):
         self.reflection_bubble = None
         self.last_escalation = None
         try:
-            call()
+            future = call()
         except Exception as exc:  # the session layer refused the turn: say why, keep the UI alive
             self.active = None
             bubble.set_cancelled("✘ not sent")
             self.notify(f"Could not start the turn: {exc}", severity="error", timeout=8)
             return
+
+        def done(f: Any) -> None:  # runs on the engine's thread
+            if not f.cancelled() and f.exception() is not None:
+                self.post_message(CallFailed(bubble, f.exception()))
+
+        future.add_done_callback(done)
         self.refresh_status("generating… (escape stops)")
 
     async def _log_mount(self, widget: Any) -> None:
@@ -300,6 +306,17 @@ class ChatScreen(Screen):
             await self._start(lambda: self.bridge.resume(session_id, guidance.strip()))
 
         self.app.push_screen(EscalationPrompt(level, confidence, reflection, irreversible=irreversible), answered)
+
+    async def on_call_failed(self, message: CallFailed) -> None:
+        """A turn that failed before the engine could report it (its events never came)."""
+        if self.active is not message.bubble:
+            return  # the engine already finished this turn with its own events
+        self.active = None
+        await message.bubble.finish()
+        if message.bubble.badge is not None and not message.bubble.badge.resolved:
+            message.bubble.set_cancelled(STATUS_TEXT["error"])
+        self.notify(str(message.error), title=type(message.error).__name__, severity="error", timeout=10)
+        self.refresh_status()
 
     async def _on_error(self, event: Any) -> None:
         self.notify(event.message, title=event.error_type or "Error", severity="error", timeout=10)
