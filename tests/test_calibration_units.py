@@ -208,3 +208,22 @@ def test_mad_and_robust_offsets():
     assert m[1, 3] == 0.0 and m[1, 5] == 0.0  # one observation → MAD 0; never observed → 0
     # paper Table 2/3 relation: MAD 0.007 → m = 0.044; MAD 0.100 → +0.631
     assert CAUCHY_KAPPA * 0.007 == pytest.approx(0.044, abs=5e-4)
+
+
+# ---------------------------------------------------------------- § 7 against the definitions
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_values = st.lists(st.integers(-5, 5).map(float), max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_values, st.integers(-6, 6).map(float))
+def test_ecdfs_match_their_definitions(values, x):
+    s = np.sort(np.array(values))
+    n = len(s)
+    below = sum(v < x for v in values)
+    assert ecdf.forward(s, x) == (below / n if n else 0.0)
+    assert ecdf.reverse(s, x) == (sum(v >= x for v in values) / n if n else 0.0)
+    assert ecdf.forward_saturating(s, x) == ((1.0 if x >= s[-1] else below / n) if n else 0.0)
+    assert ecdf.count_below_capped(s, x) == (min(below, n - 1) if n else 0)
