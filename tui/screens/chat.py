@@ -186,10 +186,10 @@ class ChatScreen(Screen):
     async def _start(self, call: Any) -> None:
         """Mount the answer's bubble, then hand the turn to the engine (which returns at once)."""
         bubble = MessageBubble("assistant", "", title=f"assistant · turn {self.turn_number}", number=self.turn_number)
-        await self._log_mount(bubble)
-        self.active = bubble
+        self.active = bubble  # before the mount, so nobody sees the answer's bubble without a running turn
         self.reflection_bubble = None
         self.last_escalation = None
+        await self._log_mount(bubble)
         try:
             future = call()
         except Exception as exc:  # the session layer refused the turn: say why, keep the UI alive
