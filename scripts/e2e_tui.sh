@@ -7,8 +7,9 @@
 # store in a detached 120x40 tmux session, waits for the model to load, types PROMPT, presses
 # Enter, and polls the pane every 20 ms to time the first streamed token on screen (the issue's
 # "first token within 2 s of Enter"). Then it waits for the verdict badge, expands the evidence,
-# opens the session monitor, the review queue and the help screen, printing each screen it saw,
-# and quits with ctrl+q. Exit status 0 when every step was seen, 1 otherwise.
+# exports the session, opens the review queue, marks the answer acceptable (the support set grows
+# by one) and undoes it, opens the help screen, printing each screen it saw, and quits with
+# ctrl+q. Exit status 0 when every step was seen, 1 otherwise.
 #
 # Environment: PYTHON (default .venv/bin/python), E2E_DIR (default a new temp dir; the store goes
 # there), LOAD_TIMEOUT (s, default 240), ANSWER_TIMEOUT (s, default 240),
@@ -112,9 +113,29 @@ else
 fi
 show "evidence"
 
+# Export (ctrl+s): Markdown and session JSONL under <store dir>/exports.
+tmux send-keys -t "$SESSION" C-s
+sleep 1
+if ls "$E2E_DIR"/exports/session-*.md "$E2E_DIR"/exports/session-*.jsonl >/dev/null 2>&1; then
+    echo "e2e: ok   export: $(ls "$E2E_DIR"/exports | tr '\n' ' ')"
+else
+    echo "e2e: FAIL export (nothing in $E2E_DIR/exports)"; STATUS=1
+fi
+
 tmux send-keys -t "$SESSION" C-r
 step "review queue" "Review queue" 10
 show "review queue"
+# Mark the first queued answer acceptable (a): the verifier's support set grows by one at once.
+before=$(pane | grep -o "support set [0-9]* points" | grep -o "[0-9]*" | head -1)
+if pane | grep -q "pending" && [ -n "$before" ] && ! pane | grep -q "The queue is empty"; then
+    tmux send-keys -t "$SESSION" a
+    step "decision in the support set ($before -> $((before + 1)) points)" "support set $((before + 1)) points" 60
+    show "review queue, after a decision"
+    tmux send-keys -t "$SESSION" z
+    step "undo ($((before + 1)) -> $before points)" "support set $before points" 60
+else
+    echo "e2e: (no queued answer or no verifier: no decision to make)"
+fi
 tmux send-keys -t "$SESSION" Escape
 sleep 0.5
 tmux send-keys -t "$SESSION" F1
