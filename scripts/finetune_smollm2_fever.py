@@ -40,6 +40,8 @@ DEFAULT_EPOCHS = 2
 #: Larger than the paper's 1e-5: ~30 verified documents give 3 steps per epoch (the paper has
 #: ~400), and at 1e-3 or below the head does not yet move SmolLM2 off its prose answers (measured).
 DEFAULT_LEARNING_RATE = 1e-2
+#: The paper uses 0 (Phi-3.5's untuned answers are already JSON); see --warmup-epochs.
+DEFAULT_WARMUP = 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS)
     p.add_argument("--learning-rate", type=float, default=DEFAULT_LEARNING_RATE)
     p.add_argument("--batch-size", type=int, default=50)
+    p.add_argument("--warmup-epochs", type=int, default=DEFAULT_WARMUP,
+                   help="epochs with q=e-2, d=1 first (default 1: untuned SmolLM2 answers in prose, which the verifier "
+                        "places out of distribution, d = 0, so the generation-based loss has no gradient)")
     p.add_argument("--resume", action="store_true", help="continue a killed run from its checkpoint")
     return p
 
@@ -104,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     scorer = LMScorer.from_verifier(lm, verifier, progress=lambda docs: tqdm(docs, desc="generate", unit="doc", leave=False))
     checkpoint = args.out.with_name(args.out.name + ".checkpoint")
     fit_args = FinetuneArgs(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
-                            checkpoint_path=str(checkpoint), resume=args.resume)
+                            warmup_epochs=args.warmup_epochs, checkpoint_path=str(checkpoint), resume=args.resume)
     tic = time.time()
     result = finetune(lm, train, calibration, scorer, fit_args, run_identity={"verifier": str(verifier_dir)})
     train_s = time.time() - tic
@@ -136,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         f"Calibration ({len(calibration)} FEVER documents), answers admitted with ŷ=1 and correct: untuned "
         f"{result.initial_metric}, per epoch {[h['calibration_admitted'] for h in result.history[1:]]}; "
         f"kept epoch {result.best_epoch} (0 = the untuned head: no epoch admitted more).",
-        f"{len(train)} training documents ({sum(d.label for d in train)} verified), {args.epochs} epochs, lr {args.learning_rate:g}, "
+        f"{len(train)} training documents ({sum(d.label for d in train)} verified), {args.epochs} epochs "
+        f"({args.warmup_epochs} warm-up with q=e-2, d=1), lr {args.learning_rate:g}, "
         f"{args.batch_size}-token batches; fine-tuning {train_s / 60:.1f} min, total {(time.time() - started) / 60:.1f} min.",
     ]
     text = "\n".join(lines)

@@ -29,6 +29,7 @@ from mlx_sdm.errors import DataError  # noqa: E402
 from mlx_sdm.network import checkpoint as checkpoint_module  # noqa: E402
 from mlx_sdm.network.checkpoint import CheckpointError, read_checkpoint  # noqa: E402
 from mlx_sdm.network.data import FinetuneDocument  # noqa: E402
+from mlx_sdm.network.heads import VocabularyHeads  # noqa: E402
 from mlx_sdm.network.trainer import FinetuneArgs, FinetuneCallback, LMScorer, finetune  # noqa: E402
 from tests.tiny_verifier import tiny_loaded_model  # noqa: E402
 
@@ -87,6 +88,18 @@ def test_best_epoch_starts_from_untuned_count():
     frozen = run(None, epochs=1, learning_rate=0.0)
     assert frozen.best_epoch == 0
     np.testing.assert_array_equal(np.array(frozen.heads.positive), np.array(frozen.heads.negative))
+
+
+def test_out_of_distribution_answers_give_no_gradient_unless_warmed_up():
+    # d = 0 for every generated answer (all out of distribution): Eq. 32's gradient is d (sdm − e_t) = 0.
+    lm = tiny_loaded_model()
+    docs = make_documents()
+    scorer = LMScorer(lm, lambda features: SimpleNamespace(prediction=1, admitted=True, q=3.0, d=0.0))
+    original = np.array(VocabularyHeads.from_model(lm.model).positive)
+    for warmup, moved in ((0, False), (1, True)):
+        args = FinetuneArgs(epochs=1, batch_size=4, learning_rate=0.05, progress=False, warmup_epochs=warmup)
+        result = finetune(lm, docs[:8], docs[8:], scorer, args)
+        assert (not np.allclose(np.array(result.last_positive), original)) is moved
 
 
 def test_no_verified_documents_is_a_clear_error():

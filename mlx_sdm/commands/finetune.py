@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=int, help=f"epochs; the best is kept (default {DEFAULT_EPOCHS}, as in the paper)")
     p.add_argument("--batch-size", type=int, help=f"target tokens per mini-batch (default {DEFAULT_BATCH_SIZE})")
     p.add_argument("--learning-rate", type=float, help=f"Adam learning rate (default {DEFAULT_LEARNING_RATE:g})")
+    p.add_argument("--warmup-epochs", type=int,
+                   help="first epochs trained with q=e-2, d=1 (plain joint softmax) instead of the verifier's q, d "
+                        "(default 0, the paper's; use 1 when the untuned model's answers are all out of distribution)")
     p.add_argument("--seed", type=int, help=f"seed of the token shuffling (default {DEFAULT_SEED})")
     p.add_argument("--steps-per-report", type=int, help="mini-batches between loss reports (default 10)")
     p.add_argument("--adapter-path", metavar="DIR", help=f"where the positive head is written (default {DEFAULT_ADAPTER_PATH})")

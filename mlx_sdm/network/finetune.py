@@ -40,6 +40,7 @@ class FinetuneConfig:
     learning_rate: float = field(default=DEFAULT_LEARNING_RATE, metadata={"help": "Adam learning rate"})
     beta_min: float = 0.0
     beta_max: float = 0.1
+    warmup_epochs: int = field(default=0, metadata={"help": "first epochs with q=e-2, d=1 (paper: 0)"})
     steps_per_report: int = 10
     adapter_path: str = field(default=DEFAULT_ADAPTER_PATH, metadata={"help": "output folder of the positive head"})
     resume: bool = field(default=False, metadata={"help": "continue from the last per-epoch checkpoint"})
@@ -190,6 +191,7 @@ def run(config: FinetuneConfig):
         seed=config.seed,
         beta_min=config.beta_min,
         beta_max=config.beta_max,
+        warmup_epochs=config.warmup_epochs,
         steps_per_report=config.steps_per_report,
         checkpoint_path=str(config.checkpoint_path),
         resume=config.resume,

@@ -31,7 +31,7 @@ import numpy as np
 from mlx.utils import tree_flatten, tree_map, tree_unflatten
 from mlx_lm.tuner.callbacks import TrainingCallback
 
-from mlx_sdm.calibration.constants import ADAM_BETAS, ADAM_EPS
+from mlx_sdm.calibration.constants import ADAM_BETAS, ADAM_EPS, SOFTMAX_D, SOFTMAX_Q
 from mlx_sdm.errors import DataError
 from mlx_sdm.network.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from mlx_sdm.network.data import FinetuneDocument, TokenTargets, build_token_targets, documents_hash
@@ -54,6 +54,11 @@ class FinetuneArgs:
     seed: int = field(default=PAPER_HEAD_SEED, metadata={"help": "Seed of the token shuffling."})
     beta_min: float = BETA_MIN
     beta_max: float = BETA_MAX
+    warmup_epochs: int = field(
+        default=0,
+        metadata={"help": "First epochs with q = e-2, d = 1 (plain joint softmax) instead of generation-based q, d. "
+                  "The paper uses 0; a model whose untuned answers are all out of distribution (d = 0) needs 1."},
+    )
     steps_per_report: int = field(default=10, metadata={"help": "Mini-batches between loss reports."})
     checkpoint_path: str | None = field(default=None, metadata={"help": "Folder of the per-epoch checkpoint."})
     resume: bool = field(default=False, metadata={"help": "Continue from the checkpoint if there is one."})
@@ -291,7 +296,8 @@ def finetune(
     heads = heads if heads is not None else VocabularyHeads.from_model(lm.model)
     vocab_size = heads.vocab_size
     data_hash = documents_hash(list(train_documents) + list(calibration_documents))
-    identity = {"data_hash": data_hash, "args": {k: v for k, v in asdict(args).items() if k in ("batch_size", "learning_rate", "seed", "beta_min", "beta_max")}}
+    run_args = ("batch_size", "learning_rate", "seed", "beta_min", "beta_max", "warmup_epochs")
+    identity = {"data_hash": data_hash, "args": {k: v for k, v in asdict(args).items() if k in run_args}}
     identity.update(run_identity or {})
 
     optimizer = make_optimizer(args.learning_rate)
@@ -317,19 +323,28 @@ def finetune(
         optimizer.state = tree_unflatten([(k[len("optimizer.") :], v) for k, v in arrays.items() if k.startswith("optimizer.")])
         best_metric, best_epoch = int(state["best_metric"]), int(state["best_epoch"])
         initial_metric = int(state["initial_metric"])
-        qd = np.array(state["train_qd"], dtype=np.float32)
+        qd = np.array(state["train_qd"], dtype=np.float32) if state.get("train_qd") is not None else None
         history = list(state["history"])
         start_epoch = int(state["epoch"]) + 1
     else:
         if args.resume and rank == 0 and checkpoint_path:
             print(f"no checkpoint at {checkpoint_path}; starting from the untuned head", flush=True)
-        qd = score_all(scorer, verified, heads.vocab_logits, group, "training")[:, 2:4]
+        qd = None
         initial_metric = admitted_count(outcomes_from_rows(score_all(scorer, calibration_documents, heads.vocab_logits, group)))
         best_metric, best_epoch = initial_metric, 0  # reference: start from the untuned model's count
         best_positive = mx.array(heads.positive)
         history.append({"epoch": 0, "calibration_admitted": initial_metric})
 
     step = build_train_step(heads, optimizer, loss, group, compile=args.compile)
+
+    def training_qd(epoch: int) -> np.ndarray:
+        """(q, d) of every verified training document for ``epoch`` (§ 15.5), [n, 2]."""
+        if epoch <= args.warmup_epochs:  # warm-up: the sdm activation reduces to softmax
+            return np.tile(np.array([[SOFTMAX_Q, SOFTMAX_D]], dtype=np.float32), (len(verified), 1))
+        return score_all(scorer, verified, heads.vocab_logits, group, "training")[:, 2:4]
+
+    if qd is None and start_epoch <= args.epochs:
+        qd = training_qd(start_epoch)
 
     hidden_all = tokens.hidden
     count = len(tokens)
@@ -375,8 +390,9 @@ def finetune(
                         "peak_memory": mx.get_peak_memory() / 1e9,
                     }
                 )
-        # Alg. 4: regenerate the training completions (new q, d) and the calibration ones (metric).
-        qd = score_all(scorer, verified, heads.vocab_logits, group, "training")[:, 2:4]
+        # Alg. 4: regenerate the training completions (new q, d; not needed after the last epoch)
+        # and the calibration ones (metric).
+        qd = training_qd(epoch + 1) if epoch < args.epochs else None
         calibration = outcomes_from_rows(score_all(scorer, calibration_documents, heads.vocab_logits, group))
         metric = admitted_count(calibration)
         improved = metric > best_metric
@@ -398,7 +414,7 @@ def finetune(
                     "best_metric": best_metric,
                     "best_epoch": best_epoch,
                     "initial_metric": initial_metric,
-                    "train_qd": qd.tolist(),
+                    "train_qd": None if qd is None else qd.tolist(),
                     "history": history,
                     "identity": identity,
                 },
