@@ -35,6 +35,7 @@ def make_engine(store: ChatStore, verifier_dir: Path | None, **config) -> ChatEn
     config.setdefault("max_tokens", MAX_TOKENS)
     config.setdefault("embedder", "none")
     config.setdefault("auq_thresholds", LOW_EVERYWHERE)  # the tiny model is unsure of everything: keep turns LOW
+    config.setdefault("enable_p_true", False)  # the levels come from the thresholds above; one model call less a turn
     engine = ChatEngine(EngineConfig(**config), store, components=tiny_components(verifier_dir))
     engine.ready.result(timeout=120)
     return engine
@@ -83,28 +84,36 @@ async def send(pilot, app, text: str) -> MessageBubble:
     return answers(app)[-1]
 
 
-async def test_message_streams_and_gets_a_badge(store, engine):
-    tokens: list[str] = []
-    unsubscribe = engine.subscribe(lambda e: tokens.append(e.text) if e.kind == "token" and e.phase == "answer" else None)
-    app = SdmChatApp(engine=engine, store=store)
-    async with app.run_test(size=SIZE) as pilot:
-        bubble = await send(pilot, app, "Paris is the capital of France. Is this claim true or false?")
-        unsubscribe()
-        # streamed: several pieces arrived one by one, and the bubble shows exactly what the engine stored
-        assert len(tokens) >= 2
-        stored = [m for m in store.messages(app.chat.session_id) if m.role == "assistant"]
-        assert len(stored) == 1 and bubble.text == stored[0].text == "".join(tokens)
-        badge = bubble.badge
-        assert badge is not None and badge.resolved
-        assert badge.status == stored[0].verdict_status
-        shown = str(badge.render())
-        if badge.status == "verified":
-            assert f"p_lower {stored[0].verdict['p_lower']:.3f}" in shown
-        else:
-            assert badge.status == "rejected" and "✘ rejected ·" in shown
-        assert badge.has_class(badge.status)
-        # the monitor panel got the turn
-        assert [row["turn"] for row in app.chat.query_one("#monitor").rows] == [1]
+async def test_message_streams_and_gets_a_badge(store, verifier_dir):
+    engine = make_engine(store, verifier_dir, enable_p_true=True)  # the full turn: generate, verify, P(True), monitor
+    try:
+        tokens: list[str] = []
+        unsubscribe = engine.subscribe(lambda e: tokens.append(e.text) if e.kind == "token" and e.phase == "answer" else None)
+        app = SdmChatApp(engine=engine, store=store)
+        async with app.run_test(size=SIZE) as pilot:
+            bubble = await send(pilot, app, "Paris is the capital of France. Is this claim true or false?")
+            unsubscribe()
+            # streamed: several pieces arrived one by one, and the bubble shows exactly what the engine stored
+            assert len(tokens) >= 2
+            stored = [m for m in store.messages(app.chat.session_id) if m.role == "assistant"]
+            assert len(stored) == 1 and bubble.text == stored[0].text == "".join(tokens)
+            badge = bubble.badge
+            assert badge is not None and badge.resolved
+            assert badge.status == stored[0].verdict_status
+            shown = str(badge.render())
+            if badge.status == "verified":
+                assert f"p_lower {stored[0].verdict['p_lower']:.3f}" in shown
+            else:
+                assert badge.status == "rejected" and "✘ rejected ·" in shown
+            assert badge.has_class(badge.status)
+            # the monitor line and panel show the stored AUQ / TRACER reading of the turn
+            monitor = stored[0].monitor
+            line = str(bubble.query_one(".monitor-line").render())
+            assert line.startswith(f"AUQ LOW · P {monitor['cumulative_confidence']:.3f} · TRACER {monitor['tracer_risk']:.2f}")
+            rows = app.chat.query_one("#monitor").rows
+            assert [(r["turn"], r["confidence"]) for r in rows] == [(1, monitor["cumulative_confidence"])]
+    finally:
+        engine.shutdown()
 
 
 async def test_unverifiable_when_no_verifier_fits(store):

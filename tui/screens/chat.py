@@ -53,7 +53,7 @@ class ChatScreen(Screen):
         self.active: MessageBubble | None = None  # the answer being generated
         self.reflection_bubble: MessageBubble | None = None
         self.last_escalation: Any = None
-        self.paused: Any = None  # the finished event of a turn waiting for guidance
+        self.paused: str | None = None  # the session whose turn waits for guidance (prompt open)
         self.turn_number = 0
 
     @property
@@ -113,6 +113,7 @@ class ChatScreen(Screen):
         self.session_id = session_id
         if session_id is None:  # created in the store with the first message, so empty chats leave no trace
             self._set_title("New chat")
+            log.anchor()
             return
         self._set_title(self.bridge.store.get_session(session_id).title)
         for record in self.bridge.store.messages(session_id):
