@@ -163,7 +163,8 @@ def _run_ui(args, config, store) -> int:
         return run_plain(config, store, session_id=args.session, title=args.title, stdin=sys.stdin, stdout=sys.stdout, prompt=True)
     engine = ChatEngine(config, store)
     try:
-        return run_ui(engine, store, session_id=args.session, show_monitor=not args.no_monitor_panel, theme=args.theme)
+        return run_ui(engine, store, session_id=args.session, show_monitor=not args.no_monitor_panel, theme=args.theme,
+                      title=args.title)
     finally:
         engine.shutdown(wait=True, timeout=10)
         store.close()
