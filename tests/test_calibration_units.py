@@ -224,6 +224,9 @@ def test_ecdfs_match_their_definitions(values, x):
     n = len(s)
     below = sum(v < x for v in values)
     assert ecdf.forward(s, x) == (below / n if n else 0.0)
-    assert ecdf.reverse(s, x) == (sum(v >= x for v in values) / n if n else 0.0)
+    # § 7 computes the reverse eCDF as 1 - idx/n (bit-exact with the reference), which is the
+    # fraction of stored values >= x up to one rounding.
+    assert ecdf.reverse(s, x) == (1.0 - below / n if n else 0.0)
+    assert ecdf.reverse(s, x) == pytest.approx(sum(v >= x for v in values) / n if n else 0.0, abs=1e-15)
     assert ecdf.forward_saturating(s, x) == ((1.0 if x >= s[-1] else below / n) if n else 0.0)
     assert ecdf.count_below_capped(s, x) == (min(below, n - 1) if n else 0)
