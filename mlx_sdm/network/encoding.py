@@ -77,6 +77,19 @@ PLAUSIBILITY = TaskFormat(
     document_label="STATEMENT",
     answers=(True, False),
 )
+#: News topic classification (BBC News, 5 topics as its folders name them): a task where SmolLM2's own
+#: document features carry signal, unlike FEVER (scripts/build_topic_verifier.py).
+BBC_TOPICS = ("business", "entertainment", "politics", "sports", "tech")
+TOPIC = TaskFormat(
+    name="topic",
+    field="topic",
+    instruction=(
+        "Classify the topic of the following news article. "
+        'Respond using the following JSON: {"topic": str}.'
+    ),
+    document_label="ARTICLE",
+    answers=BBC_TOPICS,
+)
 #: Known BIG-bench task names -> their format.
 TASK_FORMATS: dict[str, TaskFormat] = {
     "fact_checker_fever": FACTCHECK,
@@ -170,13 +183,22 @@ def encode_task(path: str | Path, *, seed: int = ENCODING_SEED, limit: int | Non
     """Encode a BIG-bench task.json: one document per example, y ~ 1 - Bernoulli(0.5) (seeded)."""
     name, examples = read_task_json(path)
     fmt = task_format or task_format_for(name, examples)
+    return encode_examples(name, examples, fmt, seed=seed, limit=limit, system=system, path=path)
+
+
+def encode_examples(name: str, examples: list[dict], fmt: TaskFormat, *, seed: int = ENCODING_SEED,
+                    limit: int | None = None, system: str | None = SYSTEM_PROMPT,
+                    path: str | Path | None = None) -> list[VerificationDocument]:
+    """Encode BIG-bench-style examples ``{"input", "target_scores"[, "id"]}`` from any source (a
+    task.json, or e.g. BBC News articles with ``{"input": article, "target_scores": {topic: 1}}``)."""
     rng = np.random.default_rng(seed)
     documents = []
     for i, ex in enumerate(examples[:limit] if limit else examples):
         try:
             answer = _correct_answer(fmt, ex["target_scores"])
         except ValueError as exc:
-            raise DataError(str(exc), path=str(path), field=f"examples[{i}].target_scores") from None
+            raise DataError(str(exc), path=str(path) if path is not None else name,
+                            field=f"examples[{i}].target_scores") from None
         negative = bool(rng.random() < NEGATIVE_PROBABILITY)
         if negative:
             others = [a for a in fmt.answers if a != answer]
