@@ -83,7 +83,8 @@ def topic_documents(articles: list[tuple[str, int, str]], *, view: str, words: i
 def report(lm, verifier, test: list, shifted: list, cache_dir: Path, show: int, where: Path = DEFAULT_OUT) -> str:
     from mlx_sdm.network.verifier import cached_document_features
 
-    head = (f"Verifier `{where.relative_to(ROOT) if where.is_relative_to(ROOT) else where}` (SmolLM2-135M-Instruct document features, α′ = "
+    shown = where.relative_to(ROOT) if where.is_relative_to(ROOT) else where
+    head = (f"Verifier `{shown}` (SmolLM2-135M-Instruct document features, α′ = "
             f"{verifier.estimator.alpha}); cells are accuracy / admitted fraction.\n\n"
             "| Dataset | Estimator | y=0 | y=1 | ŷ=0 | ŷ=1 | marginal |\n|---|---|---|---|---|---|---|")
     lines = head.split("\n")
