@@ -62,3 +62,19 @@ def test_held_out_articles_get_the_right_verdicts(smollm2, topic_verifier):
     assert right.reason is None
     wrong = topic_verifier.verify_text(smollm2, TOPIC.user_message(SPORTS_ARTICLE), MODEL_ANSWER)
     assert wrong.admitted and wrong.prediction == 0 and wrong.p_lower >= 0.95
+
+
+def test_topic_encoding_negatives_name_another_topic_and_views_agree():
+    from mlx_sdm.network.encoding import BBC_TOPICS, encode_examples, parse_answer
+
+    topics = [BBC_TOPICS[i % 5] for i in range(200)]
+    articles = [{"id": f"a{i}", "input": f"article {i}", "target_scores": {t: 1.0}} for i, t in enumerate(topics)]
+    titles = [dict(a, input=f"title {i}") for i, a in enumerate(articles)]
+    docs = encode_examples("bbc", articles, TOPIC, seed=0)
+    again = encode_examples("bbc", titles, TOPIC, seed=0)
+    for doc, topic, twin in zip(docs, topics, again):
+        given = parse_answer(doc.completion, TOPIC)
+        assert doc.task_label == topic and (given == topic) == (doc.label == 1)  # negatives name another topic
+        assert doc.prompt.startswith("Classify the topic") and doc.prompt.endswith(f"ARTICLE: {doc.document}")
+        assert (twin.label, twin.completion) == (doc.label, doc.completion)  # same draws for the titles view
+    assert 70 < sum(d.label for d in docs) < 130  # Bernoulli(0.5) over 200 articles
