@@ -33,7 +33,7 @@ from mlx_sdm.monitor.p_true import PTrueScorer
 from mlx_sdm.monitor.tracer import TracerMonitor
 from mlx_sdm.session.format import Session, SessionStep, write_sessions_jsonl
 
-DEFAULT_TASK = "/work/shared/data/bigbench/fact_checker_fever/task.json"
+DEFAULT_TASK = str(Path(__file__).resolve().parents[2] / "shared" / "data" / "bigbench" / "fact_checker_fever" / "task.json")
 DEFAULT_N = 40
 DEFAULT_MAX_TOKENS = 24
 INSTRUCTION = " Answer True or False first, then give one short reason."
