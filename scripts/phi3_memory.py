@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         "full_model_layers": PHI35_LAYERS,
         "full_model_peak_estimate_gib": estimate,
     }
-    print(f"per layer: " + ", ".join(f"{k} {v * 1024:.1f} MiB" for k, v in per_layer.items()))
+    print("per layer: " + ", ".join(f"{k} {v * 1024:.1f} MiB" for k, v in per_layer.items()))
     print(f"estimate for {PHI35_LAYERS} layers, {args.bits}-bit frozen base: peak {estimate:.2f} GiB")
     print(json.dumps(summary))
     return 0

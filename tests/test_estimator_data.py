@@ -3,7 +3,6 @@
 import json
 
 import mlx_sdm  # noqa: F401
-import numpy as np
 import pytest
 
 from mlx_sdm.calibration.data import check_fit_sets, read_embedding_jsonl

@@ -1,7 +1,6 @@
 """eval-monitor over the session JSONL and a hand-made tau2-bench Results file."""
 
 import json
-import math
 
 import numpy as np
 import pytest

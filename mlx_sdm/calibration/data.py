@@ -6,7 +6,6 @@ the field, and saying how to fix it. Nothing is written before the whole input h
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from mlx_sdm.errors import DataError
+from mlx_sdm.jsonl import iter_jsonl_objects
 
 #: Fewer rows of a class than this in the training or calibration file is refused: Alg. 1 splits
 #: the pool in half per class, and the eCDFs and Alg. 3 need several points of every class.
@@ -99,38 +99,25 @@ def read_embedding_jsonl(path: str | Path, require_label: bool = True, expected_
     texts: list[str | None] = []
     width = expected_dim
     seen: dict[str, int] = {}
-    try:
-        handle = open(path, encoding="utf-8")
-    except OSError as exc:
-        raise DataError(f"cannot read the file ({exc.strerror})", path=path) from exc
-    with handle:
-        for number, raw in enumerate(handle, start=1):
-            if not raw.strip():
-                continue
-            try:
-                row = json.loads(raw, parse_constant=lambda c: float(c))
-            except json.JSONDecodeError as exc:
-                raise DataError(f"not valid JSON ({exc.msg} at column {exc.colno})", path=path, line=number) from exc
-            if not isinstance(row, dict):
-                raise DataError("each line must be a JSON object", path=path, line=number)
-            if "embedding" not in row:
-                raise DataError("missing; each row needs \"embedding\": [numbers]", path=path, line=number, field="embedding")
-            vec = parse_embedding(row["embedding"], path=path, line=number, width=width)
-            width = len(vec)
-            if "label" in row and row["label"] is not None:
-                labels.append(parse_label(row["label"], path=path, line=number))
-            elif require_label:
-                raise DataError("missing; each row needs an integer \"label\" (0..C-1)", path=path, line=number, field="label")
-            else:
-                labels.append(-1)
-            rid = str(row["id"]) if row.get("id") is not None else f"{Path(path).name}:{number}"
-            if rid in seen:
-                raise DataError(f"id {rid!r} already used on line {seen[rid]}; ids must be unique", path=path, line=number, field="id")
-            seen[rid] = number
-            ids.append(rid)
-            text = row.get("text")
-            texts.append(text if isinstance(text, str) else None)
-            rows.append(vec)
+    for number, row in iter_jsonl_objects(path, missing="no such file; pass a JSONL file of {id, label, embedding} rows"):
+        if "embedding" not in row:
+            raise DataError("missing; each row needs \"embedding\": [numbers]", path=path, line=number, field="embedding")
+        vec = parse_embedding(row["embedding"], path=path, line=number, width=width)
+        width = len(vec)
+        if "label" in row and row["label"] is not None:
+            labels.append(parse_label(row["label"], path=path, line=number))
+        elif require_label:
+            raise DataError("missing; each row needs an integer \"label\" (0..C-1)", path=path, line=number, field="label")
+        else:
+            labels.append(-1)
+        rid = str(row["id"]) if row.get("id") is not None else f"{Path(path).name}:{number}"
+        if rid in seen:
+            raise DataError(f"id {rid!r} already used on line {seen[rid]}; ids must be unique", path=path, line=number, field="id")
+        seen[rid] = number
+        ids.append(rid)
+        text = row.get("text")
+        texts.append(text if isinstance(text, str) else None)
+        rows.append(vec)
     if not rows:
         raise DataError("no rows; expected one JSON object per line", path=path)
     return LabelledSet(ids, np.asarray(rows, dtype=np.float32), np.asarray(labels, dtype=np.int64),

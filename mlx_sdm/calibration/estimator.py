@@ -10,7 +10,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import mlx.core as mx
 import numpy as np
 
 from mlx_sdm.atomic import atomic_directory

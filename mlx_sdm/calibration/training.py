@@ -17,7 +17,6 @@ import mlx.optimizers as optim
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
-from mlx_sdm.calibration import ecdf
 from mlx_sdm.calibration.activation import flipped, sdm_loss, sdm_numpy, softmax_numpy
 from mlx_sdm.calibration.adaptor import ExemplarAdaptor, forward_numpy_batches, scalar_normalization
 from mlx_sdm.calibration.constants import ADAM_BETAS, ADAM_EPS, SOFTMAX_D, SOFTMAX_Q

@@ -8,7 +8,6 @@ import json
 import sys
 import threading
 import time
-from pathlib import Path
 
 from mlx_sdm.errors import MlxSdmError
 

@@ -20,6 +20,7 @@ import mlx.core as mx
 import numpy as np
 
 from mlx_sdm.errors import DataError
+from mlx_sdm.jsonl import iter_jsonl_objects
 
 #: Generation budget when a document does not say (the reference: longest task completion + 2).
 DEFAULT_MAX_GENERATION_TOKENS = 16
@@ -60,37 +61,26 @@ def read_documents_jsonl(path: str | Path) -> list[FinetuneDocument]:
     """Read ``{"prompt", "completion", "label", "task_label"?, "system"?, "id"?, "max_generation_tokens"?}`` rows."""
     path = str(path)
     documents: list[FinetuneDocument] = []
-    try:
-        handle = open(path, encoding="utf-8")
-    except FileNotFoundError:
-        raise DataError("file not found; pass a JSONL file of {prompt, completion, label} rows", path=path) from None
-    with handle:
-        for number, raw in enumerate(handle, start=1):
-            if not raw.strip():
-                continue
-            try:
-                row = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"not valid JSON ({exc.msg})", path=path, line=number) from None
-            for key in ("prompt", "completion", "label"):
-                if key not in row:
-                    raise DataError("missing; every row needs prompt, completion and label", path=path, line=number, field=key)
-            if row["label"] not in (0, 1) or isinstance(row["label"], bool):
-                raise DataError(f"must be 0 or 1, got {row['label']!r}", path=path, line=number, field="label")
-            budget = row.get("max_generation_tokens", DEFAULT_MAX_GENERATION_TOKENS)
-            if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
-                raise DataError(f"must be a positive integer, got {budget!r}", path=path, line=number, field="max_generation_tokens")
-            documents.append(
-                FinetuneDocument(
-                    id=str(row.get("id", f"{Path(path).name}:{number}")),
-                    prompt=_as_prompt(row["prompt"], path, number),
-                    completion=str(row["completion"]),
-                    label=int(row["label"]),
-                    task_label=row.get("task_label"),
-                    system=row.get("system"),
-                    max_generation_tokens=budget,
-                )
+    for number, row in iter_jsonl_objects(path, missing="file not found; pass a JSONL file of {prompt, completion, label} rows"):
+        for key in ("prompt", "completion", "label"):
+            if key not in row:
+                raise DataError("missing; every row needs prompt, completion and label", path=path, line=number, field=key)
+        if row["label"] not in (0, 1) or isinstance(row["label"], bool):
+            raise DataError(f"must be 0 or 1, got {row['label']!r}", path=path, line=number, field="label")
+        budget = row.get("max_generation_tokens", DEFAULT_MAX_GENERATION_TOKENS)
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise DataError(f"must be a positive integer, got {budget!r}", path=path, line=number, field="max_generation_tokens")
+        documents.append(
+            FinetuneDocument(
+                id=str(row.get("id", f"{Path(path).name}:{number}")),
+                prompt=_as_prompt(row["prompt"], path, number),
+                completion=str(row["completion"]),
+                label=int(row["label"]),
+                task_label=row.get("task_label"),
+                system=row.get("system"),
+                max_generation_tokens=budget,
             )
+        )
     if not documents:
         raise DataError("no rows; the file is empty", path=path)
     return documents
@@ -108,14 +98,9 @@ def parse_task_answer(text: str) -> int | None:
     """The task prediction in a generated JSON answer (§ 14): the substring from the first ``{`` to
     the first ``}``, parsed as JSON; a boolean value → 1/0, ``"positive"``/``"negative"`` → 1/0.
     Anything else (no JSON, several keys, another value) → None, which counts as wrong."""
-    start = text.find("{")
-    end = text.find("}", start + 1) if start >= 0 else -1
-    if start < 0 or end < 0:
-        return None
-    try:
-        value = json.loads(text[start : end + 1])
-    except json.JSONDecodeError:
-        return None
+    from mlx_sdm.network.encoding import first_json_object
+
+    value = first_json_object(text)
     if not isinstance(value, dict) or len(value) != 1:
         return None
     (answer,) = value.values()

@@ -24,6 +24,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from mlx_sdm.errors import DataError
+from mlx_sdm.jsonl import iter_jsonl_objects
 
 #: Listing 2's system message.
 SYSTEM_PROMPT = "You are a helpful AI assistant."
@@ -221,16 +222,24 @@ def encode_examples(name: str, examples: list[dict], fmt: TaskFormat, *, seed: i
     return documents
 
 
-def parse_answer(text: str, fmt: TaskFormat) -> Any | None:
-    """§ 14 parsing rule: first ``{`` to first ``}``, json.loads, the task's field; None on any error."""
+def first_json_object(text: str) -> Any | None:
+    """§ 14 parsing rule: the substring from the first ``{`` to the first ``}``, json.loads-ed; None on any error."""
     start = text.find("{")
     end = text.find("}", start + 1) if start >= 0 else -1
     if start < 0 or end < 0:
         return None
     try:
-        value = json.loads(text[start : end + 1])[fmt.field]
-    except (json.JSONDecodeError, KeyError, TypeError):
+        return json.loads(text[start : end + 1])
+    except json.JSONDecodeError:
         return None
+
+
+def parse_answer(text: str, fmt: TaskFormat) -> Any | None:
+    """§ 14 parsing rule applied to a task: the first JSON object's field; None on any error."""
+    obj = first_json_object(text)
+    if not isinstance(obj, dict) or fmt.field not in obj:
+        return None
+    value = obj[fmt.field]
     if fmt.boolean:
         try:
             return bool(value)
@@ -245,22 +254,9 @@ def read_text_jsonl(path: str | Path, *, require_label: bool = True,
     rows without ``system`` get ``default_system``)."""
     path = Path(path)
     documents: list[VerificationDocument] = []
-    try:
-        handle = path.open(encoding="utf-8")
-    except FileNotFoundError:
-        raise DataError("no such file", path=str(path)) from None
-    with handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"not valid JSON ({exc.msg})", path=str(path), line=number) from None
-            if not isinstance(row, dict):
-                raise DataError("each line must be a JSON object", path=str(path), line=number)
-            documents.append(text_row_to_document(row, path=str(path), line=number, require_label=require_label,
-                                                  default_system=default_system))
+    for number, row in iter_jsonl_objects(path):
+        documents.append(text_row_to_document(row, path=str(path), line=number, require_label=require_label,
+                                              default_system=default_system))
     if not documents:
         raise DataError("no rows; expected JSONL lines {\"prompt\", \"completion\", \"label\"}", path=str(path))
     return documents

@@ -32,7 +32,7 @@ import time
 import traceback
 import weakref
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 

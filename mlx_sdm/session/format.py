@@ -32,11 +32,11 @@ import math
 import os
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterable
 
 from mlx_sdm.atomic import atomic_write_text
 from mlx_sdm.errors import DataError
+from mlx_sdm.jsonl import iter_jsonl_objects
 
 FORMAT_VERSION = 1
 
@@ -488,47 +488,36 @@ def _validate_session(session: Session, path: str, line: int | None) -> None:
 def read_sessions_jsonl(path: str | os.PathLike) -> list[Session]:
     """Read every session of a session JSONL file (see the module docstring for the format)."""
     path_str = str(path)
-    p = Path(path)
-    if not p.is_file():
-        raise DataError("no such file; export sessions with the chat store or pass a session JSONL", path=path_str)
     sessions: list[Session] = []
     by_id: dict[str, Session] = {}
     header_line: dict[str, int] = {}
-    with open(p, encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                raw = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"not valid JSON ({exc.msg} at column {exc.colno})", path=path_str, line=lineno) from None
-            if not isinstance(raw, dict):
-                raise DataError("each line must be a JSON object", path=path_str, line=lineno)
-            kind = raw.get("record")
-            if kind == "session":
-                session = parse_session_header(raw, path_str, lineno)
-                if session.session_id in by_id:
-                    raise DataError(f"session {session.session_id!r} appears twice (first at line {header_line[session.session_id]})",
-                                    path=path_str, line=lineno, field="session_id")
-                by_id[session.session_id] = session
-                header_line[session.session_id] = lineno
-                sessions.append(session)
-            elif kind == "step":
-                sid = raw.get("session_id")
-                if sid is None and sessions:
-                    session = sessions[-1]
-                elif sid in by_id:
-                    session = by_id[sid]
-                else:
-                    raise DataError(f"step refers to session {sid!r}, which has no preceding session record",
-                                    path=path_str, line=lineno, field="session_id")
-                step = parse_step(raw, path_str, lineno)
-                if any(s.step_id == step.step_id for s in session.steps):
-                    raise DataError(f"duplicate step_id {step.step_id!r} in session {session.session_id!r}",
-                                    path=path_str, line=lineno, field="step_id")
-                session.steps.append(step)
+    for lineno, raw in iter_jsonl_objects(
+            path, missing="no such file; export sessions with the chat store or pass a session JSONL"):
+        kind = raw.get("record")
+        if kind == "session":
+            session = parse_session_header(raw, path_str, lineno)
+            if session.session_id in by_id:
+                raise DataError(f"session {session.session_id!r} appears twice (first at line {header_line[session.session_id]})",
+                                path=path_str, line=lineno, field="session_id")
+            by_id[session.session_id] = session
+            header_line[session.session_id] = lineno
+            sessions.append(session)
+        elif kind == "step":
+            sid = raw.get("session_id")
+            if sid is None and sessions:
+                session = sessions[-1]
+            elif sid in by_id:
+                session = by_id[sid]
             else:
-                raise DataError(f"must be 'session' or 'step', got {kind!r}", path=path_str, line=lineno, field="record")
+                raise DataError(f"step refers to session {sid!r}, which has no preceding session record",
+                                path=path_str, line=lineno, field="session_id")
+            step = parse_step(raw, path_str, lineno)
+            if any(s.step_id == step.step_id for s in session.steps):
+                raise DataError(f"duplicate step_id {step.step_id!r} in session {session.session_id!r}",
+                                path=path_str, line=lineno, field="step_id")
+            session.steps.append(step)
+        else:
+            raise DataError(f"must be 'session' or 'step', got {kind!r}", path=path_str, line=lineno, field="record")
     for session in sessions:
         _validate_session(session, path_str, header_line[session.session_id])
     return sessions

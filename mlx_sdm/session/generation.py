@@ -70,7 +70,7 @@ def generate_answer(
     ``delimiter`` is the verifier's feature rule ("end_of_turn", or "json_close" for verifiers built on
     JSON answers); a chat answer always runs to the end of its turn, the rule only picks ``h_k``.
     ``prefix``: the previous turn's cache, used when the new prompt extends the tokens it holds."""
-    from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
+    from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 
     from mlx_sdm.lm.generation import GenerationConfig, render_prompt, stream_generate_features
 
