@@ -12,6 +12,7 @@ import importlib.util
 import sys
 
 import mlx_sdm  # noqa: F401  (puts the fast BLAS in place before any command imports mlx)
+from mlx_sdm.errors import MlxSdmError
 
 #: name -> (module, one-line summary), in the order a new user meets them.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -63,7 +64,14 @@ def main(argv: list[str] | None = None) -> int:
         print(_usage(), file=sys.stderr)
         return 2
     module = importlib.import_module(commands[name][0])
-    result = module.main(rest)
+    try:
+        result = module.main(rest)
+    except MlxSdmError as exc:  # bad input or a refused artifact: one clear line, no traceback
+        print(f"mlx-sdm {name}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"mlx-sdm {name}: interrupted", file=sys.stderr)
+        return 130
     return int(result or 0)
 
 

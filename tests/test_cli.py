@@ -1,0 +1,30 @@
+import json
+import subprocess
+import sys
+
+from mlx_sdm import cli
+
+
+def test_help_lists_every_command(capsys):
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for name in cli.COMMANDS:
+        assert name in out, name
+
+
+def test_unknown_command_fails_with_usage(capsys):
+    assert cli.main(["frobnicate"]) == 2
+    assert "unknown command" in capsys.readouterr().err
+
+
+def test_bad_input_is_one_clear_line_naming_file_and_line(tmp_path):
+    bad = tmp_path / "train.jsonl"
+    bad.write_text(json.dumps({"id": "a", "label": 0, "embedding": [0.1, 0.2]}) + "\n{not json\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "mlx_sdm", "train", "--train", str(bad), "--calibration", str(bad), "--out", str(tmp_path / "est")],
+        capture_output=True, text=True,
+    )
+    assert out.returncode == 1
+    assert f"{bad}:2" in out.stderr and "not valid JSON" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert not (tmp_path / "est").exists()
