@@ -38,6 +38,11 @@ Rows are one JSON object per line: {{"id": str, "label": int, "embedding": [floa
 (optional "text", shown when the estimator explains a verdict by its nearest exemplars).
 Labels are 0..C-1; every class needs rows in both files.
 
+Text rows build a document verifier for a language model instead:
+{{"prompt": str, "completion": str, "label": 0|1}} (1 = an acceptable completion). Each row is
+force-decoded by --model (default: the embedded SmolLM2) and its features [mean(h); h_delimiter]
+are the embedding; the verifier records the model and refuses any other.
+
 Alg. 1 pools --train and --calibration, splits the pool in half J times (per class), trains
 the exemplar adaptor with the sdm loss, keeps the epoch with the best balanced median q on the
 calibration half, trains the rescaler (Alg. 2) and searches the threshold (Alg. 3); the best of
@@ -56,7 +61,7 @@ example:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mlx-sdm train", description="Train an SDM calibrated estimator on labelled embeddings.",
+    p = argparse.ArgumentParser(prog="mlx-sdm train", description="Train an SDM calibrated estimator on labelled embeddings, or a document verifier on (prompt, completion) rows.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--train", required=True, metavar="T.jsonl", help="training rows (support set candidates)")
     p.add_argument("--calibration", required=True, metavar="C.jsonl", help="calibration rows")

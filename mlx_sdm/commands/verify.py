@@ -15,7 +15,8 @@ DEFAULT_EXPLAIN = 0
 OUTPUT_FIELDS = ("id", "prediction", "p_lower", "admitted", "q", "d", "q_bin", "reason")
 
 EPILOG = """
-Input rows: {"id": str, "embedding": [float, ...]} ("label" is allowed and ignored).
+Input rows: {"id": str, "embedding": [float, ...]} ("label" is allowed and ignored), or, for a
+document verifier, {"id": str, "prompt": str, "completion": str} (force-decoded by its model).
 Output rows, one per input, in order:
   {"id", "prediction", "p_lower" (null when rejected), "admitted", "q", "d", "q_bin", "reason"}
 reason is null when admitted, else "out_of_distribution" (q = 0 or d = 0),
@@ -29,7 +30,7 @@ example:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mlx-sdm verify", description="Calibrated verdicts for embedding rows.",
+    p = argparse.ArgumentParser(prog="mlx-sdm verify", description="Calibrated verdicts for embedding rows or (prompt, completion) rows.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--estimator", required=True, metavar="DIR", help="folder written by `mlx-sdm train`")
     p.add_argument("input", metavar="IN.jsonl", help="rows to verify")
