@@ -80,6 +80,21 @@ def topic_documents(articles: list[tuple[str, int, str]], *, view: str, words: i
     return encode_examples(TASK_NAME, examples, TOPIC, seed=seed, system=TOPIC_SYSTEM_PROMPT)
 
 
+def topic_sets(articles: list[tuple[str, int, str]], *, words: int, pool_size: int, test_size: int,
+               seed: int) -> tuple[list, list, list[tuple[str, list]]]:
+    """(pool, held-out, [(name, shifted held-out)]): the verifier's split of the ``words``-word view,
+    and the same held-out articles at twice the words and as titles only."""
+    from mlx_sdm.network.encoding import benchmark_splits
+
+    documents = topic_documents(articles, view="article", words=words, seed=seed)
+    pool, test = benchmark_splits(documents, pool_size=pool_size, test_size=test_size, seed=seed)
+    shifted = []
+    for name, view, n in (("twice the words (shifted)", "article", 2 * words), ("titles only (shifted)", "title", 0)):
+        docs = topic_documents(articles, view=view, words=n, seed=seed)
+        shifted.append((f"BBC {name}", benchmark_splits(docs, pool_size=pool_size, test_size=test_size, seed=seed)[1]))
+    return pool, test, shifted
+
+
 def report(lm, verifier, sets: list[tuple[str, list]], cache_dir: Path, show: int, where: Path = DEFAULT_OUT) -> str:
     """Table 1 / 7 rows for each (name, documents); the first set also lists documents it verified."""
     from mlx_sdm.network.verifier import cached_document_features
@@ -114,7 +129,6 @@ def report(lm, verifier, sets: list[tuple[str, list]], cache_dir: Path, show: in
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from mlx_sdm.lm.loading import load_model
-    from mlx_sdm.network.encoding import benchmark_splits
     from mlx_sdm.network.verifier import DocumentVerifier
 
     started = time.time()
@@ -127,12 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         words, pool_size, test_size, seed = (int(info[k]) for k in ("words", "pool_size", "test_size", "seed"))
     else:
         words, pool_size, test_size, seed = args.words, args.pool_size, args.test_size, args.seed
-    documents = topic_documents(articles, view="article", words=words, seed=seed)
-    pool, test = benchmark_splits(documents, pool_size=pool_size, test_size=test_size, seed=seed)
-    sets = [(f"BBC topic verification, first {words} words (held-out)", test)]
-    for name, view, n in (("twice the words (shifted)", "article", 2 * words), ("titles only (shifted)", "title", 0)):
-        shifted = topic_documents(articles, view=view, words=n, seed=seed)
-        sets.append((f"BBC {name}", benchmark_splits(shifted, pool_size=pool_size, test_size=test_size, seed=seed)[1]))
+    pool, test, shifted = topic_sets(articles, words=words, pool_size=pool_size, test_size=test_size, seed=seed)
+    sets = [(f"BBC topic verification, first {words} words (held-out)", test), *shifted]
     if not args.report_only:
         verifier = fit(lm, pool, args, words=words, seed=seed)
         verifier.save(args.out)
