@@ -116,3 +116,17 @@ def test_jsonl_rows_and_errors(tmp_path):
     unlabelled = tmp_path / "u.jsonl"
     unlabelled.write_text('{"prompt": "Q", "completion": "A"}\n')
     assert read_text_jsonl(unlabelled, require_label=False)[0].label == -1
+
+
+def test_finetune_documents_parse_each_task_with_its_own_rule():
+    """Topic answers are strings, not booleans: the fine-tuning documents must score them with
+    the topic rule (a regression: they once fell back to the true/false parser)."""
+    from mlx_sdm.network.data import from_verification_documents
+    from mlx_sdm.network.encoding import TOPIC, encode_examples
+
+    examples = [{"input": "Shares fell sharply.", "target_scores": {"business": 1}},
+                {"input": "The match ended 2-1.", "target_scores": {"sports": 1}}]
+    docs = from_verification_documents(encode_examples("bbc", examples, TOPIC, seed=0))
+    for doc in docs:
+        assert doc.parse('{"topic": "%s"} and more' % doc.task_label) == doc.task_label
+        assert doc.parse('{"correctness": true}') is None

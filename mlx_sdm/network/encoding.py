@@ -97,6 +97,7 @@ TASK_FORMATS: dict[str, TaskFormat] = {
     "fever": FACTCHECK,
     "fact_checker": FACTCHECK,
     "sports_understanding": PLAUSIBILITY,
+    "bbc_topic": TOPIC,
 }
 
 
