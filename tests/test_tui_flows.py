@@ -31,12 +31,12 @@ def verifier_dir(tmp_path_factory) -> Path:
     return build_tiny_verifier(tmp_path_factory.mktemp("tiny") / "verifier")
 
 
-def make_engine(store: ChatStore, verifier_dir: Path | None, **config) -> ChatEngine:
+def make_engine(store: ChatStore, verifier_dir: Path | None, *, max_context: int = 2048, **config) -> ChatEngine:
     config.setdefault("max_tokens", MAX_TOKENS)
     config.setdefault("embedder", "none")
     config.setdefault("auq_thresholds", LOW_EVERYWHERE)  # the tiny model is unsure of everything: keep turns LOW
     config.setdefault("enable_p_true", False)  # the levels come from the thresholds above; one model call less a turn
-    engine = ChatEngine(EngineConfig(**config), store, components=tiny_components(verifier_dir))
+    engine = ChatEngine(EngineConfig(**config), store, components=tiny_components(verifier_dir, max_context=max_context))
     engine.ready.result(timeout=120)
     return engine
 

@@ -47,14 +47,15 @@ def tiny_documents() -> list[tuple[str, str, int]]:
     return docs
 
 
-def tiny_loaded_model(seed: int = TINY_SEED):
-    """The tiny llama + ChatML tokenizer as the LM layer's :class:`LoadedModel` (with fingerprint)."""
+def tiny_loaded_model(seed: int = TINY_SEED, max_context: int = 2048):
+    """The tiny llama + ChatML tokenizer as the LM layer's :class:`LoadedModel` (with fingerprint).
+    ``max_context`` can be raised (RoPE has no hard limit) for tests that need a long stream."""
     from mlx_sdm.lm.loading import LoadedModel, model_fingerprint
     from tests.tiny_lm import build_tiny_lm
 
     model, tokenizer = build_tiny_lm(seed=seed)
     return LoadedModel(model=model, tokenizer=tokenizer, name=f"tiny-llama-{seed}",
-                       fingerprint=model_fingerprint(model, "llama"), max_context=2048, source="tests/tiny_lm.py")
+                       fingerprint=model_fingerprint(model, "llama"), max_context=max_context, source="tests/tiny_lm.py")
 
 
 def tiny_features(lm, docs) -> np.ndarray:
@@ -96,7 +97,8 @@ def build_tiny_verifier(directory: str | Path, seed: int = TINY_SEED) -> Path:
     return directory
 
 
-def tiny_components(verifier_dir: str | Path | None, seed: int = TINY_SEED, embedder: str = "none"):
+def tiny_components(verifier_dir: str | Path | None, seed: int = TINY_SEED, embedder: str = "none",
+                    max_context: int = 2048):
     """A components factory for :class:`~mlx_sdm.session.engine.ChatEngine`: the tiny model and (when
     ``verifier_dir`` is given) the tiny verifier loaded from disk, built on the engine's thread."""
 
@@ -104,7 +106,7 @@ def tiny_components(verifier_dir: str | Path | None, seed: int = TINY_SEED, embe
         from mlx_sdm.monitor.embedders import make_embedder
         from mlx_sdm.session.engine import EngineComponents
 
-        lm = tiny_loaded_model(seed)
+        lm = tiny_loaded_model(seed, max_context=max_context)
         verifier = None
         reason = "no verifier fits the tiny model in this test"
         if verifier_dir is not None:
