@@ -26,6 +26,7 @@ from mlx_sdm.atomic import atomic_directory, recover_directory
 from mlx_sdm.calibration.data import LabelledSet
 from mlx_sdm.calibration.estimator import FitConfig, SDMEstimator, Verdict
 from mlx_sdm.errors import ArtifactError, DataError, ModelMismatchError
+from mlx_sdm.resources import default_verifier_dir
 from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE, DocumentFeatures, force_decode_batch
 from mlx_sdm.network.encoding import VerificationDocument
 
@@ -35,7 +36,7 @@ ESTIMATOR_DIR = "estimator"
 #: Keys of a model fingerprint that must agree (see mlx_sdm.lm.loading.model_fingerprint).
 FINGERPRINT_KEYS = ("architecture", "hidden_size", "vocab_size", "num_layers", "head_sha256")
 #: Where the shipped default verifier lives (the repository's weights/ folder).
-DEFAULT_VERIFIER_DIR = Path(__file__).resolve().parents[2] / "weights" / "smollm2-fever"
+DEFAULT_VERIFIER_DIR = default_verifier_dir()
 
 
 def check_fingerprint(expected: dict[str, Any], found: dict[str, Any], *, where: str) -> None:
