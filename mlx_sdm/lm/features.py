@@ -27,6 +27,7 @@ import mlx.core as mx
 import numpy as np
 
 from mlx_sdm.errors import DataError
+from mlx_sdm.lm.prompt import render_prompt, truncate_left
 
 DELIMITER_END_OF_TURN = "end_of_turn"
 DELIMITER_JSON_CLOSE = "json_close"
@@ -122,8 +123,6 @@ class _Prepared:
 
 def _prepare(lm, prompt: Any, completion: str | Sequence[int], *, delimiter: str, system: str | None,
              max_context: int | None) -> _Prepared:
-    from mlx_sdm.lm.generation import render_prompt, truncate_left
-
     tokenizer = lm.tokenizer
     prompt_ids = render_prompt(tokenizer, prompt, system)
     comp = _completion_ids(tokenizer, completion)

@@ -19,7 +19,6 @@ elementwise max of the two halves, so greedy decoding equals ``argmax([z_neg; z_
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
@@ -29,6 +28,7 @@ from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import KVCache
 
 from mlx_sdm.errors import DataError
+from mlx_sdm.lm.prompt import Prompt, render_prompt, truncate_left
 from mlx_sdm.lm.features import (
     DELIMITER_END_OF_TURN,
     DocumentFeatures,
@@ -37,7 +37,6 @@ from mlx_sdm.lm.features import (
 )
 
 Head = Callable[[mx.array], mx.array]
-Prompt = str | Sequence[dict] | Sequence[int]
 
 DEFAULT_MAX_TOKENS = 256
 
@@ -150,40 +149,6 @@ class GenerationConfig:
     prefill_step_size: int = 2048
     sampler: Callable[[mx.array], mx.array] | None = None  # default greedy
     extra: dict = field(default_factory=dict)  # passed on to mlx-lm's generate_step
-
-
-def render_prompt(tokenizer, prompt: Prompt, system: str | None = None) -> list[int]:
-    """Token ids of a prompt: a user message string or a list of chat messages is rendered with the
-    chat template (``add_generation_prompt=True``); a list of ints is used as is."""
-    if isinstance(prompt, str):
-        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-    elif len(prompt) and isinstance(prompt[0], dict):
-        messages = list(prompt)
-        if system and messages[0].get("role") != "system":
-            messages = [{"role": "system", "content": system}] + messages
-    else:
-        ids = [int(t) for t in prompt]
-        if not ids:
-            raise DataError("the prompt is empty.", field="prompt")
-        return ids
-    if not any(m.get("content") for m in messages):
-        raise DataError("the prompt is empty.", field="prompt")
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return list(tokenizer.encode(text, add_special_tokens=False))
-
-
-def truncate_left(ids: list[int], budget: int, what: str = "prompt") -> tuple[list[int], int]:
-    """Keep the last ``budget`` ids; returns (ids, number dropped) and warns when it drops any."""
-    if budget <= 0:
-        raise DataError(f"no room left for the {what} in the model's context.", field=what)
-    dropped = max(0, len(ids) - budget)
-    if dropped:
-        warnings.warn(
-            f"{what} is {len(ids)} tokens, longer than the {budget} that fit the context; "
-            f"dropped the first {dropped} tokens (left truncation).",
-            stacklevel=3,
-        )
-    return ids[dropped:], dropped
 
 
 def _is_stopped(stop: Any) -> bool:

@@ -175,7 +175,7 @@ def build_token_targets(
     progress: Callable[[Iterable], Iterable] | None = None,
 ) -> TokenTargets:
     """Force-decode every document once and keep the states that predict its target tokens."""
-    from mlx_sdm.lm.generation import render_prompt
+    from mlx_sdm.lm.prompt import render_prompt
 
     hidden, targets, owners = [], [], []
     iterator = progress(range(len(documents))) if progress else range(len(documents))

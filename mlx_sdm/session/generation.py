@@ -72,7 +72,8 @@ def generate_answer(
     ``prefix``: the previous turn's cache, used when the new prompt extends the tokens it holds."""
     from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 
-    from mlx_sdm.lm.generation import GenerationConfig, render_prompt, stream_generate_features
+    from mlx_sdm.lm.generation import GenerationConfig, stream_generate_features
+    from mlx_sdm.lm.prompt import render_prompt
 
     sampler = None
     if temperature > 0:
