@@ -1,0 +1,71 @@
+"""Typed values the backend hands the HTTP layer (no MLX, no HTTP): a served answer and its verdict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mlx_sdm.server.wire import TokenLogprob
+
+#: The three states a verdict can be in (the verification issue's words; `status` on the wire).
+VERIFIED, NOT_VERIFIED, OUT_OF_SCOPE = "verified", "not_verified", "out_of_scope"
+
+
+@dataclass(frozen=True)
+class ServedExemplar:
+    """One nearest training exemplar behind a verdict."""
+
+    id: str
+    label: int
+    label_text: str  # the label in words ("an acceptable answer")
+    text: str | None
+    distance: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "label": self.label, "label_text": self.label_text, "text": self.text,
+                "distance": self.distance}
+
+
+@dataclass(frozen=True)
+class ServedVerdict:
+    """What the verifier says about one answer: ``status`` in three states, the reason in words,
+    the calibrated numbers (None when no verifier judged it) and the nearest exemplars."""
+
+    status: str  # VERIFIED | NOT_VERIFIED | OUT_OF_SCOPE
+    reason: str  # one plain sentence
+    reason_code: str | None  # below_threshold | index_flipped | out_of_distribution | predicted_unacceptable | no_verifier | None
+    p_lower: float | None = None
+    q: int | None = None
+    d: float | None = None
+    q_bin: int | None = None
+    prediction: int | None = None
+    exemplars: tuple[ServedExemplar, ...] = ()
+    verifier: str | None = None
+    raw: dict[str, Any] | None = field(default=None, compare=False, repr=False)  # the estimator's Verdict.to_dict()
+
+    @property
+    def verified(self) -> bool:
+        return self.status == VERIFIED
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status, "verified": self.verified, "reason": self.reason, "reason_code": self.reason_code,
+            "p_lower": self.p_lower, "q": self.q, "d": self.d, "q_bin": self.q_bin, "prediction": self.prediction,
+            "exemplars": [e.to_json() for e in self.exemplars], "verifier": self.verifier,
+        }
+
+
+@dataclass
+class ServedAnswer:
+    """One finished (or stopped) completion: its text, tokens, verdict and where it was stored."""
+
+    text: str
+    finish_reason: str  # stop | length | cancelled
+    prompt_tokens: int
+    completion_tokens: int
+    verdict: ServedVerdict
+    logprobs: list[TokenLogprob] = field(default_factory=list)
+    session_id: str | None = None
+    message_id: int | None = None
+    verify_s: float = 0.0  # time spent verifying (features are captured during generation)
+    generation_s: float = 0.0

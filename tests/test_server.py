@@ -1,0 +1,297 @@
+"""`mlx-sdm serve` driven by the official `openai` client: a real uvicorn server on a free loopback
+port (in a thread), the tiny random model and tiny verifier behind it, a real SQLite chat store.
+
+Deterministic: greedy decoding, answer budgets fixed, the overload made with jobs that wait on an
+event (not with timing), every wait bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+openai = pytest.importorskip("openai")
+uvicorn = pytest.importorskip("uvicorn")
+
+from mlx_sdm.calibration.estimator import Exemplar, Verdict  # noqa: E402
+from mlx_sdm.commands.serve import bind_socket  # noqa: E402
+from mlx_sdm.server import verdicts  # noqa: E402
+from mlx_sdm.server.app import ServerConfig, build_app  # noqa: E402
+from mlx_sdm.server.auth import authorized, is_loopback  # noqa: E402
+from mlx_sdm.server.backend import BackendConfig, SessionBackend  # noqa: E402
+from mlx_sdm.server.worker import ModelWorker  # noqa: E402
+from mlx_sdm.session.store import ChatStore  # noqa: E402
+from tests.tiny_verifier import build_tiny_verifier, tiny_components  # noqa: E402
+
+API_KEY = "test-key"
+MODEL = "tiny-llama-0"
+MAX_BODY = 20_000
+QUESTION = [{"role": "user", "content": "Paris is the capital of France. Is this claim true or false?"}]
+VERDICT_KEYS = {"status", "verified", "reason", "reason_code", "p_lower", "q", "d", "q_bin", "prediction", "exemplars", "verifier"}
+
+
+class ThreadServer:
+    """uvicorn + the app + the model worker + a store, on 127.0.0.1 and a free port."""
+
+    def __init__(self, directory: Path, *, max_pending: int = 16, max_context: int = 2048):
+        verifier = build_tiny_verifier(directory / "verifier")
+        self.store = ChatStore(directory / "chat.db")
+        components = tiny_components(verifier, max_context=max_context)
+        self.worker = ModelWorker(lambda: SessionBackend(BackendConfig(max_tokens=12), self.store, components),
+                                  max_pending=max_pending)
+        app = build_app(self.worker, ServerConfig(api_key=API_KEY, max_body_bytes=MAX_BODY))
+        self.sock = bind_socket("127.0.0.1", 0)
+        self.port = self.sock.getsockname()[1]
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="error"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.01)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def client(self, api_key: str = API_KEY) -> "openai.OpenAI":
+        return openai.OpenAI(base_url=self.base_url, api_key=api_key, max_retries=0, timeout=60)
+
+    def raw(self, path: str, body: bytes, *, headers: dict | None = None, method: str = "POST") -> tuple[int, dict, dict]:
+        """(status, JSON body, headers) of a raw request (for bodies the openai client would never send)."""
+        request = urllib.request.Request(self.base_url + path, data=body if method == "POST" else None, method=method,
+                                         headers={"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json",
+                                                  **(headers or {})})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return response.status, json.loads(response.read()), dict(response.headers)
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read()), dict(exc.headers)
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.worker.shutdown()
+        self.store.close()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    server = ThreadServer(tmp_path_factory.mktemp("serve"))
+    yield server
+    server.close()
+
+
+def _store_counts(store: ChatStore) -> tuple[int, int]:
+    sessions = store.list_sessions()
+    return len(sessions), sum(s.message_count for s in sessions)
+
+
+# ---------------------------------------------------------------------- answers
+
+
+def test_models_lists_the_served_model(served):
+    models = served.client().models.list()
+    assert [m.id for m in models.data] == [MODEL]
+
+
+def test_chat_completion_carries_a_verdict_and_is_stored(served):
+    reply = served.client().chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=8, logprobs=True,
+                                                    top_logprobs=3, extra_headers={"X-Session-Id": "conv-nonstream"})
+    choice = reply.choices[0]
+    assert choice.finish_reason in {"stop", "length"}
+    assert reply.usage.completion_tokens == len(choice.logprobs.content) <= 8
+    assert all(len(t.top_logprobs) == 3 for t in choice.logprobs.content)
+    for t in choice.logprobs.content:  # greedy: the chosen token is the most likely one
+        assert t.top_logprobs[0].logprob == pytest.approx(t.logprob, abs=1e-5)
+        assert t.top_logprobs[0].logprob >= t.top_logprobs[1].logprob >= t.top_logprobs[2].logprob
+    verdict = reply.model_extra["verdict"]
+    assert set(verdict) == VERDICT_KEYS
+    assert verdict["status"] in {"verified", "not_verified", "out_of_scope"}
+    assert verdict["reason"] and verdict["exemplars"] and {"id", "label", "label_text", "text"} <= set(verdict["exemplars"][0])
+    # stored in the chat's store, under the conversation's own session
+    session_id = reply.model_extra["session_id"]
+    messages = served.store.messages(session_id)
+    assert [m.role for m in messages] == ["user", "assistant"]
+    assert messages[1].text == choice.message.content
+    assert messages[1].verdict["status"] == verdict["status"] and messages[1].features is not None
+    if verdict["status"] != "verified":  # not verified: in the TUI's review queue
+        assert [i.message_id for i in served.store.review_items(session_id=session_id)] == [messages[1].id]
+    # the same conversation id keeps to the same session
+    again = served.client().chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=4, user="conv-nonstream")
+    assert again.model_extra["session_id"] == session_id
+    assert len(served.store.messages(session_id)) == 4
+
+
+def test_stream_sends_tokens_then_the_verdict_in_the_last_chunk(served):
+    client = served.client()
+    whole = client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=10)
+    chunks = list(client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=10, stream=True,
+                                                 logprobs=True, stream_options={"include_usage": True}))
+    usage = chunks.pop()  # include_usage: a last chunk with no choices
+    assert usage.choices == [] and usage.usage.completion_tokens == whole.usage.completion_tokens
+    last = chunks[-1]
+    assert last.choices[0].finish_reason == whole.choices[0].finish_reason
+    assert last.model_extra["verdict"] == whole.model_extra["verdict"] | {"verifier": last.model_extra["verdict"]["verifier"]}
+    assert all("verdict" not in (c.model_extra or {}) for c in chunks[:-1])
+    text = "".join(c.choices[0].delta.content or "" for c in chunks)
+    assert text == whole.choices[0].message.content  # greedy: the stream equals the whole answer
+    tokens = [t for c in chunks if c.choices[0].logprobs for t in c.choices[0].logprobs.content]
+    assert len(tokens) == whole.usage.completion_tokens
+
+
+def test_verify_judges_an_answer_made_elsewhere_and_review_changes_it_at_once(served, tmp_path):
+    body = {"model": MODEL, "messages": QUESTION, "completion": '{"correctness": true}'}
+    headers = {"X-Session-Id": "verify-review"}
+    status, first, _ = served.raw("/verify", json.dumps(body).encode(), headers=headers)
+    assert status == 200 and first["object"] == "verification" and set(first["verdict"]) == VERDICT_KEYS
+    assert first["verdict"]["status"] != "verified"  # the tiny verifier admits nothing
+    session_id = first["session_id"]
+    [item] = served.store.review_items(session_id=session_id)
+    assert served.store.message(item.message_id).text == body["completion"]
+    # a review decision made by another process (its own connection to the store), as the TUI would
+    with ChatStore(served.store.path) as other:
+        decision = other.record_decision(item.id, 1, note="reviewed in the TUI")
+    status, second, _ = served.raw("/verify", json.dumps(body).encode(), headers=headers)
+    nearest = second["verdict"]["exemplars"][0]
+    assert nearest["id"] == decision.support_id and nearest["label"] == 1
+    assert nearest["distance"] == pytest.approx(0.0, abs=1e-3)  # the reviewed answer itself
+    assert decision.support_id not in [e["id"] for e in first["verdict"]["exemplars"]]
+    with ChatStore(served.store.path) as other:
+        other.undo_last_decision()
+    status, third, _ = served.raw("/verify", json.dumps(body).encode(), headers=headers)
+    assert third["verdict"]["exemplars"] == first["verdict"]["exemplars"]  # undone: back to the base support set
+
+
+def test_eight_concurrent_requests_are_all_answered(served):
+    client = served.client()
+
+    def ask(i: int):
+        messages = [{"role": "user", "content": f"Question number {i}: is Rome in Italy?"}]
+        if i % 2:
+            return "".join(c.choices[0].delta.content or "" for c in
+                           client.chat.completions.create(model=MODEL, messages=messages, max_tokens=6, stream=True))
+        return client.chat.completions.create(model=MODEL, messages=messages, max_tokens=6).choices[0].message.content
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(ask, range(8), timeout=120))
+    assert len(answers) == 8 and all(isinstance(a, str) for a in answers)
+
+
+def test_overload_answers_503_with_retry_after_then_recovers(served):
+    gate = threading.Event()
+    held = [served.worker.submit(lambda backend: gate.wait(30)) for _ in range(served.worker.max_pending - served.worker.pending)]
+    try:
+        with pytest.raises(openai.APIStatusError) as caught:
+            served.client().chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=4)
+        assert caught.value.status_code == 503
+        assert int(caught.value.response.headers["retry-after"]) >= 1
+        assert caught.value.body["code"] == "server_overloaded"
+    finally:
+        gate.set()
+    for future in held:
+        future.result(timeout=30)
+    reply = served.client().chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=4)
+    assert reply.choices[0].message.content is not None
+
+
+# ---------------------------------------------------------------------- security and bad requests
+
+
+def test_missing_or_wrong_api_key_is_401(served):
+    with pytest.raises(openai.AuthenticationError) as caught:
+        served.client(api_key="wrong").models.list()
+    assert caught.value.status_code == 401 and caught.value.body["code"] == "invalid_api_key"
+    request = urllib.request.Request(served.base_url + "/models")
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        urllib.request.urlopen(request, timeout=10)
+    assert missing.value.code == 401
+
+
+def test_non_loopback_host_refuses_to_start_without_a_key(capsys, monkeypatch):
+    from mlx_sdm.cli import main
+
+    monkeypatch.delenv("MLX_SDM_API_KEY", raising=False)
+    assert main(["serve", "--host", "0.0.0.0", "--port", "0"]) == 1
+    assert "--api-key" in capsys.readouterr().err
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost") and not is_loopback("0.0.0.0")
+    assert authorized("Bearer k", "k") and not authorized("Bearer x", "k") and not authorized(None, "k")
+
+
+BAD_REQUESTS = [
+    # (name, body, status, param)
+    ("malformed JSON", b'{"model": "tiny-llama-0", "messages": [', 400, None),
+    ("not an object", b"[1, 2]", 400, None),
+    ("unknown model", {"model": "gpt-9", "messages": QUESTION}, 404, "model"),
+    ("missing model", {"messages": QUESTION}, 400, "model"),
+    ("empty message list", {"model": MODEL, "messages": []}, 400, "messages"),
+    ("messages of the wrong type", {"model": MODEL, "messages": "hello"}, 400, "messages"),
+    ("bad role", {"model": MODEL, "messages": [{"role": "robot", "content": "hi"}]}, 400, "messages[0].role"),
+    ("content of the wrong type", {"model": MODEL, "messages": [{"role": "user", "content": 5}]}, 400, "messages[0].content"),
+    ("max_tokens of the wrong type", {"model": MODEL, "messages": QUESTION, "max_tokens": "ten"}, 400, "max_tokens"),
+    ("temperature out of range", {"model": MODEL, "messages": QUESTION, "temperature": 9}, 400, "temperature"),
+    ("stream of the wrong type", {"model": MODEL, "messages": QUESTION, "stream": "yes"}, 400, "stream"),
+    ("top_logprobs without logprobs", {"model": MODEL, "messages": QUESTION, "top_logprobs": 2}, 400, "top_logprobs"),
+    ("n > 1", {"model": MODEL, "messages": QUESTION, "n": 3}, 400, "n"),
+    ("prompt longer than the context", {"model": MODEL, "messages": [{"role": "user", "content": "word " * 2400}]},
+     400, "messages"),
+    ("answer budget past the context", {"model": MODEL, "messages": QUESTION, "max_tokens": 5000}, 400, "max_tokens"),
+]
+
+
+@pytest.mark.parametrize("name,body,status,param", BAD_REQUESTS, ids=[b[0] for b in BAD_REQUESTS])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_bad_requests_get_an_openai_error_naming_the_field_and_store_nothing(served, name, body, status, param, stream):
+    if isinstance(body, dict) and stream and "stream" not in body:
+        body = dict(body, stream=True)
+    before = _store_counts(served.store)
+    code, reply, _ = served.raw("/chat/completions", body if isinstance(body, bytes) else json.dumps(body).encode())
+    assert code == status, reply
+    error = reply["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    assert error["param"] == param
+    assert _store_counts(served.store) == before  # nothing stored half
+
+
+def test_bad_verify_requests_and_size_limit(served):
+    before = _store_counts(served.store)
+    for body, param in [({"messages": QUESTION}, "completion"), ({"messages": QUESTION, "completion": 3}, "completion"),
+                        ({"messages": QUESTION, "completion": "  "}, "completion"), ({"completion": "x"}, "messages"),
+                        ({"model": "other", "messages": QUESTION, "completion": "x"}, "model")]:
+        code, reply, _ = served.raw("/verify", json.dumps(body).encode())
+        assert code in {400, 404} and reply["error"]["param"] == param
+    code, reply, _ = served.raw("/chat/completions", b" " * (MAX_BODY + 1))
+    assert code == 413 and reply["error"]["code"] == "request_too_large"
+    code, reply, _ = served.raw("/nowhere", b"{}")
+    assert code == 404 and "error" in reply
+    assert _store_counts(served.store) == before
+
+
+# ---------------------------------------------------------------------- the three states, in words
+
+
+def _verdict(prediction: int, admitted: bool, reason: str | None, p_lower: float | None) -> Verdict:
+    return Verdict(prediction=prediction, p_lower=p_lower, admitted=admitted, q=7, d=0.5, q_bin=2, reason=reason,
+                   exemplars=[Exemplar(id="a", label=1, prediction=1, distance=0.1, text="an example")])
+
+
+@pytest.mark.parametrize("verdict,status,code,words", [
+    (_verdict(1, True, None, 0.97), "verified", None, "Verified"),
+    (_verdict(0, True, None, 0.97), "not_verified", "predicted_unacceptable", "NOT acceptable"),
+    (_verdict(1, False, "below_threshold", 0.7), "not_verified", "below_threshold", "below 0.95"),
+    (_verdict(1, False, "index_flipped", None), "not_verified", "index_flipped", "disagree"),
+    (_verdict(1, False, "out_of_distribution", None), "out_of_scope", "out_of_distribution", "unlike anything"),
+])
+def test_verdict_states_and_reasons_in_words(verdict, status, code, words):
+    served = verdicts.from_estimator(verdict, "v")
+    assert (served.status, served.reason_code) == (status, code) and words in served.reason
+    assert served.exemplars[0].label_text == "an acceptable answer"
+    assert verdicts.review_reasons(served) == ([] if status == "verified" else [code])
+    assert verdicts.store_dict(served)["status"] == status
