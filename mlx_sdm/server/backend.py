@@ -98,7 +98,7 @@ class SessionBackend:
 
     def prepare(self, messages: tuple[ChatMessage, ...], max_tokens: int | None) -> Prepared:
         """Render the prompt and check it fits the context with the answer budget (400 naming the field if not)."""
-        from mlx_sdm.lm.generation import render_prompt
+        from mlx_sdm.lm.prompt import render_prompt
 
         chat = self._chat_messages(messages)
         ids = render_prompt(self.lm.tokenizer, chat)
