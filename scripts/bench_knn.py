@@ -3,13 +3,17 @@
 exemplars of dimension 1000 (not a test).
 
 Paths compared, all in one run, all computing the same q and d:
-  * project (mlx): SupportIndex(backend="mlx") — chunked MLX matmul, q as a masked count below
-    the first "bad" neighbour (no sort, no top-k), then Eq. 6;
-  * project (numpy): the same algorithm in NumPy;
+  * project (auto): SupportIndex() with the default backend for this device (mlx on a GPU, numpy
+    on a CPU) and the device's block size; the baseline of every ratio;
+  * project (mlx) and project (numpy): each backend forced, with the fast float32 pass plus the
+    exact float64 re-check near each decision boundary (no sort, no top-k), then Eq. 6;
+  * project (mlx), GPU only: the CPU block size 2^24 against the GPU default 2^28;
+  * torch (when installed): the same masked-count algorithm without the exact re-check;
   * faiss IndexFlatL2 with k = the largest class count (as the reference does) and with a small k,
     then the reference's prefix scan over the returned neighbours;
   * plain NumPy: matmul distances + full argsort + prefix scan.
-Ratios are time(other) / time(project mlx): > 1 means the project path is faster. q is compared
+Ratios are time(other) / time(project auto): > 1 means the default is faster. Needs neither
+faiss nor torch; reports each when present. q is compared
 with the project's (the small-k faiss path with the project's q capped at that k).
 
     .venv/bin/python scripts/bench_knn.py [--sizes 1000 10000 50000] [--queries 1000] [--dim 1000]
@@ -27,7 +31,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import mlx_sdm  # noqa: E402,F401  (BLAS preload before mlx)
 
-from mlx_sdm.calibration.knn import SupportIndex, faiss_available  # noqa: E402
+import importlib.util  # noqa: E402
+
+import mlx.core as mx  # noqa: E402
+
+from mlx_sdm.calibration.knn import (CPU_BLOCK_ELEMENTS, SupportIndex, default_block_elements,  # noqa: E402
+                                     faiss_available, on_gpu, resolve_backend)
 from mlx_sdm.calibration.similarity import distance_quantile  # noqa: E402
 
 CLASSES = 2
@@ -72,6 +81,28 @@ def run_numpy_sort(support, sq, good, k, q, qpred, cdfs, chunk=100):
     return np.concatenate(qs), distance_quantile(np.concatenate(ds), cdfs)
 
 
+def run_torch(support, good, q, qpred, block_elements):
+    """The masked-count algorithm in torch (float32, no exact re-check), on CUDA when present."""
+    import torch
+
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    s = torch.from_numpy(support).to(dev)
+    sq = (s * s).sum(1)
+    g_all = torch.from_numpy(good).to(dev)
+    step = max(1, block_elements // len(support))
+    qs, ds = [], []
+    for i in range(0, len(q), step):
+        a = torch.from_numpy(q[i:i + step]).to(dev)
+        d2 = sq[None, :] - 2.0 * (a @ s.T)
+        g = g_all[torch.from_numpy(qpred[i:i + step]).to(dev)]
+        fb = torch.where(g, torch.inf, d2).min(1, keepdim=True).values
+        qs.append((g & (d2 < fb)).sum(1))
+        ds.append(torch.sqrt(torch.clamp(d2.min(1).values + (a * a).sum(1), min=0)))
+    if dev == "cuda":
+        torch.cuda.synchronize()
+    return torch.cat(qs).cpu().numpy(), torch.cat(ds).cpu().numpy()
+
+
 def timed(fn, repeats: int):
     fn()  # warm-up
     best = float("inf")
@@ -92,21 +123,30 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     from mlx_sdm import blas
 
-    print(f"BLAS: {blas.state().loaded_path or 'bundled reference BLAS'}; {args.queries} queries, dim {args.dim}, "
-          f"{CLASSES} classes; best of {args.repeats}")
-    header = f"{'support':>8} {'path':<38} {'seconds':>9} {'vs project':>10}"
+    auto = resolve_backend("auto")
+    print(f"device: {mx.default_device()}; BLAS: {blas.state().loaded_path or 'bundled reference BLAS'}; "
+          f"default backend: {auto} (block {default_block_elements(auto)} elements); faiss: "
+          f"{'yes' if faiss_available() else 'not installed'}; torch: "
+          f"{'yes' if importlib.util.find_spec('torch') else 'not installed'}")
+    print(f"{args.queries} queries, dim {args.dim}, {CLASSES} classes; best of {args.repeats}")
+    header = f"{'support':>8} {'path':<40} {'seconds':>9} {'vs default':>10}"
     print(header)
     print("-" * len(header))
     for n in args.sizes:
         support, labels, preds, q, qpred, cdfs = make_data(n, args.queries, args.dim)
-        index = SupportIndex(support, labels, preds, CLASSES, backend="mlx")
+        index = SupportIndex(support, labels, preds, CLASSES)
         k_max = index.k
         rows = []
-        t_mlx, ref = timed(lambda: run_project(index, q, qpred, cdfs), args.repeats)
-        rows.append(("project (mlx, masked count)", t_mlx, ref))
-        np_index = SupportIndex(support, labels, preds, CLASSES, backend="numpy")
-        rows.append(("project algorithm in numpy",) + timed(lambda: run_project(np_index, q, qpred, cdfs), args.repeats))
-        good = np_index._good_np
+        t_ref, ref = timed(lambda: run_project(index, q, qpred, cdfs), args.repeats)
+        rows.append((f"project (auto = {auto})", t_ref, ref))
+        for backend in ("mlx", "numpy"):
+            other = SupportIndex(support, labels, preds, CLASSES, backend=backend)
+            rows.append((f"project ({backend})",) + timed(lambda: run_project(other, q, qpred, cdfs), args.repeats))
+        if on_gpu():
+            small = SupportIndex(support, labels, preds, CLASSES, backend="mlx", block_elements=CPU_BLOCK_ELEMENTS)
+            rows.append(("project (mlx, CPU block 2^24)",) + timed(lambda: run_project(small, q, qpred, cdfs),
+                                                                   args.repeats))
+        good = index._good_np
         if faiss_available():
             import faiss
 
@@ -116,14 +156,18 @@ def main(argv=None) -> int:
                         + timed(lambda: run_faiss(fi, k_max, good, q, qpred, cdfs), max(1, args.repeats - 2)))
             rows.append((f"faiss IndexFlatL2 k={SMALL_K}",) + timed(lambda: run_faiss(fi, SMALL_K, good, q, qpred, cdfs),
                                                                     args.repeats))
-        sq = np.einsum("ij,ij->i", support, support)
-        rows.append(("numpy matmul + argsort + scan",)
-                    + timed(lambda: run_numpy_sort(support, sq, good, k_max, q, qpred, cdfs), max(1, args.repeats - 2)))
+        if importlib.util.find_spec("torch"):
+            rows.append(("torch masked count (float32, not exact)",)
+                        + timed(lambda: run_torch(support, good, q, qpred, default_block_elements(auto)), args.repeats))
+        if n <= 20000 or not on_gpu():
+            sq = np.einsum("ij,ij->i", support, support)
+            rows.append(("numpy matmul + argsort + scan",)
+                        + timed(lambda: run_numpy_sort(support, sq, good, k_max, q, qpred, cdfs), max(1, args.repeats - 2)))
         for name, secs, out in rows:
             expected = np.minimum(ref[0], SMALL_K) if name.endswith(f"k={SMALL_K}") else ref[0]
-            differ = int(np.sum(out[0] != expected))
+            differ = int(np.sum(np.asarray(out[0]) != expected))
             note = "" if differ == 0 else f"  (q differs on {differ}/{len(expected)} queries: float32 near-ties)"
-            print(f"{n:>8} {name:<38} {secs:>9.3f} {secs / t_mlx:>9.2f}x{note}", flush=True)
+            print(f"{n:>8} {name:<40} {secs:>9.3f} {secs / t_ref:>9.2f}x{note}", flush=True)
     return 0
 
 

@@ -50,7 +50,7 @@ class FitConfig:
     seed: int = 0
     exemplar_dim: int = EXEMPLAR_DIM
     normalize: bool = True
-    knn_backend: str = "mlx"
+    knn_backend: str = "auto"
     rescaler_learning_rate: float = RESCALER_LEARNING_RATE
     rescaler_batch_size: int = RESCALER_BATCH_SIZE
     rescaler_max_epochs: int = RESCALER_MAX_EPOCHS
@@ -116,7 +116,7 @@ class _State:
 class SDMEstimator:
     """Calibrated p̂(y|x)_lower over fixed embeddings (arXiv 2502.20167 § 2–13)."""
 
-    def __init__(self, state: _State, manifest: dict, knn_backend: str = "mlx"):
+    def __init__(self, state: _State, manifest: dict, knn_backend: str = "auto"):
         self._state = state
         self.manifest = manifest
         self.num_classes = int(manifest["num_classes"])
@@ -382,7 +382,7 @@ class SDMEstimator:
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8")
 
     @classmethod
-    def load(cls, directory: str | Path, knn_backend: str = "mlx", expect_input_dim: int | None = None) -> "SDMEstimator":
+    def load(cls, directory: str | Path, knn_backend: str = "auto", expect_input_dim: int | None = None) -> "SDMEstimator":
         """Load a saved estimator; refuses another format version or dimension with ArtifactError."""
         from safetensors.numpy import load_file
 

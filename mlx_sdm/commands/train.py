@@ -31,7 +31,7 @@ from mlx_sdm.errors import MlxSdmError
 DEFAULT_ALPHA = ALPHA_PRIME
 DEFAULT_SEED = 0
 DEFAULT_BATCH_SIZE = PAPER_BATCH_SIZE
-DEFAULT_KNN_BACKEND = "mlx"
+DEFAULT_KNN_BACKEND = "auto"
 
 EPILOG = f"""
 Rows are one JSON object per line: {{"id": str, "label": int, "embedding": [float, ...]}}
@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="mini-batch size (default %(default)s)")
     p.add_argument("--exemplar-dim", type=int, default=EXEMPLAR_DIM, help="exemplar width M (default %(default)s)")
     p.add_argument("--no-normalize", action="store_true", help="skip the scalar (mu, sigma) input normalisation")
-    p.add_argument("--knn-backend", choices=("mlx", "numpy", "faiss"), default=DEFAULT_KNN_BACKEND,
+    p.add_argument("--knn-backend", choices=("auto", "mlx", "numpy", "faiss"), default=DEFAULT_KNN_BACKEND,
                    help="exact kNN backend (default %(default)s; faiss needs faiss-cpu)")
     p.add_argument("--paper-settings", action="store_true",
                    help="use the paper's lr 1e-5, 50 epochs, J=10 and rescaler batch 1 at lr 1e-4 (slow, may under-train)")
