@@ -18,7 +18,9 @@ bound γ_D = D·u (u = 2⁻²⁴), for any summation order. Only the support poi
 within 2·tol of a decision boundary (the first bad distance, the nearest distance, the k-th
 distance) are re-checked in float64 by direct difference Σ(a − b)² — the same formula, the same
 summation, for every backend — so a point's distance to itself is exactly 0 and q, d_nearest and
-the neighbour ranks equal a float64 computation. Points outside the band are on the same side of
+the neighbour ranks equal a float64 computation. On a GPU, MLX runs float32 matmuls as TF32 unless
+``MLX_ENABLE_TF32=0``; the bound then grows by 2⁻⁸ (wider band, more re-checks, same results).
+Points outside the band are on the same side of
 the boundary in both computations, so they need no re-check.
 
 Self-match exclusion (training points querying their own support set) is by index, not by
@@ -33,6 +35,7 @@ boundary band leaves the returned list fall back to the exhaustive pass). All gi
 from __future__ import annotations
 
 import importlib.util
+import os
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -48,6 +51,8 @@ GPU_BLOCK_ELEMENTS = 1 << 28
 DEFAULT_BLOCK_ELEMENTS = CPU_BLOCK_ELEMENTS
 #: Unit roundoff of float32 (round to nearest).
 FLOAT32_UNIT_ROUNDOFF = 2.0 ** -24
+#: Bound (with margin) on TF32's relative error in 2a·b, see fast_pass_relative_error.
+TF32_PRODUCT_BOUND = 2.0 ** -8
 
 
 def faiss_available() -> bool:
@@ -67,6 +72,21 @@ def resolve_backend(backend: str) -> str:
 
 def default_block_elements(backend: str) -> int:
     return GPU_BLOCK_ELEMENTS if backend == "mlx" and on_gpu() else CPU_BLOCK_ELEMENTS
+
+
+def tf32_enabled() -> bool:
+    """MLX runs float32 matmuls as TF32 on supported GPUs unless ``MLX_ENABLE_TF32=0``."""
+    return os.environ.get("MLX_ENABLE_TF32", "1") != "0"
+
+
+def fast_pass_relative_error(backend: str, dim: int) -> float:
+    """REL of the module docstring. On a GPU with TF32 each product's inputs lose all but 10
+    mantissa bits (relative error ≤ 2⁻¹⁰ per product, so |err(2a·b)| ≤ 2⁻¹⁰(‖a‖² + ‖b‖²)); we allow
+    2⁻⁸ (truncating hardware, margin) plus the float32 accumulation bound."""
+    rel = (dim + 4) * 4.0 * FLOAT32_UNIT_ROUNDOFF
+    if backend == "mlx" and on_gpu() and tf32_enabled():
+        rel += TF32_PRODUCT_BOUND
+    return rel
 
 
 def exact_sq_distances(queries: np.ndarray, support: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
@@ -122,7 +142,7 @@ class SupportIndex:
         # good[c, j]: support point j can extend the q prefix of a query predicted as class c.
         self._good_np = np.stack([correct & (self.predictions == c) for c in range(self.num_classes)])
         dim = self.exemplars.shape[1] if self.exemplars.ndim == 2 else 0
-        self._rel = (dim + 4) * 4.0 * FLOAT32_UNIT_ROUNDOFF
+        self._rel = fast_pass_relative_error(self.backend, dim)
         # centring shrinks the norms, hence the float32 error bound; it changes no distance
         self._centre = self.exemplars.mean(axis=0, dtype=np.float64).astype(np.float32) if len(self.exemplars) \
             else np.zeros(dim, np.float32)
