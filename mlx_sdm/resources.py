@@ -11,20 +11,41 @@ from importlib import resources
 from pathlib import Path
 
 DEFAULT_VERIFIER_NAME = "smollm2-fever"
+TOPIC_VERIFIER_NAME = "smollm2-bbc-topic"  # the shipped verifier with signal (BBC News topics)
 DEFAULT_HEAD_NAME: str | None = None
+
+
+WEIGHTS_FOLDER = "weights"  # the checkout's top-level folder; mlx_sdm/weights inside a wheel (setup.py)
+
+
+def source_weights_dir() -> Path:
+    """The checkout's top-level ``weights/`` folder: where the build scripts write shipped artifacts."""
+    return Path(__file__).resolve().parents[1] / WEIGHTS_FOLDER
 
 
 def weights_root() -> Path:
     """The folder holding the shipped verifiers and heads (package data first, then the checkout)."""
-    packaged = Path(str(resources.files("mlx_sdm") / "weights"))
+    packaged = Path(str(resources.files("mlx_sdm") / WEIGHTS_FOLDER))
     if packaged.is_dir():
         return packaged
-    return Path(__file__).resolve().parents[1] / "weights"
+    return source_weights_dir()
 
 
 def shipped(name: str) -> Path:
     """The folder of one shipped artifact, e.g. ``shipped("smollm2-bbc-topic")``."""
     return weights_root() / name
+
+
+def resolve_artifact(arg: str | Path) -> Path:
+    """A verifier/head argument as a folder: the path itself when it exists, else a shipped artifact
+    of that name, so ``--verifier weights/smollm2-bbc-topic`` (the README's spelling) and
+    ``--verifier smollm2-bbc-topic`` work from an installed wheel too, with no checkout around."""
+    path = Path(arg)
+    if path.exists() or path.is_absolute():
+        return path
+    parts = path.parts[1:] if path.parts[:1] == (WEIGHTS_FOLDER,) else path.parts
+    candidate = weights_root().joinpath(*parts) if parts else path
+    return candidate if candidate.exists() else path
 
 
 def default_verifier_dir() -> Path:

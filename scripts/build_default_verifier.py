@@ -24,7 +24,9 @@ sys.path.insert(0, str(ROOT))
 import mlx_sdm  # noqa: E402,F401  (BLAS before mlx)
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "bigbench"
-DEFAULT_OUT = ROOT / "weights" / "smollm2-fever"
+from mlx_sdm.resources import DEFAULT_VERIFIER_NAME, source_weights_dir  # noqa: E402
+
+DEFAULT_OUT = source_weights_dir() / DEFAULT_VERIFIER_NAME  # the checkout's weights/, packaged by the build
 DEFAULT_CACHE = ROOT / "build" / "features"
 DEFAULT_POOL_SIZE = 1600
 DEFAULT_TEST_SIZE = 400

@@ -39,7 +39,9 @@ import numpy as np  # noqa: E402
 from scripts.embed_bbc import find_wheel, read_articles  # noqa: E402
 from scripts.report_verifier import table_rows  # noqa: E402
 
-DEFAULT_OUT = ROOT / "weights" / "smollm2-bbc-topic"
+from mlx_sdm.resources import TOPIC_VERIFIER_NAME, source_weights_dir  # noqa: E402
+
+DEFAULT_OUT = source_weights_dir() / TOPIC_VERIFIER_NAME  # the checkout's weights/, packaged by the build
 DEFAULT_CACHE = ROOT / "build" / "features"
 DEFAULT_WORDS = 40  # article words in the prompt (title first): ~70 tokens, a few minutes of features
 DEFAULT_POOL_SIZE = 1600

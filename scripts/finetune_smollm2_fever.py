@@ -105,10 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     from mlx_sdm.network.heads import HeadManifest, VocabularyHeads, save_head
     from mlx_sdm.network.trainer import FinetuneArgs, LMScorer, finetune
     from mlx_sdm.network.verifier import DEFAULT_VERIFIER_DIR, DocumentVerifier
+    from mlx_sdm.resources import TOPIC_VERIFIER_NAME, shipped
 
     started = time.time()
     lm = load_model()
-    verifier_dir = args.verifier or (ROOT / "weights" / "smollm2-bbc-topic" if args.task == "bbc-topic" else DEFAULT_VERIFIER_DIR)
+    verifier_dir = args.verifier or (shipped(TOPIC_VERIFIER_NAME) if args.task == "bbc-topic" else DEFAULT_VERIFIER_DIR)
     warmup = args.warmup_epochs if args.warmup_epochs is not None else (0 if args.task == "bbc-topic" else DEFAULT_WARMUP)
     out = args.out or Path(str(DEFAULT_OUT).format(task=args.task))
     verifier = DocumentVerifier.load(verifier_dir, expect_fingerprint=lm.fingerprint)

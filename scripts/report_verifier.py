@@ -26,7 +26,9 @@ import mlx_sdm  # noqa: E402,F401
 import numpy as np  # noqa: E402
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "bigbench"
-DEFAULT_VERIFIER = ROOT / "weights" / "smollm2-fever"
+from mlx_sdm.resources import default_verifier_dir  # noqa: E402
+
+DEFAULT_VERIFIER = default_verifier_dir()
 DEFAULT_CACHE = ROOT / "build" / "features"
 DEFAULT_SHIFT_SIZE = 300
 

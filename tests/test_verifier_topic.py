@@ -6,7 +6,6 @@ GM article (verified) and wrong for the rugby one (admitted as y = 0, so the cha
 predicted unacceptable).
 """
 
-from pathlib import Path
 
 import pytest
 
@@ -14,8 +13,9 @@ from mlx_sdm.errors import ModelMismatchError
 from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE
 from mlx_sdm.network.encoding import TOPIC
 from mlx_sdm.network.verifier import DocumentVerifier
+from mlx_sdm.resources import TOPIC_VERIFIER_NAME, shipped
 
-TOPIC_VERIFIER_DIR = Path(__file__).resolve().parents[1] / "weights" / "smollm2-bbc-topic"
+TOPIC_VERIFIER_DIR = shipped(TOPIC_VERIFIER_NAME)
 SIZE_BUDGET_BYTES = 15e6
 BUSINESS_ARTICLE = (
     "GM issues 2005 profits warning General Motors has warned that it expects earnings this year be lower than in "

@@ -194,7 +194,9 @@ def load_head(directory: str | Path, model: nn.Module, fingerprint: dict[str, An
 
     The result's :meth:`VocabularyHeads.vocab_logits` is the ``head`` hook for generation.
     """
-    directory = Path(directory)
+    from mlx_sdm.resources import resolve_artifact
+
+    directory = resolve_artifact(directory)
     manifest = read_head_manifest(directory)
     check_fingerprint(manifest.get("base_model", {}), fingerprint, what="this head", where=str(directory))
     weights_path = directory / HEAD_WEIGHTS_FILE

@@ -26,7 +26,7 @@ from mlx_sdm.atomic import atomic_directory, recover_directory
 from mlx_sdm.calibration.data import LabelledSet
 from mlx_sdm.calibration.estimator import FitConfig, SDMEstimator, Verdict
 from mlx_sdm.errors import ArtifactError, DataError, ModelMismatchError
-from mlx_sdm.resources import default_verifier_dir
+from mlx_sdm.resources import default_verifier_dir, resolve_artifact
 from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE, DocumentFeatures, force_decode_batch
 from mlx_sdm.network.encoding import VerificationDocument
 
@@ -35,7 +35,7 @@ VERIFIER_MANIFEST = "verifier.json"
 ESTIMATOR_DIR = "estimator"
 #: Keys of a model fingerprint that must agree (see mlx_sdm.lm.loading.model_fingerprint).
 FINGERPRINT_KEYS = ("architecture", "hidden_size", "vocab_size", "num_layers", "head_sha256")
-#: Where the shipped default verifier lives (the repository's weights/ folder).
+#: Where the shipped default verifier lives (mlx_sdm.resources: package data, then the checkout's weights/).
 DEFAULT_VERIFIER_DIR = default_verifier_dir()
 
 
@@ -207,7 +207,7 @@ class DocumentVerifier:
 
     @classmethod
     def load(cls, directory: str | Path, expect_fingerprint: dict[str, Any] | None = None) -> "DocumentVerifier":
-        directory = Path(directory)
+        directory = resolve_artifact(directory)
         recover_directory(directory)
         path = directory / VERIFIER_MANIFEST
         if not path.is_file():
