@@ -31,7 +31,7 @@ from mlx_sdm.monitor.auq import AUQMonitor, EstimatorConfig, SessionStatus, Unce
 from mlx_sdm.monitor.embedders import make_embedder
 from mlx_sdm.monitor.p_true import PTrueScorer
 from mlx_sdm.monitor.tracer import TracerMonitor
-from mlx_sdm.session.format import Session, SessionStep, write_sessions_jsonl
+from mlx_sdm.monitor.session_file import Session, SessionStep, write_sessions_jsonl
 
 DEFAULT_TASK = str(Path(__file__).resolve().parents[2] / "shared" / "data" / "bigbench" / "fact_checker_fever" / "task.json")
 DEFAULT_N = 40

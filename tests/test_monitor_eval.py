@@ -9,7 +9,7 @@ from mlx_sdm.commands.eval_monitor import main
 from mlx_sdm.monitor.evaluate import evaluate_sessions
 from mlx_sdm.monitor.scoring import auarc, censored_trajectory_score, trajectory_proper_score
 from mlx_sdm.monitor.tau2 import read_tau2_results
-from mlx_sdm.session.format import AUQOutput, Session, SessionStep, VerifierOutput, write_sessions_jsonl
+from mlx_sdm.monitor.session_file import AUQOutput, Session, SessionStep, VerifierOutput, write_sessions_jsonl
 
 
 def _labelled_sessions():

@@ -18,7 +18,7 @@ from mlx_sdm.monitor.tracer import (
     tracer_jaccard,
     tracer_score,
 )
-from mlx_sdm.session.format import Session, SessionStep, ToolCall
+from mlx_sdm.monitor.session_file import Session, SessionStep, ToolCall
 
 # spec 3.12: (actor, U, Da, DoA, DoU)
 EXAMPLE = [

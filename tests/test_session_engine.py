@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 from mlx_sdm.errors import DataError
-from mlx_sdm.session.engine import ChatEngine, EngineConfig, parse_tool_calls
+from mlx_sdm.monitor.auq import EscalationAction
+from mlx_sdm.session.engine import ChatEngine, EngineConfig
+from mlx_sdm.session.pipeline import parse_tool_calls
 from mlx_sdm.session.store import ChatStore
 from tests.tiny_verifier import build_tiny_verifier, tiny_components
 
@@ -40,6 +42,12 @@ def make_engine(tmp_path):
         engine.shutdown()
 
 
+def history_of(events, turn):
+    """The session's monitor history as the live MonitorEvent of ``turn`` carries it."""
+    (event,) = [e for e in events if e.kind == "monitor" and e.turn == turn]
+    return event.history
+
+
 def kinds(events, turn):
     return [e.kind for e in events if e.turn == turn]
 
@@ -54,22 +62,26 @@ def test_turn_streams_then_verdict_monitor_and_one_stored_answer(make_engine):
     assert "".join(e.text for e in events if e.kind == "token" and e.turn == result.turn) == result.text
     assert all(e.logprob <= 0 for e in events if e.kind == "token" and e.logprob is not None)
     assert result.status == "done" and result.first_token_s is not None and result.first_token_s < result.generation_s + 1
-    assert result.verdict_status in {"verified", "rejected"}
-    assert set(result.verdict) >= {"p_lower", "q", "d", "q_bin", "reason", "exemplars", "prediction"}
-    assert len(result.verdict["exemplars"]) > 0 and "text" in result.verdict["exemplars"][0]
-    mon = result.monitor
+    assert result.verdict_status in {"verified", "not_verified", "out_of_scope"}
+    assert result.verdict_status == result.verdict.status.value
+    verdict = result.verdict.to_dict()
+    assert set(verdict) >= {"p_lower", "q", "d", "q_bin", "reason", "exemplars", "prediction", "status", "explanation"}
+    assert len(verdict["exemplars"]) > 0 and "text" in verdict["exemplars"][0]
+    mon = result.monitor.to_dict()
+    assert "history" not in mon  # a reading holds its own turn only
     assert mon["level"] == "low" and mon["action"] == "proceed"
     assert mon["auq"]["p_true_ran"] and 0.0 <= mon["auq"]["p_true_confidence"] <= 1.0
     assert mon["cumulative_confidence"] == pytest.approx(mon["step_confidence"])  # first step: P_1 = s_1
     assert mon["tracer_risk"] >= 0 and mon["tracer"]["surprisal_source"] == "logprobs"
     user, answer = store.messages(session.id)
     assert user.text == QUESTION and answer.id == result.message_id and answer.text == result.text
-    assert answer.verdict == result.verdict and answer.monitor["level"] == "low"
+    assert answer.verdict == verdict and answer.verdict_status == result.verdict_status
+    assert answer.monitor == mon and answer.monitor["level"] == "low"
     assert answer.token_count == 12 and len(answer.tokens) == 12
     assert answer.features.shape == (64,) and answer.feature_model == engine.info().feature_model
     assert answer.prompt[-1] == {"role": "user", "content": QUESTION}
-    # rejected answers (and only they, at LOW) are queued
-    assert (answer.review_id is not None) == (result.verdict_status == "rejected")
+    # answers the verifier does not vouch for (and only they, at LOW) are queued
+    assert (answer.review_id is not None) == (result.verdict_status != "verified")
 
 
 def test_unverifiable_when_no_verifier_fits(make_engine):
@@ -104,11 +116,12 @@ def test_high_pauses_with_reflection_then_resumes_with_guidance(make_engine):
     engine, store, events = make_engine(auq_thresholds=ALWAYS_HIGH)
     session = store.create_session()
     first = engine.send(session.id, QUESTION).result(60)
-    assert first.status == "paused" and first.monitor["level"] == "high"
+    assert first.status == "paused" and first.monitor.level.value == "high"
     seq = kinds(events, first.turn)
     assert seq.index("monitor") < seq.index("escalation") < seq.index("finished")
     (esc,) = [e for e in events if e.kind == "escalation"]
-    assert esc.action == "pause" and esc.level == "high" and not esc.irreversible
+    assert esc.escalation.action is EscalationAction.PAUSE_FOR_HUMAN and esc.escalation.level.value == "high"
+    assert not esc.escalation.irreversible
     reflection_tokens = [e for e in events if e.kind == "token" and e.phase == "reflection"]
     assert 0 < len(reflection_tokens) <= 6 and first.reflection == "".join(e.text for e in reflection_tokens)
     pause = engine.pending_pause(session.id)
@@ -129,7 +142,7 @@ def test_high_pauses_with_reflection_then_resumes_with_guidance(make_engine):
     prompt = msgs[-1].prompt
     assert [m["role"] for m in prompt[-5:]] == ["user", "assistant", "system", "assistant", "user"]
     assert "NOT confident" in prompt[-3]["content"] and prompt[-1]["content"] == "Answer with one word."
-    assert [h["turn"] for h in second.monitor["history"]] == [1, 2]  # P_t carried over (no reset on resume)
+    assert [h.turn for h in history_of(events, second.turn)] == [1, 2]  # P_t carried over (no reset on resume)
     assert second.status == "paused"  # still HIGH: the resumed answer pauses again, and can be resumed again
     assert engine.pending_pause(session.id).message_id == second.message_id
 
@@ -146,10 +159,11 @@ def test_critical_aborts_with_an_explanation_and_the_chat_goes_on(make_engine):
     engine, store, events = make_engine(auq_thresholds=ALWAYS_CRITICAL)
     session = store.create_session()
     result = engine.send(session.id, QUESTION).result(60)
-    assert result.status == "aborted" and result.monitor["level"] == "critical" and result.monitor["action"] == "abort"
+    assert result.status == "aborted" and result.monitor.level.value == "critical"
+    assert result.monitor.action is EscalationAction.ABORT
     assert "CRITICAL" in result.explanation
     (esc,) = [e for e in events if e.kind == "escalation"]
-    assert esc.action == "abort" and esc.message == result.explanation
+    assert esc.escalation.action is EscalationAction.ABORT and esc.escalation.message == result.explanation
     assert "escalated_critical" in store.review_item(result.review_id).reasons
     assert store.messages(session.id)[-1].status == "aborted"
     assert engine.pending_pause(session.id) is None
@@ -162,9 +176,9 @@ def test_critical_aborts_with_an_explanation_and_the_chat_goes_on(make_engine):
 def test_medium_logs_and_proceeds(make_engine):
     engine, store, events = make_engine(auq_thresholds=ALWAYS_MEDIUM)
     result = engine.send(store.create_session().id, QUESTION).result(60)
-    assert result.status == "done" and result.monitor["level"] == "medium"
+    assert result.status == "done" and result.monitor.level.value == "medium"
     (esc,) = [e for e in events if e.kind == "escalation"]
-    assert esc.action == "log" and "MEDIUM" in esc.message
+    assert esc.escalation.action is EscalationAction.PROCEED_WITH_LOG and "MEDIUM" in esc.escalation.message
 
 
 def test_reopened_session_continues_its_conversation_and_monitor(make_engine):
@@ -173,14 +187,15 @@ def test_reopened_session_continues_its_conversation_and_monitor(make_engine):
     first = engine.send(session.id, QUESTION).result(60)
     engine.shutdown()
     store.close()
-    engine2, store2, _ = make_engine(auq_thresholds=ALWAYS_MEDIUM)
+    engine2, store2, events2 = make_engine(auq_thresholds=ALWAYS_MEDIUM)
     second = engine2.send(session.id, "And Rome?").result(60)
     msgs = store2.messages(session.id)
     assert [m.text for m in msgs[:2]] == [QUESTION, first.text]
     assert [m["content"] for m in msgs[-1].prompt[-3:]] == [QUESTION, first.text, "And Rome?"]
-    assert [h["turn"] for h in second.monitor["history"]] == [1, 2]
+    history = history_of(events2, second.turn)
+    assert [h.turn for h in history] == [1, 2]
     # TRACER replayed the stored steps: 4 steps observed, prefix risk over all of them
-    assert second.monitor["history"][0]["tracer_risk"] == pytest.approx(first.monitor["tracer_risk"])
+    assert history[0].tracer_risk == pytest.approx(first.monitor.tracer_risk)
 
 
 def test_events_arrive_on_the_engine_thread(make_engine):

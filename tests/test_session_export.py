@@ -10,8 +10,8 @@ from mlx_sdm.commands import chat as chat_cmd
 from mlx_sdm.errors import DataError
 from mlx_sdm.session.engine import ChatEngine, EngineConfig
 from mlx_sdm.session.export import export_session, session_to_markdown
-from mlx_sdm.session.format import read_sessions_jsonl
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.monitor.session_file import read_sessions_jsonl
+from mlx_sdm.session.store import AnswerRecord, ChatStore
 from tests.tiny_verifier import build_tiny_verifier, tiny_components
 
 ALWAYS_HIGH = (1.0, 0.9999, 0.0)
@@ -37,7 +37,7 @@ def test_markdown_export(session, tmp_path):
     assert text == session_to_markdown(store, sid)
     assert text.startswith("# export me\n") and "### You\n\nIs Paris the capital of France?" in text
     assert "### You (guidance to resume)\n\nAnswer in one word." in text
-    assert "verdict: REJECTED" in text or "verdict: VERIFIED" in text
+    assert any(f"verdict: {state}" in text for state in ("NOT VERIFIED", "OUT OF SCOPE", "VERIFIED"))
     assert "monitor: AUQ HIGH" in text and "NOT confident" in text and "Nearest training exemplars:" in text
 
 
@@ -50,10 +50,10 @@ def test_jsonl_export_reads_back_with_the_session_format(session, tmp_path):
     assert [st.step_id for st in s.steps] == ["user_0", "llm_1", "user_2", "llm_3"]
     agent = s.steps[1]
     assert agent.text == first.text and len(agent.tokens) == len(agent.token_logprobs) == first.tokens
-    assert agent.verifier.p_lower == first.verdict["p_lower"] and agent.verifier.reason == first.verdict["reason"]
-    assert agent.auq.level == "high" and agent.auq.propagated_confidence == pytest.approx(first.monitor["cumulative_confidence"])
-    assert agent.tracer.prefix_risk == pytest.approx(first.monitor["tracer_risk"])
-    assert s.steps[3].auq.propagated_confidence == pytest.approx(second.monitor["cumulative_confidence"])
+    assert agent.verifier.p_lower == first.verdict.to_dict()["p_lower"] and agent.verifier.reason == first.verdict.to_dict()["reason"]
+    assert agent.auq.level == "high" and agent.auq.propagated_confidence == pytest.approx(first.monitor.to_dict()["cumulative_confidence"])
+    assert agent.tracer.prefix_risk == pytest.approx(first.monitor.to_dict()["tracer_risk"])
+    assert s.steps[3].auq.propagated_confidence == pytest.approx(second.monitor.to_dict()["cumulative_confidence"])
     with pytest.raises(DataError, match="unknown export format"):
         export_session(store, sid, tmp_path / "s.txt", "pdf")
 
@@ -120,13 +120,13 @@ def test_session_outcome_follows_the_verdicts_and_review_labels(tmp_path):
         ids = []
         for status, verdict in answers:
             store.add_message(s.id, "user", "q")
-            ids.append(store.add_answer(s.id, "a", status=status, verdict_status=verdict,
-                                        review_reasons=["below_threshold"] if verdict == "rejected" else []))
+            ids.append(store.add_answer(AnswerRecord(s.id, "a", status=status, verdict_status=verdict,
+                                        review_reasons=["below_threshold"] if verdict == "not_verified" else [])))
         return s.id, ids
 
-    ok, _ = session(("done", "rejected"), ("done", "verified"))
+    ok, _ = session(("done", "not_verified"), ("done", "verified"))
     assert (session_to_format(store, ok).outcome, session_to_format(store, ok).termination) == ("success", "complete")
-    bad, _ = session(("done", "verified"), ("done", "rejected"))
+    bad, _ = session(("done", "verified"), ("done", "not_verified"))
     assert session_to_format(store, bad).outcome == "failure"
     aborted, _ = session(("aborted", "verified"),)
     assert session_to_format(store, aborted).outcome == "failure"

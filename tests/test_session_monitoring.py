@@ -5,15 +5,34 @@ from __future__ import annotations
 
 import pytest
 
-from mlx_sdm.session.engine import plan_escalation
+from mlx_sdm.calibration.estimator import Verdict
+from mlx_sdm.monitor.auq import EscalationAction
+from mlx_sdm.monitor.reading import HistoryPoint
+from mlx_sdm.network.verdict import DocumentVerdict
+from mlx_sdm.session.escalation import plan_escalation
 from mlx_sdm.session.monitoring import MonitorConfig, SessionMonitor
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.session.store import AnswerRecord, ChatStore
 
 pytestmark = pytest.mark.filterwarnings("ignore::mlx_sdm.monitor.tracer.MonitorWarning")  # steps without log-probs on purpose
 
 SEND = [{"name": "send_email_to_client", "arguments": {"to": "x@y"}}]
 TOKENS = ["I", " booked", " flight", " 1234", " the", " Paris"]
 LOGPROBS = [-0.01, -1.20, -0.80, -2.0, -0.50, -0.03]  # spec § 3.3 example: content = {booked, flight}, U = 1.0
+
+
+def verdict(prediction=1, p_lower=0.99, reason=None):
+    admitted = reason is None
+    return DocumentVerdict(Verdict(prediction=prediction, p_lower=p_lower if admitted else None, admitted=admitted,
+                                   q=3 if admitted else 0, d=0.5 if admitted else 0.0, q_bin=1, reason=reason))
+
+
+VERIFIED = verdict()
+
+
+def score(m, **kw):
+    """The typed reading and its stored dict form."""
+    reading = m.score_answer(**kw)
+    return reading, reading.to_dict()
 
 
 def monitor(**kw):
@@ -23,60 +42,62 @@ def monitor(**kw):
 def test_p_true_drives_auq_and_tracer_reads_the_log_probs():
     m = monitor()
     m.observe_user("Book me a flight to Paris")
-    snap = m.score_answer(answer="I booked flight 1234 the Paris", tokens=TOKENS, logprobs=LOGPROBS, tool_calls=[], p_true=0.80)
+    reading, snap = score(m, answer="I booked flight 1234 the Paris", tokens=TOKENS, logprobs=LOGPROBS, tool_calls=[], p_true=0.80)
     # c'_p = 0.80 - 0.10; P(True) only: f = s = P_1 = 0.70 -> MEDIUM (floors 0.80 / 0.60 / 0.40)
     assert snap["cumulative_confidence"] == pytest.approx(0.70) and snap["level"] == "medium"
     assert snap["action"] == "proceed_with_log" and not snap["irreversible"]
     assert snap["tracer"]["U"] == pytest.approx(1.0) and snap["step_risk"] == pytest.approx(1.0)
     assert snap["tracer_risk"] == pytest.approx(1.0)  # user step r = 0 (no log-probs, no agent before it)
-    assert snap["history"] == [{"turn": 1, "level": "medium", "cumulative_confidence": pytest.approx(0.70), "tracer_risk": pytest.approx(1.0)}]
-    plan = plan_escalation(snap, [], "verified", None)
-    assert (plan.status, plan.event_action, plan.review_reasons, plan.reflect) == ("done", "log", [], False)
+    assert "history" not in snap  # the history lives in the session monitor, not in each reading
+    assert m.history == [HistoryPoint(1, "medium", pytest.approx(0.70), pytest.approx(1.0))]
+    plan = plan_escalation(reading, [], VERIFIED)
+    assert (plan.status.value, plan.action, plan.review_reasons, plan.reflect) == (
+        "done", EscalationAction.PROCEED_WITH_LOG, [], False)
 
 
 def test_irreversible_tool_pauses_at_medium_without_reflection():
     m = monitor()
-    snap = m.score_answer(answer="sending", tokens=None, logprobs=None, tool_calls=SEND, p_true=0.80)
+    reading, snap = score(m, answer="sending", tokens=None, logprobs=None, tool_calls=SEND, p_true=0.80)
     assert snap["level"] == "medium" and snap["action"] == "pause_for_human" and snap["irreversible"]
     assert snap["auq"]["step_type"] == "tool_call"
-    plan = plan_escalation(snap, ["send_email_to_client"], "verified", None)
-    assert plan.status == "paused" and plan.event_action == "pause" and plan.irreversible
+    plan = plan_escalation(reading, ["send_email_to_client"], VERIFIED)
+    assert plan.status.value == "paused" and plan.action is EscalationAction.PAUSE_FOR_HUMAN and plan.irreversible
     assert plan.review_reasons == ["escalated_irreversible"] and not plan.reflect
     assert "send_email_to_client" in plan.message
 
 
 def test_low_irreversible_proceeds_and_high_reflects():
     low = monitor(low_threshold=0.5, medium_threshold=0.3, high_threshold=0.1)
-    snap = low.score_answer(answer="ok", tokens=None, logprobs=None, tool_calls=SEND, p_true=0.80)
+    reading, snap = score(low, answer="ok", tokens=None, logprobs=None, tool_calls=SEND, p_true=0.80)
     assert snap["level"] == "low" and snap["action"] == "proceed"
-    assert plan_escalation(snap, ["send_email_to_client"], "verified", None).event_action is None
+    assert plan_escalation(reading, ["send_email_to_client"], VERIFIED).action is EscalationAction.PROCEED
     high = monitor()
-    snap = high.score_answer(answer="maybe", tokens=None, logprobs=None, tool_calls=[], p_true=0.60)  # s = 0.50
+    reading, snap = score(high, answer="maybe", tokens=None, logprobs=None, tool_calls=[], p_true=0.60)  # s = 0.50
     assert snap["level"] == "high" and snap["inject_reflection"]
-    plan = plan_escalation(snap, [], "rejected", "out_of_distribution")
+    plan = plan_escalation(reading, [], verdict(reason="out_of_distribution"))
     assert plan.reflect and plan.review_reasons == ["out_of_distribution", "escalated_high"]
     # the user moves on without resuming; the next answer is scored (EMA carries P_t, spec § 2.4)
-    snap2 = high.score_answer(answer="sure", tokens=None, logprobs=None, tool_calls=[], p_true=1.0)
+    reading2, snap2 = score(high, answer="sure", tokens=None, logprobs=None, tool_calls=[], p_true=1.0)
     assert snap2["cumulative_confidence"] == pytest.approx(0.55 * 0.90 + 0.45 * 0.50)
 
 
 def test_critical_abort_plan_and_the_chat_continues():
     m = monitor()
-    snap = m.score_answer(answer="no idea", tokens=None, logprobs=None, tool_calls=[], p_true=0.30)  # 0.20
+    reading, snap = score(m, answer="no idea", tokens=None, logprobs=None, tool_calls=[], p_true=0.30)  # 0.20
     assert snap["level"] == "critical" and snap["action"] == "abort"
-    plan = plan_escalation(snap, [], None, None)
-    assert plan.status == "aborted" and plan.review_reasons == ["escalated_critical"] and "0.200" in plan.explanation
-    again = m.score_answer(answer="ok", tokens=None, logprobs=None, tool_calls=[], p_true=1.0)
+    plan = plan_escalation(reading, [], None)
+    assert plan.status.value == "aborted" and plan.review_reasons == ["escalated_critical"] and "0.200" in plan.explanation
+    _, again = score(m, answer="ok", tokens=None, logprobs=None, tool_calls=[], p_true=1.0)
     assert again["cumulative_confidence"] == pytest.approx(0.55 * 0.90 + 0.45 * 0.20)
 
 
 def test_verifier_p_lower_caps_the_step_confidence():
     m = monitor()
-    snap = m.score_answer(answer="x", tokens=None, logprobs=None, tool_calls=[], p_true=0.95,
-                          verdict={"p_lower": 0.42, "prediction": 1})
+    reading, snap = score(m, answer="x", tokens=None, logprobs=None, tool_calls=[], p_true=0.95,
+                          verdict=verdict(p_lower=0.42))
     assert snap["step_confidence"] == pytest.approx(0.42) and snap["auq"]["verifier_confidence"] == pytest.approx(0.42)
-    snap = monitor().score_answer(answer="x", tokens=None, logprobs=None, tool_calls=[], p_true=0.95,
-                                  verdict={"p_lower": 0.99, "prediction": 0})  # confident it is wrong: no cap from it
+    reading, snap = score(monitor(), answer="x", tokens=None, logprobs=None, tool_calls=[], p_true=0.95,
+                                  verdict=verdict(prediction=0))  # confident it is wrong: no cap from it
     assert snap["step_confidence"] == pytest.approx(0.85)
 
 
@@ -87,9 +108,9 @@ def test_replay_rebuilds_the_state_from_stored_messages(tmp_path):
     for q, p in (("Book me a flight to Paris", 0.80), ("And a hotel?", 0.60)):
         store.add_message(s.id, "user", q)
         live.observe_user(q)
-        snap = live.score_answer(answer="I booked flight 1234 the Paris", tokens=TOKENS, logprobs=LOGPROBS, tool_calls=[], p_true=p)
-        store.add_answer(s.id, "I booked flight 1234 the Paris", tokens=TOKENS, token_logprobs=LOGPROBS, monitor=snap,
-                         status="paused" if snap["action"] == "pause_for_human" else "done")
+        reading, snap = score(live, answer="I booked flight 1234 the Paris", tokens=TOKENS, logprobs=LOGPROBS, tool_calls=[], p_true=p)
+        store.add_answer(AnswerRecord(s.id, "I booked flight 1234 the Paris", tokens=TOKENS, token_logprobs=LOGPROBS, monitor=snap,
+                         status="paused" if snap["action"] == "pause_for_human" else "done"))
     replayed = SessionMonitor(s.id, MonitorConfig())
     replayed.replay(store.messages(s.id))
     assert replayed.history == live.history[:2]
@@ -98,8 +119,8 @@ def test_replay_rebuilds_the_state_from_stored_messages(tmp_path):
     assert state.cumulative_confidence == pytest.approx(live.auq.belief(s.id).cumulative_confidence)
     assert state.status.value == "waiting_for_human"  # the last answer was HIGH and paused
     replayed.resume("go on")
-    nxt = replayed.score_answer(answer="done", tokens=None, logprobs=None, tool_calls=[], p_true=1.0)
-    assert nxt["history"][-1]["turn"] == 3
+    _, nxt = score(replayed, answer="done", tokens=None, logprobs=None, tool_calls=[], p_true=1.0)
+    assert nxt["level"] and replayed.history[-1].turn == 3
 
 
 def test_semantic_sampling_runs_inside_the_trigger_zone_only():
@@ -112,10 +133,10 @@ def test_semantic_sampling_runs_inside_the_trigger_zone_only():
     m = monitor(enable_semantic_sampling=True)
     sampler = ChatSampler(lm, messages, answer_tokens=6)
     assert sampler.max_tokens == 9
-    snap = m.score_answer(answer="yes", tokens=None, logprobs=None, tool_calls=[], p_true=0.75, sampler=sampler)  # f = 0.65
+    reading, snap = score(m, answer="yes", tokens=None, logprobs=None, tool_calls=[], p_true=0.75, sampler=sampler)  # f = 0.65
     auq = snap["auq"]
     assert 2 <= auq["samples_used"] <= 5 and len(sampler.drawn) == auq["samples_used"]
     assert auq["entropy_confidence"] is not None and auq["step_confidence"] == pytest.approx(min(0.65, auq["entropy_confidence"]))
     outside = ChatSampler(lm, messages, answer_tokens=6)
-    snap = m.score_answer(answer="yes", tokens=None, logprobs=None, tool_calls=[], p_true=0.95, sampler=outside)  # f = 0.85
+    reading, snap = score(m, answer="yes", tokens=None, logprobs=None, tool_calls=[], p_true=0.95, sampler=outside)  # f = 0.85
     assert snap["auq"]["samples_used"] == 0 and outside.drawn == []

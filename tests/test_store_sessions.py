@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mlx_sdm.errors import ArtifactError, DataError
-from mlx_sdm.session.store import MIGRATIONS, SCHEMA_VERSION, ChatStore
+from mlx_sdm.session.store import AnswerRecord, MIGRATIONS, SCHEMA_VERSION, ChatStore
 
 
 def test_wal_mode_and_schema_version(tmp_path):
@@ -29,12 +29,12 @@ def test_session_lifecycle_and_reopen(tmp_path):
     feats = np.arange(6, dtype=np.float32)
     verdict = {"prediction": 1, "p_lower": 0.97, "admitted": True, "q": 5, "d": 0.1, "q_bin": 3, "reason": None,
                "exemplars": [{"id": "t1", "label": 1, "prediction": 1, "distance": 0.2, "text": "x"}], "softmax": [0.03, 0.97]}
-    mid = store.add_answer(
+    mid = store.add_answer(AnswerRecord(
         a.id, "Yes.", prompt=[{"role": "user", "content": "Is Paris the capital of France?"}],
         tokens=["Yes", "."], token_logprobs=[-0.5, -1.5], features=feats, feature_model="abc",
         verdict_status="verified", verdict=verdict, verifier="weights/default",
         monitor={"level": "low", "action": "proceed", "cumulative_confidence": 0.84, "tracer_risk": 0.7},
-    )
+    ))
     store.rename_session(a.id, "capitals")
     store.close()
 
@@ -67,7 +67,7 @@ def test_nan_features_are_refused_and_nothing_is_written(tmp_path):
     store = ChatStore(tmp_path / "chat.db")
     s = store.create_session("s")
     with pytest.raises(DataError, match="NaN"):
-        store.add_answer(s.id, "x", features=np.array([1.0, np.nan]), verdict_status="rejected", review_reasons=["below_threshold"])
+        store.add_answer(AnswerRecord(s.id, "x", features=np.array([1.0, np.nan]), verdict_status="not_verified", review_reasons=["below_threshold"]))
     assert store.messages(s.id) == [] and store.review_items() == []
 
 
@@ -91,10 +91,10 @@ def test_migration_from_v1_keeps_data(tmp_path):
     msgs = store.messages("s1")
     assert [m.text for m in msgs] == ["hi", "hello"]
     assert msgs[0].kind == "chat" and msgs[1].features is None  # new columns got their defaults
-    assert msgs[1].verdict == {"p_lower": 0.4} and msgs[1].verdict_status == "rejected"
+    assert msgs[1].verdict == {"p_lower": 0.4} and msgs[1].verdict_status == "not_verified"  # v4: "rejected" is now named by state
     # the new tables work on the migrated file
-    mid = store.add_answer("s1", "again", verdict_status="rejected", verdict={"p_lower": 0.1, "reason": "out_of_distribution"},
-                           monitor={"level": "high"}, review_reasons=["out_of_distribution", "escalated_high"])
+    mid = store.add_answer(AnswerRecord("s1", "again", verdict_status="not_verified", verdict={"p_lower": 0.1, "reason": "out_of_distribution"},
+                           monitor={"level": "high"}, review_reasons=["out_of_distribution", "escalated_high"]))
     (item,) = store.review_items()
     assert item.message_id == mid and item.reasons == ["out_of_distribution", "escalated_high"]
     assert item.prompt == "hi" and item.monitor == {"level": "high"}

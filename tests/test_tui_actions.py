@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Input, Select
 
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.session.store import AnswerRecord, ChatStore
 from tests.test_tui_flows import HIGH_EVERYWHERE, SIZE, answers, make_engine, send, wait_until
 from tests.tiny_verifier import build_tiny_verifier
 from tui.app import SdmChatApp
@@ -42,7 +42,7 @@ async def test_escape_stops_the_answer_and_autoscroll_follows_only_at_the_bottom
     session = store.create_session("Long").id
     for i in range(10):  # enough history to scroll
         store.add_message(session, "user", f"Q{i}?")
-        store.add_answer(session, f"A{i}.\n\nMore.", verdict_status="unverifiable")
+        store.add_answer(AnswerRecord(session, f"A{i}.\n\nMore.", verdict_status="unverifiable"))
     # The tiny model never emits end-of-turn and streams thousands of tokens a second on a quiet
     # machine: give it a budget it cannot finish while the test scrolls and presses escape.
     long_answer = 500_000

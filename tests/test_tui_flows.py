@@ -104,7 +104,8 @@ async def test_message_streams_and_gets_a_badge(store, verifier_dir):
             if badge.status == "verified":
                 assert f"p_lower {stored[0].verdict['p_lower']:.3f}" in shown
             else:
-                assert badge.status == "rejected" and "✘ rejected ·" in shown
+                words = {"not_verified": "✘ not verified ·", "out_of_scope": "○ out of scope ·"}
+                assert words[badge.status] in shown
             assert badge.has_class(badge.status)
             # the monitor line and panel show the stored AUQ / TRACER reading of the turn
             monitor = stored[0].monitor
@@ -197,7 +198,7 @@ async def test_high_pause_shows_the_reflection_and_resumes_with_guidance(store, 
 
 
 async def test_export_writes_markdown_and_session_jsonl(store, engine, tmp_path):
-    from mlx_sdm.session.format import read_sessions_jsonl
+    from mlx_sdm.monitor.session_file import read_sessions_jsonl
 
     app = SdmChatApp(engine=engine, store=store, export_dir=tmp_path / "out", title="Spain")
     async with app.run_test(size=SIZE) as pilot:

@@ -18,30 +18,34 @@ BELOW = {"admitted": False, "prediction": 1, "p_lower": 0.41, "reason": "below_t
 OOD = {"admitted": False, "prediction": 0, "p_lower": None, "reason": "out_of_distribution"}
 
 
-def test_reasons_read_as_the_issue_names_them():
-    assert reason_label("out_of_distribution") == "out of distribution"
-    assert reason_label("below_threshold") == "below α′"
-    assert reason_label("index_flipped") == "index flipped"
-    assert reason_label("below_threshold,escalated_high") == "below α′, escalated HIGH"
+def test_reasons_read_in_plain_words():
+    assert reason_label("out_of_distribution") == "unlike anything it was built on"
+    assert reason_label("below_threshold") == "not confident enough"
+    assert reason_label("index_flipped") == "similar answers were judged differently"
+    assert reason_label("predicted_unacceptable") == "likely wrong"
+    assert reason_label("below_threshold,escalated_high") == "not confident enough, escalated HIGH"
     assert reason_label("something_new") == "something new"
     assert reason_label(None) == "" and reason_label("") == ""
 
 
-def test_status_from_the_engine_wins_over_the_verdict():
+def test_three_states_by_the_one_rule():
     assert verdict_status(VERIFIED) == "verified"
-    assert verdict_status(OOD) == "rejected"
+    assert verdict_status(OOD) == "out_of_scope"
+    assert verdict_status(BELOW) == "not_verified"
     assert verdict_status(None) == "unverifiable"
-    # admitted but predicted unacceptable: the engine says rejected
-    assert verdict_status({"admitted": True, "prediction": 0}, "rejected") == "rejected"
+    # admitted but predicted unacceptable: in scope, not verified
+    assert verdict_status({"admitted": True, "prediction": 0}) == "not_verified"
+    assert verdict_status({"admitted": True, "prediction": 1}, "not_verified") == "not_verified"  # the engine's word wins
 
 
 def test_badge_text():
     assert badge_text(VERIFIED) == "▸ ✔ verified · p_lower 0.973"
     assert badge_text(VERIFIED, expanded=True) == "▾ ✔ verified · p_lower 0.973"
-    assert badge_text(BELOW) == "▸ ✘ rejected · below α′ · p_lower 0.410"
-    assert badge_text(OOD) == "▸ ✘ rejected · out of distribution"
-    assert badge_text({"admitted": True, "prediction": 0, "p_lower": 0.99, "reason": None}, status="rejected",
-                      reason="predicted_unacceptable") == "▸ ✘ rejected · predicted unacceptable · p_lower 0.990"
+    assert badge_text(BELOW) == "▸ ✘ not verified · not confident enough"
+    # out of scope is neutral: no red cross
+    assert badge_text(OOD) == "▸ ○ out of scope · unlike what this verifier covers"
+    assert badge_text({"admitted": True, "prediction": 0, "p_lower": 0.99, "reason": "predicted_unacceptable"}) == (
+        "▸ ✘ not verified · likely wrong")
     assert badge_text(None) == "? unverifiable · no verifier fits this model"
     assert badge_text(None, reason="verification is off (--verifier none)") == (
         "? unverifiable · verification is off (--verifier none)"

@@ -104,7 +104,7 @@ def tiny_components(verifier_dir: str | Path | None, seed: int = TINY_SEED, embe
 
     def factory(config):
         from mlx_sdm.monitor.embedders import make_embedder
-        from mlx_sdm.session.engine import EngineComponents
+        from mlx_sdm.session.pipeline import TurnComponents
 
         lm = tiny_loaded_model(seed, max_context=max_context)
         verifier = None
@@ -115,7 +115,7 @@ def tiny_components(verifier_dir: str | Path | None, seed: int = TINY_SEED, embe
             verifier = DocumentVerifier.load(verifier_dir, expect_fingerprint=lm.fingerprint)
             reason = None
         emb = make_embedder(embedder, model=lm.model, tokenizer=lm.tokenizer, model_name=lm.name)
-        return EngineComponents(lm=lm, verifier=verifier, verifier_path=None if verifier_dir is None else str(verifier_dir),
+        return TurnComponents(lm=lm, verifier=verifier, verifier_path=None if verifier_dir is None else str(verifier_dir),
                                 unverifiable_reason=reason, embedder=emb)
 
     return factory

@@ -3,7 +3,7 @@ and the store only here.
 
 Engine calls return at once (the engine's single worker thread does the work and owns all MLX
 state). The engine calls its listeners on ITS thread; :meth:`Bridge.attach` subscribes a listener
-that wraps each event in :class:`EngineUpdate` and posts it to a Textual widget (``post_message`` is
+that turns each event into its Textual message (:func:`tui.messages.engine_message`) and posts it to a Textual widget (``post_message`` is
 thread-safe and does not block the engine). Calls that must wait for the engine (a review decision,
 an undo, deleting a session, switching the model) block on the engine's future and are made from
 Textual thread workers, never from the UI thread.
@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from tui.messages import EngineUpdate
+from tui.messages import engine_message
 
 #: How long a UI worker waits for the engine to apply a review decision, an undo or a delete (seconds).
 DECISION_TIMEOUT_S = 300.0
@@ -47,13 +47,13 @@ class Bridge:
 
     # ----- events -------------------------------------------------------------------------------
     def attach(self, target: Any) -> None:
-        """Deliver every engine event to ``target`` (a Textual widget) as :class:`EngineUpdate`."""
+        """Deliver every engine event to ``target`` (a Textual widget) as its own Textual message."""
         self._target = target
         if self._unsubscribe is not None:
             self._unsubscribe()
 
         def post(event: Any) -> None:
-            target.post_message(EngineUpdate(event))
+            target.post_message(engine_message(event))
 
         self._unsubscribe = self.engine.subscribe(post)
 
@@ -145,7 +145,7 @@ class Bridge:
         changes: dict[str, Any] = {what: value}
         if what == "model":
             changes.update(verifier=None, head=None)
-        new = ChatEngine(replace(self.engine.config, **changes), self.store)
+        new = ChatEngine(replace(self.engine.config, **changes), self.store, components=self.engine.factory)
         try:
             new.ready.result(timeout=SWITCH_TIMEOUT_S)
         except BaseException:

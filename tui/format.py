@@ -7,16 +7,18 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-#: Verdict.reason -> the words the user reads (issue 6: out of distribution / below α′ / index flipped).
+from mlx_sdm.network.verdict import status_from_dict
+
+#: A verdict's reason code -> the words the user reads (mlx_sdm.network.verdict reasons).
 REASON_LABELS: dict[str, str] = {
-    "out_of_distribution": "out of distribution",
-    "below_threshold": "below α′",
-    "index_flipped": "index flipped",
+    "out_of_distribution": "unlike anything it was built on",
+    "below_threshold": "not confident enough",
+    "index_flipped": "similar answers were judged differently",
+    "predicted_unacceptable": "likely wrong",
 }
 
-#: Review-queue reasons that are not verifier rejections but escalations by the session monitor.
+#: Review-queue reasons that are not verdicts but escalations by the session monitor.
 ESCALATION_REASON_LABELS: dict[str, str] = {
-    "predicted_unacceptable": "predicted unacceptable",
     "escalated_high": "escalated HIGH",
     "escalated_critical": "aborted CRITICAL",
     "escalated_irreversible": "irreversible tool",
@@ -25,7 +27,9 @@ ESCALATION_REASON_LABELS: dict[str, str] = {
 #: AUQ levels in order of severity (monitoring spec § 2.5).
 LEVELS: tuple[str, ...] = ("low", "medium", "high", "critical")
 
-VERIFIED, REJECTED, UNVERIFIABLE, PENDING = "verified", "rejected", "unverifiable", "pending"
+VERIFIED, NOT_VERIFIED, OUT_OF_SCOPE = "verified", "not_verified", "out_of_scope"
+UNVERIFIABLE, PENDING = "unverifiable", "pending"
+STATES = (VERIFIED, NOT_VERIFIED, OUT_OF_SCOPE, UNVERIFIABLE)
 
 
 def reason_label(reason: str | None) -> str:
@@ -43,13 +47,12 @@ def reason_label(reason: str | None) -> str:
 
 
 def verdict_status(verdict: Mapping[str, Any] | None, status: str | None = None) -> str:
-    """``verified`` / ``rejected`` / ``unverifiable``: the engine's status when given, else read off a
-    ``Verdict.to_dict()`` (None = no verifier fits the model)."""
-    if status in (VERIFIED, REJECTED, UNVERIFIABLE):
+    """``verified`` / ``not_verified`` / ``out_of_scope`` / ``unverifiable``: the engine's status when
+    given, else read off a stored verdict dict by the one rule (None = no verifier judged it)."""
+    if status in STATES:
         return status
-    if verdict is None:
-        return UNVERIFIABLE
-    return VERIFIED if verdict.get("admitted") else REJECTED
+    state = status_from_dict(verdict)
+    return UNVERIFIABLE if state is None else state.value
 
 
 def format_p(value: float | None) -> str:
@@ -70,12 +73,11 @@ def badge_text(
     if status == VERIFIED:
         p_lower = None if verdict is None else verdict.get("p_lower")
         return f"{arrow} ✔ verified · p_lower {format_p(p_lower)}"
-    if status == REJECTED:
+    if status == NOT_VERIFIED:
         why = reason or (None if verdict is None else verdict.get("reason"))
-        text = f"{arrow} ✘ rejected · {reason_label(why) or 'not admitted'}"
-        if verdict is not None and verdict.get("p_lower") is not None:
-            text += f" · p_lower {format_p(verdict.get('p_lower'))}"
-        return text
+        return f"{arrow} ✘ not verified · {reason_label(why) or 'not confident enough'}"
+    if status == OUT_OF_SCOPE:
+        return f"{arrow} ○ out of scope · unlike what this verifier covers"
     why = f" · {reason_label(reason)}" if reason else " · no verifier fits this model"
     return f"? unverifiable{why}"
 

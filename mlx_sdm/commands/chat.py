@@ -154,6 +154,7 @@ def _list_sessions(store) -> int:
 
 
 def _run_ui(args, config, store) -> int:
+    from mlx_sdm.app.loading import chat_components
     from mlx_sdm.session.engine import ChatEngine
 
     try:
@@ -161,7 +162,7 @@ def _run_ui(args, config, store) -> int:
     except ImportError as exc:
         print(f"mlx-sdm chat: the terminal UI is not available ({exc}); falling back to --plain", file=sys.stderr)
         return run_plain(config, store, session_id=args.session, title=args.title, stdin=sys.stdin, stdout=sys.stdout, prompt=True)
-    engine = ChatEngine(config, store)
+    engine = ChatEngine(config, store, components=chat_components)
     try:
         return run_ui(engine, store, session_id=args.session, show_monitor=not args.no_monitor_panel, theme=args.theme,
                       title=args.title)
@@ -174,7 +175,9 @@ def run_plain(config, store, *, session_id: str | None, title: str | None, stdin
               components=None, timing: bool = False) -> int:
     """Line mode: each input line is a message; the answer streams to ``stdout``, then its verdict and
     monitor lines. Returns 0, or 2 when the model or verifier cannot be loaded."""
+    from mlx_sdm.app.loading import chat_components
     from mlx_sdm.session.engine import ChatEngine
+    from mlx_sdm.monitor.auq import EscalationAction
     from mlx_sdm.session.export import export_session, monitor_line, verdict_line
 
     def out(text: str = "", end: str = "\n") -> None:
@@ -186,10 +189,10 @@ def run_plain(config, store, *, session_id: str | None, title: str | None, stdin
     def on_event(event) -> None:
         if event.kind == "token" and event.phase == "answer":
             out(event.text, end="")
-        elif event.kind == "escalation" and event.action == "log":
-            logged.append(event.message)
+        elif event.kind == "escalation" and event.escalation.action is EscalationAction.PROCEED_WITH_LOG:
+            logged.append(event.escalation.message)
 
-    engine = ChatEngine(config, store, components=components)
+    engine = ChatEngine(config, store, components=components or chat_components)
     try:
         try:
             info = engine.ready.result()
@@ -237,7 +240,12 @@ def run_plain(config, store, *, session_id: str | None, title: str | None, stdin
                 out(f"\n[error: {exc}]")
                 continue
             out()
-            out(f"[{verdict_line(result.verdict_status, result.verdict, result.verdict_reason)}]")
+            verdict = result.verdict.to_dict() if result.verdict is not None else None
+            out(f"[{verdict_line(result.verdict_status, verdict, result.verdict_reason)}]")
+            if result.verdict is not None:
+                out(f"[{result.verdict.explanation()}]")
+            if result.unverified_tail.strip():
+                out(f"[unverified: the verdict covers only {result.judged_text.strip()!r}; the rest was not checked]")
             out(f"[{monitor_line(result.monitor)}]")
             for message in logged:
                 out(f"[{message}]")
@@ -245,7 +253,7 @@ def run_plain(config, store, *, session_id: str | None, title: str | None, stdin
                 out(f"[timing: {_timing_line(result)}]")
             if result.status == "paused":
                 paused = True
-                out(f"[PAUSED at {result.monitor.get('level', '').upper()} uncertainty: give guidance on the next line, "
+                out(f"[PAUSED at {result.monitor.level.value.upper()} uncertainty: give guidance on the next line, "
                     "or an empty line to move on]")
                 if result.reflection:
                     out(f"[reflection: {result.reflection.strip()}]")

@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def load_sessions(paths: list[str]):
     from mlx_sdm.monitor.tau2 import is_tau2_results, read_tau2_results
-    from mlx_sdm.session.format import read_sessions_jsonl
+    from mlx_sdm.monitor.session_file import read_sessions_jsonl
 
     sessions = []
     for path in paths:

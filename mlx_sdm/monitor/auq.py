@@ -24,7 +24,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 from mlx_sdm.errors import MlxSdmError
 from mlx_sdm.monitor import spans
-from mlx_sdm.session.format import STEP_ID_PREFIX, normalize_step_type
+from mlx_sdm.monitor.session_file import STEP_ID_PREFIX, normalize_step_type
 
 # Constants of spec 2.9 that are not config fields in [DOC] (exposed as EstimatorConfig defaults too).
 SAMPLING_TEMPERATURE = 0.8
@@ -398,7 +398,7 @@ class StepUncertainty:
 
     def to_format(self):
         """As the session JSONL ``auq`` record."""
-        from mlx_sdm.session.format import AUQOutput
+        from mlx_sdm.monitor.session_file import AUQOutput
 
         d = self.to_dict()
         return AUQOutput(**{k: d[k] for k in AUQOutput.__dataclass_fields__})

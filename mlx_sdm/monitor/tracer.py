@@ -7,7 +7,7 @@ Per step: content-aware surprisal ``U`` (3.3), agent repetition ``Da`` (3.4), co
     TRACER = (1-w) * mean(top-K r) + w * max(r),   K = max(1, floor(k*N))
 
 Online: :meth:`TracerMonitor.observe` gives the prefix score ``R_t`` after every step. Offline:
-:func:`score_session` scores a whole :class:`~mlx_sdm.session.format.Session`.
+:func:`score_session` scores a whole :class:`~mlx_sdm.monitor.session_file.Session`.
 
 The sentence embedder is a choice (:mod:`mlx_sdm.monitor.embedders`); every step output records
 which one was used (``embedder``; None = Jaccard-only fallback, with ``DoA = DoU = 0``). Steps
@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from mlx_sdm.monitor.embedders import Embedder, EmbeddingCache
-from mlx_sdm.session.format import Session, SessionStep, ToolCall, TracerOutput
+from mlx_sdm.monitor.session_file import Session, SessionStep, ToolCall, TracerOutput
 
 # 3.3: content-token predicate
 LOGPROB_THRESHOLD = -0.05  # content iff logprob <= -0.05, i.e. p <= pi_0 = exp(-0.05)

@@ -29,6 +29,7 @@ from mlx_sdm.errors import ArtifactError, DataError, ModelMismatchError
 from mlx_sdm.resources import default_verifier_dir, resolve_artifact
 from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE, DocumentFeatures, force_decode_batch
 from mlx_sdm.network.encoding import VerificationDocument
+from mlx_sdm.network.verdict import DocumentVerdict, VerifierCoverage, read_coverage
 
 VERIFIER_FORMAT_VERSION = 1
 VERIFIER_MANIFEST = "verifier.json"
@@ -131,11 +132,17 @@ class DocumentVerifier:
     """SDMEstimator + the model fingerprint and feature recipe it was built with."""
 
     def __init__(self, estimator: SDMEstimator, model_fingerprint: dict[str, Any], recipe: FeatureRecipe | None = None,
-                 info: dict[str, Any] | None = None):
+                 info: dict[str, Any] | None = None, tasks: list[dict[str, Any]] | None = None):
         self.estimator = estimator
         self.model_fingerprint = dict(model_fingerprint)
         self.recipe = recipe or FeatureRecipe()
         self.info = dict(info or {})
+        self.tasks = list(tasks or [])  # verifier.json "tasks": [{"name", "description", "example_prompt"}]
+
+    @property
+    def coverage(self) -> VerifierCoverage:
+        """What this verifier covers (its tasks; unknown when its manifest does not say)."""
+        return read_coverage({"tasks": self.tasks, "info": self.info} if self.tasks else {"info": self.info})
 
     # ------------------------------------------------------------------------------------- build
     @classmethod
@@ -169,6 +176,11 @@ class DocumentVerifier:
         vector = features.vector if isinstance(features, DocumentFeatures) else np.asarray(features, dtype=np.float32)
         return self.estimator.predict(vector.reshape(1, -1), explain=explain)[0]
 
+    def judge(self, features: np.ndarray | DocumentFeatures, explain: int = 5) -> DocumentVerdict:
+        """The verdict with its user-facing state (verified / not verified / out of scope)."""
+        return DocumentVerdict(self.verify_features(features, explain=explain), alpha=self.estimator.alpha,
+                               coverage=self.coverage)
+
     def verify_batch(self, features: np.ndarray, explain: int = 0) -> list[Verdict]:
         return self.estimator.predict(np.asarray(features, dtype=np.float32), explain=explain)
 
@@ -181,12 +193,6 @@ class DocumentVerifier:
                                       system=system if system is not None else self.recipe.system)
         return self.verify_features(feats, explain=explain)
 
-    def verify_documents(self, lm, documents: Sequence[VerificationDocument], explain: int = 0,
-                         progress: Callable[[int], None] | None = None) -> list[Verdict]:
-        self.check_model(lm)
-        return self.verify_batch(document_features(lm, documents, delimiter=self.recipe.delimiter, progress=progress),
-                                 explain=explain)
-
     # --------------------------------------------------------------------------------- save/load
     def manifest(self) -> dict[str, Any]:
         return {
@@ -196,6 +202,7 @@ class DocumentVerifier:
             "feature": {"delimiter": self.recipe.delimiter, "system": self.recipe.system,
                         "dim": self.estimator.input_dim, "layout": "[mean(h_0..h_k); h_k], h = final RMSNorm output"},
             "info": self.info,
+            **({"tasks": self.tasks} if self.tasks else {}),
         }
 
     def save(self, directory: str | Path) -> None:
@@ -226,7 +233,8 @@ class DocumentVerifier:
         estimator = SDMEstimator.load(directory / ESTIMATOR_DIR, expect_input_dim=2 * int(fingerprint["hidden_size"]))
         feature = manifest.get("feature", {})
         recipe = FeatureRecipe(delimiter=feature.get("delimiter", DELIMITER_JSON_CLOSE), system=feature.get("system"))
-        return cls(estimator, fingerprint, recipe, manifest.get("info"))
+        tasks = manifest.get("tasks") if isinstance(manifest.get("tasks"), list) else None
+        return cls(estimator, fingerprint, recipe, manifest.get("info"), tasks)
 
 
 # ----------------------------------------------------------------------------- text-row commands

@@ -1,12 +1,13 @@
 """What the chat engine tells its callers: events (streamed while a turn runs) and results (what a
-future resolves to). Plain dataclasses, no MLX, so the UI can import them freely.
+future resolves to). Dataclasses holding typed values (no MLX), so the UI can import them freely.
 
 Events arrive on the ENGINE's thread, in this order for one turn::
 
     TokenEvent*  (phase "answer")
-    VerdictEvent                     verified / rejected / unverifiable
-    MonitorEvent                     AUQ level + cumulative confidence, TRACER prefix risk
-    EscalationEvent?                 action "log" (MEDIUM), "pause" (HIGH / irreversible tool), "abort" (CRITICAL)
+    VerdictEvent                     a DocumentVerdict (verified / not_verified / out_of_scope) or unverifiable
+    MonitorEvent                     a MonitorReading: AUQ level + cumulative confidence, TRACER prefix risk
+    EscalationEvent?                 an Escalation: proceed_with_log (MEDIUM), pause_for_human (HIGH /
+                                     irreversible tool) or abort (CRITICAL)
     TokenEvent*  (phase "reflection", only on a HIGH pause with reflection generation on)
     TurnFinishedEvent                status done / paused / aborted / cancelled / error
 
@@ -20,6 +21,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, ClassVar
 
+from mlx_sdm.monitor.reading import HistoryPoint, MonitorReading
+from mlx_sdm.network.verdict import DocumentVerdict, VerifierCoverage
+from mlx_sdm.session.escalation import Escalation
+
+#: The verdict state of an answer no verifier judged.
+UNVERIFIABLE = "unverifiable"
+
 
 @dataclass
 class EngineEvent:
@@ -28,7 +36,7 @@ class EngineEvent:
     turn: int  # the engine's turn counter (0 for events outside a turn)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, **asdict(self)}
+        return {"kind": self.kind, **asdict(self)}  # typed payloads become nested dicts
 
 
 @dataclass
@@ -43,31 +51,32 @@ class TokenEvent(EngineEvent):
 @dataclass
 class VerdictEvent(EngineEvent):
     kind: ClassVar[str] = "verdict"
-    status: str = "unverifiable"  # "verified" | "rejected" | "unverifiable"
-    verdict: dict | None = None  # Verdict.to_dict() (p_lower, q, d, q_bin, reason, exemplars, ...), None if unverifiable
-    reason: str | None = None  # why rejected (verdict reason or "predicted_unacceptable") or why unverifiable
+    verdict: DocumentVerdict | None = None  # None: unverifiable (no verifier fits, or nothing to verify)
+    unverifiable_reason: str | None = None
     verifier: str | None = None  # the verifier's path / name
+
+    @property
+    def status(self) -> str:
+        """"verified" | "not_verified" | "out_of_scope" | "unverifiable"."""
+        return self.verdict.status.value if self.verdict is not None else UNVERIFIABLE
+
+    @property
+    def reason(self) -> str | None:
+        """The verdict's reason code, or why there is no verdict."""
+        return self.verdict.reason if self.verdict is not None else self.unverifiable_reason
 
 
 @dataclass
 class MonitorEvent(EngineEvent):
     kind: ClassVar[str] = "monitor"
-    monitor: dict = field(default_factory=dict)
-    # keys: level ("low"|"medium"|"high"|"critical"), action ("proceed"|"proceed_with_log"|"pause_for_human"|"abort"),
-    # cumulative_confidence, step_confidence, tracer_risk (prefix R_t), step_risk (r_t), irreversible,
-    # history: [{"turn", "level", "cumulative_confidence", "tracer_risk"}] over the session (for a sparkline),
-    # auq: AUQOutput.to_dict(), tracer: TracerOutput.to_dict()
+    reading: MonitorReading = field(default_factory=MonitorReading)
+    history: list[HistoryPoint] = field(default_factory=list)  # the session's answered turns so far (sparklines)
 
 
 @dataclass
 class EscalationEvent(EngineEvent):
     kind: ClassVar[str] = "escalation"
-    level: str = "medium"
-    action: str = "log"  # "log" | "pause" | "abort"
-    message: str = ""  # one line for a toast / log
-    confidence: float | None = None  # cumulative confidence P_t
-    irreversible: bool = False
-    tool_names: list[str] = field(default_factory=list)
+    escalation: Escalation = field(default_factory=Escalation)
 
 
 @dataclass
@@ -79,6 +88,7 @@ class TurnFinishedEvent(EngineEvent):
     reflection: str | None = None  # on a pause: the model's statement of its uncertainty (or the injected prompt)
     explanation: str | None = None  # on an abort: why
     review_id: int | None = None  # set when the answer landed in the review queue
+    unverified_tail: str = ""  # text after the unit the verifier judged (not covered by the verdict)
 
 
 @dataclass
@@ -122,6 +132,7 @@ class EngineInfo:
     embedder: str | None
     max_tokens: int
     irreversible_tools: list[str]
+    coverage: VerifierCoverage = field(default_factory=VerifierCoverage)  # what the verifier covers
 
 
 @dataclass
@@ -131,9 +142,9 @@ class TurnResult:
     status: str  # "done" | "paused" | "aborted" | "cancelled" | "error"
     text: str
     message_id: int | None
-    verdict_status: str | None
-    verdict: dict | None
-    monitor: dict | None
+    verdict_status: str | None  # "verified" | "not_verified" | "out_of_scope" | "unverifiable"; None if cancelled
+    verdict: DocumentVerdict | None
+    monitor: MonitorReading | None
     review_id: int | None = None
     verdict_reason: str | None = None  # why rejected, or why unverifiable
     reflection: str | None = None
@@ -144,17 +155,8 @@ class TurnResult:
     tokens: int = 0
     prompt_tokens: int = 0
     reused_tokens: int = 0  # prompt tokens served from the previous turn's KV cache (not prefilled again)
-
-
-@dataclass
-class DecisionResult:
-    decision_id: int
-    review_id: int
-    label: int
-    applied: bool  # the point went into the verifier's support set
-    support_size: int | None
-    saved_to: str | None  # where the updated verifier was saved (atomically)
-    message: str = ""
+    judged_text: str = ""  # the span the verdict covers
+    unverified_tail: str = ""  # text after it (empty when the answer stopped at the judged unit)
 
 
 @dataclass

@@ -1,14 +1,15 @@
-"""Export a stored session: Markdown for people, the session JSONL (``mlx_sdm/session/format.py``,
+"""Export a stored session: Markdown for people, the session JSONL (``mlx_sdm/monitor/session_file.py``,
 read by ``mlx-sdm eval-monitor``) for scoring. Reads the store only; no MLX."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Mapping
 
 from mlx_sdm.atomic import atomic_write_text
 from mlx_sdm.errors import DataError
-from mlx_sdm.session.format import (
+from mlx_sdm.monitor.session_file import (
     AUQOutput,
     Session,
     SessionStep,
@@ -19,25 +20,33 @@ from mlx_sdm.session.format import (
     write_session_jsonl,
     write_sessions_jsonl,
 )
+from mlx_sdm.monitor.reading import MonitorReading
+from mlx_sdm.network.verdict import VerdictStatus, status_from_dict
 from mlx_sdm.session.store import ChatStore, MessageRecord
 
 EXPORT_FORMATS = ("markdown", "jsonl")
 
 
-def verdict_line(status: str | None, verdict: dict | None, reason: str | None = None) -> str:
-    """One line naming the verdict, as the plain chat prints it (``reason``: why unverifiable, if known)."""
+def verdict_line(status: str | None, verdict: Mapping | None, reason: str | None = None) -> str:
+    """One line naming the verdict's state, as the plain chat prints it (``verdict``: a stored verdict
+    dict; ``reason``: why unverifiable, if known)."""
     if status is None:
         return "verdict: none"
-    if status == "unverifiable" or verdict is None:
+    state = status_from_dict(verdict)
+    if status == "unverifiable" or state is None:
         return f"verdict: UNVERIFIABLE ({reason or 'no verifier fits this model'})"
     core = f"p_lower={_num(verdict.get('p_lower'))} q={verdict.get('q')} d={_num(verdict.get('d'))} q_bin={verdict.get('q_bin')}"
-    if status == "verified":
+    if state is VerdictStatus.VERIFIED:
         return f"verdict: VERIFIED {core}"
-    reason = verdict.get("reason") or ("predicted unacceptable" if verdict.get("admitted") else "rejected")
-    return f"verdict: REJECTED ({str(reason).replace('_', ' ')}) {core}"
+    if state is VerdictStatus.OUT_OF_SCOPE:
+        return f"verdict: OUT OF SCOPE {core}"
+    code = verdict.get("reason") or ("predicted_unacceptable" if verdict.get("admitted") else "below_threshold")
+    return f"verdict: NOT VERIFIED ({str(code).replace('_', ' ')}) {core}"
 
 
-def monitor_line(monitor: dict | None) -> str:
+def monitor_line(monitor: MonitorReading | Mapping | None) -> str:
+    if isinstance(monitor, MonitorReading):
+        monitor = monitor.to_dict()
     if not monitor:
         return "monitor: none"
     return (
@@ -95,7 +104,7 @@ def session_outcome(messages: list[MessageRecord], decisions: dict) -> tuple[str
     """(outcome, termination) of a chat session, monitoring spec § 5.4: success when the session ends
     with a verified answer that the user accepted (or an answer a reviewer marked acceptable) and no
     answer of the session was marked unacceptable; failure when one was, or when the last answer was
-    rejected by the verifier or aborted; a session left at a pause is abandoned (no outcome); an
+    not verified (or out of scope) or aborted; a session left at a pause is abandoned (no outcome); an
     unverifiable, unreviewed last answer leaves the outcome unknown."""
     answers = [m for m in messages if m.role == "assistant" and m.kind == "chat" and m.status != "cancelled"]
     if not answers:
@@ -108,7 +117,7 @@ def session_outcome(messages: list[MessageRecord], decisions: dict) -> tuple[str
         return "success", "complete"
     if last.status == "paused":
         return None, "abandoned"
-    if last.status == "aborted" or last.verdict_status == "rejected":
+    if last.status == "aborted" or last.verdict_status in {"not_verified", "out_of_scope"}:
         return "failure", "complete"
     if last.verdict_status == "verified":
         return "success", "complete"
@@ -116,7 +125,7 @@ def session_outcome(messages: list[MessageRecord], decisions: dict) -> tuple[str
 
 
 def session_to_format(store: ChatStore, session_id: str) -> Session:
-    """The stored session as a :class:`~mlx_sdm.session.format.Session` (one step per message), with the
+    """The stored session as a :class:`~mlx_sdm.monitor.session_file.Session` (one step per message), with the
     outcome of :func:`session_outcome` so that `mlx-sdm eval-monitor` can score it."""
     info = store.get_session(session_id)
     outcome, termination = session_outcome(store.messages(session_id), store.decisions_by_message(session_id))

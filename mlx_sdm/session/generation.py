@@ -51,6 +51,18 @@ class GeneratedAnswer:
     cache: list | None = field(default=None, repr=False)  # the KV cache after the answer (for P(True))
     cached_tokens: list[int] = field(default_factory=list, repr=False)  # the token ids that cache holds
     prefix: PrefixCache | None = field(default=None, repr=False)  # what the next turn of this chat can reuse
+    judged_tokens: int = 0  # answer tokens the document features cover (through the delimiter token)
+
+    @property
+    def judged_text(self) -> str:
+        """The answer text the verifier judged (through its delimiter token)."""
+        judged = "".join(self.tokens[: self.judged_tokens])
+        return judged if self.text.startswith(judged) and self.judged_tokens < len(self.tokens) else self.text
+
+    @property
+    def unverified_tail(self) -> str:
+        """Text generated after the judged unit (the verifier did not read it)."""
+        return self.text[len(self.judged_text):]
 
 
 def generate_answer(
@@ -65,11 +77,14 @@ def generate_answer(
     keep_cache: bool = False,
     delimiter: str = "end_of_turn",
     prefix: PrefixCache | None = None,
+    stop_at_delimiter: bool = False,
 ) -> GeneratedAnswer:
     """Stream one answer. ``on_token`` returning False stops generation at that token (the stop key).
     ``delimiter`` is the verifier's feature rule ("end_of_turn", or "json_close" for verifiers built on
     JSON answers); a chat answer always runs to the end of its turn, the rule only picks ``h_k``.
-    ``prefix``: the previous turn's cache, used when the new prompt extends the tokens it holds."""
+    ``prefix``: the previous turn's cache, used when the new prompt extends the tokens it holds.
+    ``stop_at_delimiter``: end the answer at the unit the verifier judges (the JSON unit's closing
+    brace for ``json_close``), so the verdict covers the whole answer."""
     from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 
     from mlx_sdm.lm.generation import GenerationConfig, stream_generate_features
@@ -88,7 +103,7 @@ def generate_answer(
     else:
         cache = make_prompt_cache(lm.model) if keep_cache else None
     stopped = [False]
-    config = GenerationConfig(max_tokens=max_tokens, sampler=sampler, delimiter=delimiter, stop_at_delimiter=False,
+    config = GenerationConfig(max_tokens=max_tokens, sampler=sampler, delimiter=delimiter, stop_at_delimiter=stop_at_delimiter,
                               extra={"prompt_cache": cache} if cache is not None else {})
     pieces: list[str] = []
     ids: list[int] = []
@@ -153,7 +168,15 @@ def generate_answer(
         cache=cache,
         cached_tokens=cached_tokens,
         prefix=next_prefix,
+        judged_tokens=_judged_tokens(result.features, len(ids)) if ids else 0,
     )
+
+
+def _judged_tokens(features: Any, generated: int) -> int:
+    """Answer tokens through the delimiter token (h_k predicts token k + 1 = the delimiter, § 15.3)."""
+    if getattr(features, "delimiter_kind", None) == "json_close":
+        return min(generated, int(features.completion_tokens) + 1)
+    return generated
 
 
 def settle_prefix(prefix: PrefixCache | None) -> PrefixCache | None:

@@ -22,8 +22,10 @@ from mlx_sdm.monitor.auq import (
     UncertaintyLevel,
     UncertaintyPolicy,
 )
+from mlx_sdm.monitor.reading import HistoryPoint, MonitorReading
 from mlx_sdm.monitor.tracer import TracerConfig, TracerMonitor
-from mlx_sdm.session.format import SessionStep, ToolCall
+from mlx_sdm.network.verdict import ACCEPTABLE, DocumentVerdict
+from mlx_sdm.monitor.session_file import SessionStep, ToolCall
 
 __all__ = ["ChatSampler", "MonitorConfig", "SessionMonitor"]
 
@@ -66,7 +68,7 @@ class SessionMonitor:
         self.auq = AUQMonitor(config.policy())
         self.auq.start(session_id)
         self.tracer = TracerMonitor(config.tracer, embedder, session_id=session_id)
-        self.history: list[dict] = []  # per answered turn: level, cumulative confidence, TRACER prefix risk
+        self.history: list[HistoryPoint] = []  # per answered turn: level, cumulative confidence, TRACER prefix risk
 
     # -- state -----------------------------------------------------------------------------------
     def replay(self, messages: Sequence[Any]) -> None:
@@ -80,11 +82,12 @@ class SessionMonitor:
             elif m.role == "assistant" and m.kind == "chat" and m.monitor:
                 calls = (m.metadata or {}).get("tool_calls", [])
                 self.tracer.observe(self._agent_step(m.text, m.tokens, m.token_logprobs, calls))
-                if m.monitor.get("cumulative_confidence") is not None:
-                    state.cumulative_confidence = float(m.monitor["cumulative_confidence"])
+                reading = m.monitor if isinstance(m.monitor, MonitorReading) else MonitorReading.from_dict(m.monitor)
+                if reading.cumulative_confidence is not None:
+                    state.cumulative_confidence = float(reading.cumulative_confidence)
                 state.step_counter += 1
                 state.status = SessionStatus.WAITING_FOR_HUMAN if m.status == "paused" else SessionStatus.RUNNING
-                self.history.append(_history_row(len(self.history) + 1, m.monitor))
+                self.history.append(HistoryPoint.of(len(self.history) + 1, reading))
 
     def observe_user(self, text: str) -> None:
         self.tracer.observe(self._user_step(text))
@@ -102,10 +105,10 @@ class SessionMonitor:
         logprobs: list[float] | None,
         tool_calls: list[dict],
         p_true: Any = None,
-        verdict: dict | None = None,
+        verdict: DocumentVerdict | None = None,
         sampler: Any = None,
-    ) -> dict:
-        """Score one answer; returns the monitor snapshot the store and the UI keep."""
+    ) -> MonitorReading:
+        """Score one answer; returns its reading (the session's history grows in :attr:`history`)."""
         state = self.auq.belief(self.session_id)
         if state.status is SessionStatus.ABORTED:
             # A chat goes on after a CRITICAL abort (the aborted answer is withheld); P_t is kept,
@@ -115,8 +118,10 @@ class SessionMonitor:
             state.status = SessionStatus.RUNNING
         tracer_out = self.tracer.observe(self._agent_step(answer, tokens, logprobs, tool_calls))
         verifier_p = None
-        if self.config.cap_with_verifier and verdict and verdict.get("p_lower") is not None and int(verdict.get("prediction", 1)) == 1:
-            verifier_p = float(verdict["p_lower"])
+        judged = verdict.verdict if verdict is not None else None
+        if self.config.cap_with_verifier and judged is not None and judged.p_lower is not None \
+                and int(judged.prediction) == ACCEPTABLE:
+            verifier_p = float(judged.p_lower)
         step_type = "tool_call" if tool_calls else "llm_call"
         try:
             step = self.auq.score_step(
@@ -127,29 +132,27 @@ class SessionMonitor:
         except UncertaintyError:
             step = state.step_uncertainties[-1]  # recorded before the raise
             auq = step.to_dict()
-        level, action = UncertaintyLevel(auq["level"]), EscalationAction(auq["action"])
-        snapshot = {
-            "level": level.value,
-            "action": action.value,
-            "cumulative_confidence": auq["propagated_confidence"],
-            "step_confidence": auq["step_confidence"],
-            "tracer_risk": tracer_out.prefix_risk,
-            "step_risk": tracer_out.r,
-            "irreversible": bool(auq["irreversible"]),
-            "inject_reflection": bool(
+        level = UncertaintyLevel(auq["level"])
+        ran = getattr(p_true, "result", None)  # a PTrueScorer says how much of the KV cache it reused
+        reading = MonitorReading(
+            level=level,
+            action=EscalationAction(auq["action"]),
+            cumulative_confidence=auq["propagated_confidence"],
+            step_confidence=auq["step_confidence"],
+            tracer_risk=tracer_out.prefix_risk,
+            step_risk=tracer_out.r,
+            irreversible=bool(auq["irreversible"]),
+            inject_reflection=bool(
                 level is UncertaintyLevel.HIGH and step_type == "llm_call" and self.config.inject_reflection_on_high
             ),
-            "critical_below": self.config.high_threshold,
-            "auq": auq,
-            "tracer": tracer_out.to_dict(),
-        }
-        ran = getattr(p_true, "result", None)  # a PTrueScorer says how much of the KV cache it reused
-        if ran is not None:
-            snapshot["p_true"] = {"prefilled_tokens": ran.prefilled_tokens, "reused_tokens": ran.reused_tokens,
-                                  "cache_restored": ran.cache_restored}
-        self.history.append(_history_row(len(self.history) + 1, snapshot))
-        snapshot["history"] = [dict(row) for row in self.history]
-        return snapshot
+            critical_below=self.config.high_threshold,
+            auq=auq,
+            tracer=tracer_out.to_dict(),
+            p_true=None if ran is None else {"prefilled_tokens": ran.prefilled_tokens,
+                                              "reused_tokens": ran.reused_tokens, "cache_restored": ran.cache_restored},
+        )
+        self.history.append(HistoryPoint.of(len(self.history) + 1, reading))
+        return reading
 
     # -- steps -----------------------------------------------------------------------------------
     def _user_step(self, text: str) -> SessionStep:
@@ -183,12 +186,3 @@ class ChatSampler:
                                head=self.head, features=False).text for _ in range(n)]
         self.drawn.extend(out)
         return out
-
-
-def _history_row(turn: int, snapshot: dict) -> dict:
-    return {
-        "turn": turn,
-        "level": snapshot.get("level"),
-        "cumulative_confidence": snapshot.get("cumulative_confidence"),
-        "tracer_risk": snapshot.get("tracer_risk"),
-    }

@@ -32,11 +32,9 @@ from mlx_sdm.errors import ArtifactError, DataError
 #: How long a writer waits for another process's write lock before giving up (milliseconds).
 BUSY_TIMEOUT_MS = 10_000
 
-#: Review-queue reasons that are not verifier reasons (those come from ``Verdict.reason``).
-REASON_PREDICTED_UNACCEPTABLE = "predicted_unacceptable"
-REASON_ESCALATED_HIGH = "escalated_high"
-REASON_ESCALATED_CRITICAL = "escalated_critical"
-REASON_ESCALATED_IRREVERSIBLE = "escalated_irreversible"
+#: A stored answer's verdict state: the three of ``mlx_sdm.network.verdict.VerdictStatus``, or
+#: "unverifiable" when no verifier judged it.
+VERDICT_STATES = ("verified", "not_verified", "out_of_scope", "unverifiable")
 
 LABEL_ACCEPTABLE = 1
 LABEL_UNACCEPTABLE = 0
@@ -136,6 +134,15 @@ MIGRATIONS: tuple[Migration, ...] = (
         ALTER TABLE decisions ADD COLUMN feature_model TEXT;
         """,
     ),
+    Migration(
+        4,
+        "verdict states verified / not_verified / out_of_scope; a review label keeps the verifier it was given under",
+        """
+        UPDATE verdicts SET status = CASE WHEN reason = 'out_of_distribution' THEN 'out_of_scope' ELSE 'not_verified' END
+            WHERE status = 'rejected';
+        ALTER TABLE decisions ADD COLUMN verifier TEXT;
+        """,
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
@@ -183,6 +190,30 @@ def _features_array(blob: bytes | None) -> np.ndarray | None:
 
 
 @dataclass
+class AnswerRecord:
+    """An assistant answer to store (:meth:`ChatStore.add_answer`): the text and what the model saw,
+    its tokens and features, the verdict and monitor reading (as their ``to_dict()``), the review
+    reasons (empty = no review-queue entry)."""
+
+    session_id: str
+    text: str
+    status: str = "done"
+    kind: str = "chat"
+    created_at: str | None = None
+    prompt: list[dict] | None = None
+    tokens: list[str] | None = None
+    token_logprobs: Sequence[float] | None = None
+    features: np.ndarray | None = None
+    feature_model: str | None = None
+    verdict_status: str | None = None  # one of VERDICT_STATES
+    verdict: dict | None = None
+    verifier: str | None = None
+    monitor: dict | None = None
+    review_reasons: Sequence[str] = ()
+    metadata: dict | None = None
+
+
+@dataclass
 class SessionInfo:
     id: str
     title: str
@@ -213,8 +244,8 @@ class MessageRecord:
     prompt: list[dict] | None = None  # the chat messages the model saw before this answer
     feature_model: str | None = None
     metadata: dict | None = None
-    verdict_status: str | None = None  # "verified" | "rejected" | "unverifiable"
-    verdict: dict | None = None  # Verdict.to_dict(), exemplars included
+    verdict_status: str | None = None  # one of VERDICT_STATES
+    verdict: dict | None = None  # DocumentVerdict.to_dict(): status, reason, explanation, exemplars, ...
     verifier: str | None = None
     monitor: dict | None = None
     review_id: int | None = None
@@ -240,6 +271,7 @@ class Decision:
     created_at: str
     undone_at: str | None
     feature_model: str | None = None
+    verifier: str | None = None  # the verifier the label was given under (its resolved folder)
     _features: bytes | None = field(default=None, repr=False)
 
     @property
@@ -462,28 +494,14 @@ class ChatStore:
             conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (stamp, session_id))
             return int(cur.lastrowid)
 
-    def add_answer(
-        self,
-        session_id: str,
-        text: str,
-        *,
-        status: str = "done",
-        kind: str = "chat",
-        created_at: str | None = None,
-        prompt: list[dict] | None = None,
-        tokens: list[str] | None = None,
-        token_logprobs: Sequence[float] | None = None,
-        features: np.ndarray | None = None,
-        feature_model: str | None = None,
-        verdict_status: str | None = None,
-        verdict: dict | None = None,
-        verifier: str | None = None,
-        monitor: dict | None = None,
-        review_reasons: Sequence[str] = (),
-        metadata: dict | None = None,
-    ) -> int:
+    def add_answer(self, record: "AnswerRecord") -> int:
         """An assistant answer with everything judged about it, in ONE transaction: the message,
-        its verdict, its monitor snapshot and (when rejected or escalated) its review-queue entry."""
+        its verdict, its monitor reading and (when not verified or escalated) its review-queue entry."""
+        r = record
+        session_id, text, status, kind, created_at = r.session_id, r.text, r.status, r.kind, r.created_at
+        prompt, tokens, token_logprobs, features, feature_model = r.prompt, r.tokens, r.token_logprobs, r.features, r.feature_model
+        verdict_status, verdict, verifier, monitor = r.verdict_status, r.verdict, r.verifier, r.monitor
+        review_reasons, metadata = r.review_reasons, r.metadata
         stamp = now_iso()
         logprobs = None if token_logprobs is None else [float(x) for x in token_logprobs]
         finite = [x for x in (logprobs or []) if np.isfinite(x)]
@@ -670,6 +688,7 @@ class ChatStore:
         completion: str | None = None,
         features: np.ndarray | None = None,
         feature_model: str | None = None,
+        verifier: str | None = None,
     ) -> Decision:
         """Label a queued answer. A new decision on an already decided entry supersedes the old one
         (the old one is marked undone in the same transaction)."""
@@ -685,9 +704,9 @@ class ChatStore:
                 raise DataError(f"no review-queue entry with id {review_id}", path=str(self.path), field="review")
             conn.execute("UPDATE decisions SET undone_at = ? WHERE review_id = ? AND undone_at IS NULL", (stamp, review_id))
             cur = conn.execute(
-                "INSERT INTO decisions(review_id, label, note, completion, created_at, features, feature_model) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (review_id, int(label), note, completion, stamp, _features_blob(features), feature_model),
+                "INSERT INTO decisions(review_id, label, note, completion, created_at, features, feature_model, verifier) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (review_id, int(label), note, completion, stamp, _features_blob(features), feature_model, verifier),
             )
             decision_id = int(cur.lastrowid)
         return self.decision(decision_id)
@@ -720,19 +739,25 @@ class ChatStore:
             conn.execute("UPDATE decisions SET undone_at = ? WHERE id = ?", (now_iso(), row["id"]))
         return self.decision(int(row["id"]))
 
-    def support_points(self, feature_model: str | None = None) -> list[SupportPoint]:
+    def support_points(self, feature_model: str | None = None, verifier: str | None = None) -> list[SupportPoint]:
         """Active decisions as labelled support points, oldest first. ``feature_model`` keeps only those
-        whose features were computed by that model (features of another model mean nothing to its verifier)."""
+        whose features were computed by that model (features of another model mean nothing to its
+        verifier); ``verifier`` (a resolved verifier folder) only labels given under that verifier
+        (older decisions without one: the verifier that judged the answer)."""
         rows = self._query(
-            "SELECT d.*, m.features AS message_features, m.feature_model AS message_model, m.text AS answer "
+            "SELECT d.*, m.features AS message_features, m.feature_model AS message_model, m.text AS answer, "
+            "v.verifier AS judged_by "
             "FROM decisions d JOIN review_queue r ON r.id = d.review_id JOIN messages m ON m.id = r.message_id "
-            "WHERE d.undone_at IS NULL ORDER BY d.id"
+            "LEFT JOIN verdicts v ON v.message_id = m.id WHERE d.undone_at IS NULL ORDER BY d.id"
         )
         points = []
         for r in rows:
             decision = _decision(r)
             blob, model = (r["features"], r["feature_model"]) if r["features"] is not None else (r["message_features"], r["message_model"])
             if blob is None or (feature_model is not None and model != feature_model):
+                continue
+            given_under = decision.verifier or (str(Path(r["judged_by"]).resolve()) if r["judged_by"] else None)
+            if verifier is not None and given_under != verifier:
                 continue
             points.append(
                 SupportPoint(decision=decision, features=_features_array(blob), label=decision.label, text=decision.completion or r["answer"])
@@ -820,5 +845,6 @@ def _decision(r: sqlite3.Row) -> Decision:
         created_at=r["created_at"],
         undone_at=r["undone_at"],
         feature_model=r["feature_model"],
+        verifier=r["verifier"] if "verifier" in r.keys() else None,
         _features=r["features"],
     )

@@ -14,7 +14,18 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
-from tui.messages import CallFailed, EngineUpdate
+from mlx_sdm.monitor.auq import EscalationAction
+from tui.messages import (
+    CallFailed,
+    EngineFailed,
+    EngineStatus,
+    Escalated,
+    MonitorRead,
+    SupportChanged,
+    TokenArrived,
+    TurnFinished,
+    VerdictReady,
+)
 from tui.screens.prompts import CopyFallback, EscalationPrompt
 from tui.widgets.message import MessageBubble
 from tui.widgets.monitor import MonitorPanel
@@ -217,15 +228,14 @@ class ChatScreen(Screen):
         self.refresh_status("stopping…")
 
     # ----- engine events (posted from the engine's thread) ---------------------------------------
-    async def on_engine_update(self, message: EngineUpdate) -> None:
-        event = message.event
-        if event.session_id is not None and event.session_id != self.session_id and event.kind != "support":
-            return  # a late event of a session the user has left
-        handler = getattr(self, f"_on_{event.kind}", None)
-        if handler is not None:
-            await handler(event)
+    def _mine(self, event: Any) -> bool:
+        """False for a late event of a session the user has left."""
+        return event.session_id is None or event.session_id == self.session_id
 
-    async def _on_token(self, event: Any) -> None:
+    async def on_token_arrived(self, message: TokenArrived) -> None:
+        event = message.event
+        if not self._mine(event):
+            return
         if event.phase == "reflection":
             if self.reflection_bubble is None:
                 self.reflection_bubble = MessageBubble("system", "", title="monitor · reflection")
@@ -234,30 +244,54 @@ class ChatScreen(Screen):
         elif self.active is not None:
             await self.active.append(event.text)
 
-    async def _on_verdict(self, event: Any) -> None:
-        if self.active is not None:
+    async def on_verdict_ready(self, message: VerdictReady) -> None:
+        event = message.event
+        if self._mine(event) and self.active is not None:
             await self.active.finish()
-            self.active.set_verdict(event.verdict, status=event.status, reason=event.reason)
+            verdict = event.verdict.to_dict() if event.verdict is not None else None
+            self.active.set_verdict(verdict, status=event.status, reason=event.reason)
 
-    async def _on_monitor(self, event: Any) -> None:
-        monitor = event.monitor
+    async def on_monitor_read(self, message: MonitorRead) -> None:
+        event = message.event
+        if not self._mine(event):
+            return
+        reading = event.reading.to_dict()
         number = self.active.number if self.active is not None else self.turn_number
         if self.active is not None:
-            self.active.set_monitor(monitor)
+            self.active.set_monitor(reading)
         panel = self.query_one(MonitorPanel)
-        history = monitor.get("history")
-        if history:
-            panel.show_history(history)
+        if event.history:
+            panel.show_history([{"turn": h.turn, "level": h.level, "cumulative_confidence": h.cumulative_confidence,
+                                 "tracer_risk": h.tracer_risk} for h in event.history])
         else:
-            panel.add_turn(number, monitor)
+            panel.add_turn(number, reading)
 
-    async def _on_escalation(self, event: Any) -> None:
-        self.last_escalation = event
-        if event.action == "log":  # MEDIUM: log it and carry on
-            self.log.warning(f"AUQ {event.level.upper()}: {event.message}")
-            self.notify(event.message or f"{event.level.upper()}: logged", title="Monitor", severity="warning")
+    async def on_escalated(self, message: Escalated) -> None:
+        if not self._mine(message.event):
+            return
+        escalation = message.event.escalation
+        self.last_escalation = escalation
+        if escalation.action is EscalationAction.PROCEED_WITH_LOG:  # MEDIUM: log it and carry on
+            level = escalation.level.value.upper()
+            self.log.warning(f"AUQ {level}: {escalation.message}")
+            self.notify(escalation.message or f"{level}: logged", title="Monitor", severity="warning")
 
-    async def _on_finished(self, event: Any) -> None:
+    async def on_turn_finished(self, message: TurnFinished) -> None:
+        if self._mine(message.event):
+            await self._finished(message.event)
+
+    async def on_engine_failed(self, message: EngineFailed) -> None:
+        event = message.event
+        if self._mine(event):
+            self.notify(event.message, title=event.error_type or "Error", severity="error", timeout=10)
+
+    async def on_support_changed(self, message: SupportChanged) -> None:
+        self.refresh_status()
+
+    async def on_engine_status(self, message: EngineStatus) -> None:
+        self.refresh_status(message.event.message or message.event.state)
+
+    async def _finished(self, event: Any) -> None:
         bubble = self.active
         self.active = None
         if bubble is not None:
@@ -280,7 +314,7 @@ class ChatScreen(Screen):
 
     async def _paused(self, event: Any, bubble: MessageBubble | None) -> None:
         escalation = self.last_escalation
-        level = escalation.level if escalation is not None else "high"
+        level = escalation.level.value if escalation is not None else "high"
         confidence = escalation.confidence if escalation is not None else None
         irreversible = bool(escalation.irreversible) if escalation is not None else False
         reflection = event.reflection or ""
@@ -319,16 +353,6 @@ class ChatScreen(Screen):
         self.notify(str(message.error), title=type(message.error).__name__, severity="error", timeout=10)
         self.refresh_status()
 
-    async def _on_error(self, event: Any) -> None:
-        self.notify(event.message, title=event.error_type or "Error", severity="error", timeout=10)
-
-    async def _on_support(self, event: Any) -> None:
-        self.refresh_status()
-
-    async def _on_status(self, event: Any) -> None:
-        self.refresh_status(event.message or event.state)
-
-    # ----- evidence, monitor, copy --------------------------------------------------------------
     def on_verdict_badge_toggled(self, event: VerdictBadge.Toggled) -> None:
         for bubble in self.query(MessageBubble):
             if bubble.badge is event.badge:

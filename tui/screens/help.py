@@ -12,8 +12,10 @@ HELP_TEXT = """\
 # mlx-sdm chat
 
 Every answer is checked by the SDM verifier of the model. The badge under it says
-**verified** (with its calibrated `p_lower` ≥ α′ = 0.95), **rejected** (out of distribution,
-below α′, or index flipped), or **unverifiable** (no verifier fits this model).
+**verified** (the verifier vouches for it: calibrated `p_lower` ≥ α′ = 0.95), **not verified** (the
+question is in scope but the verifier cannot vouch for the answer: not confident enough, similar answers
+judged differently, or likely wrong), **out of scope** (unlike anything the verifier was built on; it says
+what it covers instead), or **unverifiable** (no verifier fits this model).
 Click the badge, or focus it and press enter, to see the evidence: q, d, ⌊q̃⌋ and the
 nearest training exemplars with their labels.
 

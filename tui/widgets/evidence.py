@@ -18,7 +18,7 @@ def evidence_renderable(verdict: Mapping[str, Any], *, text_width: int = EXEMPLA
     """A Rich renderable for a ``Verdict.to_dict()``: the numbers first, then the exemplar table."""
     status = verdict_status(verdict)
     head = Text()
-    head.append(f"{status}", style="bold")
+    head.append(status.replace("_", " "), style="bold")
     if verdict.get("reason"):
         head.append(f" ({reason_label(verdict.get('reason'))})")
     head.append(f"   prediction {verdict.get('prediction')}   p_lower {format_p(verdict.get('p_lower'))}")

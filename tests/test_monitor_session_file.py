@@ -6,7 +6,7 @@ import warnings
 import pytest
 
 from mlx_sdm.errors import DataError
-from mlx_sdm.session.format import (
+from mlx_sdm.monitor.session_file import (
     AUQOutput,
     Session,
     SessionFormatWarning,

@@ -1,0 +1,70 @@
+"""What the session monitor says about ONE answer (monitoring spec § 2.5-2.7, § 3.6): a typed value
+that crosses from the monitors to the turn pipeline, the store, the UI and the server.
+
+A reading holds its own turn only; the per-session history (for sparklines) is kept by whoever
+holds the session (:class:`mlx_sdm.session.monitoring.SessionMonitor.history`), so a stored
+reading does not grow with the session's length.
+
+Other monitors plug in through :attr:`MonitorReading.extra` (``{monitor name: its own dict}``),
+kept and stored as is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Mapping
+
+from mlx_sdm.monitor.auq import EscalationAction, UncertaintyLevel
+
+
+@dataclass
+class MonitorReading:
+    """AUQ level / escalation action / cumulative confidence P_t and TRACER risk for one answer."""
+
+    level: UncertaintyLevel = UncertaintyLevel.LOW
+    action: EscalationAction = EscalationAction.PROCEED
+    cumulative_confidence: float | None = None  # P_t (spec § 2.4)
+    step_confidence: float | None = None  # s_t after fusion (and the verifier cap, § 5.4)
+    tracer_risk: float | None = None  # prefix risk R_t (spec § 3.6)
+    step_risk: float | None = None  # r_t
+    irreversible: bool = False  # an irreversible tool call was proposed
+    inject_reflection: bool = False  # HIGH on an llm/decision step: ask the model to state its uncertainty
+    critical_below: float | None = None  # the CRITICAL floor on P_t
+    auq: dict[str, Any] = field(default_factory=dict)  # StepUncertainty.to_dict()
+    tracer: dict[str, Any] = field(default_factory=dict)  # TracerOutput.to_dict()
+    p_true: dict[str, Any] | None = None  # how much of the KV cache P(True) reused
+    extra: dict[str, Any] = field(default_factory=dict)  # other monitors, by name
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["level"], out["action"] = self.level.value, self.action.value
+        if out["p_true"] is None:
+            del out["p_true"]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "MonitorReading | None":
+        """A stored reading (unknown keys, e.g. an old ``history``, are dropped)."""
+        if not data:
+            return None
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["level"] = UncertaintyLevel(values.get("level") or "low")
+        values["action"] = EscalationAction(values.get("action") or "proceed")
+        for key in ("auq", "tracer", "extra"):
+            values[key] = dict(values.get(key) or {})
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    """One answered turn in a session's monitor history (a sparkline point)."""
+
+    turn: int
+    level: str
+    cumulative_confidence: float | None
+    tracer_risk: float | None
+
+    @classmethod
+    def of(cls, turn: int, reading: MonitorReading) -> "HistoryPoint":
+        return cls(turn, reading.level.value, reading.cumulative_confidence, reading.tracer_risk)

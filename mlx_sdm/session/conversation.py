@@ -1,0 +1,47 @@
+"""A stored session as the model sees it, and the turn waiting for guidance. Pure functions over the
+store's records (no MLX, no store access)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from mlx_sdm.session.events import PauseInfo
+from mlx_sdm.session.store import MessageRecord
+
+#: Answers the model sees again next turn (cancelled, aborted and failed answers are left out).
+ANSWERS_KEPT = {"done", "paused", "resumed"}
+
+
+def conversation_from(records: Sequence[MessageRecord]) -> list[dict[str, str]]:
+    """The chat so far (without a system prompt; the pipeline adds the verifier's): user messages and
+    guidance, kept answers, and a HIGH pause's reflection prompt and the model's reflection."""
+    messages: list[dict[str, str]] = []
+    for m in records:
+        if m.role == "user":
+            messages.append({"role": "user", "content": m.text})
+        elif m.role == "assistant" and m.kind == "chat" and m.status in ANSWERS_KEPT:
+            messages.append({"role": "assistant", "content": m.text})
+            meta = m.metadata or {}
+            if meta.get("reflection_prompt"):
+                messages.append({"role": "system", "content": meta["reflection_prompt"]})
+                if meta.get("reflection"):
+                    messages.append({"role": "assistant", "content": meta["reflection"]})
+    return messages
+
+
+def pending_pause(records: Sequence[MessageRecord]) -> PauseInfo | None:
+    """The paused answer waiting for guidance (None once the user moved on or resumed)."""
+    for m in reversed(records):
+        if m.role == "user" and m.kind in {"chat", "guidance"}:
+            return None
+        if m.role == "assistant" and m.kind == "chat":
+            if m.status != "paused":
+                return None
+            meta, mon = m.metadata or {}, m.monitor or {}
+            return PauseInfo(
+                session_id=m.session_id, message_id=m.id, level=mon.get("level"),
+                confidence=mon.get("cumulative_confidence"),
+                reflection=meta.get("reflection") or meta.get("reflection_prompt"),
+                irreversible=bool(mon.get("irreversible")),
+            )
+    return None

@@ -1,0 +1,116 @@
+"""The escalation ladder (monitoring spec § 2.5-2.6) applied to one answer: what the turn does with
+its monitor reading. ONE vocabulary: the monitor's :class:`EscalationAction` (proceed /
+proceed_with_log / pause_for_human / abort); the stored answer's status follows from it
+(:meth:`TurnStatus.after`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from mlx_sdm.monitor.auq import EscalationAction, UncertaintyLevel
+from mlx_sdm.monitor.reading import MonitorReading
+from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
+
+#: Monitoring spec § 2.6: the reflection injected on HIGH (keeps the phrase "NOT confident").
+REFLECTION_PROMPT = (
+    "Stop and state your uncertainty explicitly before going on. List each point in your current reasoning "
+    "that you are NOT confident about. For every point give (1) what you already know, (2) what you do not "
+    "know, (3) what information would resolve it."
+)
+#: Review-queue reasons added by escalation (beside the verdict's reason codes).
+REASON_ESCALATED_HIGH = "escalated_high"
+REASON_ESCALATED_CRITICAL = "escalated_critical"
+REASON_ESCALATED_IRREVERSIBLE = "escalated_irreversible"
+
+
+class TurnStatus(str, Enum):
+    """How a turn ended (the stored answer's status)."""
+
+    DONE = "done"
+    PAUSED = "paused"
+    RESUMED = "resumed"
+    ABORTED = "aborted"
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+    @classmethod
+    def after(cls, action: EscalationAction) -> "TurnStatus":
+        if action is EscalationAction.ABORT:
+            return cls.ABORTED
+        if action is EscalationAction.PAUSE_FOR_HUMAN:
+            return cls.PAUSED
+        return cls.DONE
+
+
+@dataclass
+class Escalation:
+    """What a turn does with its monitor reading: the action, one line for the user, why the answer
+    goes to review, and whether to ask the model for a reflection (HIGH only, § 2.6)."""
+
+    action: EscalationAction = EscalationAction.PROCEED
+    level: UncertaintyLevel = UncertaintyLevel.LOW
+    message: str = ""
+    review_reasons: list[str] = field(default_factory=list)
+    reflect: bool = False
+    irreversible: bool = False
+    tool_names: list[str] = field(default_factory=list)
+    confidence: float | None = None
+    explanation: str | None = None  # on an abort: why
+
+    @property
+    def status(self) -> TurnStatus:
+        return TurnStatus.after(self.action)
+
+    @property
+    def escalated(self) -> bool:
+        """Something to tell the user (logged, paused or aborted)."""
+        return self.action is not EscalationAction.PROCEED
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def verdict_review_reasons(verdict: DocumentVerdict | None) -> list[str]:
+    """An answer the verifier did not vouch for goes to the review queue under its reason code."""
+    if verdict is None or verdict.status is VerdictStatus.VERIFIED:
+        return []
+    return [verdict.reason or "not_verified"]
+
+
+def plan_escalation(reading: MonitorReading | None, tool_names: list[str],
+                    verdict: DocumentVerdict | None) -> Escalation:
+    """The escalation ladder for one answer: MEDIUM logs, HIGH pauses (with a reflection), CRITICAL
+    aborts, an irreversible tool call pauses already at MEDIUM."""
+    reasons = verdict_review_reasons(verdict)
+    if reading is None:
+        return Escalation(review_reasons=reasons, tool_names=tool_names)
+    common = dict(level=reading.level, irreversible=reading.irreversible, tool_names=tool_names,
+                  confidence=reading.cumulative_confidence)
+    confidence = _fmt(reading.cumulative_confidence)
+    if reading.action is EscalationAction.ABORT:
+        explanation = (
+            f"Aborted: the session's cumulative confidence {confidence} fell below the CRITICAL floor "
+            f"({_fmt(reading.critical_below)}); the answer is kept for review but not used. "
+            "Rephrase the question or start a new chat."
+        )
+        return Escalation(EscalationAction.ABORT, message=explanation, explanation=explanation,
+                          review_reasons=reasons + [REASON_ESCALATED_CRITICAL], **common)
+    if reading.action is EscalationAction.PAUSE_FOR_HUMAN:
+        by_tool = reading.irreversible and reading.level is not UncertaintyLevel.HIGH
+        message = (
+            f"Paused at {reading.level.value.upper()} uncertainty (cumulative confidence {confidence})"
+            + (f" before the irreversible tool call(s) {', '.join(tool_names)}" if reading.irreversible else "")
+            + ". Give guidance to resume."
+        )
+        reflect = reading.level is UncertaintyLevel.HIGH and reading.inject_reflection  # § 2.6: HIGH only
+        return Escalation(EscalationAction.PAUSE_FOR_HUMAN, message=message, reflect=reflect,
+                          review_reasons=reasons + [REASON_ESCALATED_IRREVERSIBLE if by_tool else REASON_ESCALATED_HIGH],
+                          **common)
+    if reading.action is EscalationAction.PROCEED_WITH_LOG:
+        return Escalation(EscalationAction.PROCEED_WITH_LOG,
+                          message=f"MEDIUM uncertainty logged (cumulative confidence {confidence})",
+                          review_reasons=reasons, **common)
+    return Escalation(review_reasons=reasons, **common)

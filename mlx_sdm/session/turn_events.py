@@ -1,0 +1,49 @@
+"""A :class:`~mlx_sdm.session.pipeline.TurnObserver` that turns a running turn into the engine's
+events (:mod:`mlx_sdm.session.events`), in order: tokens → verdict → monitor → escalation →
+reflection tokens → finished."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from mlx_sdm.monitor.reading import MonitorReading
+from mlx_sdm.network.verdict import DocumentVerdict
+from mlx_sdm.session.escalation import Escalation
+from mlx_sdm.session.events import (
+    EngineEvent,
+    EscalationEvent,
+    MonitorEvent,
+    TokenEvent,
+    TurnFinishedEvent,
+    VerdictEvent,
+)
+from mlx_sdm.session.pipeline import TokenPiece, TurnObserver, TurnOutcome
+
+
+class EventObserver(TurnObserver):
+    def __init__(self, emit: Callable[[EngineEvent], None], session_id: str, turn: int, *,
+                 verifier: str | None, monitor: Any = None):
+        self.emit, self.session_id, self.turn = emit, session_id, turn
+        self.verifier_path, self.session_monitor = verifier, monitor
+
+    def token(self, piece: TokenPiece) -> None:
+        self.emit(TokenEvent(session_id=self.session_id, turn=self.turn, text=piece.text, token_id=piece.token_id,
+                             logprob=piece.logprob, phase=piece.phase))
+
+    def verdict(self, verdict: DocumentVerdict | None, unverifiable_reason: str | None) -> None:
+        self.emit(VerdictEvent(session_id=self.session_id, turn=self.turn, verdict=verdict,
+                               unverifiable_reason=unverifiable_reason, verifier=self.verifier_path))
+
+    def monitor(self, reading: MonitorReading) -> None:
+        history = list(getattr(self.session_monitor, "history", []))
+        self.emit(MonitorEvent(session_id=self.session_id, turn=self.turn, reading=reading, history=history))
+
+    def escalation(self, escalation: Escalation) -> None:
+        self.emit(EscalationEvent(session_id=self.session_id, turn=self.turn, escalation=escalation))
+
+    def finished(self, outcome: TurnOutcome, message_id: int, review_id: int | None) -> TurnFinishedEvent:
+        return TurnFinishedEvent(
+            session_id=self.session_id, turn=self.turn, status=outcome.status.value, message_id=message_id,
+            text=outcome.text, reflection=outcome.reflection_shown, explanation=outcome.escalation.explanation,
+            review_id=review_id, unverified_tail=outcome.unverified_tail,
+        )
