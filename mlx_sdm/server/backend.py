@@ -14,6 +14,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from mlx_sdm.session.store import AnswerRecord
+
 from mlx_sdm.server import verdicts
 from mlx_sdm.server.results import ServedAnswer, ServedVerdict
 from mlx_sdm.server.wire import ApiError, ChatMessage, ChatRequest, TokenLogprob, VerifyRequest
@@ -50,7 +52,9 @@ class SessionBackend:
     """Model, verifier and store behind the server. Build and call it on the worker thread only."""
 
     def __init__(self, config: BackendConfig, store: Any, components: Callable[[Any], Any] | None = None):
-        from mlx_sdm.session.engine import EngineConfig, feature_model_id, load_components
+        from mlx_sdm.app.loading import chat_components as load_components
+        from mlx_sdm.session.engine import EngineConfig
+        from mlx_sdm.session.review import feature_model_id
 
         engine_config = EngineConfig(model=config.model, verifier=config.verifier, head=config.head, quantized=config.quantized,
                                      embedder="none", enable_p_true=False, system_prompt=config.system_prompt)
@@ -78,7 +82,7 @@ class SessionBackend:
 
     def _recipe(self) -> tuple[str, str | None]:
         """(delimiter rule, system prompt) the verifier's documents were encoded with."""
-        from mlx_sdm.session.engine import DEFAULT_SYSTEM_PROMPT
+        from mlx_sdm.session.pipeline import DEFAULT_SYSTEM_PROMPT
 
         recipe = getattr(self.verifier, "recipe", None)
         delimiter = recipe.delimiter if recipe is not None else "end_of_turn"
@@ -189,7 +193,9 @@ class SessionBackend:
         Returns True when the support set was rebuilt."""
         if self.verifier is None:
             return False
-        points = self.store.support_points(feature_model=self.feature_model)
+        from mlx_sdm.session.review import verifier_key
+
+        points = self.store.support_points(feature_model=self.feature_model, verifier=verifier_key(self.verifier_name))
         key = tuple(p.decision.id for p in points)
         if key == self._applied_decisions:
             return False
@@ -238,7 +244,7 @@ class SessionBackend:
         verdict = answer.verdict
         cancelled = answer.finish_reason == "cancelled"
         answer.session_id = session_id
-        answer.message_id = self.store.add_answer(
+        answer.message_id = self.store.add_answer(AnswerRecord(
             session_id, answer.text, status="cancelled" if cancelled else "done", prompt=prompt, tokens=tokens,
             token_logprobs=[i.logprob for i in answer.logprobs] if tokens is not None else None,
             features=features, feature_model=self.feature_model if features is not None else None,
@@ -247,7 +253,7 @@ class SessionBackend:
             review_reasons=() if cancelled else verdicts.review_reasons(verdict),
             metadata={"finish_reason": answer.finish_reason, "source": f"api:{source}",
                       "verdict_reason": verdict.reason_code},
-        )
+        ))
 
     # ------------------------------------------------------------------ tokens
 

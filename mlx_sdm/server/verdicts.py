@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mlx_sdm.network.verdict import DocumentVerdict
 from mlx_sdm.server.results import NOT_VERIFIED, OUT_OF_SCOPE, VERIFIED, ServedExemplar, ServedVerdict
 
 ALPHA_TEXT = "0.95"
@@ -37,14 +38,8 @@ def reason_in_words(status: str, code: str | None, verdict: Any) -> str:
 
 def from_estimator(verdict: Any, verifier: str | None) -> ServedVerdict:
     """``calibration.estimator.Verdict`` -> the served verdict (verified = admitted and ŷ = acceptable)."""
-    if verdict.admitted and int(verdict.prediction) == 1:
-        status, code = VERIFIED, None
-    elif not verdict.admitted and verdict.reason == REASON_OUT_OF_DISTRIBUTION:
-        status, code = OUT_OF_SCOPE, REASON_OUT_OF_DISTRIBUTION
-    elif verdict.admitted:
-        status, code = NOT_VERIFIED, REASON_PREDICTED_UNACCEPTABLE
-    else:
-        status, code = NOT_VERIFIED, verdict.reason or "below_threshold"
+    judged = DocumentVerdict(verdict)  # the one rule (mlx_sdm/network/verdict.py)
+    status, code = judged.status.value, judged.reason
     exemplars = tuple(
         ServedExemplar(id=str(e.id), label=int(e.label), label_text=LABEL_WORDS.get(int(e.label), f"label {e.label}"),
                        text=e.text, distance=float(e.distance))
@@ -77,10 +72,10 @@ def cancelled() -> ServedVerdict:
 
 
 def store_status(verdict: ServedVerdict) -> str:
-    """verified | rejected | unverifiable, as the chat stores it."""
+    """verified | not_verified | out_of_scope | unverifiable, as the chat stores it."""
     if verdict.reason_code in {"no_verifier", "empty_answer"}:
         return "unverifiable"
-    return "verified" if verdict.verified else "rejected"
+    return verdict.status
 
 
 def store_dict(verdict: ServedVerdict) -> dict[str, Any] | None:
