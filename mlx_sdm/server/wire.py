@@ -194,6 +194,10 @@ def parse_chat_request(body: bytes, *, known_models: tuple[str, ...], session_he
     if n not in (None, 1):
         raise ApiError(400, "n must be 1: the server answers once per request (send several requests instead)",
                        param="n", code="unsupported_value")
+    if data.get("stop") not in (None, [], ""):
+        raise ApiError(400, "stop sequences are not supported: the answer runs to the end of its turn, so that the "
+                       "verdict covers exactly the text returned; cut the text on your side instead", param="stop",
+                       code="unsupported_value")
     max_tokens = _opt_int(data, "max_completion_tokens", 1)
     if max_tokens is None:
         max_tokens = _opt_int(data, "max_tokens", 1)
