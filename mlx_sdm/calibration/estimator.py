@@ -17,6 +17,7 @@ from mlx_sdm.calibration.activation import flipped, sdm_numpy, softmax_numpy
 from mlx_sdm.calibration.adaptor import ExemplarAdaptor, forward_numpy_batches
 from mlx_sdm.calibration.constants import ALPHA_PRIME, EXEMPLAR_DIM, PAPER_BATCH_SIZE, Q_BINS, RESCALER_BATCH_SIZE, \
     RESCALER_LEARNING_RATE, RESCALER_MAX_EPOCHS
+from mlx_sdm.calibration.canonical import KIND_V1, KIND_V2, KINDS, predict_v2
 from mlx_sdm.calibration.data import LabelledSet, check_fit_sets
 from mlx_sdm.calibration.dkw import dkw_epsilon, effective_sample_sizes, rescaled_output, shifted_vectors
 from mlx_sdm.calibration.knn import SupportIndex
@@ -54,6 +55,9 @@ class FitConfig:
     rescaler_learning_rate: float = RESCALER_LEARNING_RATE
     rescaler_batch_size: int = RESCALER_BATCH_SIZE
     rescaler_max_epochs: int = RESCALER_MAX_EPOCHS
+    #: "v1" = the paper's estimator (arXiv 2502.20167: rescaler, Alg. 3, offsets, Eq. 28);
+    #: "v2" = the canonical estimator (arXiv 2509.12760: q′, v2 Alg. 1, SDM_HR^lower), canonical.py.
+    estimator: str = KIND_V1
 
 
 @dataclass
@@ -123,6 +127,9 @@ class SDMEstimator:
         self.input_dim = int(manifest["input_dim"])
         self.exemplar_dim = int(manifest["exemplar_dim"])
         self.alpha = float(manifest["alpha"])
+        self.kind = str(manifest.get("estimator", KIND_V1))
+        if self.kind not in KINDS:
+            raise ArtifactError(f"manifest estimator kind {self.kind!r} is not one of {KINDS}; use a newer mlx-sdm")
         self.adaptor = ExemplarAdaptor(self.input_dim, self.exemplar_dim, self.num_classes)
         load_params(self.adaptor, state.params)
         self.adaptor.set_normalization(*state.normalization)
@@ -139,6 +146,8 @@ class SDMEstimator:
             raise ValueError("FitConfig: iterations, epochs, batch_size and exemplar_dim must all be at least 1")
         if not 0.5 < config.alpha < 1.0:
             raise ValueError(f"FitConfig: alpha must be in (0.5, 1), got {config.alpha}")
+        if config.estimator not in KINDS:
+            raise ValueError(f"FitConfig: estimator must be one of {KINDS}, got {config.estimator!r}")
         num_classes = check_fit_sets(train, calibration)
         pool = LabelledSet.concat(train, calibration)
         rng = np.random.default_rng(config.seed)
@@ -157,8 +166,11 @@ class SDMEstimator:
                 bar.close()
         q_mins = [r.threshold.q_tilde_min for r in results]  # failed iterations contribute +inf
         q_min_star = best.threshold.q_tilde_min
-        q_min_robust = robust_q_tilde_min(q_min_star, q_mins, config.alpha)  # Eq. 26
-        offsets = output_offsets([r.medians for r in results], num_classes, config.alpha)  # Eq. 27
+        if config.estimator == KIND_V2:  # no robust offsets in the canonical estimator
+            q_min_robust, offsets = q_min_star, np.zeros((num_classes, Q_BINS))
+        else:
+            q_min_robust = robust_q_tilde_min(q_min_star, q_mins, config.alpha)  # Eq. 26
+            offsets = output_offsets([r.medians for r in results], num_classes, config.alpha)  # Eq. 27
         assert best is not None  # iterations >= 1
         est = best.state
         support = pool.subset(best.train_index)
@@ -181,6 +193,7 @@ class SDMEstimator:
             lr_weight=lr_w, lr_bias=lr_b)
         manifest = {
             "format_version": FORMAT_VERSION,
+            "estimator": config.estimator,
             "input_dim": int(train.dim),
             "exemplar_dim": int(config.exemplar_dim),
             "num_classes": num_classes,
@@ -218,7 +231,10 @@ class SDMEstimator:
         return forward_numpy_batches(self.adaptor, embeddings)
 
     def predict_arrays(self, embeddings: np.ndarray) -> dict[str, np.ndarray]:
-        """The § 13 test-time procedure, vectorised. Returns per-row arrays (prediction, q, d, ...)."""
+        """The § 13 test-time procedure (v1) or SDM_HR^lower (v2), vectorised. Per-row arrays
+        (prediction, q, d, p_lower, admitted, ...)."""
+        if self.kind == KIND_V2:
+            return self._predict_arrays_v2(embeddings)
         st = self._state
         z, hp = self._forward(embeddings)  # step 1
         yhat = np.argmax(z, axis=1)
@@ -253,6 +269,22 @@ class SDMEstimator:
                 "q_tilde": q_tilde, "q_tilde_lower": q_tilde_lower, "p_lower": np.maximum(0.0, p_adj),
                 "p_centroid": centroid[rows, yhat], "admitted": admitted, "ood": ood, "flipped": flip_any & ~ood,
                 "softmax": softmax_numpy(z), "logits": z, "exemplar": hp}
+
+    def _predict_arrays_v2(self, embeddings: np.ndarray) -> dict[str, np.ndarray]:
+        st = self._state
+        z, hp = self._forward(embeddings)
+        yhat = np.argmax(z, axis=1)
+        qd = self.index.q_and_nearest(hp, yhat)  # v2 Eq. 4, no exclusion
+        d = distance_quantile(qd.d_nearest, st.dcdf_ca)  # v2 Eq. 5
+        r = predict_v2(z, qd.q, d, st.calibration_q_tilde, st.psi, st.q_tilde_min_star, st.threshold_succeeded,
+                       self.alpha)
+        ood = qd.q == 0
+        q_bin = np.floor(r["q_prime_lower"]).astype(np.int64)
+        return {"prediction": yhat, "q": qd.q, "d": d, "d_nearest": qd.d_nearest, "q_bin": q_bin,
+                "q_tilde": r["q_prime"], "q_tilde_lower": r["q_prime_lower"],
+                "p_lower": r["p_lower"],
+                "p_centroid": r["p_centroid"], "admitted": r["admitted"], "ood": ood,
+                "flipped": np.zeros(len(yhat), bool), "softmax": softmax_numpy(z), "logits": z, "exemplar": hp}
 
     def q_and_d(self, embeddings: np.ndarray, distance_cdfs: str = "calibration") -> dict[str, np.ndarray]:
         """ŷ, q (Eq. 5, no self-exclusion, not flip-adjusted), d_nearest and d (Eq. 6) for each row.

@@ -20,6 +20,8 @@ from mlx.utils import tree_flatten, tree_unflatten
 from mlx_sdm.calibration.activation import flipped, sdm_loss, sdm_numpy, softmax_numpy
 from mlx_sdm.calibration.adaptor import ExemplarAdaptor, forward_numpy_batches, scalar_normalization
 from mlx_sdm.calibration.constants import ADAM_BETAS, ADAM_EPS, SOFTMAX_D, SOFTMAX_Q
+from mlx_sdm.calibration.canonical import KIND_V1, KIND_V2, balanced_sdm_loss, find_threshold_v2, \
+    rescaled_similarity_v2
 from mlx_sdm.calibration.dkw import rescaled_output
 from mlx_sdm.calibration.knn import SupportIndex
 from mlx_sdm.calibration.rescaler import quantile_vector, rescaled_similarity, train_rescaler
@@ -45,9 +47,12 @@ class Reestimate:
     outcdf: list[np.ndarray]
     v_ca: np.ndarray
     q_tilde_ca: np.ndarray
-    metric: float
+    metric: float  # the selection metric (larger is better): balanced median q (v1), −balanced sdm loss (v2)
     train_accuracy: float
     calibration_accuracy: float
+    q_ca_raw: np.ndarray | None = None  # q of D_ca before the flip rule (v2 has none)
+    d_ca: np.ndarray | None = None
+    balanced_median_q: float = 0.0
 
 
 def balanced_median_q(q: np.ndarray, labels: np.ndarray, num_classes: int) -> float:
@@ -56,7 +61,7 @@ def balanced_median_q(q: np.ndarray, labels: np.ndarray, num_classes: int) -> fl
 
 
 def reestimate(adaptor: ExemplarAdaptor, h_tr: np.ndarray, y_tr: np.ndarray, h_ca: np.ndarray, y_ca: np.ndarray,
-               num_classes: int, knn_backend: str) -> Reestimate:
+               num_classes: int, knn_backend: str, kind: str = KIND_V1) -> Reestimate:
     z_tr, hp_tr = forward_numpy_batches(adaptor, h_tr)
     z_ca, hp_ca = forward_numpy_batches(adaptor, h_ca)
     yhat_tr = np.argmax(z_tr, axis=1)
@@ -69,15 +74,20 @@ def reestimate(adaptor: ExemplarAdaptor, h_tr: np.ndarray, y_tr: np.ndarray, h_c
     dcdf_ca = class_distance_cdfs(ca.d_nearest, y_ca, ca.q, num_classes)
     d_tr = distance_quantile(tr.d_nearest, dcdf_tr)  # Eq. 6 with the training dCDFs
     d_ca = distance_quantile(ca.d_nearest, dcdf_ca)  # Eq. 6 with the calibration dCDFs
-    q_tr = np.where(flipped(sdm_numpy(z_tr, tr.q, d_tr), yhat_tr), 0, tr.q)  # § 6.3 flips → q := 0
+    # § 6.3 flips → q := 0 (v1 only: the canonical estimator has no flip rule)
+    q_tr = np.where(flipped(sdm_numpy(z_tr, tr.q, d_tr), yhat_tr) & (kind == KIND_V1), 0, tr.q)
     s_ca = sdm_numpy(z_ca, ca.q, d_ca)  # Eq. 7
     q_ca = np.where(flipped(s_ca, yhat_ca), 0, ca.q)
     outcdf = [np.sort(s_ca[y_ca == c, c]) for c in range(num_classes)]  # Eq. 9 eCDFs (all D_ca points)
     v_ca = quantile_vector(s_ca, outcdf)  # Eq. 9
     q_tilde_ca = rescaled_similarity(v_ca, yhat_ca, q_ca)  # Eq. 10
+    median_q = balanced_median_q(q_ca, y_ca, num_classes)
+    # v1 selects by the balanced median q (Alg. 1); v2 by the minimum balanced calibration sdm loss
+    # (q without flip adjustment, d from D_ca's own dCDFs)
+    metric = median_q if kind == KIND_V1 else -balanced_sdm_loss(z_ca, y_ca, ca.q, d_ca, num_classes)
     return Reestimate(hp_tr, yhat_tr, q_tr, d_tr, z_ca, yhat_ca, q_ca, dcdf_tr, dcdf_ca, outcdf, v_ca, q_tilde_ca,
-                      balanced_median_q(q_ca, y_ca, num_classes), float(np.mean(yhat_tr == y_tr)),
-                      float(np.mean(yhat_ca == y_ca)))
+                      metric, float(np.mean(yhat_tr == y_tr)), float(np.mean(yhat_ca == y_ca)),
+                      ca.q, d_ca, median_q)
 
 
 @dataclass
@@ -103,10 +113,13 @@ class IterationResult:
         return {
             "iteration": self.iteration,
             "epoch_chosen": self.epoch,
-            "balanced_median_q": self.state.metric,
+            "balanced_median_q": self.state.balanced_median_q,
+            "selection_metric": self.state.metric,
             "train_accuracy": self.state.train_accuracy,
             "calibration_accuracy": self.state.calibration_accuracy,
             "q_tilde_min": self.threshold.q_tilde_min if self.threshold.succeeded else None,
+            "psi": [float(x) for x in self.threshold.psi],
+            "rescaler": np.asarray(self.rescaler_weight, dtype=np.float64).round(6).tolist(),
             "rescaler_epochs": self.rescaler_epochs,
             "final_loss": self.losses[-1] if self.losses else None,
             "seconds": round(self.seconds, 3),
@@ -159,7 +172,7 @@ def run_iteration(iteration: int, pool_h: np.ndarray, pool_y: np.ndarray, num_cl
             batches += 1
         losses.append(total / max(batches, 1))
         # re-estimation pass: ŷ_tr, q, d for both sets, eCDFs, v and q̃ (Alg. 1)
-        est = reestimate(adaptor, h_tr, y_tr, h_ca, y_ca, num_classes, config.knn_backend)
+        est = reestimate(adaptor, h_tr, y_tr, h_ca, y_ca, num_classes, config.knn_backend, config.estimator)
         q_tr, d_tr = est.q_tr.astype(np.float64), est.d_tr
         if est.metric >= best_metric:  # ties → later epoch
             best_metric = est.metric
@@ -168,6 +181,9 @@ def run_iteration(iteration: int, pool_h: np.ndarray, pool_y: np.ndarray, num_cl
             progress({"iteration": iteration, "iterations": config.iterations, "epoch": epoch,
                       "epochs": config.epochs, "loss": losses[-1], "balanced_q": est.metric})
     epoch, params, est = best
+    if config.estimator == KIND_V2:
+        return _finish_v2(iteration, epoch, params, (mu, sigma), tr_idx, ca_idx, est, y_ca, num_classes, config,
+                          losses, start)
     # Alg. 2 on the cached (v, q̃, y) of D_ca at the selected epoch
     resc = train_rescaler(est.v_ca, est.q_tilde_ca, y_ca, num_classes, seed=int(rng.integers(0, 2**31 - 1)),
                           learning_rate=config.rescaler_learning_rate, batch_size=config.rescaler_batch_size,
@@ -179,6 +195,18 @@ def run_iteration(iteration: int, pool_h: np.ndarray, pool_y: np.ndarray, num_cl
     cal_q_tilde = [np.sort(est.q_tilde_ca[y_ca == c]) for c in range(num_classes)]  # Eq. 12 pools
     return IterationResult(iteration, epoch, params, (mu, sigma), tr_idx, ca_idx, est, resc.weight, resc.epochs_run,
                            thr, medians, cal_q_tilde, losses, time.time() - start)
+
+
+def _finish_v2(iteration, epoch, params, normalization, tr_idx, ca_idx, est: Reestimate, y_ca, num_classes, config,
+               losses, start) -> IterationResult:
+    """The canonical estimator's end of an iteration: v2 Alg. 1 on the cached calibration (q′, SDM(z′), y);
+    no rescaler (W'' = I is stored only to keep one file layout), no offsets."""
+    probs = sdm_numpy(est.z_ca, est.q_ca_raw, est.d_ca)
+    q_prime = rescaled_similarity_v2(probs, est.yhat_ca, est.q_ca_raw)  # v2 Eq. 8
+    thr = find_threshold_v2(q_prime, probs, y_ca, num_classes, config.alpha)
+    cal_q_prime = [np.sort(q_prime[y_ca == c]) for c in range(num_classes)]  # v2 Eq. 11 pools (OOD included)
+    return IterationResult(iteration, epoch, params, normalization, tr_idx, ca_idx, est, np.eye(num_classes), 0, thr,
+                           {}, cal_q_prime, losses, time.time() - start)
 
 
 def load_params(adaptor: ExemplarAdaptor, params: dict[str, np.ndarray]) -> None:

@@ -7,28 +7,31 @@ import sys
 
 from mlx_sdm.calibration.data import read_embedding_jsonl
 from mlx_sdm.calibration.estimator import SDMEstimator
-from mlx_sdm.calibration.evaluation import evaluate, format_table, format_training, plot
+from mlx_sdm.calibration.evaluation import add_estimator_row, evaluate, format_table, format_training, plot
 from mlx_sdm.errors import MlxSdmError
 
 EPILOG = """
 Prints, for the labelled input rows:
   * class-conditional (y=c) and prediction-conditional (ŷ=c) accuracy of the admitted rows and
     the admitted proportion (admitted in the stratum / all rows), and the marginal, for
-    no-reject, the plain softmax >= alpha' baseline and the SDM estimator's p_lower;
+    no-reject, the plain softmax >= alpha' baseline and the SDM estimator's p_lower (one row per
+    --estimator: give a v1 and a v2 estimator to compare the two kinds in one table);
   * whether every admitted stratum reaches alpha' (the estimator's promise; rejecting
     everything also keeps it);
   * training accuracy, the epoch chosen in each iteration, and a logistic-regression reference.
 --plot FILE.png draws a reliability diagram and the admitted accuracy by q~ bin.
 
-example:
+examples:
   mlx-sdm report --estimator my-estimator test.jsonl --plot report.png
+  mlx-sdm report --estimator est-v1 --estimator est-v2 test.jsonl     # both estimator kinds
 """
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mlx-sdm report", description="Table-1 calibration report on labelled rows.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--estimator", required=True, metavar="DIR", help="folder written by `mlx-sdm train`")
+    p.add_argument("--estimator", required=True, metavar="DIR", action="append",
+                   help="folder written by `mlx-sdm train` (repeat to compare estimators on the same rows)")
     p.add_argument("input", metavar="IN.jsonl", help="labelled rows {id, label, embedding}")
     p.add_argument("--plot", metavar="FILE.png", help="write the reliability diagram and q~-bin accuracy here")
     return p
@@ -37,16 +40,26 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        est = SDMEstimator.load(args.estimator)
+        estimators = [SDMEstimator.load(path) for path in args.estimator]
+        est = estimators[0]
         data = read_embedding_jsonl(args.input, require_label=True, expected_dim=est.input_dim)
         if int(data.labels.max()) >= est.num_classes:
             line = int((data.labels >= est.num_classes).argmax()) + 1
             raise MlxSdmError(f"{args.input}:{line}: field 'label': {int(data.labels[line - 1])} is not a class of this "
                               f"estimator (0..{est.num_classes - 1})")
+        for path, other in zip(args.estimator[1:], estimators[1:]):
+            if other.input_dim != est.input_dim or other.num_classes != est.num_classes:
+                raise MlxSdmError(f"{path}: input_dim {other.input_dim} / {other.num_classes} classes differ from "
+                                  f"{args.estimator[0]} ({est.input_dim} / {est.num_classes}); compare estimators "
+                                  f"trained on the same embeddings and classes")
         ev = evaluate(est, data, name=args.input)
+        for other in estimators[1:]:
+            add_estimator_row(ev, evaluate(other, data, name=args.input))
         print(format_table(ev))
-        print()
-        print(format_training(est.manifest))
+        for path, other in zip(args.estimator, estimators):
+            print()
+            print(f"{path} (estimator kind {other.kind}):")
+            print(format_training(other.manifest))
         if args.plot:
             plot([ev], args.plot)
             print(f"wrote {args.plot}")

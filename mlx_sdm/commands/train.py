@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-normalize", action="store_true", help="skip the scalar (mu, sigma) input normalisation")
     p.add_argument("--knn-backend", choices=("auto", "mlx", "numpy", "faiss"), default=DEFAULT_KNN_BACKEND,
                    help="exact kNN backend (default %(default)s; faiss needs faiss-cpu)")
+    p.add_argument("--estimator", choices=("v1", "v2"), default="v1",
+                   help="v1 = the paper's estimator (rescaler, Alg. 3, offsets, Eq. 28; default); v2 = the canonical "
+                        "estimator of the SDM-activations paper (q' = min(q, (2+q)^sdm), no rescaler, DKW-lowered d)")
     p.add_argument("--paper-settings", action="store_true",
                    help="use the paper's lr 1e-5, 50 epochs, J=10 and rescaler batch 1 at lr 1e-4 (slow, may under-train)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -87,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace) -> FitConfig:
     cfg = FitConfig(alpha=args.alpha, seed=args.seed, batch_size=args.batch_size, exemplar_dim=args.exemplar_dim,
-                    normalize=not args.no_normalize, knn_backend=args.knn_backend)
+                    normalize=not args.no_normalize, knn_backend=args.knn_backend,
+                    estimator=getattr(args, "estimator", "v1"))
     if getattr(args, "paper_settings", False):
         cfg.learning_rate, cfg.epochs, cfg.iterations = PAPER_LEARNING_RATE, PAPER_EPOCHS, PAPER_ITERATIONS
         cfg.rescaler_learning_rate, cfg.rescaler_batch_size = PAPER_RESCALER_LEARNING_RATE, PAPER_RESCALER_BATCH_SIZE
