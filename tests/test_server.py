@@ -21,6 +21,7 @@ openai = pytest.importorskip("openai")
 uvicorn = pytest.importorskip("uvicorn")
 
 from mlx_sdm.calibration.estimator import Exemplar, Verdict  # noqa: E402
+from mlx_sdm.network.verdict import DocumentVerdict  # noqa: E402
 from mlx_sdm.commands.serve import bind_socket  # noqa: E402
 from mlx_sdm.server import verdicts  # noqa: E402
 from mlx_sdm.server.app import ServerConfig, build_app  # noqa: E402
@@ -285,16 +286,17 @@ def _verdict(prediction: int, admitted: bool, reason: str | None, p_lower: float
                    exemplars=[Exemplar(id="a", label=1, prediction=1, distance=0.1, text="an example")])
 
 
-@pytest.mark.parametrize("verdict,status,code,words", [
-    (_verdict(1, True, None, 0.97), "verified", None, "Verified"),
-    (_verdict(0, True, None, 0.97), "not_verified", "predicted_unacceptable", "NOT acceptable"),
-    (_verdict(1, False, "below_threshold", 0.7), "not_verified", "below_threshold", "below 0.95"),
-    (_verdict(1, False, "index_flipped", None), "not_verified", "index_flipped", "disagree"),
-    (_verdict(1, False, "out_of_distribution", None), "out_of_scope", "out_of_distribution", "unlike anything"),
+@pytest.mark.parametrize("verdict,status,code", [
+    (_verdict(1, True, None, 0.97), "verified", None),
+    (_verdict(0, True, None, 0.97), "not_verified", "predicted_unacceptable"),
+    (_verdict(1, False, "below_threshold", 0.7), "not_verified", "below_threshold"),
+    (_verdict(1, False, "index_flipped", None), "not_verified", "index_flipped"),
+    (_verdict(1, False, "out_of_distribution", None), "out_of_scope", "out_of_distribution"),
 ])
-def test_verdict_states_and_reasons_in_words(verdict, status, code, words):
-    served = verdicts.from_estimator(verdict, "v")
-    assert (served.status, served.reason_code) == (status, code) and words in served.reason
-    assert served.exemplars[0].label_text == "an acceptable answer"
-    assert verdicts.review_reasons(served) == ([] if status == "verified" else [code])
-    assert verdicts.store_dict(served)["status"] == status
+def test_served_verdict_carries_the_one_rule_and_its_words(verdict, status, code):
+    judged = DocumentVerdict(verdict)
+    served = verdicts.from_document(judged, "v")
+    assert (served.status, served.reason_code) == (status, code)
+    assert served.reason == judged.explanation() and served.verified == (status == "verified")
+    assert set(served.to_json()) == VERDICT_KEYS and served.exemplars[0].label_text == "an acceptable answer"
+    assert verdicts.store_dict(served)["status"] == status and verdicts.store_status(served) == status

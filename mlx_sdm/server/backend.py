@@ -1,6 +1,9 @@
-"""The server's ONE adapter to the session layer: load the model and verifier, answer a chat,
-verify an answer made elsewhere, store every served turn in the chat store, and pick up review
-decisions made anywhere (the TUI in another process included) before each verdict.
+"""The server's ONE adapter to the session layer. A chat request is a
+:class:`~mlx_sdm.session.pipeline.TurnRequest` run through the :class:`TurnPipeline` (generate with
+features in the same pass → the verifier's :class:`DocumentVerdict`); ``/v1/verify`` is the
+pipeline's force-decoding verdict; every served turn is stored in the chat store like the chat's own
+(answer + verdict + review entry in one transaction); review decisions made anywhere (the TUI in
+another process included) reach the verifier through the :class:`ReviewService` before each verdict.
 
 Everything here runs on the model worker's thread (:mod:`mlx_sdm.server.worker`); the HTTP layer
 sees only typed results (:mod:`mlx_sdm.server.results`) and :class:`~mlx_sdm.server.wire.ApiError`.
@@ -8,13 +11,12 @@ sees only typed results (:mod:`mlx_sdm.server.results`) and :class:`~mlx_sdm.ser
 
 from __future__ import annotations
 
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
-
-from mlx_sdm.session.store import AnswerRecord
 
 from mlx_sdm.server import verdicts
 from mlx_sdm.server.results import ServedAnswer, ServedVerdict
@@ -23,7 +25,7 @@ from mlx_sdm.server.wire import ApiError, ChatMessage, ChatRequest, TokenLogprob
 DEFAULT_MAX_TOKENS = 256
 API_TITLE_PREFIX = "API · "
 
-#: on_token(piece of text, its logprob entry) -> keep going?
+#: on_token(piece of text, its logprob entry or None for a detokenizer tail) -> keep going?
 TokenSink = Callable[[str, "TokenLogprob | None"], bool]
 
 
@@ -41,71 +43,56 @@ class BackendConfig:
 
 @dataclass
 class Prepared:
-    """A request checked against the model's context: the messages the model sees and their token ids."""
+    """A request checked against the model's context: the conversation and its answer budget."""
 
     messages: list[dict]
-    ids: list[int]
+    prompt_tokens: int
     max_tokens: int
 
 
 class SessionBackend:
-    """Model, verifier and store behind the server. Build and call it on the worker thread only."""
+    """Pipeline, review service and store behind the server. Build and call it on the worker thread only."""
 
     def __init__(self, config: BackendConfig, store: Any, components: Callable[[Any], Any] | None = None):
-        from mlx_sdm.app.loading import chat_components as load_components
-        from mlx_sdm.session.engine import EngineConfig
-        from mlx_sdm.session.review import feature_model_id
+        from mlx_sdm.app.loading import load_components
+        from mlx_sdm.session.pipeline import TurnPipeline
+        from mlx_sdm.session.review import ReviewService
 
-        engine_config = EngineConfig(model=config.model, verifier=config.verifier, head=config.head, quantized=config.quantized,
-                                     embedder="none", enable_p_true=False, system_prompt=config.system_prompt)
         self.config = config
         self.store = store
-        self.components = (components or load_components)(engine_config)
+        self.components = components(config) if components is not None else load_components(
+            config.model, verifier=config.verifier, head=config.head, embedder="none", quantized=config.quantized)
         self.lm = self.components.lm
+        self.pipeline = TurnPipeline(self.components)
+        self.review = ReviewService(store, self.components)
         self.model_id = str(self.lm.name)
         self.max_context = int(getattr(self.lm, "max_context", 2048))
         self.created = int(time.time())
-        self.feature_model = feature_model_id(self.lm.fingerprint)
-        self._applied_decisions: tuple[int, ...] = ()
+        self._applied: tuple[int, ...] | None = None
         self._sessions: dict[str, str] = {}
+        self._prefix = None  # the last conversation's KV cache (reused when the next request extends it)
         self.sync_reviews()
-
-    # ------------------------------------------------------------------ what the verifier expects
-
-    @property
-    def verifier(self) -> Any | None:
-        return self.components.verifier
 
     @property
     def verifier_name(self) -> str | None:
-        return self.components.verifier_path if self.verifier is not None else None
+        return self.components.verifier_path if self.components.verifier is not None else None
 
-    def _recipe(self) -> tuple[str, str | None]:
-        """(delimiter rule, system prompt) the verifier's documents were encoded with."""
-        from mlx_sdm.session.pipeline import DEFAULT_SYSTEM_PROMPT
+    def options(self, max_tokens: int, temperature: float = 0.0, top_logprobs: int = 0):
+        """Turn options of a served answer: no session monitor (no P(True), no reflection)."""
+        from mlx_sdm.session.pipeline import TurnOptions
 
-        recipe = getattr(self.verifier, "recipe", None)
-        delimiter = recipe.delimiter if recipe is not None else "end_of_turn"
-        if self.config.system_prompt is not None:
-            return delimiter, self.config.system_prompt or None
-        return delimiter, (recipe.system if recipe is not None and recipe.system else DEFAULT_SYSTEM_PROMPT)
-
-    def _chat_messages(self, messages: tuple[ChatMessage, ...]) -> list[dict]:
-        """The client's messages; when it sends no system message, the verifier's (as the chat does)."""
-        out = [{"role": m.role, "content": m.content} for m in messages]
-        _, system = self._recipe()
-        if system and not any(m.role == "system" for m in messages):
-            out.insert(0, {"role": "system", "content": system})
-        return out
+        return TurnOptions(max_tokens=max_tokens, temperature=temperature, system_prompt=self.config.system_prompt,
+                           enable_p_true=False, generate_reflection=False, top_logprobs=top_logprobs)
 
     # ------------------------------------------------------------------ requests
 
     def prepare(self, messages: tuple[ChatMessage, ...], max_tokens: int | None) -> Prepared:
-        """Render the prompt and check it fits the context with the answer budget (400 naming the field if not)."""
+        """Check the prompt (with the system message the pipeline adds) fits the context with the answer
+        budget; a 400 naming the field if not."""
         from mlx_sdm.lm.prompt import render_prompt
 
-        chat = self._chat_messages(messages)
-        ids = render_prompt(self.lm.tokenizer, chat)
+        chat = [{"role": m.role, "content": m.content} for m in messages]
+        ids = render_prompt(self.lm.tokenizer, self.pipeline.with_system(chat, self.options(1)))
         room = self.max_context - len(ids)
         if room < 1:
             raise ApiError(400, f"messages are {len(ids)} tokens, longer than the model's context of "
@@ -115,102 +102,73 @@ class SessionBackend:
             raise ApiError(400, f"messages ({len(ids)} tokens) plus max_tokens ({max_tokens}) exceed the model's "
                            f"context of {self.max_context} tokens; ask for at most {room}", param="max_tokens",
                            code="context_length_exceeded")
-        budget = min(max_tokens or self.config.max_tokens, room)
-        return Prepared(messages=chat, ids=ids, max_tokens=budget)
+        return Prepared(messages=chat, prompt_tokens=len(ids), max_tokens=min(max_tokens or self.config.max_tokens, room))
 
     def complete(self, request: ChatRequest, prepared: Prepared, on_token: TokenSink | None = None) -> ServedAnswer:
-        """Generate an answer (features captured in the same pass), judge it, store the turn."""
-        from mlx_sdm.lm.generation import GenerationConfig, stream_generate_features
+        """One turn through the pipeline (tokens streamed to ``on_token``), judged and stored."""
+        from mlx_sdm.session.escalation import TurnStatus
+        from mlx_sdm.session.pipeline import TurnRequest
 
-        delimiter, _ = self._recipe()
-        capture = _TopCapture(request.top_logprobs, request.temperature)
-        config = GenerationConfig(max_tokens=prepared.max_tokens, delimiter=delimiter, sampler=capture,
-                                  stop_at_delimiter=delimiter != "end_of_turn", max_context=self.max_context)
-        stopped = [False]
-        items: list[TokenLogprob] = []
-        result = None
+        self.sync_reviews()
+        stop = threading.Event()
+        observer = _TokenStream(on_token, stop, self._piece)
+        options = self.options(prepared.max_tokens, request.temperature, request.top_logprobs)
+        prefix, self._prefix = self._prefix, None  # one cached conversation at a time
+        outcome = self.pipeline.run(TurnRequest(prepared.messages, options), observer=observer, stop=stop, prefix=prefix)
+        self._prefix = outcome.prefix
+        cancelled = outcome.status is TurnStatus.CANCELLED
         t0 = time.perf_counter()
-        for chunk in stream_generate_features(self.lm, prepared.ids, config, head=self.components.head,
-                                              stop=lambda: stopped[0]):
-            if chunk.result is not None:
-                result = chunk.result
-                if chunk.text and on_token is not None:  # the detokenizer's flushed tail
-                    on_token(chunk.text, None)
-                continue
-            item = TokenLogprob(self._piece(chunk.token), float(chunk.logprob), capture.top(len(items), self._piece))
-            items.append(item)
-            if on_token is not None and not on_token(chunk.text, item):
-                stopped[0] = True
-        generation_s = time.perf_counter() - t0
-        cancelled = result.finish_reason == "cancelled"
-        t1 = time.perf_counter()
-        verdict = verdicts.cancelled() if cancelled else self._judge(result.features.vector if result.tokens else None)
-        verify_s = time.perf_counter() - t1
-        finish = {"delimiter": "stop", "stop": "stop", "length": "length"}.get(result.finish_reason, "stop")
-        answer = ServedAnswer(text=result.text, finish_reason="cancelled" if cancelled else finish,
-                              prompt_tokens=len(prepared.ids), completion_tokens=len(result.tokens), verdict=verdict,
-                              logprobs=items, verify_s=verify_s, generation_s=generation_s)
-        features = None if cancelled or not result.tokens else np.asarray(result.features.vector, dtype=np.float32)
-        self._store_turn(request.conversation, request.messages, prepared.messages, answer, features,
-                         tokens=[i.token for i in items], source="chat")
+        verdict = (verdicts.without_verdict(verdicts.CANCELLED, "the answer was stopped before it was finished")
+                   if cancelled else self._served(outcome.verdict, outcome.unverifiable_reason))
+        finish = "cancelled" if cancelled else ("length" if outcome.finish_reason == "length" else "stop")
+        answer = ServedAnswer(text=outcome.text, finish_reason=finish, prompt_tokens=outcome.prompt_tokens,
+                              completion_tokens=len(outcome.tokens), verdict=verdict, logprobs=observer.items,
+                              generation_s=outcome.generation_s)
+        self._store_turn(request.conversation, request.messages, outcome.messages, answer,
+                         None if cancelled else outcome.features, tokens=outcome.tokens, source="chat",
+                         extra={"judged_text": outcome.judged_text} if outcome.unverified_tail else {})
+        answer.verify_s = time.perf_counter() - t0
         return answer
 
     def verify(self, request: VerifyRequest) -> ServedAnswer:
-        """Force-decode an answer made elsewhere through the local model and judge it; store the turn."""
-        from mlx_sdm.lm.features import force_decode_document
-
-        chat = self._chat_messages(request.messages)
+        """Force-decode an answer made elsewhere through the local model, judge it, store the turn."""
+        self.sync_reviews()
         prepared = self.prepare(request.messages, None)
-        completion_ids = self.lm.tokenizer.encode(request.completion, add_special_tokens=False)
-        if len(prepared.ids) + len(completion_ids) + 1 > self.max_context:
-            raise ApiError(400, f"messages ({len(prepared.ids)} tokens) plus completion ({len(completion_ids)} tokens) "
-                           f"exceed the model's context of {self.max_context} tokens", param="completion",
+        completion_tokens = len(self.lm.tokenizer.encode(request.completion, add_special_tokens=False))
+        if prepared.prompt_tokens + completion_tokens + 1 > self.max_context:
+            raise ApiError(400, f"messages ({prepared.prompt_tokens} tokens) plus completion ({completion_tokens} "
+                           f"tokens) exceed the model's context of {self.max_context} tokens", param="completion",
                            code="context_length_exceeded")
-        delimiter, _ = self._recipe()
         t0 = time.perf_counter()
-        document = force_decode_document(self.lm, chat, request.completion, delimiter=delimiter)
-        verdict = self._judge(np.asarray(document.vector, dtype=np.float32))
-        answer = ServedAnswer(text=request.completion, finish_reason="stop", prompt_tokens=len(prepared.ids),
-                              completion_tokens=len(completion_ids), verdict=verdict, verify_s=time.perf_counter() - t0)
-        self._store_turn(request.conversation, request.messages, chat, answer,
-                         np.asarray(document.vector, dtype=np.float32), tokens=None, source="verify")
+        options = self.options(1)
+        features = self.pipeline.features_for(prepared.messages, request.completion, options)
+        judged, why = self.pipeline.verify(features, request.completion, options)
+        answer = ServedAnswer(text=request.completion, finish_reason="stop", prompt_tokens=prepared.prompt_tokens,
+                              completion_tokens=completion_tokens, verdict=self._served(judged, why),
+                              verify_s=time.perf_counter() - t0)
+        self._store_turn(request.conversation, request.messages, self.pipeline.with_system(prepared.messages, options),
+                         answer, features, tokens=None, source="verify")
         return answer
 
     # ------------------------------------------------------------------ verdicts and review decisions
 
-    def _judge(self, features: np.ndarray | None) -> ServedVerdict:
-        if self.verifier is None:
-            return verdicts.no_verifier(self.components.unverifiable_reason)
-        if features is None:
-            return verdicts.no_features()
-        self.sync_reviews()
-        verdict = self.verifier.verify_features(np.asarray(features, dtype=np.float32))
-        return verdicts.from_estimator(verdict, self.verifier_name)
+    def _served(self, judged: Any, why: str | None) -> ServedVerdict:
+        if judged is not None:
+            return verdicts.from_document(judged, self.verifier_name)
+        code = verdicts.NO_VERIFIER if self.components.verifier is None else verdicts.EMPTY_ANSWER
+        return verdicts.without_verdict(code, why or "no verifier judged this answer")
 
     def sync_reviews(self) -> bool:
-        """Make the support set = the base verifier + every active review decision on this model, when
-        the store's decisions changed since last time (the TUI in another process may have decided).
-        Returns True when the support set was rebuilt."""
-        if self.verifier is None:
+        """The support set = the base verifier + every active review decision given under it, rebuilt
+        when the store's decisions changed since the last verdict (the TUI in another process may have
+        decided). Returns True when it was rebuilt."""
+        if self.components.verifier is None:
             return False
-        from mlx_sdm.session.review import verifier_key
-
-        points = self.store.support_points(feature_model=self.feature_model, verifier=verifier_key(self.verifier_name))
-        key = tuple(p.decision.id for p in points)
-        if key == self._applied_decisions:
+        key = tuple(p.decision.id for p in self.review.points())
+        if key == self._applied:
             return False
-        if self._applied_decisions and self.components.verifier_path is not None:  # start from the base again
-            from mlx_sdm.network.verifier import DocumentVerifier
-
-            self.components.verifier = DocumentVerifier.load(self.components.verifier_path,
-                                                             expect_fingerprint=self.lm.fingerprint)
-        held = set(self.verifier.estimator.support_ids)
-        new = [p for p in points if p.decision.support_id not in held]
-        if new:
-            self.verifier.estimator.add_support(
-                [p.decision.support_id for p in new], np.stack([p.features for p in new]).astype(np.float32),
-                np.array([p.label for p in new], dtype=np.int64), [p.text for p in new])
-        self._applied_decisions = key
+        self.review.apply_all(save=False, reload=self._applied is not None)  # first time: just loaded
+        self._applied = key
         return True
 
     # ------------------------------------------------------------------ the store
@@ -218,76 +176,70 @@ class SessionBackend:
     def session_for(self, conversation: str | None, first_text: str) -> str:
         """The store session of a conversation id (an existing session id is used as is; any other id
         gets its own session, found again by title); no id: a new session per request."""
+        from mlx_sdm.errors import DataError
+
         if conversation is None:
             return self.store.create_session(API_TITLE_PREFIX + first_text.strip()[:48], model=self.model_id,
                                              verifier=self.verifier_name).id
-        if conversation in self._sessions:
-            return self._sessions[conversation]
-        from mlx_sdm.errors import DataError
-
-        try:
-            found = self.store.get_session(conversation).id
-        except DataError:
-            title = API_TITLE_PREFIX + conversation
-            found = next((s.id for s in self.store.list_sessions() if s.title == title), None)
-            if found is None:
-                found = self.store.create_session(title, model=self.model_id, verifier=self.verifier_name).id
-        self._sessions[conversation] = found
-        return found
+        if conversation not in self._sessions:
+            try:
+                found = self.store.get_session(conversation).id
+            except DataError:
+                title = API_TITLE_PREFIX + conversation
+                found = next((s.id for s in self.store.list_sessions() if s.title == title), None)
+                found = found or self.store.create_session(title, model=self.model_id, verifier=self.verifier_name).id
+            self._sessions[conversation] = found
+        return self._sessions[conversation]
 
     def _store_turn(self, conversation: str | None, messages: tuple[ChatMessage, ...], prompt: list[dict],
-                    answer: ServedAnswer, features: np.ndarray | None, *, tokens: list[str] | None, source: str) -> None:
-        """The client's last user message and the answer with its verdict (and review entry when not verified)."""
+                    answer: ServedAnswer, features: np.ndarray | None, *, tokens: list[str] | None, source: str,
+                    extra: dict | None = None) -> None:
+        """The client's last user message, then the answer with its verdict and (when not verified) its
+        review entry in one transaction, as the chat stores a turn."""
+        from mlx_sdm.session.escalation import verdict_review_reasons
+        from mlx_sdm.session.store import AnswerRecord
+
         user_text = next(m.content for m in reversed(messages) if m.role == "user" and m.content.strip())
         session_id = self.session_for(conversation, user_text)
         self.store.add_message(session_id, "user", user_text, metadata={"source": f"api:{source}"})
-        verdict = answer.verdict
-        cancelled = answer.finish_reason == "cancelled"
-        answer.session_id = session_id
-        answer.message_id = self.store.add_answer(AnswerRecord(
+        verdict, cancelled = answer.verdict, answer.finish_reason == "cancelled"
+        record = AnswerRecord(
             session_id, answer.text, status="cancelled" if cancelled else "done", prompt=prompt, tokens=tokens,
             token_logprobs=[i.logprob for i in answer.logprobs] if tokens is not None else None,
-            features=features, feature_model=self.feature_model if features is not None else None,
-            verdict_status=None if cancelled else verdicts.store_status(verdict),
-            verdict=None if cancelled else verdicts.store_dict(verdict), verifier=self.verifier_name,
-            review_reasons=() if cancelled else verdicts.review_reasons(verdict),
-            metadata={"finish_reason": answer.finish_reason, "source": f"api:{source}",
-                      "verdict_reason": verdict.reason_code},
-        ))
-
-    # ------------------------------------------------------------------ tokens
+            metadata={"finish_reason": answer.finish_reason, "source": f"api:{source}", **(extra or {})})
+        if not cancelled:
+            record = replace(record, features=features, feature_model=None if features is None else self.review.feature_model,
+                             verdict_status=verdicts.store_status(verdict), verdict=verdicts.store_dict(verdict),
+                             verifier=self.verifier_name, review_reasons=verdict_review_reasons(verdict.judged))
+            record.metadata["verdict_reason"] = verdict.reason_code
+        answer.session_id = session_id
+        answer.message_id = self.store.add_answer(record)
 
     def _piece(self, token_id: int) -> str:
         return self.lm.tokenizer.decode([int(token_id)])
 
 
-class _TopCapture:
-    """A sampler for mlx-lm's ``generate_step`` that also keeps, per step, the ``k`` most likely
-    tokens and their log-probs (lazily; read back in token order). Greedy at temperature 0."""
+class _TokenStream:
+    """The pipeline's observer for a served answer: each token (with its log-prob and alternatives) to
+    the HTTP stream; a sink that returns False (the client went away) stops the generation."""
 
-    def __init__(self, k: int, temperature: float):
-        self.k = k
-        self._sample = None
-        if temperature > 0:
-            from mlx_lm.sample_utils import make_sampler
+    def __init__(self, sink: TokenSink | None, stop: threading.Event, piece: Callable[[int], str]):
+        self.sink, self.stop, self.piece = sink, stop, piece
+        self.items: list[TokenLogprob] = []
 
-            self._sample = make_sampler(temp=temperature)
-        self._steps: list[tuple[Any, Any]] = []
+    def token(self, piece) -> None:
+        if piece.phase != "answer":
+            return
+        item = None
+        if piece.token_id is not None:
+            item = TokenLogprob(self.piece(piece.token_id), float(piece.logprob),
+                                tuple((self.piece(i), lp) for i, lp in piece.top))
+            self.items.append(item)
+        if self.sink is not None and not self.sink(piece.text, item):
+            self.stop.set()
 
-    def __call__(self, logprobs):
-        import mlx.core as mx
+    def verdict(self, verdict, unverifiable_reason) -> None: ...
 
-        if self.k:
-            best = mx.argpartition(-logprobs, kth=self.k - 1, axis=-1)[..., : self.k]
-            values = mx.take_along_axis(logprobs, best, axis=-1)
-            order = mx.argsort(-values, axis=-1)
-            self._steps.append((mx.take_along_axis(best, order, axis=-1), mx.take_along_axis(values, order, axis=-1)))
-        if self._sample is not None:
-            return self._sample(logprobs)
-        return mx.argmax(logprobs, axis=-1)
+    def monitor(self, reading) -> None: ...
 
-    def top(self, index: int, piece: Callable[[int], str]) -> tuple[tuple[str, float], ...]:
-        if not self.k or index >= len(self._steps):
-            return ()
-        ids, values = self._steps[index]
-        return tuple((piece(int(i)), float(v)) for i, v in zip(ids.reshape(-1).tolist(), values.reshape(-1).tolist()))
+    def escalation(self, escalation) -> None: ...

@@ -41,7 +41,7 @@ class ServedVerdict:
     prediction: int | None = None
     exemplars: tuple[ServedExemplar, ...] = ()
     verifier: str | None = None
-    raw: dict[str, Any] | None = field(default=None, compare=False, repr=False)  # the estimator's Verdict.to_dict()
+    judged: Any = field(default=None, compare=False, repr=False)  # the session layer's DocumentVerdict (None: no verdict)
 
     @property
     def verified(self) -> bool:

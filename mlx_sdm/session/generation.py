@@ -65,6 +65,35 @@ class GeneratedAnswer:
         return self.text[len(self.judged_text):]
 
 
+class TopLogprobs:
+    """Records the ``k`` most likely tokens and their log-probs at each generated position, by wrapping
+    the sampler (mlx-lm calls it exactly once per generated token, in order, with the log-probs the
+    token is drawn from). Read back lazily with :meth:`at` (OpenAI ``top_logprobs``)."""
+
+    def __init__(self, k: int):
+        self.k = k
+        self._steps: list[tuple[Any, Any]] = []
+
+    def wrap(self, sampler: Callable | None) -> Callable:
+        import mlx.core as mx
+
+        def sample(logprobs):
+            best = mx.argpartition(-logprobs, kth=self.k - 1, axis=-1)[..., : self.k]
+            values = mx.take_along_axis(logprobs, best, axis=-1)
+            order = mx.argsort(-values, axis=-1)
+            self._steps.append((mx.take_along_axis(best, order, axis=-1), mx.take_along_axis(values, order, axis=-1)))
+            return sampler(logprobs) if sampler is not None else mx.argmax(logprobs, axis=-1)
+
+        return sample
+
+    def at(self, index: int) -> tuple[tuple[int, float], ...]:
+        """(token id, log-prob) pairs of position ``index``, most likely first."""
+        if index >= len(self._steps):
+            return ()
+        ids, values = self._steps[index]
+        return tuple(zip((int(i) for i in ids.reshape(-1).tolist()), (float(v) for v in values.reshape(-1).tolist())))
+
+
 def generate_answer(
     lm: Any,
     messages: list[dict],
@@ -78,13 +107,15 @@ def generate_answer(
     delimiter: str = "end_of_turn",
     prefix: PrefixCache | None = None,
     stop_at_delimiter: bool = False,
+    top_logprobs: TopLogprobs | None = None,
 ) -> GeneratedAnswer:
     """Stream one answer. ``on_token`` returning False stops generation at that token (the stop key).
     ``delimiter`` is the verifier's feature rule ("end_of_turn", or "json_close" for verifiers built on
     JSON answers); a chat answer always runs to the end of its turn, the rule only picks ``h_k``.
     ``prefix``: the previous turn's cache, used when the new prompt extends the tokens it holds.
     ``stop_at_delimiter``: end the answer at the unit the verifier judges (the JSON unit's closing
-    brace for ``json_close``), so the verdict covers the whole answer."""
+    brace for ``json_close``), so the verdict covers the whole answer. ``top_logprobs``: a recorder of
+    the most likely tokens at each position (the server's ``top_logprobs``)."""
     from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 
     from mlx_sdm.lm.generation import GenerationConfig, stream_generate_features
@@ -95,6 +126,8 @@ def generate_answer(
         from mlx_lm.sample_utils import make_sampler
 
         sampler = make_sampler(temp=temperature)
+    if top_logprobs is not None and top_logprobs.k > 0:
+        sampler = top_logprobs.wrap(sampler)
     full_ids = render_prompt(lm.tokenizer, messages)
     max_context = getattr(lm, "max_context", 2048)
     base_len, base_sum, feed = 0, None, full_ids

@@ -33,7 +33,7 @@ import numpy as np
 from mlx_sdm.monitor.reading import MonitorReading
 from mlx_sdm.network.verdict import DocumentVerdict, VerifierCoverage
 from mlx_sdm.session.escalation import REFLECTION_PROMPT, Escalation, TurnStatus, plan_escalation
-from mlx_sdm.session.generation import GeneratedAnswer, PrefixCache, generate_answer, settle_prefix
+from mlx_sdm.session.generation import GeneratedAnswer, PrefixCache, TopLogprobs, generate_answer, settle_prefix
 
 DEFAULT_MAX_TOKENS = 256
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant. Answer briefly and accurately."
@@ -72,6 +72,7 @@ class TurnOptions:
     generate_reflection: bool = True  # on HIGH, let the model state its uncertainty
     reflection_max_tokens: int = 96
     reuse_cache: bool = True
+    top_logprobs: int = 0  # with each token, the k most likely tokens and their log-probs (TokenPiece.top)
 
 
 @dataclass
@@ -89,6 +90,7 @@ class TokenPiece:
     token_id: int | None = None
     logprob: float | None = None
     phase: str = "answer"  # "answer" | "reflection"
+    top: tuple[tuple[int, float], ...] = ()  # (token id, log-prob), most likely first (TurnOptions.top_logprobs)
 
 
 class TurnObserver:
@@ -247,11 +249,17 @@ class TurnPipeline:
                   stop: threading.Event, prefix: PrefixCache | None) -> tuple[GeneratedAnswer, float | None, float]:
         started = time.perf_counter()
         first: list[float] = []
+        top = TopLogprobs(options.top_logprobs) if options.top_logprobs > 0 else None
+        count = [0]
 
         def on_token(piece: str, token_id: int | None, logprob: float | None) -> bool:
             if not first:
                 first.append(time.perf_counter() - started)
-            observer.token(TokenPiece(piece, token_id, logprob))
+            alternatives = ()
+            if token_id is not None:
+                alternatives = top.at(count[0]) if top is not None else ()
+                count[0] += 1
+            observer.token(TokenPiece(piece, token_id, logprob, top=alternatives))
             return not stop.is_set()
 
         gen = generate_answer(
@@ -259,6 +267,7 @@ class TurnPipeline:
             head=self.components.head, on_token=on_token, features=True, keep_cache=True, delimiter=self.delimiter,
             prefix=prefix if options.reuse_cache else None,
             stop_at_delimiter=options.stop_at_judged_unit and self.components.verifier is not None,
+            top_logprobs=top,
         )
         return gen, (first[0] if first else None), time.perf_counter() - started
 
