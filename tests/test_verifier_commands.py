@@ -79,27 +79,37 @@ def test_bad_text_row_is_named_and_nothing_is_written(trained, capsys):
     assert rc == 1 and "bad.jsonl:4" in err and "completion" in err and not out.exists()
 
 
-def test_generate_reports_empty_answers_and_formats_verdicts(trained, capsys):
+def test_generate_json_carries_the_state_by_name_and_formats_verdicts(trained, capsys):
     from mlx_sdm.commands import generate as generate_cmd
+    from mlx_sdm.network.verdict import DocumentVerdict
     from mlx_sdm.network.verifier import DocumentVerifier, model_for_verifier
 
     root, model_dir, out, _ = trained
-    # the tiny random model answers with newlines only: nothing to verify, said so, no verdict
     assert generate_cmd.main(["Paris is the capital of France. Check the claim.", "--model", str(model_dir),
                               "--verifier", str(out), "--max-tokens", "8", "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["verifier"] == str(out) and payload["model"] == "tiny-model"
-    assert payload["answer"].strip() == "" and payload["verdict"] is None
-    assert "empty answer" in payload["unverifiable_reason"]
+    # the state by name beside the reason and one plain sentence of why
+    assert payload["status"] == payload["verdict"]["status"] in {"verified", "not_verified", "out_of_scope"}
+    assert payload["verdict"]["verified"] == (payload["status"] == "verified")
+    assert payload["verdict"]["explanation"].startswith(payload["status"].replace("_", " ").capitalize())
+    assert "reason" in payload["verdict"] and payload["unverifiable_reason"] is None
+    assert payload["judged_text"] + payload["unverified_tail"] == payload["answer"]
     assert len(payload["generation"]["tokens"]) == 8 and payload["generation"]["finish_reason"] == "length"
+    # no verifier: unverifiable, with the reason, and no verdict
+    assert generate_cmd.main(["hello", "--model", str(model_dir), "--verifier", "none", "--max-tokens", "2", "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["status"] == "unverifiable" and payload["verdict"] is None and "off" in payload["unverifiable_reason"]
     # a real answer's verdict block
     lm = model_for_verifier(out, None)
     verdict = DocumentVerifier.load(out, expect_fingerprint=lm.fingerprint).verify_text(
         lm, "Paris is the capital of France.", '{"correctness": true}', explain=2)
-    text = generate_cmd.format_verdict(verdict, 0.95)
-    assert text.startswith("verdict: ") and "p_lower:" in text and f"q: {verdict.q}" in text
+    judged = DocumentVerdict(verdict)
+    text = generate_cmd.format_verdict(judged)
+    assert text.startswith(f"verdict: {judged.status.words.upper()}\n{judged.explanation()}")
+    assert "p_lower:" in text and f"q: {verdict.q}" in text
     assert text.count("[label ") == 2 and "nearest exemplars:" in text
-    assert generate_cmd.verdict_summary(verdict)["verified"] == (verdict.admitted and verdict.prediction == 1)
+    assert judged.verified == (verdict.admitted and verdict.prediction == 1)
     other = save_tiny_folder(root / "other-for-generate", seed=2)
     assert generate_cmd.main(["hello", "--model", str(other), "--verifier", str(out)]) == 1
     assert "built on model" in capsys.readouterr().err

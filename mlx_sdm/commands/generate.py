@@ -1,5 +1,7 @@
 """``mlx-sdm generate "PROMPT"``: answer one prompt with the local LM, then print the verifier's
-verdict, p_lower, q, d and the nearest training exemplars (spec § 15.7)."""
+verdict in words (verified / not verified / out of scope), p_lower, q, d and the nearest training
+exemplars (spec § 15.7). One :class:`~mlx_sdm.session.pipeline.TurnPipeline` turn, without a store
+or monitor."""
 
 from __future__ import annotations
 
@@ -7,7 +9,6 @@ import argparse
 import json
 import sys
 import threading
-import time
 
 from mlx_sdm.errors import MlxSdmError
 
@@ -17,15 +18,17 @@ DEFAULT_MODEL = "smollm2"
 
 EPILOG = """
 The answer streams as it is generated; the verifier then reads the final hidden states captured
-during that same pass ([mean(h); h_delimiter], no second forward pass) and reports:
-  verdict   VERIFIED when the verifier predicts "acceptable" (class 1) AND admits it
-            (p_lower >= alpha' = 0.95, Eq. 28); otherwise UNVERIFIED with the reason
+during that same pass ([mean(h); h_delimiter], no second forward pass). For a verifier built on JSON
+answers the answer ends at the JSON unit, so the verdict covers exactly the text printed. It reports:
+  verdict   VERIFIED: the verifier predicts "acceptable" (class 1) AND admits it (p_lower >= alpha' = 0.95,
+            Eq. 28); NOT VERIFIED: the question is in scope but the verifier cannot vouch for the answer
+            (below alpha', similar answers judged differently, or likely wrong); OUT OF SCOPE: the question
+            is unlike anything the verifier was built on (it says what it covers instead)
   p_lower   the calibrated lower probability of the predicted class (only when admitted)
   q, d      similarity (nearest training exemplars that agree) and distance quantile
   exemplars the nearest training documents with their labels
-
-The shipped default verifier (weights/smollm2-fever) was built for SmolLM2 on FEVER claims asked as
-'{"correctness": bool}' JSON answers; on other prompts it mostly answers out_of_distribution.
+--json prints one object; its "verdict" carries "status": "verified" | "not_verified" | "out_of_scope"
+beside "reason" and "explanation" (null when no verifier fits the model: see "unverifiable_reason").
 
 examples:
   mlx-sdm generate "Check the following document for hallucinations and/or factual inaccuracies. \\
@@ -44,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="smollm2 (embedded, default), a local mlx-lm folder or .gguf, a preset (phi-3.5) or a hub id")
     p.add_argument("--quantized", action="store_true", help="keep the GGUF's 4-bit weights (default: float32, faster on CPU)")
     p.add_argument("--verifier", default=None, metavar="DIR|none",
-                   help="document verifier folder; default: the shipped one for SmolLM2; 'none' to skip verification")
+                   help="document verifier folder; default: the shipped one for the model; 'none' to skip verification")
     p.add_argument("--head", default=None, metavar="DIR",
                    help="decode from the joint negative+positive heads of an SDM network (made by mlx-sdm finetune)")
     p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="answer length limit (default %(default)s)")
@@ -54,37 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _load_verifier(arg: str | None, lm):
-    from mlx_sdm.network.verifier import DEFAULT_VERIFIER_DIR, DocumentVerifier
-    from mlx_sdm.lm.loading import EMBEDDED_NAME
-
-    if arg is not None and arg.lower() == "none":
-        return None, None, "verification switched off (--verifier none)"
-    if arg is None:
-        if lm.name != EMBEDDED_NAME:
-            return None, None, f"no default verifier for {lm.name}; pass --verifier DIR (build one with mlx-sdm train)"
-        if not (DEFAULT_VERIFIER_DIR / "verifier.json").is_file():
-            return None, None, "no default verifier installed; build it with scripts/build_default_verifier.py"
-        arg = str(DEFAULT_VERIFIER_DIR)
-    return DocumentVerifier.load(arg, expect_fingerprint=lm.fingerprint), arg, None
-
-
-def verdict_summary(verdict) -> dict:
-    verified = bool(verdict.admitted and verdict.prediction == 1)
-    return {"verified": verified, **verdict.to_dict()}
-
-
-def format_verdict(verdict, alpha: float) -> str:
-    verified = verdict.admitted and verdict.prediction == 1
+def format_verdict(judged) -> str:
+    """A :class:`~mlx_sdm.network.verdict.DocumentVerdict` as text: the state and why, then the numbers."""
+    verdict = judged.verdict
     label = {0: "not acceptable", 1: "acceptable"}.get(verdict.prediction, str(verdict.prediction))
-    if verified:
-        head = "verdict: VERIFIED"
-    elif verdict.admitted:
-        head = "verdict: UNVERIFIED (the verifier is confident the answer is NOT acceptable)"
-    else:
-        head = f"verdict: UNVERIFIED ({(verdict.reason or 'not admitted').replace('_', ' ')})"
-    p_lower = f"{verdict.p_lower:.4f} (>= alpha' {alpha})" if verdict.p_lower is not None else f"— (below alpha' {alpha})"
-    lines = [head, f"prediction: {verdict.prediction} ({label})", f"p_lower: {p_lower}",
+    p_lower = (f"{verdict.p_lower:.4f} (>= alpha' {judged.alpha})" if verdict.p_lower is not None
+               else f"— (below alpha' {judged.alpha})")
+    lines = [f"verdict: {judged.status.words.upper()}", judged.explanation(),
+             f"prediction: {verdict.prediction} ({label})", f"p_lower: {p_lower}",
              f"q: {verdict.q}   d: {verdict.d:.4f}   q_bin: {verdict.q_bin}"]
     if verdict.exemplars:
         lines.append("nearest exemplars:")
@@ -95,6 +75,39 @@ def format_verdict(verdict, alpha: float) -> str:
     return "\n".join(lines)
 
 
+def _payload(args, components, outcome) -> dict:
+    return {
+        "prompt": args.prompt,
+        "answer": outcome.text,
+        "judged_text": outcome.judged_text,
+        "unverified_tail": outcome.unverified_tail,
+        "model": components.lm.name,
+        "verifier": components.verifier_path if components.verifier is not None else None,
+        "unverifiable_reason": outcome.unverifiable_reason,
+        "status": outcome.verdict.status.value if outcome.verdict is not None else "unverifiable",
+        "verdict": outcome.verdict.to_dict() if outcome.verdict is not None else None,
+        "generation": {"tokens": outcome.token_ids, "finish_reason": outcome.finish_reason,
+                       "prompt_tokens": outcome.prompt_tokens,
+                       "truncated_prompt_tokens": outcome.truncated_prompt_tokens,
+                       "generation_s": outcome.generation_s, "first_token_s": outcome.first_token_s},
+    }
+
+
+def _print_report(components, outcome) -> None:
+    print()
+    print("-" * 60)
+    if outcome.truncated_prompt_tokens:
+        print(f"note: the prompt was left-truncated by {outcome.truncated_prompt_tokens} tokens to fit the context")
+    if outcome.verdict is None:
+        print(f"verdict: UNVERIFIABLE ({outcome.unverifiable_reason})")
+    else:
+        print(format_verdict(outcome.verdict))
+        if outcome.unverified_tail.strip():
+            print(f"note: the verdict covers {outcome.judged_text.strip()!r} only; the rest was not checked")
+    rate = len(outcome.tokens) / outcome.generation_s if outcome.generation_s else 0.0
+    print(f"({len(outcome.tokens)} tokens, {rate:.1f} tokens/s, finish: {outcome.finish_reason})")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.max_tokens < 1:
@@ -102,37 +115,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     stop = threading.Event()
     try:
-        from mlx_sdm.lm.generation import GenerationConfig, stream_generate_features
-        from mlx_sdm.lm.features import DELIMITER_END_OF_TURN
-        from mlx_sdm.lm.loading import load_model
+        from mlx_sdm.app.loading import load_components
+        from mlx_sdm.session.pipeline import TokenPiece, TurnObserver, TurnOptions, TurnPipeline, TurnRequest
 
-        lm = load_model(args.model, quantized=args.quantized)
-        verifier, verifier_path, unverifiable = _load_verifier(args.verifier, lm)
-        head = None
-        if args.head:
-            from mlx_sdm.network.heads import load_head
+        class Printer(TurnObserver):
+            def token(self, piece: TokenPiece) -> None:
+                if not args.json and piece.text:
+                    sys.stdout.write(piece.text)
+                    sys.stdout.flush()
 
-            head = load_head(args.head, lm.model, lm.fingerprint).vocab_logits
-        recipe = verifier.recipe if verifier is not None else None
-        config = GenerationConfig(
-            max_tokens=args.max_tokens,
-            delimiter=recipe.delimiter if recipe else DELIMITER_END_OF_TURN,
-            system=args.system if args.system is not None else (recipe.system if recipe else None),
-        )
-        result = None
-        for chunk in stream_generate_features(lm, args.prompt, config, head=head, stop=stop):
-            if not args.json and chunk.text:
-                sys.stdout.write(chunk.text)
-                sys.stdout.flush()
-            result = chunk.result or result
-        verdict = None
-        verify_s = 0.0
-        if verifier is not None and not result.text.strip():
-            unverifiable = "the model produced an empty answer; there is nothing to verify"
-        elif verifier is not None:
-            tic = time.perf_counter()
-            verdict = verifier.verify_features(result.features, explain=max(0, args.explain))
-            verify_s = time.perf_counter() - tic
+        components = load_components(args.model, verifier=args.verifier, head=args.head, quantized=args.quantized)
+        options = TurnOptions(max_tokens=args.max_tokens, system_prompt=args.system, explain=max(0, args.explain),
+                              enable_p_true=False, reuse_cache=False)
+        outcome = TurnPipeline(components).run(
+            TurnRequest([{"role": "user", "content": args.prompt}], options), observer=Printer(), stop=stop)
     except KeyboardInterrupt:
         stop.set()
         print("\nmlx-sdm generate: interrupted", file=sys.stderr)
@@ -141,28 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mlx-sdm generate: {exc}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps({
-            "prompt": args.prompt,
-            "answer": result.text,
-            "model": lm.name,
-            "verifier": verifier_path,
-            "unverifiable_reason": unverifiable,
-            "verdict": verdict_summary(verdict) if verdict is not None else None,
-            "generation": result.to_dict() | {"prompt_s": result.prompt_time_s, "generation_s": result.generation_time_s,
-                                              "features_s": result.feature_time_s, "verify_s": verify_s},
-        }))
-        return 0
-    print()
-    print("-" * 60)
-    if result.truncated_prompt_tokens:
-        print(f"note: the prompt was left-truncated by {result.truncated_prompt_tokens} tokens to fit the context")
-    if verdict is None:
-        print(f"verdict: UNVERIFIABLE ({unverifiable})")
+        print(json.dumps(_payload(args, components, outcome)))
     else:
-        print(format_verdict(verdict, verifier.estimator.alpha))
-        if result.features.delimiter_kind == "end_of_completion":
-            print("note: the answer never closed its JSON unit; the verifier read the whole answer instead")
-    print(f"({len(result.tokens)} tokens, {result.generation_tps:.1f} tokens/s, finish: {result.finish_reason})")
+        _print_report(components, outcome)
     return 0
 
 

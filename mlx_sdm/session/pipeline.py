@@ -124,7 +124,8 @@ class TurnOutcome:
     reflection: str | None = None  # on a HIGH pause: the model's own statement of its uncertainty
     tool_calls: list[dict] = field(default_factory=list)
     finish_reason: str = "stop"
-    tokens: list[str] = field(default_factory=list)
+    tokens: list[str] = field(default_factory=list)  # decoded piece per generated token
+    token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     features: np.ndarray | None = None
     first_token_s: float | None = None
@@ -197,7 +198,7 @@ class TurnPipeline:
         outcome = TurnOutcome(
             status=TurnStatus.CANCELLED if gen.cancelled else TurnStatus.DONE, text=gen.text,
             judged_text=gen.judged_text, unverified_tail=gen.unverified_tail, messages=messages,
-            finish_reason=gen.finish_reason, tokens=gen.tokens, logprobs=gen.logprobs, features=gen.features,
+            finish_reason=gen.finish_reason, tokens=gen.tokens, token_ids=gen.token_ids, logprobs=gen.logprobs, features=gen.features,
             first_token_s=first_token_s, generation_s=generation_s, prompt_tokens=gen.prompt_tokens,
             reused_tokens=gen.reused_tokens, truncated_prompt_tokens=gen.truncated_prompt_tokens,
         )

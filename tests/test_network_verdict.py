@@ -1,0 +1,81 @@
+"""The one rule for what a verdict means to a user (mlx_sdm/network/verdict.py): three states, a
+plain sentence of why, what the verifier covers, read tolerantly from verifier.json."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mlx_sdm.calibration.estimator import Verdict
+from mlx_sdm.network.verdict import (
+    DocumentVerdict,
+    VerdictStatus,
+    VerifierCoverage,
+    VerifierTask,
+    read_coverage,
+    status_from_dict,
+)
+
+TASKS = [{"name": "bbc_topic", "description": "the topic of a BBC news article", "example_prompt": "Classify ..."},
+         {"name": "fever", "description": "whether a claim is supported", "example_prompt": "Check ..."}]
+
+
+def verdict(*, admitted: bool, prediction: int = 1, reason: str | None = None, p_lower: float | None = 0.97):
+    return Verdict(prediction=prediction, p_lower=p_lower if admitted else None, admitted=admitted, q=4, d=0.6,
+                   q_bin=2, reason=None if admitted else reason)
+
+
+@pytest.mark.parametrize("made, status, reason, words", [
+    (verdict(admitted=True), VerdictStatus.VERIFIED, None, "Verified: the verifier vouches"),
+    (verdict(admitted=True, prediction=0), VerdictStatus.NOT_VERIFIED, "predicted_unacceptable", "confident this answer is wrong"),
+    (verdict(admitted=False, reason="below_threshold"), VerdictStatus.NOT_VERIFIED, "below_threshold", "below the 0.95"),
+    (verdict(admitted=False, reason="index_flipped"), VerdictStatus.NOT_VERIFIED, "index_flipped", "judged differently"),
+    (verdict(admitted=False, reason="out_of_distribution"), VerdictStatus.OUT_OF_SCOPE, "out_of_distribution",
+     "unlike anything the verifier was built on"),
+])
+def test_three_states_and_one_sentence_of_why(made, status, reason, words):
+    judged = DocumentVerdict(made)
+    assert judged.status is status and judged.verified == (status is VerdictStatus.VERIFIED)
+    assert judged.reason == reason and words in judged.explanation()
+    data = judged.to_dict()
+    assert data["status"] == status.value and data["reason"] == reason and data["explanation"] == judged.explanation()
+    assert status_from_dict(data) is status
+    # an older stored dict without "status" gets the same state by the same rule
+    assert status_from_dict(made.to_dict()) is status
+
+
+def test_out_of_scope_says_what_the_verifier_covers():
+    judged = DocumentVerdict(verdict(admitted=False, reason="out_of_distribution"), coverage=read_coverage({"tasks": TASKS}))
+    text = judged.explanation()
+    assert text.startswith("Out of scope:") and "the topic of a BBC news article" in text and "whether a claim" in text
+    # other states do not list the tasks
+    assert "covers" not in DocumentVerdict(verdict(admitted=True), coverage=judged.coverage).explanation()
+    # coverage passed by the caller wins
+    other = VerifierCoverage(tasks=(VerifierTask("spam"),))
+    assert "It covers: spam." in judged.explanation(other)
+
+
+def test_coverage_is_read_tolerantly():
+    assert read_coverage(None) == VerifierCoverage() and not read_coverage({}).known
+    assert "does not record" in read_coverage({}).sentence()
+    got = read_coverage({"tasks": TASKS + [{"description": "no name"}, 7, "sports"], "info": {"task": "bbc_news"}})
+    assert [t.name for t in got.tasks] == ["bbc_topic", "fever", "sports"] and got.tasks[0].example_prompt == "Classify ..."
+    assert read_coverage({"tasks": "not a list"}).tasks == ()
+    assert read_coverage({"info": {"task": "bbc_news"}}).sentence() == "It was built on the task 'bbc_news' only."
+    assert read_coverage({"info": {"tasks": TASKS[:1]}}).tasks[0].name == "bbc_topic"  # also under info
+
+
+def test_a_verifier_keeps_its_tasks_through_save_and_load(tmp_path):
+    from mlx_sdm.network.verifier import DocumentVerifier
+    from tests.tiny_verifier import build_tiny_verifier
+
+    path = build_tiny_verifier(tmp_path / "v")
+    loaded = DocumentVerifier.load(path)
+    assert not loaded.coverage.known  # the tiny verifier records no tasks
+    loaded.tasks = TASKS
+    loaded.save(tmp_path / "with-tasks")
+    manifest = json.loads((tmp_path / "with-tasks" / "verifier.json").read_text())
+    assert manifest["tasks"] == TASKS
+    again = DocumentVerifier.load(tmp_path / "with-tasks")
+    assert [t.name for t in again.coverage.tasks] == ["bbc_topic", "fever"]
