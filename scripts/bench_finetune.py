@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     from mlx_sdm.network.data import build_token_targets, from_verification_documents
     from mlx_sdm.network.encoding import encode_task
     from mlx_sdm.network.heads import VocabularyHeads
-    from mlx_sdm.network.trainer import FinetuneArgs, LMScorer, build_train_step, finetune, make_optimizer, sdm_batch_loss
+    from mlx_sdm.network.trainer import FinetuneArgs, LMScorer, build_train_step, make_optimizer, train_positive_head, sdm_batch_loss
     from mlx_sdm.network.verifier import DEFAULT_VERIFIER_DIR, DocumentVerifier
 
     lm = load_model(quantized=args.quantized)
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
 
         scorer = Untested()
         what = f"training epoch only ({n} documents; no verifier at {verifier_dir}, so no generation)"
-    result = finetune(lm, train, calibration, scorer, FinetuneArgs(epochs=1, batch_size=args.batch_size, progress=False))
+    result = train_positive_head(lm, train, calibration, scorer, FinetuneArgs(epochs=1, batch_size=args.batch_size, progress=False))
     elapsed = time.perf_counter() - tic
     print(f"peak memory of one SmolLM2 {what}: {mx.get_peak_memory() / GIB:.2f} GiB in {elapsed:.0f} s "
           f"(base {'4-bit' if args.quantized else 'float32'}; {result.history[-1]})")

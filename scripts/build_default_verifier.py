@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE
     from mlx_sdm.lm.loading import load_model
     from mlx_sdm.network.encoding import SYSTEM_PROMPT, benchmark_splits, encode_task
-    from mlx_sdm.network.verifier import DocumentVerifier, FeatureRecipe, cached_document_features, labelled_set
+    from mlx_sdm.app.verifiers import cached_document_features
+    from mlx_sdm.network.verifier import DocumentVerifier, FeatureRecipe, labelled_set
 
     started = time.time()
     task = args.data_dir / "fact_checker_fever" / "task.json"

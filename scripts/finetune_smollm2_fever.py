@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     from mlx_sdm.network.data import from_verification_documents
     from mlx_sdm.network.encoding import TASK_FORMATS, TOPIC, parse_answer
     from mlx_sdm.network.heads import HeadManifest, VocabularyHeads, save_head
-    from mlx_sdm.network.trainer import FinetuneArgs, LMScorer, finetune
+    from mlx_sdm.network.trainer import FinetuneArgs, LMScorer, train_positive_head
     from mlx_sdm.network.verifier import DEFAULT_VERIFIER_DIR, DocumentVerifier
     from mlx_sdm.resources import TOPIC_VERIFIER_NAME, shipped
 
@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     fit_args = FinetuneArgs(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
                             warmup_epochs=warmup, checkpoint_path=str(checkpoint), resume=args.resume)
     tic = time.time()
-    result = finetune(lm, train, calibration, scorer, fit_args, run_identity={"verifier": str(verifier_dir)})
+    result = train_positive_head(lm, train, calibration, scorer, fit_args, run_identity={"verifier": str(verifier_dir)})
     train_s = time.time() - tic
     manifest = HeadManifest(base_model=dict(lm.fingerprint, name=lm.name), verifier={"path": str(verifier_dir)},
                             data_hash=result.data_hash, epochs=result.epochs_run, best_epoch=result.best_epoch,

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from mlx_sdm.commands import finetune as command
-from mlx_sdm.network.finetune import build_config, read_config_file
+from mlx_sdm.app.head_training import build_config, read_config_file
 from mlx_sdm.errors import DataError
 from tests.tiny_verifier import build_tiny_verifier, tiny_documents, tiny_loaded_model
 
@@ -42,7 +42,8 @@ def test_unknown_key_and_bad_values_name_the_field(tmp_path, capsys):
         build_config(read_config_file(config), {}, source=str(config))
     config.write_text("learning_rate: 1e-3\nepochs: 2\n")
     built = build_config(read_config_file(config), {"epochs": 4, "seed": None})
-    assert built.learning_rate == 1e-3 and built.epochs == 4  # the flag overrides the file
+    assert built.args.learning_rate == 1e-3 and built.args.epochs == 4  # the flag overrides the file
+    assert built.args.seed == 235 and built.args.checkpoint_path == str(built.checkpoint_path)  # one set of defaults
 
 
 def test_finetune_writes_a_head_that_generate_can_load(tmp_path, tiny_model, capsys):

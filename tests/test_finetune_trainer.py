@@ -30,7 +30,7 @@ from mlx_sdm.network import checkpoint as checkpoint_module  # noqa: E402
 from mlx_sdm.network.checkpoint import CheckpointError, read_checkpoint  # noqa: E402
 from mlx_sdm.network.data import FinetuneDocument  # noqa: E402
 from mlx_sdm.network.heads import VocabularyHeads  # noqa: E402
-from mlx_sdm.network.trainer import FinetuneArgs, FinetuneCallback, LMScorer, finetune  # noqa: E402
+from mlx_sdm.network.trainer import FinetuneArgs, FinetuneCallback, LMScorer, train_positive_head  # noqa: E402
 from tests.tiny_verifier import tiny_loaded_model  # noqa: E402
 
 
@@ -68,7 +68,7 @@ def run(checkpoint: str | None, *, resume: bool = False, epochs: int = 3, callba
     args = FinetuneArgs(
         epochs=epochs, batch_size=4, learning_rate=learning_rate, progress=False, checkpoint_path=checkpoint, resume=resume
     )
-    return finetune(lm, docs[:8], docs[8:], make_scorer(lm), args, training_callback=callback, group=group)
+    return train_positive_head(lm, docs[:8], docs[8:], make_scorer(lm), args, training_callback=callback, group=group)
 
 
 def test_best_epoch_starts_from_untuned_count():
@@ -98,7 +98,7 @@ def test_out_of_distribution_answers_give_no_gradient_unless_warmed_up():
     original = np.array(VocabularyHeads.from_model(lm.model).positive)
     for warmup, moved in ((0, False), (1, True)):
         args = FinetuneArgs(epochs=1, batch_size=4, learning_rate=0.05, progress=False, warmup_epochs=warmup)
-        result = finetune(lm, docs[:8], docs[8:], scorer, args)
+        result = train_positive_head(lm, docs[:8], docs[8:], scorer, args)
         assert (not np.allclose(np.array(result.last_positive), original)) is moved
 
 
@@ -106,7 +106,7 @@ def test_no_verified_documents_is_a_clear_error():
     lm = tiny_loaded_model()
     docs = [d for d in make_documents() if d.label == 0]
     with pytest.raises(DataError, match="no documents with label 1"):
-        finetune(lm, docs, docs, make_scorer(lm), FinetuneArgs(epochs=1, progress=False))
+        train_positive_head(lm, docs, docs, make_scorer(lm), FinetuneArgs(epochs=1, progress=False))
 
 
 def test_disk_full_mid_checkpoint_keeps_last_good(tmp_path, monkeypatch):

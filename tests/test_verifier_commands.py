@@ -82,7 +82,8 @@ def test_bad_text_row_is_named_and_nothing_is_written(trained, capsys):
 def test_generate_json_carries_the_state_by_name_and_formats_verdicts(trained, capsys):
     from mlx_sdm.commands import generate as generate_cmd
     from mlx_sdm.network.verdict import DocumentVerdict
-    from mlx_sdm.network.verifier import DocumentVerifier, model_for_verifier
+    from mlx_sdm.app.verifiers import model_for_verifier
+    from mlx_sdm.network.verifier import DocumentVerifier
 
     root, model_dir, out, _ = trained
     assert generate_cmd.main(["Paris is the capital of France. Check the claim.", "--model", str(model_dir),

@@ -6,14 +6,14 @@ import argparse
 import sys
 
 from mlx_sdm.errors import MlxSdmError
-from mlx_sdm.network.finetune import (
-    CONFIG_KEYS,
-    DEFAULT_ADAPTER_PATH,
-    DEFAULT_BATCH_SIZE,
-    DEFAULT_EPOCHS,
-    DEFAULT_LEARNING_RATE,
-    DEFAULT_SEED,
-)
+from mlx_sdm.app.head_training import CONFIG_KEYS, DEFAULT_ADAPTER_PATH
+from mlx_sdm.network.trainer import FinetuneArgs
+
+#: The paper's values (§ 15.4), as FinetuneArgs holds them.
+DEFAULT_EPOCHS = FinetuneArgs.epochs
+DEFAULT_BATCH_SIZE = FinetuneArgs.batch_size
+DEFAULT_LEARNING_RATE = FinetuneArgs.learning_rate
+DEFAULT_SEED = FinetuneArgs.seed
 
 EPILOG = f"""
 What it does (arXiv 2502.20167, Alg. 4): the LM's output head is cloned into a frozen negative
@@ -77,12 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        from mlx_sdm.network.finetune import build_config, read_config_file, run
+        from mlx_sdm.app.head_training import build_config, read_config_file, run_finetune
 
         file_values = read_config_file(args.config) if args.config else {}
         overrides = {k: v for k, v in vars(args).items() if k != "config"}
         config = build_config(file_values, overrides, source=args.config or "command line")
-        result, head_path = run(config)
+        result, head_path = run_finetune(config)
     except MlxSdmError as exc:
         print(f"mlx-sdm finetune: {exc}", file=sys.stderr)
         return 1

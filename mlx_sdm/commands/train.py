@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         config = config_from_args(args)
-        from mlx_sdm.network.verifier import is_text_jsonl, train_text_verifier
+        from mlx_sdm.app.verifiers import is_text_jsonl, train_text_verifier
 
         if is_text_jsonl(args.train):  # text rows -> document verifier over LM features
             start = time.time()

@@ -61,7 +61,7 @@ def write_jsonl(path: str, rows: list[dict]) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        from mlx_sdm.network.verifier import is_verifier_dir, verify_text_rows
+        from mlx_sdm.app.verifiers import is_verifier_dir, verify_text_rows
 
         if is_verifier_dir(args.estimator):  # a document verifier: text rows, force-decoded with its model
             out = verify_text_rows(args.estimator, args.input, model=args.model, quantized=args.quantized,

@@ -256,7 +256,7 @@ def _array_state(heads, best_positive, optimizer) -> dict[str, mx.array]:
     return arrays
 
 
-def finetune(
+def train_positive_head(
     lm,
     train_documents: Sequence[FinetuneDocument],
     calibration_documents: Sequence[FinetuneDocument],

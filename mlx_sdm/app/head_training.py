@@ -1,9 +1,12 @@
-"""A fine-tuning run from a config: the YAML/flag layer of ``mlx-sdm finetune``.
+"""A fine-tuning run from a config: the YAML/flag layer of ``mlx-sdm finetune`` around Alg. 4
+(:func:`mlx_sdm.network.trainer.train_positive_head`).
 
 Keys follow mlx-lm's ``lora_config.yaml`` where the meaning is the same (``model``, ``data``,
 ``seed``, ``batch_size``, ``learning_rate``, ``steps_per_report``, ``adapter_path``,
 ``resume_adapter_file``); the SDM-network ones are named for what they hold. Unknown keys are an
-error that names the key.
+error that names the key. The training keys are :class:`~mlx_sdm.network.trainer.FinetuneArgs`' own
+fields (one set of defaults); :class:`FinetuneConfig` holds one and adds where the model, verifier,
+data and head are.
 """
 
 from __future__ import annotations
@@ -15,12 +18,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from mlx_sdm.errors import DataError
+from mlx_sdm.network.trainer import FinetuneArgs
 
-#: Paper values (§ 15.4, § 18) unless noted.
-DEFAULT_EPOCHS = 5
-DEFAULT_BATCH_SIZE = 50
-DEFAULT_LEARNING_RATE = 1e-5
-DEFAULT_SEED = 235
 DEFAULT_ADAPTER_PATH = "sdm-head"
 
 
@@ -34,19 +33,9 @@ class FinetuneConfig:
     test_size: int | None = field(default=None, metadata={"help": "with a task.json: held-out documents after the pool (default: the verifier's)"})
     train_size: int | None = field(default=None, metadata={"help": "with a task.json: leading part of the pool's training half to use"})
     calibration_size: int | None = field(default=None, metadata={"help": "with a task.json: leading part of the pool's calibration half"})
-    seed: int = field(default=DEFAULT_SEED, metadata={"help": "seed of the token shuffling"})
-    epochs: int = field(default=DEFAULT_EPOCHS, metadata={"help": "epochs (Alg. 4 keeps the best)"})
-    batch_size: int = field(default=DEFAULT_BATCH_SIZE, metadata={"help": "target tokens per mini-batch"})
-    learning_rate: float = field(default=DEFAULT_LEARNING_RATE, metadata={"help": "Adam learning rate"})
-    beta_min: float = 0.0
-    beta_max: float = 0.1
-    warmup_epochs: int = field(default=0, metadata={"help": "first epochs with q=e-2, d=1 (paper: 0)"})
-    steps_per_report: int = 10
     adapter_path: str = field(default=DEFAULT_ADAPTER_PATH, metadata={"help": "output folder of the positive head"})
-    resume: bool = field(default=False, metadata={"help": "continue from the last per-epoch checkpoint"})
     resume_adapter_file: str | None = field(default=None, metadata={"help": "start from this trained head folder"})
-    compile: bool = True
-    progress: bool = True
+    args: FinetuneArgs = field(default_factory=FinetuneArgs)  # epochs, batch_size, learning_rate, seed, beta, resume, ...
 
     @property
     def checkpoint_path(self) -> Path:
@@ -54,7 +43,10 @@ class FinetuneConfig:
         return path.with_name(path.name + ".checkpoint")
 
 
-CONFIG_KEYS = tuple(f.name for f in dataclasses.fields(FinetuneConfig))
+#: Run keys (FinetuneConfig's own) and training keys (FinetuneArgs'; the checkpoint follows adapter_path).
+RUN_KEYS = tuple(f.name for f in dataclasses.fields(FinetuneConfig) if f.name != "args")
+TRAINING_KEYS = tuple(f.name for f in dataclasses.fields(FinetuneArgs) if f.name != "checkpoint_path")
+CONFIG_KEYS = RUN_KEYS + TRAINING_KEYS
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
@@ -82,32 +74,38 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     return raw
 
 
+def _checked(name: str, value: Any, default: Any, source: str) -> Any:
+    """``value`` for a key whose default is ``default``, type-checked (a DataError names the key)."""
+    kind = type(default) if default is not None else None
+    if name in ("train_size", "calibration_size", "pool_size", "test_size") and value is not None:
+        kind = int
+    if kind is bool and not isinstance(value, bool):
+        raise DataError(f"must be true or false, got {value!r}", path=source, field=name)
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise DataError(f"must be an integer, got {value!r}", path=source, field=name)
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise DataError(f"must be a number, got {value!r}", path=source, field=name)
+        value = float(value)
+    return value
+
+
 def build_config(file_values: dict[str, Any], overrides: dict[str, Any], *, source: str = "config") -> FinetuneConfig:
     """File values, then command-line overrides (those not None), onto the defaults; types checked."""
     values = {**file_values, **{k: v for k, v in overrides.items() if v is not None}}
     config = FinetuneConfig()
-    for f in dataclasses.fields(FinetuneConfig):
-        if f.name not in values:
-            continue
-        value = values[f.name]
-        default = getattr(config, f.name)
-        kind = type(default) if default is not None else None
-        if kind is bool and not isinstance(value, bool):
-            raise DataError(f"must be true or false, got {value!r}", path=source, field=f.name)
-        if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-            raise DataError(f"must be an integer, got {value!r}", path=source, field=f.name)
-        if kind is float:
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise DataError(f"must be a number, got {value!r}", path=source, field=f.name)
-            value = float(value)
-        if f.name in ("train_size", "calibration_size", "pool_size", "test_size") and value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise DataError(f"must be an integer, got {value!r}", path=source, field=f.name)
-        setattr(config, f.name, value)
+    for name in RUN_KEYS:
+        if name in values:
+            setattr(config, name, _checked(name, values[name], getattr(config, name), source))
+    for name in TRAINING_KEYS:
+        if name in values:
+            setattr(config.args, name, _checked(name, values[name], getattr(config.args, name), source))
     for name in ("epochs", "batch_size"):
-        if getattr(config, name) < 1:
-            raise DataError(f"must be at least 1, got {getattr(config, name)}", path=source, field=name)
-    if config.learning_rate < 0:
+        if getattr(config.args, name) < 1:
+            raise DataError(f"must be at least 1, got {getattr(config.args, name)}", path=source, field=name)
+    if config.args.learning_rate < 0:
         raise DataError("must not be negative", path=source, field="learning_rate")
+    config.args.checkpoint_path = str(config.checkpoint_path)
     return config
 
 
@@ -161,14 +159,14 @@ def split_task_documents(documents: Sequence, config: FinetuneConfig, where: str
     return train, calibration
 
 
-def run(config: FinetuneConfig):
+def run_finetune(config: FinetuneConfig):
     """Load the model and verifier, fine-tune (Alg. 4), save the head; returns (FinetuneResult, head path)."""
     import mlx.core as mx
     from tqdm.auto import tqdm
 
     from mlx_sdm.lm.loading import load_model
     from mlx_sdm.network.heads import HeadManifest, VocabularyHeads, load_head, save_head
-    from mlx_sdm.network.trainer import FinetuneArgs, LMScorer, finetune
+    from mlx_sdm.network.trainer import LMScorer, train_positive_head
     from mlx_sdm.network.verifier import DEFAULT_VERIFIER_DIR, DocumentVerifier
 
     group = mx.distributed.init()
@@ -181,25 +179,12 @@ def run(config: FinetuneConfig):
         heads = load_head(config.resume_adapter_file, lm.model, lm.fingerprint)
     else:
         heads = VocabularyHeads.from_model(lm.model)
-    show = config.progress and group.rank() == 0
+    show = config.args.progress and group.rank() == 0
     progress = (lambda items: tqdm(items, desc="generate", unit="doc", leave=False)) if show else None
     scorer = LMScorer.from_verifier(lm, verifier, progress=progress)
-    args = FinetuneArgs(
-        epochs=config.epochs,
-        batch_size=config.batch_size,
-        learning_rate=config.learning_rate,
-        seed=config.seed,
-        beta_min=config.beta_min,
-        beta_max=config.beta_max,
-        warmup_epochs=config.warmup_epochs,
-        steps_per_report=config.steps_per_report,
-        checkpoint_path=str(config.checkpoint_path),
-        resume=config.resume,
-        compile=config.compile,
-        progress=config.progress,
-    )
+    args = dataclasses.replace(config.args, checkpoint_path=str(config.checkpoint_path))
     verifier_info = {"path": str(verifier_dir), "model_fingerprint": verifier.model_fingerprint, "feature": verifier.manifest()["feature"]}
-    result = finetune(
+    result = train_positive_head(
         lm,
         train,
         calibration,
