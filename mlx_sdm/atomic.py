@@ -12,6 +12,52 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from mlx_sdm.errors import OutputError
+
+
+def _nearest_existing(path: Path) -> Path:
+    probe = path.absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return probe
+
+
+def check_output_file(path: str | os.PathLike) -> Path:
+    """Refuse, before any work, an output file that cannot be written: a folder, a parent that is a
+    file, or a folder without write permission. Returns the path."""
+    path = Path(path)
+    if path.is_dir():
+        raise OutputError(f"{path}: is a folder; give a file name, e.g. {path / 'out.jsonl'}")
+    base = _nearest_existing(path.parent)
+    if not base.is_dir():
+        raise OutputError(f"{path}: cannot be created because {base} is a file, not a folder; choose another path")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise OutputError(f"{path}: no permission to write in {base}; choose a folder you can write to")
+    return path
+
+
+def check_output_folder(path: str | os.PathLike, *, force: bool = False, artifact_files: tuple[str, ...] = ()) -> Path:
+    """Refuse, before any work, an output folder that would destroy something: an existing file (it
+    is never renamed or replaced), an existing artifact (one of ``artifact_files`` inside) unless
+    ``force``, or any other non-empty folder (never replaced, even with ``force``)."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"{path}: is an existing file, not a folder; choose another --out (the file is left untouched)")
+    if path.is_dir() and any(path.iterdir()):
+        is_artifact = any((path / name).exists() for name in artifact_files)
+        if not is_artifact:
+            raise OutputError(f"{path}: is a non-empty folder that is not an mlx-sdm artifact; choose a new folder "
+                              "(it is never replaced)")
+        if not force:
+            raise OutputError(f"{path}: already holds a saved artifact; pass --force to replace it, or choose another --out")
+    check_output_file(path / "probe")  # the parent chain is a writable folder
+    return path
+
+
+def _write_error(path: Path, exc: OSError) -> OutputError:
+    return OutputError(f"{path}: cannot write ({exc.strerror or exc}); check that the folder exists, is writable "
+                       "and has free space")
+
 
 def _fsync_dir(path: Path) -> None:
     try:
@@ -28,8 +74,13 @@ def _fsync_dir(path: Path) -> None:
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    if path.is_dir():
+        raise OutputError(f"{path}: is a folder; give a file name")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise _write_error(path, exc) from exc
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -56,9 +107,14 @@ def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
     ``path.old`` if the process dies between the two renames; :func:`recover_directory` restores it).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    recover_directory(path)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    if path.exists() and not path.is_dir():  # never rename a user's file to .old
+        raise OutputError(f"{path}: is an existing file, not a folder; choose another path (the file is left untouched)")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        recover_directory(path)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    except OSError as exc:
+        raise _write_error(path, exc) from exc
     try:
         yield tmp
         # mkdtemp makes the folder 0700; an artifact folder is as readable as any file written here.

@@ -36,5 +36,11 @@ class OfflineError(MlxSdmError):
     """A hub model was named while offline."""
 
 
+class OutputError(MlxSdmError, OSError):
+    """An output path that cannot be written (a folder where a file is asked for, a parent that is a
+    file, no permission, an existing artifact without ``--force``). Also an ``OSError``, so code
+    that handles a failed write keeps working."""
+
+
 class MissingDependencyError(MlxSdmError):
     """An optional package is missing; the message gives the exact install command."""

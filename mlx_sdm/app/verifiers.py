@@ -10,8 +10,9 @@ from typing import Sequence
 
 import numpy as np
 
+from mlx_sdm.calibration.data import LabelledSet
 from mlx_sdm.calibration.estimator import FitConfig
-from mlx_sdm.errors import ArtifactError
+from mlx_sdm.errors import ArtifactError, DataError
 from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE
 from mlx_sdm.network.encoding import VerificationDocument
 from mlx_sdm.network.verdict import DocumentVerdict
@@ -66,19 +67,14 @@ def cached_document_features(lm, documents: Sequence[VerificationDocument], *, d
 
 def is_text_jsonl(path: str | Path) -> bool:
     """True when the first row of a JSONL file is a text row ``{"prompt", "completion", ...}``."""
+    from mlx_sdm.jsonl import first_jsonl_object
     from mlx_sdm.network.encoding import is_text_row
 
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                if line.strip():
-                    try:
-                        return is_text_row(json.loads(line))
-                    except json.JSONDecodeError:
-                        return False
-    except OSError:
+    try:  # plain or gzipped; a file that cannot be read is reported by the reader that follows
+        row = first_jsonl_object(path)
+    except DataError:
         return False
-    return False
+    return row is not None and is_text_row(row)
 
 
 def is_verifier_dir(path: str | Path) -> bool:
@@ -123,6 +119,20 @@ def train_text_verifier(train_path: str | Path, calibration_path: str | Path, ou
                                              progress=progress)
     verifier.save(out)
     return verifier
+
+
+def labelled_text_rows(verifier_dir: str | Path, input_path: str | Path, *, model: str | None = None,
+                       quantized: bool = False) -> tuple[DocumentVerifier, LabelledSet]:
+    """``mlx-sdm report`` on labelled ``{"prompt", "completion", "label"}`` rows: the verifier and the
+    rows' features (force-decoded by its model, its system prompt by default) as a LabelledSet."""
+    from mlx_sdm.network.encoding import read_text_jsonl
+
+    read_text_jsonl(input_path)  # every row (and its label) checked before any model work
+    lm = model_for_verifier(verifier_dir, model, quantized)
+    verifier = DocumentVerifier.load(verifier_dir, expect_fingerprint=lm.fingerprint)
+    documents = read_text_jsonl(input_path, default_system=verifier.recipe.system)
+    feats = cached_document_features(lm, documents, delimiter=verifier.recipe.delimiter, cache_dir=None, desc="rows")
+    return verifier, labelled_set(documents, feats)
 
 
 def verify_text_rows(verifier_dir: str | Path, input_path: str | Path, *, model: str | None = None,

@@ -100,6 +100,8 @@ def read_embedding_jsonl(path: str | Path, require_label: bool = True, expected_
     width = expected_dim
     seen: dict[str, int] = {}
     for number, row in iter_jsonl_objects(path, missing="no such file; pass a JSONL file of {id, label, embedding} rows"):
+        if "embedding" not in row and ("prompt" in row or "completion" in row):
+            _raise_text_row_error(row, path=path, line=number)
         if "embedding" not in row:
             raise DataError("missing; each row needs \"embedding\": [numbers]", path=path, line=number, field="embedding")
         vec = parse_embedding(row["embedding"], path=path, line=number, width=width)
@@ -124,6 +126,17 @@ def read_embedding_jsonl(path: str | Path, require_label: bool = True, expected_
                        texts if any(t is not None for t in texts) else None, path)
 
 
+def _raise_text_row_error(row: dict, *, path: str, line: int) -> None:
+    """A row with "prompt"/"completion" but no "embedding" read as an embedding row: name the real problem."""
+    for key in ("prompt", "completion"):
+        if key not in row:
+            raise DataError(f"missing; a text row needs \"prompt\" and \"completion\" strings (and \"label\" 0/1 "
+                            "for training), an embedding row needs \"embedding\"", path=path, line=line, field=key)
+    raise DataError("a text row {prompt, completion} where embedding rows are read: text rows need a document "
+                    "verifier (the folder holding verifier.json, made by `mlx-sdm train` on text rows), "
+                    "not an embedding estimator", path=path, line=line)
+
+
 def check_fit_sets(train: LabelledSet, calibration: LabelledSet, min_per_class: int = MIN_PER_CLASS) -> int:
     """Validate a (train, calibration) pair for fitting; returns the number of classes C."""
     if train.dim != calibration.dim:
@@ -141,6 +154,12 @@ def check_fit_sets(train: LabelledSet, calibration: LabelledSet, min_per_class: 
         if rid in train_ids:
             raise DataError(f"id {rid!r} is also in the training file {train.path}; ids must be unique across both files",
                             path=calibration.path, field="id")
+    unseen = np.setdiff1d(calibration.labels, train.labels)
+    if unseen.size:  # blame the row that carries the label, in the file that carries it
+        line = int(np.argmax(calibration.labels == unseen[0])) + 1
+        raise DataError(f"label {int(unseen[0])} never occurs in the training file {train.path}; every class needs "
+                        f"rows in both files (labels 0..{num_classes - 1})", path=calibration.path, line=line,
+                        field="label")
     sets = ((train, "training"), (calibration, "calibration"))
     for s, name in sets:
         counts = np.bincount(s.labels, minlength=num_classes)

@@ -416,6 +416,7 @@ class SDMEstimator:
     @classmethod
     def load(cls, directory: str | Path, knn_backend: str = "auto", expect_input_dim: int | None = None) -> "SDMEstimator":
         """Load a saved estimator; refuses another format version or dimension with ArtifactError."""
+        from safetensors import SafetensorError
         from safetensors.numpy import load_file
 
         directory = Path(directory)
@@ -436,8 +437,9 @@ class SDMEstimator:
         try:
             t = load_file(str(directory / WEIGHTS))
             support = json.loads((directory / SUPPORT).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ArtifactError(f"{directory}: cannot read the estimator files ({exc})") from exc
+        except (OSError, ValueError, SafetensorError) as exc:  # SafetensorError: a truncated or corrupt file
+            raise ArtifactError(f"{directory}: cannot read the estimator files ({exc}); the folder is corrupt or "
+                                "incomplete: copy it again or rebuild it with `mlx-sdm train`") from exc
         c, dim, m = int(manifest["num_classes"]), int(manifest["input_dim"]), int(manifest["exemplar_dim"])
         params = {k[len("adaptor."):]: v for k, v in t.items() if k.startswith("adaptor.")}
         g = params.get("g.weight")

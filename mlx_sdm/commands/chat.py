@@ -192,6 +192,9 @@ def run_plain(config, store, *, session_id: str | None, title: str | None, stdin
         elif event.kind == "escalation" and event.escalation.action is EscalationAction.PROCEED_WITH_LOG:
             logged.append(event.escalation.message)
 
+    if hasattr(stdin, "reconfigure"):  # undecodable bytes become lone surrogates, refused line by line below
+        stdin.reconfigure(errors="surrogateescape")
+    created: list[str] = []  # sessions this run opened: removed again at exit if nothing was said in them
     engine = ChatEngine(config, store, components=components or chat_components)
     try:
         try:
@@ -201,25 +204,32 @@ def run_plain(config, store, *, session_id: str | None, title: str | None, stdin
             return 2
         if session_id is None:
             session_id = store.create_session(title, model=info.model_name, verifier=info.verifier_path).id
+            created.append(session_id)
             out(f"[session {session_id} · model {info.model_name} · "
                 + (f"verifier {info.verifier_path}" if info.verifier_path else f"unverifiable: {info.unverifiable_reason}") + "]")
         else:
             s = store.get_session(session_id)
             out(f"[reopened session {s.id} \"{s.title}\" · {s.message_count} messages · model {info.model_name}]")
         paused = engine.pending_pause(session_id) is not None
+        number = 0
         while True:
             if prompt:
                 out("guidance> " if paused else "you> ", end="")
             line = stdin.readline()
             if not line:
                 break
+            number += 1
             text = line.rstrip("\n")
+            if not _is_utf8(text):
+                print(f"mlx-sdm chat: input line {number} is not UTF-8 text; skipped (send it as UTF-8)", file=sys.stderr)
+                continue
             if text.startswith("/"):
                 if _plain_command(text, store, session_id, out, export_session) == "quit":
                     break
                 if text.split()[0] == "/new":
                     session_id = store.create_session(text[4:].strip() or None, model=info.model_name,
                                                       verifier=info.verifier_path).id
+                    created.append(session_id)
                     out(f"[session {session_id}]")
                     paused = False
                 continue
@@ -266,6 +276,20 @@ def run_plain(config, store, *, session_id: str | None, title: str | None, stdin
         return 0
     finally:
         engine.shutdown(wait=True, timeout=10)
+        for sid in created:  # never leave an empty session behind (e.g. input that was all refused)
+            try:
+                if store.get_session(sid).message_count == 0:
+                    store.delete_session(sid)
+            except MlxSdmError:  # deleted meanwhile (/delete)
+                pass
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates from undecodable input bytes
+        return False
+    return True
 
 
 def _timing_line(result) -> str:

@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 import threading
+import warnings
 
 from mlx_sdm.errors import MlxSdmError
 
@@ -110,6 +111,10 @@ def _print_report(components, outcome) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if not args.prompt.strip():
+        print("mlx-sdm generate: the prompt is empty; give the question to answer, e.g. mlx-sdm generate \"What is 2+2?\"",
+              file=sys.stderr)
+        return 2
     if args.max_tokens < 1:
         print("mlx-sdm generate: --max-tokens must be at least 1", file=sys.stderr)
         return 2
@@ -127,8 +132,11 @@ def main(argv: list[str] | None = None) -> int:
         components = load_components(args.model, verifier=args.verifier, head=args.head, quantized=args.quantized)
         options = TurnOptions(max_tokens=args.max_tokens, system_prompt=args.system, explain=max(0, args.explain),
                               enable_p_true=False, reuse_cache=False)
-        outcome = TurnPipeline(components).run(
-            TurnRequest([{"role": "user", "content": args.prompt}], options), observer=Printer(), stop=stop)
+        with warnings.catch_warnings():  # the left-truncation notice as one plain line, not a raw UserWarning
+            warnings.simplefilter("always", UserWarning)
+            warnings.showwarning = lambda message, *_, **__: print(f"mlx-sdm generate: note: {message}", file=sys.stderr)
+            outcome = TurnPipeline(components).run(
+                TurnRequest([{"role": "user", "content": args.prompt}], options), observer=Printer(), stop=stop)
     except KeyboardInterrupt:
         stop.set()
         print("\nmlx-sdm generate: interrupted", file=sys.stderr)

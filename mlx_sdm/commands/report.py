@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mlx_sdm.calibration.data import read_embedding_jsonl
+from mlx_sdm.calibration.data import LabelledSet, read_embedding_jsonl
 from mlx_sdm.calibration.estimator import SDMEstimator
 from mlx_sdm.calibration.evaluation import add_estimator_row, evaluate, format_table, format_training, plot
 from mlx_sdm.errors import MlxSdmError
@@ -32,17 +32,42 @@ def build_parser() -> argparse.ArgumentParser:
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--estimator", required=True, metavar="DIR", action="append",
                    help="folder written by `mlx-sdm train` (repeat to compare estimators on the same rows)")
-    p.add_argument("input", metavar="IN.jsonl", help="labelled rows {id, label, embedding}")
+    p.add_argument("input", metavar="IN.jsonl",
+                   help="labelled rows {id, label, embedding}, or {prompt, completion, label} for a document verifier")
     p.add_argument("--plot", metavar="FILE.png", help="write the reliability diagram and q~-bin accuracy here")
+    # a document verifier (made by `mlx-sdm train` on text rows) reads labelled {"prompt", "completion", "label"} rows
+    p.add_argument("--model", default=None, help="text rows: LM to force-decode with (default: the verifier's own)")
+    p.add_argument("--quantized", action="store_true", help="text rows: keep the GGUF's 4-bit weights")
     return p
+
+
+def _load(args: argparse.Namespace) -> tuple[list[SDMEstimator], LabelledSet]:
+    """The estimators and the labelled rows: embedding rows for estimator folders; text rows,
+    force-decoded by the verifier's model, for document verifiers (``verifier.json``)."""
+    from mlx_sdm.app.verifiers import is_verifier_dir, labelled_text_rows
+
+    kinds = {is_verifier_dir(path) for path in args.estimator}
+    if kinds == {True}:
+        if len(args.estimator) > 1:
+            raise MlxSdmError("compare document verifiers one at a time (one --estimator DIR with text rows)")
+        verifier, data = labelled_text_rows(args.estimator[0], args.input, model=args.model, quantized=args.quantized)
+        return [verifier.estimator], data
+    if len(kinds) > 1:
+        raise MlxSdmError("--estimator mixes document verifiers and embedding estimators; compare like with like")
+    estimators = [SDMEstimator.load(path) for path in args.estimator]
+    data = read_embedding_jsonl(args.input, require_label=True, expected_dim=estimators[0].input_dim)
+    return estimators, data
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        estimators = [SDMEstimator.load(path) for path in args.estimator]
+        if args.plot:
+            from mlx_sdm.atomic import check_output_file
+
+            check_output_file(args.plot)
+        estimators, data = _load(args)
         est = estimators[0]
-        data = read_embedding_jsonl(args.input, require_label=True, expected_dim=est.input_dim)
         if int(data.labels.max()) >= est.num_classes:
             line = int((data.labels >= est.num_classes).argmax()) + 1
             raise MlxSdmError(f"{args.input}:{line}: field 'label': {int(data.labels[line - 1])} is not a class of this "

@@ -82,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--paper-settings", action="store_true",
                    help="use the paper's lr 1e-5, 50 epochs, J=10 and rescaler batch 1 at lr 1e-4 (slow, may under-train)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--force", action="store_true",
+                   help="replace an estimator or verifier already saved at --out (never a file or another folder)")
     # text rows {"prompt", "completion", "label"}: a document verifier over LM features (mlx_sdm.network.verifier)
     p.add_argument("--model", default=None, help="text rows: LM whose features are used (default: embedded SmolLM2)")
     p.add_argument("--quantized", action="store_true", help="text rows: keep the GGUF's 4-bit weights")
@@ -118,7 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         config = config_from_args(args)
+        from mlx_sdm.atomic import check_output_folder
+        from mlx_sdm.calibration.estimator import MANIFEST
         from mlx_sdm.app.verifiers import is_text_jsonl, train_text_verifier
+        from mlx_sdm.network.verifier import VERIFIER_MANIFEST
+
+        check_output_folder(args.out, force=args.force, artifact_files=(MANIFEST, VERIFIER_MANIFEST))
 
         if is_text_jsonl(args.train):  # text rows -> document verifier over LM features
             start = time.time()

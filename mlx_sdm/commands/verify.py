@@ -61,7 +61,10 @@ def write_jsonl(path: str, rows: list[dict]) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        from mlx_sdm.atomic import check_output_file
         from mlx_sdm.app.verifiers import is_verifier_dir, verify_text_rows
+
+        check_output_file(args.out)  # before any model work: a folder or an unwritable path is one line
 
         if is_verifier_dir(args.estimator):  # a document verifier: text rows, force-decoded with its model
             out = verify_text_rows(args.estimator, args.input, model=args.model, quantized=args.quantized,

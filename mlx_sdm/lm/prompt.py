@@ -31,8 +31,8 @@ def render_prompt(tokenizer, prompt: Prompt, system: str | None = None) -> list[
         if not ids:
             raise DataError("the prompt is empty.", field="prompt")
         return ids
-    if not any(m.get("content") for m in messages):
-        raise DataError("the prompt is empty.", field="prompt")
+    if not any(str(m.get("content") or "").strip() for m in messages if m.get("role") != "system"):
+        raise DataError("the prompt is empty (a system prompt alone is not a question).", field="prompt")
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     return list(tokenizer.encode(text, add_special_tokens=False))
 

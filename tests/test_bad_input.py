@@ -1,0 +1,216 @@
+"""Bad input that used to end in a traceback (issue 11, item 4): each gets one line naming the file,
+line or field and the fix, nothing of the user's is renamed or replaced, and gzipped JSONL is read."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mlx_sdm.commands import generate as generate_cmd
+from mlx_sdm.commands import report as report_cmd
+from mlx_sdm.commands import train as train_cmd
+from mlx_sdm.commands import verify as verify_cmd
+from mlx_sdm.errors import ArtifactError, DataError, OutputError
+from tests.test_verifier_commands import save_tiny_folder, write_rows
+from tests.tiny_verifier import tiny_components, tiny_documents
+
+FAST = ["--iterations", "1", "--epochs", "2", "--batch-size", "16", "--exemplar-dim", "8", "--quiet"]
+
+
+def embedding_rows(n: int, offset: int = 0) -> list[dict]:
+    rng = np.random.default_rng(offset)
+    return [{"id": f"e{offset + i}", "label": i % 2, "embedding": (rng.normal(size=4) + 3.0 * (i % 2)).round(4).tolist()}
+            for i in range(n)]
+
+
+@pytest.fixture
+def files(tmp_path) -> tuple[Path, Path]:
+    return write_rows(tmp_path / "train.jsonl", embedding_rows(60)), write_rows(tmp_path / "cal.jsonl", embedding_rows(60, 100))
+
+
+def one_error_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+# --------------------------------------------------------------------------- input files
+def test_non_utf8_file_is_named_with_its_line(files, tmp_path, capsys):
+    train, cal = files
+    bad = tmp_path / "latin1.jsonl"
+    bad.write_bytes(train.read_bytes() + '{"id": "caf\xe9", "label": 0, "embedding": [1, 2, 3, 4]}\n'.encode("latin-1"))
+    assert train_cmd.main(["--train", str(bad), "--calibration", str(cal), "--out", str(tmp_path / "o"), *FAST]) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "latin1.jsonl:61" in line and "UTF-8" in line and not (tmp_path / "o").exists()
+
+
+def test_gzipped_jsonl_is_read(files, tmp_path, capsys):
+    train, cal = files
+    gz = tmp_path / "train.jsonl.gz"
+    gz.write_bytes(gzip.compress(train.read_bytes()))
+    assert train_cmd.main(["--train", str(gz), "--calibration", str(cal), "--out", str(tmp_path / "est"), *FAST]) == 0
+    assert (tmp_path / "est" / "manifest.json").is_file()
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(gz.read_bytes()[: len(gz.read_bytes()) // 2])
+    assert train_cmd.main(["--train", str(cut), "--calibration", str(cal), "--out", str(tmp_path / "o"), *FAST]) == 1
+    assert "cut.jsonl.gz" in one_error_line(capsys.readouterr().err)
+
+
+def test_bad_label_in_the_calibration_file_blames_the_calibration_file(files, tmp_path, capsys):
+    train, cal = files
+    rows = embedding_rows(60, 100)
+    rows[6]["label"] = 2
+    cal2 = write_rows(tmp_path / "cal2.jsonl", rows)
+    assert train_cmd.main(["--train", str(train), "--calibration", str(cal2), "--out", str(tmp_path / "o"), *FAST]) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "cal2.jsonl:7" in line and "'label'" in line and "train.jsonl:" not in line
+
+
+def test_text_row_without_prompt_names_the_prompt_field(tmp_path, capsys):
+    rows = [{"prompt": p, "completion": c, "label": y} for p, c, y in tiny_documents()[:6]]
+    del rows[0]["prompt"]
+    bad = write_rows(tmp_path / "text.jsonl", rows)
+    assert train_cmd.main(["--train", str(bad), "--calibration", str(bad), "--out", str(tmp_path / "o"), *FAST]) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "text.jsonl:1" in line and "'prompt'" in line and "embedding" not in line.split("needs")[0]
+
+
+# --------------------------------------------------------------------------- artifacts and outputs
+def test_truncated_estimator_weights_in_a_verifier_folder(text_verifier, tmp_path, capsys):
+    import shutil
+
+    from mlx_sdm.network.verifier import DocumentVerifier
+
+    _, model_dir, built, cal = text_verifier
+    folder = tmp_path / "verifier"
+    shutil.copytree(built, folder)
+    weights = folder / "estimator" / "estimator.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # "incomplete metadata"
+    with pytest.raises(ArtifactError, match="cannot read the estimator files"):
+        DocumentVerifier.load(folder)
+    weights.write_bytes(weights.read_bytes()[:100])  # "invalid header length"
+    assert verify_cmd.main(["--estimator", str(folder), str(cal), "--out", str(tmp_path / "v.jsonl"),
+                            "--model", str(model_dir)]) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "cannot read the estimator files" in line and str(folder) in line and not (tmp_path / "v.jsonl").exists()
+
+
+def test_train_never_renames_a_users_file(files, tmp_path, capsys):
+    train, cal = files
+    precious = tmp_path / "notes.txt"
+    precious.write_text("keep me")
+    assert train_cmd.main(["--train", str(train), "--calibration", str(cal), "--out", str(precious), "--force", *FAST]) == 1
+    assert "existing file" in one_error_line(capsys.readouterr().err)
+    assert precious.read_text() == "keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["cal.jsonl", "notes.txt", "train.jsonl"]
+
+
+def test_train_over_an_existing_artifact_needs_force(files, tmp_path, capsys):
+    train, cal = files
+    out = tmp_path / "est"
+    args = ["--train", str(train), "--calibration", str(cal), "--out", str(out), *FAST]
+    assert train_cmd.main(args) == 0
+    before = (out / "manifest.json").read_text()
+    capsys.readouterr()
+    assert train_cmd.main(args) == 1
+    assert "--force" in one_error_line(capsys.readouterr().err) and (out / "manifest.json").read_text() == before
+    assert train_cmd.main([*args, "--seed", "1", "--force"]) == 0
+    assert (out / "manifest.json").read_text() != before
+    other = tmp_path / "photos"
+    other.mkdir()
+    (other / "a.jpg").write_bytes(b"x")
+    assert train_cmd.main(["--train", str(train), "--calibration", str(cal), "--out", str(other), "--force", *FAST]) == 1
+    assert "not an mlx-sdm artifact" in capsys.readouterr().err and (other / "a.jpg").read_bytes() == b"x"
+
+
+def test_verify_out_a_folder_or_an_unwritable_path_is_one_line(files, tmp_path, capsys):
+    train, cal = files
+    est = tmp_path / "est"
+    assert train_cmd.main(["--train", str(train), "--calibration", str(cal), "--out", str(est), *FAST]) == 0
+    capsys.readouterr()
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    assert verify_cmd.main(["--estimator", str(est), str(cal), "--out", str(folder)]) == 1
+    assert "is a folder" in one_error_line(capsys.readouterr().err)
+    under_a_file = tmp_path / "train.jsonl" / "verdicts.jsonl"
+    assert verify_cmd.main(["--estimator", str(est), str(cal), "--out", str(under_a_file)]) == 1
+    assert "is a file, not a folder" in one_error_line(capsys.readouterr().err)
+
+
+def test_atomic_writes_raise_output_errors_not_raw_os_errors(tmp_path):
+    from mlx_sdm.atomic import atomic_directory, atomic_write_text
+
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(OutputError):
+        atomic_write_text(tmp_path / "file" / "child.txt", "y")
+    with pytest.raises(OutputError, match="existing file"):
+        with atomic_directory(tmp_path / "file"):
+            pass
+    assert (tmp_path / "file").read_text() == "x" and not (tmp_path / "file.old").exists()
+
+
+# --------------------------------------------------------------------------- text rows: train -> verify -> report
+@pytest.fixture(scope="module")
+def text_verifier(tmp_path_factory):
+    root = tmp_path_factory.mktemp("text")
+    model_dir = save_tiny_folder(root / "tiny-model", seed=0)
+    rows = [{"id": f"d{i}", "prompt": p, "completion": c, "label": y} for i, (p, c, y) in enumerate(tiny_documents())]
+    train, cal = write_rows(root / "train.jsonl", rows[0::2]), write_rows(root / "cal.jsonl", rows[1::2])
+    out = root / "verifier"
+    assert train_cmd.main(["--train", str(train), "--calibration", str(cal), "--out", str(out), "--model", str(model_dir),
+                           "--iterations", "1", "--epochs", "3", "--batch-size", "8", "--exemplar-dim", "16", "--quiet"]) == 0
+    return root, model_dir, out, cal
+
+
+def test_report_on_a_verifier_built_from_text_rows(text_verifier, capsys):
+    root, model_dir, out, cal = text_verifier
+    assert verify_cmd.main(["--estimator", str(out), str(cal), "--out", str(root / "v.jsonl")]) == 0
+    capsys.readouterr()
+    assert report_cmd.main(["--estimator", str(out), str(cal), "--plot", str(root / "r.png")]) == 0
+    printed = capsys.readouterr().out
+    assert "sdm p_lower" in printed and "training (from the estimator's manifest)" in printed and (root / "r.png").is_file()
+    # the estimator subfolder with text rows: say what to pass instead of "'embedding' missing"
+    assert report_cmd.main(["--estimator", str(out / "estimator"), str(cal)]) == 1
+    assert "verifier.json" in one_error_line(capsys.readouterr().err)
+
+
+# --------------------------------------------------------------------------- generate and chat
+def test_generate_refuses_an_empty_prompt_before_loading_a_model(capsys):
+    assert generate_cmd.main(["", "--model", "/nonexistent/model"]) == 2
+    assert "prompt is empty" in one_error_line(capsys.readouterr().err)
+    from mlx_sdm.lm.prompt import render_prompt
+
+    with pytest.raises(DataError, match="empty"):
+        render_prompt(object(), "  ", system="You are helpful.")  # a system prompt alone is no question
+
+
+def test_prompt_longer_than_the_context_is_one_note_not_a_userwarning(text_verifier, capsys):
+    _, model_dir, _, _ = text_verifier
+    with warnings.catch_warnings(record=True) as escaped:
+        warnings.simplefilter("always")
+        rc = generate_cmd.main(["word " * 2500, "--model", str(model_dir), "--verifier", "none", "--max-tokens", "2"])
+    captured = capsys.readouterr()
+    assert rc == 0 and not [w for w in escaped if issubclass(w.category, UserWarning)]
+    notes = [line for line in captured.err.splitlines() if "note:" in line]
+    assert len(notes) == 1 and "left truncation" in notes[0] and "UserWarning" not in captured.err
+    assert "left-truncated by" in captured.out
+
+
+def test_plain_chat_skips_non_utf8_input_and_leaves_no_empty_session(tmp_path, capsys):
+    from mlx_sdm.commands import chat as chat_cmd
+    from mlx_sdm.session.engine import EngineConfig
+    from mlx_sdm.session.store import ChatStore
+
+    store = ChatStore(tmp_path / "chat.db")
+    stdin = io.TextIOWrapper(io.BytesIO(b"caf\xe9 au lait?\n"), encoding="utf-8")
+    stdout = io.StringIO()
+    rc = chat_cmd.run_plain(EngineConfig(max_tokens=4), store, session_id=None, title=None, stdin=stdin, stdout=stdout,
+                            components=tiny_components(None))
+    assert rc == 0
+    assert "input line 1 is not UTF-8" in one_error_line(capsys.readouterr().err)
+    assert store.list_sessions() == []
