@@ -1,0 +1,130 @@
+"""The verifier as a monitor: each turn's calibrated verdict turned into a forecast p_t of session success.
+
+Every answer the chat verifies gets a verdict from the SDM verifier (``calibration.estimator.Verdict``:
+``p_lower``, ``q``, ``d``, ``admitted``, ``prediction``, ``reason``). Its status word:
+
+- ``verified``: admitted and predicted acceptable; ``p_lower`` is then a calibrated lower bound on the
+  probability that the answer is right (SDM paper, the admitted set's accuracy >= alpha');
+- ``not_verified``: admitted but predicted unacceptable, or below the threshold (``reason`` says which);
+- ``out_of_scope``: the answer lies outside the verifier's support (``reason == "out_of_distribution"``);
+- ``none``: no verdict for this turn (no verifier loaded).
+
+The verdict monitor (monitoring spec § 5.4, the verifier's probability ``v_t``) gives each verified turn
+``pi_s = p_lower``, each admitted-unacceptable turn ``pi_s = 1 - p_lower`` and every other turn the
+turn success rate of its status, fitted on labelled sessions (:func:`fit_verdict_params`; cross-fitted
+by ``monitor.crossfit``, never on the sessions it scores). A session succeeds only if every answer is
+right, so after agent step t the forecast is ``p_t = prod_{s <= t} pi_s``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Mapping, Sequence
+
+from mlx_sdm.monitor.scoring import EPS
+
+REASON_OUT_OF_DISTRIBUTION = "out_of_distribution"
+LABEL_ACCEPTABLE = 1
+#: Turn success rate of a status before any labelled session was seen (no information either way).
+PRIOR_TURN_RATE = 0.5
+#: Laplace smoothing of the fitted per-status rates: (correct + 1) / (turns + 2).
+RATE_SMOOTHING = 1.0
+
+
+class VerdictStatus(str, Enum):
+    VERIFIED = "verified"
+    NOT_VERIFIED = "not_verified"
+    OUT_OF_SCOPE = "out_of_scope"
+    NONE = "none"
+
+
+def verdict_status(admitted: bool | None, prediction: int | None, reason: str | None) -> VerdictStatus:
+    """The status word of a verdict (module docstring)."""
+    if admitted is None and prediction is None and reason is None:
+        return VerdictStatus.NONE
+    if reason == REASON_OUT_OF_DISTRIBUTION:
+        return VerdictStatus.OUT_OF_SCOPE
+    if admitted and prediction == LABEL_ACCEPTABLE:
+        return VerdictStatus.VERIFIED
+    return VerdictStatus.NOT_VERIFIED
+
+
+@dataclass(frozen=True)
+class TurnVerdict:
+    """One turn's calibrated verdict, as the monitor reads it."""
+
+    status: VerdictStatus
+    p_lower: float | None = None
+    q: int | None = None
+    d: float | None = None
+    admitted: bool = False
+    prediction: int | None = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "TurnVerdict":
+        """From ``Verdict.to_dict()``, a stored verdict, or a ``VerifierOutput.to_dict()``; None -> no verdict."""
+        if not data:
+            return cls(VerdictStatus.NONE)
+        admitted = data.get("admitted")
+        prediction = data.get("prediction")
+        status = data.get("status")
+        status = VerdictStatus(status) if status in {s.value for s in VerdictStatus} else \
+            verdict_status(admitted, prediction, data.get("reason"))
+        return cls(status, data.get("p_lower"), data.get("q"), data.get("d"), bool(admitted),
+                   None if prediction is None else int(prediction))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status.value, "p_lower": self.p_lower, "q": self.q, "d": self.d,
+                "admitted": self.admitted, "prediction": self.prediction}
+
+
+@dataclass(frozen=True)
+class VerdictMonitorParams:
+    """Turn success rate per status, for turns whose verdict carries no calibrated probability."""
+
+    status_rate: Mapping[str, float] = field(default_factory=lambda: {s.value: PRIOR_TURN_RATE for s in VerdictStatus})
+
+
+def turn_success_probability(verdict: TurnVerdict, params: VerdictMonitorParams) -> float:
+    """pi_s: the probability that this turn's answer is right, from its verdict."""
+    if verdict.admitted and verdict.p_lower is not None:
+        p = verdict.p_lower if verdict.prediction == LABEL_ACCEPTABLE else 1.0 - verdict.p_lower
+    else:
+        p = params.status_rate.get(verdict.status.value, PRIOR_TURN_RATE)
+    return min(max(float(p), EPS), 1.0 - EPS)
+
+
+def fit_verdict_params(turns: Sequence[tuple[TurnVerdict, bool]]) -> VerdictMonitorParams:
+    """Per-status turn success rates (Laplace-smoothed) from labelled turns (verdict, answer was right)."""
+    counts: dict[str, list[float]] = {s.value: [0.0, 0.0] for s in VerdictStatus}
+    for verdict, correct in turns:
+        c = counts[verdict.status.value]
+        c[0] += float(correct)
+        c[1] += 1.0
+    return VerdictMonitorParams({k: (ok + RATE_SMOOTHING) / (n + 2 * RATE_SMOOTHING) for k, (ok, n) in counts.items()})
+
+
+def verdict_forecasts(verdicts: Sequence[TurnVerdict], params: VerdictMonitorParams) -> list[float]:
+    """p_t = prod_{s <= t} pi_s after each agent step (a session succeeds only if every answer is right)."""
+    out, p = [], 1.0
+    for v in verdicts:
+        p *= turn_success_probability(v, params)
+        out.append(max(p, EPS))
+    return out
+
+
+class VerdictMonitor:
+    """Online form for the chat: :meth:`observe` each turn's verdict, read the forecast ``p_t``."""
+
+    def __init__(self, params: VerdictMonitorParams | None = None):
+        self.params = params or VerdictMonitorParams()
+        self.verdicts: list[TurnVerdict] = []
+
+    def observe(self, verdict: TurnVerdict | Mapping[str, Any] | None) -> float:
+        self.verdicts.append(verdict if isinstance(verdict, TurnVerdict) else TurnVerdict.from_dict(verdict))
+        return self.forecast
+
+    @property
+    def forecast(self) -> float:
+        return verdict_forecasts(self.verdicts, self.params)[-1] if self.verdicts else 1.0
