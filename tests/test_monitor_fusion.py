@@ -11,7 +11,7 @@ from mlx_sdm.monitor.signals import session_signals
 from mlx_sdm.monitor.verdict import (
     TurnVerdict, VerdictMonitor, VerdictMonitorParams, VerdictStatus, fit_verdict_params, verdict_forecasts, verdict_status,
 )
-from mlx_sdm.session.format import AUQOutput, Session, SessionStep, TracerOutput, VerifierOutput
+from mlx_sdm.monitor.session_file import AUQOutput, Session, SessionStep, TracerOutput, VerifierOutput
 
 
 def make_sessions(n: int = 60, seed: int = 0) -> list[Session]:

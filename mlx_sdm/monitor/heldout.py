@@ -27,7 +27,7 @@ import numpy as np
 from mlx_sdm.monitor import scoring
 from mlx_sdm.monitor.fusion import DEFAULT_FOLDS, MONITOR_LABELS, MONITORS, crossfit_monitors
 from mlx_sdm.monitor.signals import SessionSignals, session_signals
-from mlx_sdm.session.format import Session
+from mlx_sdm.monitor.session_file import Session
 
 DEFAULT_BOOTSTRAP = 1000
 DEFAULT_SEED = 0

@@ -15,7 +15,7 @@ import numpy as np
 
 from mlx_sdm.monitor.tracer import TracerConfig, prefix_scores, step_risk, tracer_score
 from mlx_sdm.monitor.verdict import TurnVerdict
-from mlx_sdm.session.format import Session
+from mlx_sdm.monitor.session_file import Session
 
 NEUTRAL_CONFIDENCE = 0.5  # AUQ's own missing-signal default (spec 2.2) when a step has no AUQ belief
 
