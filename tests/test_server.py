@@ -41,11 +41,11 @@ VERDICT_KEYS = {"status", "verified", "reason", "reason_code", "p_lower", "q", "
 class ThreadServer:
     """uvicorn + the app + the model worker + a store, on 127.0.0.1 and a free port."""
 
-    def __init__(self, directory: Path, *, max_pending: int = 16, max_context: int = 2048):
-        verifier = build_tiny_verifier(directory / "verifier")
+    def __init__(self, directory: Path, *, max_pending: int = 16, components=None, max_tokens: int = 12):
+        if components is None:  # the tiny model and verifier
+            components = tiny_components(build_tiny_verifier(directory / "verifier"))
         self.store = ChatStore(directory / "chat.db")
-        components = tiny_components(verifier, max_context=max_context)
-        self.worker = ModelWorker(lambda: SessionBackend(BackendConfig(max_tokens=12), self.store, components),
+        self.worker = ModelWorker(lambda: SessionBackend(BackendConfig(max_tokens=max_tokens), self.store, components),
                                   max_pending=max_pending)
         app = build_app(self.worker, ServerConfig(api_key=API_KEY, max_body_bytes=MAX_BODY))
         self.sock = bind_socket("127.0.0.1", 0)
@@ -300,3 +300,19 @@ def test_served_verdict_carries_the_one_rule_and_its_words(verdict, status, code
     assert served.reason == judged.explanation() and served.verified == (status == "verified")
     assert set(served.to_json()) == VERDICT_KEYS and served.exemplars[0].label_text == "an acceptable answer"
     assert verdicts.store_dict(served)["status"] == status and verdicts.store_status(served) == status
+
+
+def test_a_backend_that_fails_to_load_is_reported_and_jobs_fail_cleanly():
+    from mlx_sdm.errors import DataError, MlxSdmError
+
+    def broken():
+        raise DataError("no such model folder", field="model")
+
+    worker = ModelWorker(broken, max_pending=2)
+    try:
+        assert isinstance(worker.ready.exception(timeout=30), DataError)
+        with pytest.raises(MlxSdmError, match="not loaded"):
+            worker.submit(lambda backend: backend).result(timeout=30)
+        assert worker.pending == 0
+    finally:
+        worker.shutdown()

@@ -117,7 +117,6 @@ class SessionBackend:
         outcome = self.pipeline.run(TurnRequest(prepared.messages, options), observer=observer, stop=stop, prefix=prefix)
         self._prefix = outcome.prefix
         cancelled = outcome.status is TurnStatus.CANCELLED
-        t0 = time.perf_counter()
         verdict = (verdicts.without_verdict(verdicts.CANCELLED, "the answer was stopped before it was finished")
                    if cancelled else self._served(outcome.verdict, outcome.unverifiable_reason))
         finish = "cancelled" if cancelled else ("length" if outcome.finish_reason == "length" else "stop")
@@ -127,7 +126,6 @@ class SessionBackend:
         self._store_turn(request.conversation, request.messages, outcome.messages, answer,
                          None if cancelled else outcome.features, tokens=outcome.tokens, source="chat",
                          extra={"judged_text": outcome.judged_text} if outcome.unverified_tail else {})
-        answer.verify_s = time.perf_counter() - t0
         return answer
 
     def verify(self, request: VerifyRequest) -> ServedAnswer:
@@ -139,13 +137,11 @@ class SessionBackend:
             raise ApiError(400, f"messages ({prepared.prompt_tokens} tokens) plus completion ({completion_tokens} "
                            f"tokens) exceed the model's context of {self.max_context} tokens", param="completion",
                            code="context_length_exceeded")
-        t0 = time.perf_counter()
         options = self.options(1)
         features = self.pipeline.features_for(prepared.messages, request.completion, options)
         judged, why = self.pipeline.verify(features, request.completion, options)
         answer = ServedAnswer(text=request.completion, finish_reason="stop", prompt_tokens=prepared.prompt_tokens,
-                              completion_tokens=completion_tokens, verdict=self._served(judged, why),
-                              verify_s=time.perf_counter() - t0)
+                              completion_tokens=completion_tokens, verdict=self._served(judged, why))
         self._store_turn(request.conversation, request.messages, self.pipeline.with_system(prepared.messages, options),
                          answer, features, tokens=None, source="verify")
         return answer

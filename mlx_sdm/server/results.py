@@ -67,5 +67,4 @@ class ServedAnswer:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     session_id: str | None = None
     message_id: int | None = None
-    verify_s: float = 0.0  # time spent verifying (features are captured during generation)
-    generation_s: float = 0.0
+    generation_s: float = 0.0  # decoding time (the verdict comes after it; features are from the same pass)
