@@ -17,6 +17,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from tui.bridge import Bridge
+from tui.messages import OpenEvidence
 from tui.screens.chat import ChatScreen
 from tui.screens.help import HelpScreen
 from tui.screens.prompts import CopyFallback, TextPrompt
@@ -123,11 +124,27 @@ class SdmChatApp(App):
         path = self.export_dir / "review-labels.jsonl"
         try:
             self.export_dir.mkdir(parents=True, exist_ok=True)
-            rows = self.bridge.store.export_training_rows(path)
+            rows = self.bridge.export_training_rows(path)
         except Exception as exc:
             self.notify(f"Export failed: {exc}", severity="error", timeout=10)
             return
         self.notify(f"Wrote {rows} training rows to {path}", title="Review labels", timeout=10)
+
+    def on_open_evidence(self, message: OpenEvidence) -> None:
+        """A verdict badge asked for the full evidence (widgets post; the app pushes screens)."""
+        from tui.screens.evidence import EvidenceScreen
+
+        self.push_screen(EvidenceScreen(message.verdict))
+
+    def show_coverage(self) -> None:
+        """What the loaded verifier covers, with one example prompt per task, in the chat."""
+        self._pop_to_chat()
+        self.call_later(self.chat.show_coverage)
+
+    def insert_example(self, prompt: str) -> None:
+        """Put a task's example prompt into the chat's input, ready to send."""
+        self._pop_to_chat()
+        self.chat.insert_prompt(prompt)
 
     def action_show_copied(self) -> None:
         path = self.bridge.data_dir / "clipboard.txt"
@@ -174,7 +191,8 @@ class SdmChatApp(App):
     # ----- command palette ----------------------------------------------------------------------
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield SystemCommand("New chat", "Start a new session (ctrl+n)", self.action_new_chat)
-        yield SystemCommand("Open review queue", "Rejected and escalated answers from every session (ctrl+r)", self.action_review)
+        yield SystemCommand("Open review queue", "Unverified and escalated answers from every session (ctrl+r)",
+                            self.action_review)
         yield SystemCommand("Sessions", "Open, rename or delete stored sessions (ctrl+o)", self.action_sessions)
         yield SystemCommand("Export session", "Write this session as Markdown and as session JSONL (ctrl+s)", self.action_export)
         yield SystemCommand(
@@ -185,6 +203,12 @@ class SdmChatApp(App):
         yield SystemCommand("Show copied text", "The last copied message as selectable text, and its file", self.action_show_copied)
         for what in self.bridge.switchable():
             yield SystemCommand(f"Switch {what}", f"Load another {what} (on the engine thread)", lambda w=what: self._switch(w))
+        yield SystemCommand("What the verifier covers", "The tasks the loaded verifier can judge, with examples",
+                            self.show_coverage)
+        for task in self.bridge.coverage().tasks:
+            if task.example_prompt:
+                yield SystemCommand(f"Insert example: {task.name}", task.description or "an example prompt the verifier covers",
+                                    lambda p=task.example_prompt: self.insert_example(p))
         yield SystemCommand("Help", "Keys and what the badges mean (f1)", self.action_help)
         yield from super().get_system_commands(screen)
 

@@ -100,6 +100,38 @@ class Bridge:
     def cancel(self) -> None:
         self.engine.cancel()
 
+    # ----- store reads and renames (SQLite, no MLX: fine on the UI thread) -----------------------
+    def sessions(self) -> list[Any]:
+        return self.store.list_sessions()
+
+    def session(self, session_id: str) -> Any:
+        return self.store.get_session(session_id)
+
+    def messages(self, session_id: str) -> list[Any]:
+        return self.store.messages(session_id)
+
+    def rename_session(self, session_id: str, title: str) -> Any:
+        return self.store.rename_session(session_id, title)
+
+    def review_items(self, **filters: Any) -> list[Any]:
+        return self.store.review_items(**filters)
+
+    def review_reasons(self) -> list[str]:
+        return self.store.review_reasons()
+
+    def last_decision(self) -> Any:
+        return self.store.last_decision()
+
+    def export_training_rows(self, path: str | Path) -> int:
+        return self.store.export_training_rows(path)
+
+    def coverage(self) -> Any:
+        """What the loaded verifier covers (``VerifierCoverage``; empty until loaded or without a verifier)."""
+        from mlx_sdm.network.verdict import VerifierCoverage
+
+        info = self.engine.info()
+        return info.coverage if info is not None else VerifierCoverage()
+
     # ----- review (blocking: call from a thread worker) ----------------------------------------
     def decide(self, review_id: int, label: int, *, note: str | None = None, completion: str | None = None) -> Any:
         """Record a decision; the engine adds the point to the verifier's support set. Returns a ``DecisionResult``."""

@@ -43,6 +43,11 @@ STATUS_TEXT = {
     "done": "no verdict",
 }
 
+def unverified_note(judged: str) -> str:
+    """Said under an answer whose verdict covers only its first part (the unit the verifier judges)."""
+    return f"The verdict covers only {judged.strip()!r}; the text after it was not checked (unverified)."
+
+
 #: Terminals known to drop OSC 52 clipboard writes: copying there opens the selectable fallback at once.
 OSC52_BLIND_TERMINALS = {"Apple_Terminal"}
 
@@ -125,9 +130,11 @@ class ChatScreen(Screen):
         if session_id is None:  # created in the store with the first message, so empty chats leave no trace
             self._set_title("New chat")
             log.anchor()
+            if self.bridge.coverage().tasks:
+                await self.show_coverage()
             return
-        self._set_title(self.bridge.store.get_session(session_id).title)
-        for record in self.bridge.store.messages(session_id):
+        self._set_title(self.bridge.session(session_id).title)
+        for record in self.bridge.messages(session_id):
             await self._mount_stored(record)
         log.scroll_end(animate=False)
         log.anchor()
@@ -169,10 +176,33 @@ class ChatScreen(Screen):
             await log.mount(MessageBubble("system", text, title="monitor · reflection"))
         if meta.get("explanation"):
             await log.mount(MessageBubble("system", meta["explanation"], title="monitor · CRITICAL"))
+        if meta.get("judged_text") is not None:
+            await log.mount(MessageBubble("system", unverified_note(meta["judged_text"]), title="verifier · scope"))
+
+    def insert_prompt(self, text: str) -> None:
+        prompt = self.query_one("#prompt", Input)
+        prompt.value = text
+        prompt.cursor_position = len(text)
+        prompt.focus()
+
+    async def show_coverage(self) -> None:
+        """A system note: what the loaded verifier covers (tasks, one example prompt each)."""
+        coverage = self.bridge.coverage()
+        if not coverage.tasks:
+            text = ("What this verifier covers: " + coverage.sentence() + " Questions unlike its documents are answered "
+                    "'out of scope'.")
+        else:
+            lines = ["This verifier can judge answers to:", ""]
+            for task in coverage.tasks:
+                example = f" (e.g. “{task.example_prompt}”)" if task.example_prompt else ""
+                lines.append(f"- {task.description or task.name}{example}")
+            lines += ["", "ctrl+p → 'Insert example' puts one in the prompt. Other questions are 'out of scope'."]
+            text = "\n".join(lines)
+        await self._log_mount(MessageBubble("system", text, title="verifier · coverage"))
 
     def rename_current(self, title: str) -> None:
         if self.session_id is not None:
-            self.bridge.store.rename_session(self.session_id, title)
+            self.bridge.rename_session(self.session_id, title)
             self._set_title(title)
 
     # ----- sending ------------------------------------------------------------------------------
@@ -187,7 +217,7 @@ class ChatScreen(Screen):
         if self.session_id is None:
             title, self.app.new_session_title = self.app.new_session_title, None  # type: ignore[attr-defined]
             self.session_id = self.bridge.new_session(title)
-            self._set_title(self.bridge.store.get_session(self.session_id).title)
+            self._set_title(self.bridge.session(self.session_id).title)
         event.input.value = ""
         self.turn_number += 1
         await self._log_mount(MessageBubble("user", text))
@@ -290,6 +320,8 @@ class ChatScreen(Screen):
 
     async def on_engine_status(self, message: EngineStatus) -> None:
         self.refresh_status(message.event.message or message.event.state)
+        if message.event.state == "ready" and self.session_id is None and self.bridge.coverage().tasks:
+            await self.show_coverage()  # a new chat starts by saying what can be verified
 
     async def _finished(self, event: Any) -> None:
         bubble = self.active
@@ -298,6 +330,9 @@ class ChatScreen(Screen):
             await bubble.finish()
         if self.reflection_bubble is not None:
             await self.reflection_bubble.finish()
+        if event.unverified_tail.strip() and bubble is not None:
+            judged = bubble.text[: len(bubble.text) - len(event.unverified_tail)]
+            await self._log_mount(MessageBubble("system", unverified_note(judged), title="verifier · scope"))
         status = event.status
         if status == "paused":
             await self._paused(event, bubble)

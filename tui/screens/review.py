@@ -1,4 +1,4 @@
-"""The review queue: every rejected or escalated answer from every session. Each decision is a label
+"""The review queue: every unverified or escalated answer from every session. Each decision is a label
 that the session layer adds to the verifier's support set at once (no retraining)."""
 
 from __future__ import annotations
@@ -63,16 +63,16 @@ class ReviewScreen(Screen):
 
     def on_mount(self) -> None:
         self.title = "Review queue"
-        self.sub_title = "rejected and escalated answers"
+        self.sub_title = "unverified and escalated answers"
         self.reload_filters()
         self.reload()
         self.query_one(ReviewList).focus()
 
     # ----- data ---------------------------------------------------------------------------------
     def reload_filters(self) -> None:
-        sessions = [(s.title, s.id) for s in self.bridge.store.list_sessions()]
+        sessions = [(s.title, s.id) for s in self.bridge.sessions()]
         self.query_one("#filter-session", Select).set_options(sessions)
-        reasons = [(reason_label(r), r) for r in self.bridge.store.review_reasons()]
+        reasons = [(reason_label(r), r) for r in self.bridge.review_reasons()]
         self.query_one("#filter-reason", Select).set_options(reasons)
 
     def _filter_value(self, selector: str) -> Any:
@@ -83,7 +83,7 @@ class ReviewScreen(Screen):
         since = self.query_one("#filter-since", Input).value.strip() or None
         if since is not None and len(since) != 10:
             since = None
-        items = self.bridge.store.review_items(
+        items = self.bridge.review_items(
             session_id=self._filter_value("#filter-session"),
             reason=self._filter_value("#filter-reason"),
             since=since,
@@ -95,9 +95,9 @@ class ReviewScreen(Screen):
 
     def refresh_status(self, note: str | None = None) -> None:
         size = self.bridge.info().support_size
-        pending = len(self.bridge.store.review_items(status="pending"))
+        pending = len(self.bridge.review_items(status="pending"))
         parts = [f"{pending} pending", f"support set {size if size is not None else '—'} points"]
-        last = self.bridge.store.last_decision()
+        last = self.bridge.last_decision()
         if last is not None:
             parts.append(f"last decision: #{last.review_id} {decision_label(last)} (z undoes it)")
         if note:
@@ -108,7 +108,7 @@ class ReviewScreen(Screen):
         item = self.query_one(ReviewList).current_item
         detail = self.query_one("#review-item", Static)
         if item is None:
-            detail.update("The queue is empty for these filters: rejected and escalated answers land here.")
+            detail.update("The queue is empty for these filters: answers the verifier did not vouch for, and escalated ones, land here.")
             return
         head = Text()
         head.append(f"#{item.id} · {item.session_title} · {str(item.created_at)[:19].replace('T', ' ')}\n", style="bold")

@@ -49,7 +49,7 @@ class SessionsScreen(ModalScreen[str | None]):
     def reload(self) -> None:
         table = self.query_one("#session-table", DataTable)
         table.clear()
-        self.sessions = self.bridge.store.list_sessions()
+        self.sessions = self.bridge.sessions()
         for s in self.sessions:
             table.add_row(
                 shorten(s.title, 40), str(s.message_count), s.updated_at[:16].replace("T", " "), s.model or "", key=s.id
@@ -84,7 +84,7 @@ class SessionsScreen(ModalScreen[str | None]):
         def done(title: str | None) -> None:
             if title is None or not title.strip():
                 return
-            self.bridge.store.rename_session(current.id, title)
+            self.bridge.rename_session(current.id, title)
             self.app.session_renamed(current.id, title.strip())  # type: ignore[attr-defined]
             self.reload()
 

@@ -1,11 +1,11 @@
-"""The evidence behind a verdict: q, d, ⌊q̃⌋, the prediction and the nearest training exemplars."""
+"""The evidence behind a verdict: the state and why, the nearest training exemplars (text, label in
+words), then q, d, ⌊q̃⌋, the prediction and p_lower."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
 from rich.console import Group
-from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
@@ -14,43 +14,51 @@ from tui.format import format_p, reason_label, shorten, verdict_status
 EXEMPLAR_TEXT_WIDTH = 72
 
 
+def exemplar_label_words(label: Any) -> str:
+    """A training exemplar's label as a reader says it."""
+    return {1: "a correct answer to a similar question", 0: "an incorrect answer to a similar question"}.get(
+        int(label) if label is not None else -1, f"an example labelled {label}")
+
+
+def _why(verdict: Mapping[str, Any], status: str) -> str:
+    if verdict.get("explanation"):
+        return str(verdict["explanation"])
+    if status == "verified":
+        return "Verified: the verifier vouches for this answer."
+    why = reason_label(verdict.get("reason"))
+    return f"{status.replace('_', ' ').capitalize()}" + (f": {why}." if why else ".")
+
+
 def evidence_renderable(verdict: Mapping[str, Any], *, text_width: int = EXEMPLAR_TEXT_WIDTH) -> Group:
-    """A Rich renderable for a ``Verdict.to_dict()``: the numbers first, then the exemplar table."""
+    """A Rich renderable for a stored verdict dict: the state and why, then the nearest exemplars'
+    text with their label in words, then the numbers for those who want them."""
     status = verdict_status(verdict)
+    why = _why(verdict, status)  # it opens with the state in words ("Out of scope: ...")
+    state, _, rest = why.partition(":")
     head = Text()
-    head.append(status.replace("_", " "), style="bold")
-    if verdict.get("reason"):
-        head.append(f" ({reason_label(verdict.get('reason'))})")
-    head.append(f"   prediction {verdict.get('prediction')}   p_lower {format_p(verdict.get('p_lower'))}")
-    numbers = Text()
+    head.append(state + ":", style="bold")
+    head.append(rest)
+    parts: list[Any] = [head]
+    exemplars = list(verdict.get("exemplars") or [])
+    if exemplars:
+        parts.append(Text("The most similar examples the verifier was built on:", style="italic"))
+        for rank, ex in enumerate(exemplars, start=1):
+            line = Text(f"{rank}. ")
+            line.append(shorten(ex.get("text") or "(no text stored)", text_width))
+            line.append(f"\n   {exemplar_label_words(ex.get('label'))}", style="bold")
+            line.append(f" (distance {float(ex.get('distance', 0.0)):.3f}, id {shorten(str(ex.get('id', '')), 24)})",
+                        style="dim")
+            parts.append(line)
+    else:
+        parts.append(Text("no exemplars were stored with this verdict", style="italic"))
     d = verdict.get("d")
-    numbers.append(f"q {verdict.get('q')}   d {'—' if d is None else f'{float(d):.3f}'}   ⌊q̃⌋ {verdict.get('q_bin')}")
+    numbers = Text(style="dim")
+    numbers.append(f"prediction {verdict.get('prediction')}   p_lower {format_p(verdict.get('p_lower'))}   "
+                   f"q {verdict.get('q')}   d {'—' if d is None else f'{float(d):.3f}'}   ⌊q̃⌋ {verdict.get('q_bin')}")
     softmax = verdict.get("softmax") or []
     if softmax:
         numbers.append("   softmax " + " ".join(f"{float(p):.3f}" for p in softmax))
-    table = Table(box=None, pad_edge=False, expand=False, show_edge=False, header_style="bold")
-    table.add_column("#", justify="right")
-    table.add_column("label", justify="right")
-    table.add_column("pred", justify="right")
-    table.add_column("distance", justify="right")
-    table.add_column("id")
-    table.add_column("text")
-    exemplars = list(verdict.get("exemplars") or [])
-    for rank, ex in enumerate(exemplars, start=1):
-        table.add_row(
-            str(rank),
-            str(ex.get("label")),
-            str(ex.get("prediction")),
-            f"{float(ex.get('distance', 0.0)):.3f}",
-            shorten(str(ex.get("id", "")), 18),
-            shorten(ex.get("text") or "(no text stored)", text_width),
-        )
-    parts: list[Any] = [head, numbers]
-    if exemplars:
-        parts.append(Text("nearest training exemplars", style="italic"))
-        parts.append(table)
-    else:
-        parts.append(Text("no exemplars were stored with this verdict", style="italic"))
+    parts.append(numbers)
     return Group(*parts)
 
 

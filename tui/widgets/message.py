@@ -46,6 +46,11 @@ class MessageBubble(Vertical, can_focus=True):
             yield Static("", classes="monitor-line")
 
     @property
+    def heading(self) -> str:
+        """The line above the message ("you", "assistant · turn 2", "verifier · coverage", ...)."""
+        return self._title
+
+    @property
     def body(self) -> Markdown:
         return self.query_one(".body", Markdown)
 
@@ -65,11 +70,6 @@ class MessageBubble(Vertical, can_focus=True):
             self._stream = None
         if self.role == "assistant" and self.text and not self.text.strip():
             await self.body.update(EMPTY_ANSWER)
-
-    async def set_text(self, text: str) -> None:
-        await self.finish()
-        self.text = text
-        await self.body.update(text)
 
     def set_verdict(
         self, verdict: Mapping[str, Any] | None, *, status: str | None = None, reason: str | None = None

@@ -1,4 +1,4 @@
-"""The review queue as a table: one row per rejected or escalated answer, j/k to move."""
+"""The review queue as a table: one row per unverified or escalated answer, j/k to move."""
 
 from __future__ import annotations
 

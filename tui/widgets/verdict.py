@@ -1,4 +1,5 @@
-"""The verdict badge under each answer: verified (with p_lower), rejected (with its reason), unverifiable."""
+"""The verdict badge under each answer: verified (with p_lower), not verified (why), out of scope (neutral),
+or unverifiable."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from textual.message import Message
 from textual.widgets import Static
 
 from tui.format import PENDING, badge_text, verdict_status
+from tui.messages import OpenEvidence
 
 
 class VerdictBadge(Static, can_focus=True):
@@ -71,9 +73,7 @@ class VerdictBadge(Static, can_focus=True):
     def action_full(self) -> None:
         if not self.expandable:
             return
-        from tui.screens.evidence import EvidenceScreen
-
-        self.app.push_screen(EvidenceScreen(self.verdict))  # type: ignore[arg-type]
+        self.post_message(OpenEvidence(self.verdict))  # the app opens the evidence screen
 
     def on_click(self) -> None:
         self.action_toggle()

@@ -1,0 +1,81 @@
+"""The chat says what the loaded verifier covers (its tasks, one example prompt each, insertable from
+the command palette); without recorded tasks it says so."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from textual.widgets import Input
+
+from mlx_sdm.session.engine import ChatEngine, EngineConfig
+from mlx_sdm.session.store import ChatStore
+from tests.tiny_verifier import build_tiny_verifier, tiny_components
+from tui.app import SdmChatApp
+from tui.widgets.message import MessageBubble
+
+TASKS = [{"name": "capitals", "description": "whether a claim about a capital city is true",
+          "example_prompt": "Paris is the capital of France. Is this claim true or false?"}]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def make(tmp_path, tasks):
+    verifier = build_tiny_verifier(tmp_path / "verifier")
+    if tasks is not None:
+        manifest = json.loads((verifier / "verifier.json").read_text())
+        manifest["tasks"] = tasks
+        (verifier / "verifier.json").write_text(json.dumps(manifest))
+    store = ChatStore(tmp_path / "chat.db")
+    engine = ChatEngine(EngineConfig(embedder="none", max_tokens=4), store, components=tiny_components(verifier))
+    engine.ready.result(120)
+    return engine, store
+
+
+def coverage_bubbles(app):
+    return [b for b in app.chat.query(MessageBubble) if b.role == "system" and "coverage" in b.heading]
+
+
+def test_a_new_chat_lists_the_tasks_and_the_palette_inserts_an_example(tmp_path):
+    engine, store = make(tmp_path, TASKS)
+
+    async def go():
+        app = SdmChatApp(engine=engine, store=store)
+        async with app.run_test(size=(110, 36)) as pilot:
+            await pilot.pause()
+            (bubble,) = coverage_bubbles(app)
+            assert "whether a claim about a capital city is true" in bubble.text and TASKS[0]["example_prompt"] in bubble.text
+            titles = [c.title for c in app.get_system_commands(app.screen)]
+            assert "What the verifier covers" in titles and "Insert example: capitals" in titles
+            app.insert_example(TASKS[0]["example_prompt"])
+            await pilot.pause()
+            assert app.chat.query_one("#prompt", Input).value == TASKS[0]["example_prompt"]
+
+    try:
+        run(go())
+    finally:
+        engine.shutdown()
+        store.close()
+
+
+def test_unknown_coverage_is_said_plainly(tmp_path):
+    engine, store = make(tmp_path, None)
+
+    async def go():
+        app = SdmChatApp(engine=engine, store=store)
+        async with app.run_test(size=(110, 36)) as pilot:
+            await pilot.pause()
+            assert coverage_bubbles(app) == []  # nothing recorded: the new chat stays empty
+            app.show_coverage()
+            await pilot.pause()
+            (bubble,) = coverage_bubbles(app)
+            assert "does not record which tasks it covers" in bubble.text and "out of scope" in bubble.text
+            assert not [c for c in app.get_system_commands(app.screen) if c.title.startswith("Insert example")]
+
+    try:
+        run(go())
+    finally:
+        engine.shutdown()
+        store.close()
