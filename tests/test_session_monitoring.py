@@ -140,3 +140,24 @@ def test_semantic_sampling_runs_inside_the_trigger_zone_only():
     outside = ChatSampler(lm, messages, answer_tokens=6)
     reading, snap = score(m, answer="yes", tokens=None, logprobs=None, tool_calls=[], p_true=0.95, sampler=outside)  # f = 0.85
     assert snap["auq"]["samples_used"] == 0 and outside.drawn == []
+
+
+def test_a_stored_reading_does_not_grow_with_the_session(tmp_path):
+    """Each stored monitor reading holds its own turn only (the history stays in the session monitor):
+    over a 200-turn session the bytes stored per turn stay flat instead of growing with the turn number."""
+    import sqlite3
+
+    store = ChatStore(tmp_path / "c.db")
+    s = store.create_session()
+    m = monitor()
+    for i in range(200):
+        store.add_message(s.id, "user", f"question {i}")
+        m.observe_user(f"question {i}")
+        reading = m.score_answer(answer=f"answer {i}", tokens=TOKENS, logprobs=LOGPROBS, tool_calls=[], p_true=0.9)
+        store.add_answer(AnswerRecord(s.id, f"answer {i}", tokens=TOKENS, token_logprobs=LOGPROBS, monitor=reading.to_dict()))
+    store.close()
+    with sqlite3.connect(tmp_path / "c.db") as conn:
+        sizes = [n for (n,) in conn.execute("SELECT length(details_json) FROM monitor_snapshots ORDER BY message_id")]
+    assert len(sizes) == 200 and len(m.history) == 200
+    assert max(sizes) - min(sizes[1:]) < 64  # flat (number formatting only), not proportional to the turn
+    assert max(sizes[150:]) < 1.1 * sizes[10]

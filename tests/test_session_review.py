@@ -111,3 +111,36 @@ def test_a_reviewed_copy_passed_as_the_verifier_is_not_given_its_points_twice(en
         assert again.ready.result(120).support_size == result.support_size
     finally:
         again.shutdown()
+
+
+def test_a_label_joins_only_the_verifier_it_was_given_under(engine, tmp_path):
+    """Issue 10 § 4: labels given under one verifier never reach another verifier on the same model
+    (the store used to select support points by feature model only)."""
+    from mlx_sdm.session.review import verifier_key
+
+    first = _ask(engine, "under A")
+    label = int(first.verdict.to_dict()["prediction"])
+    assert engine.decide(first.review_id, label).result(60).applied
+    base_a = tmp_path / "verifier"
+    engine.shutdown()
+    other = build_tiny_verifier(tmp_path / "other-verifier")  # another verifier for the same model
+    b = ChatEngine(EngineConfig(max_tokens=10, auq_thresholds=ALWAYS_HIGH, generate_reflection=False),
+                   ChatStore(tmp_path / "chat.db"), components=tiny_components(other))
+    try:
+        info = b.ready.result(120)
+        assert info.support_size == DocumentVerifier.load(other).estimator.support_size  # nothing leaked into B
+        store = b.store
+        points = store.support_points(feature_model=info.feature_model)
+        assert len(points) == 1 and points[0].decision.verifier == verifier_key(str(base_a))
+        assert store.support_points(feature_model=info.feature_model, verifier=verifier_key(str(other))) == []
+        # an answer judged under A and labelled while B is loaded is recorded for A, not applied to B
+        again = b.decide(first.review_id, label).result(60)
+        assert not again.applied and "another one" in again.message
+        assert b.info().support_size == info.support_size
+        # an answer judged under B joins B
+        second = b.send(store.create_session("under B").id, QUESTION).result(60)
+        decided = b.decide(second.review_id, int(second.verdict.to_dict()["prediction"])).result(60)
+        assert decided.applied and b.info().support_size == info.support_size + 1
+        assert [p.decision.id for p in store.support_points(verifier=verifier_key(str(other)))] == [decided.decision_id]
+    finally:
+        b.shutdown()
