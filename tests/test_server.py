@@ -316,3 +316,14 @@ def test_a_backend_that_fails_to_load_is_reported_and_jobs_fail_cleanly():
         assert worker.pending == 0
     finally:
         worker.shutdown()
+
+
+def test_a_conversation_that_continues_reuses_the_kv_cache(served):
+    client = served.client()
+    first = client.chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=6, user="conv-cache")
+    follow_up = QUESTION + [{"role": "assistant", "content": first.choices[0].message.content},
+                            {"role": "user", "content": "And is Rome the capital of Italy?"}]
+    second = client.chat.completions.create(model=MODEL, messages=follow_up, max_tokens=6, user="conv-cache")
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    assert first.usage.prompt_tokens < cached < second.usage.prompt_tokens

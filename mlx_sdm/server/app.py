@@ -103,8 +103,7 @@ def build_app(worker: ModelWorker, config: ServerConfig = ServerConfig()) -> Sta
         answer: ServedAnswer = await run(lambda b: b.complete(req, b.prepare(req.messages, req.max_tokens)))
         ids = wire.StreamIds(model=model_id)
         return JSONResponse(wire.completion_body(
-            ids, text=answer.text, finish_reason=answer.finish_reason, prompt_tokens=answer.prompt_tokens,
-            completion_tokens=answer.completion_tokens, verdict=answer.verdict.to_json(),
+            ids, text=answer.text, finish_reason=answer.finish_reason, usage=answer.usage(), verdict=answer.verdict.to_json(),
             logprobs=answer.logprobs if req.logprobs else None, session_id=answer.session_id,
         ))
 
@@ -113,7 +112,7 @@ def build_app(worker: ModelWorker, config: ServerConfig = ServerConfig()) -> Sta
         req = wire.parse_verify_request(body, known_models=known, session_header=request.headers.get(SESSION_HEADER))
         answer: ServedAnswer = await run(lambda b: b.verify(req))
         return JSONResponse({"object": "verification", "model": model_id, "verdict": answer.verdict.to_json(),
-                             "usage": wire.usage_object(answer.prompt_tokens, answer.completion_tokens),
+                             "usage": answer.usage(),
                              "session_id": answer.session_id})
 
     routes = [
@@ -200,8 +199,7 @@ async def _chunks(ids: wire.StreamIds, req: wire.ChatRequest, events: asyncio.Qu
             extra = {"verdict": answer.verdict.to_json(), "session_id": answer.session_id}
             yield sse.event(wire.chunk_body(ids, delta={}, finish_reason=answer.finish_reason, extra=extra))
             if req.include_usage:
-                usage = wire.usage_object(answer.prompt_tokens, answer.completion_tokens)
-                yield sse.event(dict(wire.chunk_body(ids, delta={}), choices=[], usage=usage))
+                yield sse.event(dict(wire.chunk_body(ids, delta={}), choices=[], usage=answer.usage()))
             yield sse.DONE
             break
     finally:

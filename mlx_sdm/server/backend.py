@@ -122,7 +122,7 @@ class SessionBackend:
         finish = "cancelled" if cancelled else ("length" if outcome.finish_reason == "length" else "stop")
         answer = ServedAnswer(text=outcome.text, finish_reason=finish, prompt_tokens=outcome.prompt_tokens,
                               completion_tokens=len(outcome.tokens), verdict=verdict, logprobs=observer.items,
-                              generation_s=outcome.generation_s)
+                              cached_tokens=outcome.reused_tokens, generation_s=outcome.generation_s)
         self._store_turn(request.conversation, request.messages, outcome.messages, answer,
                          None if cancelled else outcome.features, tokens=outcome.tokens, source="chat",
                          extra={"judged_text": outcome.judged_text} if outcome.unverified_tail else {})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlx_sdm.server.wire import TokenLogprob
+from mlx_sdm.server.wire import TokenLogprob, usage_object
 
 #: The three states a verdict can be in (the verification issue's words; `status` on the wire).
 VERIFIED, NOT_VERIFIED, OUT_OF_SCOPE = "verified", "not_verified", "out_of_scope"
@@ -67,4 +67,8 @@ class ServedAnswer:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     session_id: str | None = None
     message_id: int | None = None
+    cached_tokens: int = 0  # prompt tokens whose KV cache came from the previous request
     generation_s: float = 0.0  # decoding time (the verdict comes after it; features are from the same pass)
+
+    def usage(self) -> dict[str, Any]:
+        return usage_object(self.prompt_tokens, self.completion_tokens, self.cached_tokens)

@@ -266,12 +266,13 @@ class StreamIds:
     created: int = field(default_factory=lambda: int(time.time()))
 
 
-def usage_object(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+def usage_object(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
+    """OpenAI usage; ``cached_tokens``: prompt tokens whose KV cache came from the previous request."""
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+            "total_tokens": prompt_tokens + completion_tokens, "prompt_tokens_details": {"cached_tokens": cached_tokens}}
 
 
-def completion_body(ids: StreamIds, *, text: str, finish_reason: str, prompt_tokens: int, completion_tokens: int,
+def completion_body(ids: StreamIds, *, text: str, finish_reason: str, usage: dict[str, Any],
                     verdict: dict[str, Any], logprobs: list[TokenLogprob] | None, session_id: str | None) -> dict[str, Any]:
     """A whole ``chat.completion`` object, with our ``verdict`` beside ``choices``."""
     return {
@@ -281,7 +282,7 @@ def completion_body(ids: StreamIds, *, text: str, finish_reason: str, prompt_tok
             "logprobs": logprobs_object(logprobs) if logprobs is not None else None,
             "finish_reason": finish_reason,
         }],
-        "usage": usage_object(prompt_tokens, completion_tokens),
+        "usage": usage,
         "system_fingerprint": None,
         "verdict": verdict,
         "session_id": session_id,
