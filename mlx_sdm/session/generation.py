@@ -111,98 +111,133 @@ def generate_answer(
 ) -> GeneratedAnswer:
     """Stream one answer. ``on_token`` returning False stops generation at that token (the stop key).
     ``delimiter`` is the verifier's feature rule ("end_of_turn", or "json_close" for verifiers built on
-    JSON answers); a chat answer always runs to the end of its turn, the rule only picks ``h_k``.
-    ``prefix``: the previous turn's cache, used when the new prompt extends the tokens it holds.
-    ``stop_at_delimiter``: end the answer at the unit the verifier judges (the JSON unit's closing
-    brace for ``json_close``), so the verdict covers the whole answer. ``top_logprobs``: a recorder of
-    the most likely tokens at each position (the server's ``top_logprobs``)."""
-    from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
-
-    from mlx_sdm.lm.generation import GenerationConfig, stream_generate_features
+    JSON answers); it picks ``h_k``. ``prefix``: the previous turn's cache, used when the new prompt
+    extends the tokens it holds. ``stop_at_delimiter``: end the answer at the unit the verifier judges
+    (the JSON unit's closing brace for ``json_close``), so the verdict covers the whole answer.
+    ``top_logprobs``: a recorder of the most likely tokens at each position (the server's ``top_logprobs``)."""
+    from mlx_sdm.lm.generation import GenerationConfig
     from mlx_sdm.lm.prompt import render_prompt
 
-    sampler = None
-    if temperature > 0:
-        from mlx_lm.sample_utils import make_sampler
-
-        sampler = make_sampler(temp=temperature)
+    full_ids = render_prompt(lm.tokenizer, messages)
+    start = _Start.of(lm, full_ids, max_tokens, keep_cache, prefix)
+    sampler = _sampler(temperature)
     if top_logprobs is not None and top_logprobs.k > 0:
         sampler = top_logprobs.wrap(sampler)
-    full_ids = render_prompt(lm.tokenizer, messages)
-    max_context = getattr(lm, "max_context", 2048)
-    base_len, base_sum, feed = 0, None, full_ids
-    if keep_cache and prefix is not None and prefix.usable_for(full_ids) and len(full_ids) + max_tokens < max_context:
-        cache, base_len, base_sum, feed = prefix.cache, len(prefix.ids), prefix.hidden_sum, full_ids[len(prefix.ids):]
-    else:
-        cache = make_prompt_cache(lm.model) if keep_cache else None
+    config = GenerationConfig(max_tokens=max_tokens, sampler=sampler, delimiter=delimiter,
+                              stop_at_delimiter=stop_at_delimiter,
+                              extra={"prompt_cache": start.cache} if start.cache is not None else {})
+    # token ids are used as is; messages are rendered (and left-truncated)
+    streamed = _stream(lm, start.feed if start.base_len else messages, config, head, on_token)
+    result = streamed.result
+    vector = _feature_vector(result, start) if result.finish_reason != "cancelled" and streamed.ids else None
+    cache, cached_tokens, next_prefix = _kept_cache(lm, full_ids, start, streamed.ids, result, vector)
+    return GeneratedAnswer(
+        text=result.text, tokens=streamed.pieces, token_ids=streamed.ids, logprobs=streamed.logprobs,
+        features=vector if features else None, finish_reason=result.finish_reason,
+        cancelled=result.finish_reason == "cancelled", prompt_tokens=start.base_len + result.prompt_tokens,
+        truncated_prompt_tokens=result.truncated_prompt_tokens, reused_tokens=start.base_len, cache=cache,
+        cached_tokens=cached_tokens, prefix=next_prefix,
+        judged_tokens=_judged_tokens(result.features, len(streamed.ids)) if streamed.ids else 0,
+    )
+
+
+def _sampler(temperature: float) -> Any:
+    if temperature <= 0:
+        return None  # greedy
+    from mlx_lm.sample_utils import make_sampler
+
+    return make_sampler(temp=temperature)
+
+
+@dataclass
+class _Start:
+    """Where generation starts: a fresh cache (or none), or the previous turn's cache and the
+    running sum of its hidden states, feeding only the new tokens."""
+
+    cache: list | None
+    base_len: int
+    base_sum: np.ndarray | None
+    feed: list[int]
+
+    @classmethod
+    def of(cls, lm: Any, full_ids: list[int], max_tokens: int, keep_cache: bool,
+           prefix: PrefixCache | None) -> "_Start":
+        from mlx_lm.models.cache import make_prompt_cache
+
+        max_context = getattr(lm, "max_context", 2048)
+        if keep_cache and prefix is not None and prefix.usable_for(full_ids) and len(full_ids) + max_tokens < max_context:
+            return cls(prefix.cache, len(prefix.ids), prefix.hidden_sum, full_ids[len(prefix.ids):])
+        return cls(make_prompt_cache(lm.model) if keep_cache else None, 0, None, full_ids)
+
+
+@dataclass
+class _Streamed:
+    pieces: list[str]
+    ids: list[int]
+    logprobs: list[float]
+    result: Any  # mlx_sdm.lm.generation.GenerationResult
+
+
+def _stream(lm: Any, prompt: Any, config: Any, head: Any, on_token: TokenCallback | None) -> _Streamed:
+    """Run the generation, handing each token to ``on_token`` (False stops at the next token)."""
+    from mlx_sdm.lm.generation import stream_generate_features
+
     stopped = [False]
-    config = GenerationConfig(max_tokens=max_tokens, sampler=sampler, delimiter=delimiter, stop_at_delimiter=stop_at_delimiter,
-                              extra={"prompt_cache": cache} if cache is not None else {})
-    pieces: list[str] = []
-    ids: list[int] = []
-    logprobs: list[float] = []
-    result = None
-    prompt = feed if base_len else messages  # token ids are used as is; messages are rendered (and left-truncated)
+    out = _Streamed([], [], [], None)
     for chunk in stream_generate_features(lm, prompt, config, head=head, stop=lambda: stopped[0]):
         if chunk.result is not None:
-            result = chunk.result
-            if chunk.text and pieces:  # the detokenizer's flushed tail belongs to the last token
-                pieces[-1] += chunk.text
+            out.result = chunk.result
+            if chunk.text and out.pieces:  # the detokenizer's flushed tail belongs to the last token
+                out.pieces[-1] += chunk.text
                 if on_token is not None:
                     on_token(chunk.text, None, None)
             continue
-        pieces.append(chunk.text)
-        ids.append(int(chunk.token))
-        logprobs.append(float(chunk.logprob))
+        out.pieces.append(chunk.text)
+        out.ids.append(int(chunk.token))
+        out.logprobs.append(float(chunk.logprob))
         if on_token is not None and not on_token(chunk.text, chunk.token, chunk.logprob):
             stopped[0] = True
-    assert result is not None
-    cancelled = result.finish_reason == "cancelled"
+    assert out.result is not None
+    return out
 
-    vector = None
-    if not cancelled and ids:
-        vector = np.asarray(result.features.vector, dtype=np.float32).copy()
-        if base_len:  # mean over cached + fed positions (the fed part's mean covers `positions` of them)
-            hidden = vector.shape[0] // 2
-            fed = int(result.features.positions)
-            vector[:hidden] = ((base_sum + vector[:hidden].astype(np.float64) * fed) / (base_len + fed)).astype(np.float32)
 
-    cached_tokens: list[int] = []
+def _feature_vector(result: Any, start: _Start) -> np.ndarray:
+    """The document features of the whole conversation: with a reused prefix, the mean part is
+    recombined from the cached positions' sum and the fed positions' mean (spec § 15.3)."""
+    vector = np.asarray(result.features.vector, dtype=np.float32).copy()
+    if start.base_len:
+        hidden = vector.shape[0] // 2
+        fed = int(result.features.positions)
+        vector[:hidden] = ((start.base_sum + vector[:hidden].astype(np.float64) * fed)
+                           / (start.base_len + fed)).astype(np.float32)
+    return vector
+
+
+def _kept_cache(lm: Any, full_ids: list[int], start: _Start, ids: list[int], result: Any,
+                vector: np.ndarray | None) -> tuple[list | None, list[int], PrefixCache | None]:
+    """(the KV cache after the answer, the token ids it holds, what the next turn can reuse)."""
+    from mlx_lm.models.cache import can_trim_prompt_cache
+
+    cache = start.cache
+    if cache is None:
+        return None, [], None
+    held = (full_ids[result.truncated_prompt_tokens:] if not start.base_len else full_ids) + ids
+    eos = sorted(lm.tokenizer.eos_token_ids)
+    ended = result.finish_reason == "stop" and len(eos) == 1
+    if ended:
+        held = held + eos  # the end-of-turn token was fed before generation stopped
+    offset = getattr(cache[0], "offset", None) if cache else None
+    if offset is None or offset > len(held):
+        return None, [], None  # cannot tell which tokens it holds: P(True) recomputes from scratch
+    # Reusable next turn when the feature mean covers exactly prompt + answer (end-of-turn rule).
+    covered = start.base_len + int(result.features.positions) if vector is not None else -1
+    span = len(held) - (1 if ended else 0)
     next_prefix = None
-    if cache is not None:
-        held = (full_ids[result.truncated_prompt_tokens:] if not base_len else full_ids) + ids
-        eos = sorted(lm.tokenizer.eos_token_ids)
-        if result.finish_reason == "stop" and len(eos) == 1:
-            held = held + eos  # the end-of-turn token was fed before generation stopped
-        offset = getattr(cache[0], "offset", None) if cache else None
-        if offset is None or offset > len(held):
-            cache = None  # cannot tell which tokens it holds: P(True) recomputes from scratch
-        else:
-            cached_tokens = held[:offset]
-            # Reusable next turn when the feature mean covers exactly prompt + answer (end-of-turn rule).
-            covered = base_len + int(result.features.positions) if vector is not None else -1
-            span = len(held) - (1 if result.finish_reason == "stop" and len(eos) == 1 else 0)
-            if (vector is not None and covered == span and offset >= span and not result.truncated_prompt_tokens
-                    and can_trim_prompt_cache(cache)):
-                hidden = vector.shape[0] // 2
-                total = vector[:hidden].astype(np.float64) * covered
-                next_prefix = PrefixCache(cache=cache, ids=held[:span], hidden_sum=total)
-    return GeneratedAnswer(
-        text=result.text,
-        tokens=pieces,
-        token_ids=ids,
-        logprobs=logprobs,
-        features=vector if features else None,
-        finish_reason=result.finish_reason,
-        cancelled=cancelled,
-        prompt_tokens=base_len + result.prompt_tokens,
-        truncated_prompt_tokens=result.truncated_prompt_tokens,
-        reused_tokens=base_len,
-        cache=cache,
-        cached_tokens=cached_tokens,
-        prefix=next_prefix,
-        judged_tokens=_judged_tokens(result.features, len(ids)) if ids else 0,
-    )
+    if (vector is not None and covered == span and offset >= span and not result.truncated_prompt_tokens
+            and can_trim_prompt_cache(cache)):
+        hidden = vector.shape[0] // 2
+        next_prefix = PrefixCache(cache=cache, ids=held[:span], hidden_sum=vector[:hidden].astype(np.float64) * covered)
+    return cache, held[:offset], next_prefix
 
 
 def _judged_tokens(features: Any, generated: int) -> int:

@@ -1,0 +1,234 @@
+"""The review queue and its decisions, as part of :class:`~mlx_sdm.session.store.ChatStore`: queued
+answers, labels (a new decision on an entry supersedes the old one; undo), the labelled points the
+verifier's support set takes, and training rows."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from datetime import date, datetime
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from mlx_sdm.atomic import atomic_write_text
+from mlx_sdm.errors import DataError
+from mlx_sdm.session.schema import (
+    LABEL_ACCEPTABLE,
+    LABEL_UNACCEPTABLE,
+    Decision,
+    ReviewItem,
+    SupportPoint,
+    _decision,
+    _features_array,
+    _features_blob,
+    _iso_bound,
+    _loads,
+    now_iso,
+)
+
+
+class ReviewQueueStore:
+    """Mixed into ChatStore (uses its ``_tx``, ``_query`` and ``path``)."""
+
+    path: Path
+
+    def _tx(self) -> Any: ...  # provided by ChatStore
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]: ...  # provided by ChatStore
+
+    def review_items(
+        self,
+        *,
+        session_id: str | None = None,
+        reason: str | None = None,
+        since: str | date | datetime | None = None,
+        until: str | date | datetime | None = None,
+        status: str = "all",
+        review_id: int | None = None,
+    ) -> list[ReviewItem]:
+        """Review-queue entries, newest first. ``status``: "pending" (no active decision), "decided" or "all";
+        ``since``/``until``: ISO timestamps or dates (a bare date covers its whole day)."""
+        if status not in {"pending", "decided", "all"}:
+            raise DataError(f"unknown review status {status!r}; use pending, decided or all", field="status")
+        where, params = [], []
+        if review_id is not None:
+            where.append("r.id = ?")
+            params.append(int(review_id))
+        if session_id is not None:
+            where.append("r.session_id = ?")
+            params.append(session_id)
+        if reason:
+            where.append("(',' || r.reason || ',') LIKE ?")
+            params.append(f"%,{reason},%")
+        lo, hi = _iso_bound(since, end=False), _iso_bound(until, end=True)
+        if lo is not None:
+            where.append("r.created_at >= ?")
+            params.append(lo)
+        if hi is not None:
+            where.append("r.created_at <= ?")
+            params.append(hi)
+        rows = self._query(
+            "SELECT r.*, s.title AS session_title, m.text AS answer, m.prompt_json, "
+            "v.status AS verdict_status, v.verdict_json, ms.details_json AS monitor_json, "
+            "(SELECT u.text FROM messages u WHERE u.session_id = m.session_id AND u.role = 'user' AND u.id < m.id "
+            " ORDER BY u.id DESC LIMIT 1) AS user_text "
+            "FROM review_queue r JOIN messages m ON m.id = r.message_id JOIN sessions s ON s.id = r.session_id "
+            "LEFT JOIN verdicts v ON v.message_id = m.id LEFT JOIN monitor_snapshots ms ON ms.message_id = m.id "
+            + ("WHERE " + " AND ".join(where) if where else "")
+            + " ORDER BY r.created_at DESC, r.id DESC",
+            params,
+        )
+        decisions = self._active_decisions_by_review()
+        items = []
+        for r in rows:
+            decision = decisions.get(int(r["id"]))
+            if status == "pending" and decision is not None or status == "decided" and decision is None:
+                continue
+            items.append(
+                ReviewItem(
+                    id=int(r["id"]),
+                    message_id=int(r["message_id"]),
+                    session_id=r["session_id"],
+                    session_title=r["session_title"],
+                    reason=r["reason"],
+                    created_at=r["created_at"],
+                    prompt=r["user_text"] or "",
+                    answer=r["answer"],
+                    verdict_status=r["verdict_status"],
+                    verdict=_loads(r["verdict_json"]),
+                    monitor=_loads(r["monitor_json"]),
+                    decision=decision,
+                )
+            )
+        return items
+
+    def review_item(self, review_id: int) -> ReviewItem:
+        for item in self.review_items(review_id=review_id):
+            return item
+        raise DataError(f"no review-queue entry with id {review_id}", path=str(self.path), field="review")
+
+    def review_reasons(self) -> list[str]:
+        """Every reason present in the queue (for the filter list)."""
+        found: set[str] = set()
+        for (reason,) in self._query("SELECT DISTINCT reason FROM review_queue"):
+            found.update(r for r in reason.split(",") if r)
+        return sorted(found)
+
+    def _active_decisions_by_review(self) -> dict[int, Decision]:
+        rows = self._query("SELECT * FROM decisions WHERE undone_at IS NULL ORDER BY id")
+        return {int(r["review_id"]): _decision(r) for r in rows}  # the latest wins
+
+    def record_decision(
+        self,
+        review_id: int,
+        label: int,
+        *,
+        note: str | None = None,
+        completion: str | None = None,
+        features: np.ndarray | None = None,
+        feature_model: str | None = None,
+        verifier: str | None = None,
+    ) -> Decision:
+        """Label a queued answer. A new decision on an already decided entry supersedes the old one
+        (the old one is marked undone in the same transaction)."""
+        if label not in (LABEL_ACCEPTABLE, LABEL_UNACCEPTABLE):
+            raise DataError(f"label must be 1 (acceptable) or 0 (unacceptable), got {label!r}", field="label")
+        if completion is not None and not completion.strip():
+            raise DataError("an edited completion cannot be empty", field="completion")
+        if completion is not None and label != LABEL_ACCEPTABLE:
+            raise DataError("an edited completion is the acceptable version of the answer: use label 1", field="completion")
+        stamp = now_iso()
+        with self._tx() as conn:
+            if conn.execute("SELECT 1 FROM review_queue WHERE id = ?", (review_id,)).fetchone() is None:
+                raise DataError(f"no review-queue entry with id {review_id}", path=str(self.path), field="review")
+            conn.execute("UPDATE decisions SET undone_at = ? WHERE review_id = ? AND undone_at IS NULL", (stamp, review_id))
+            cur = conn.execute(
+                "INSERT INTO decisions(review_id, label, note, completion, created_at, features, feature_model, verifier) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (review_id, int(label), note, completion, stamp, _features_blob(features), feature_model, verifier),
+            )
+            decision_id = int(cur.lastrowid)
+        return self.decision(decision_id)
+
+    def decisions_by_message(self, session_id: str) -> dict[int, Decision]:
+        """The active decision on each reviewed answer of a session, keyed by message id."""
+        rows = self._query(
+            "SELECT d.*, r.message_id AS reviewed_message FROM decisions d JOIN review_queue r ON r.id = d.review_id "
+            "WHERE r.session_id = ? AND d.undone_at IS NULL ORDER BY d.id",
+            (session_id,),
+        )
+        return {int(r["reviewed_message"]): _decision(r) for r in rows}
+
+    def decision(self, decision_id: int) -> Decision:
+        rows = self._query("SELECT * FROM decisions WHERE id = ?", (decision_id,))
+        if not rows:
+            raise DataError(f"no decision with id {decision_id}", path=str(self.path), field="decision")
+        return _decision(rows[0])
+
+    def last_decision(self) -> Decision | None:
+        rows = self._query("SELECT * FROM decisions WHERE undone_at IS NULL ORDER BY id DESC LIMIT 1")
+        return _decision(rows[0]) if rows else None
+
+    def undo_last_decision(self) -> Decision | None:
+        """Undo the most recent active decision (its entry goes back to pending). Returns it, or None."""
+        with self._tx() as conn:
+            row = conn.execute("SELECT * FROM decisions WHERE undone_at IS NULL ORDER BY id DESC LIMIT 1").fetchone()
+            if row is None:
+                return None
+            conn.execute("UPDATE decisions SET undone_at = ? WHERE id = ?", (now_iso(), row["id"]))
+        return self.decision(int(row["id"]))
+
+    def support_points(self, feature_model: str | None = None, verifier: str | None = None) -> list[SupportPoint]:
+        """Active decisions as labelled support points, oldest first. ``feature_model`` keeps only those
+        whose features were computed by that model (features of another model mean nothing to its
+        verifier); ``verifier`` (a resolved verifier folder) only labels given under that verifier
+        (older decisions without one: the verifier that judged the answer)."""
+        rows = self._query(
+            "SELECT d.*, m.features AS message_features, m.feature_model AS message_model, m.text AS answer, "
+            "v.verifier AS judged_by "
+            "FROM decisions d JOIN review_queue r ON r.id = d.review_id JOIN messages m ON m.id = r.message_id "
+            "LEFT JOIN verdicts v ON v.message_id = m.id WHERE d.undone_at IS NULL ORDER BY d.id"
+        )
+        points = []
+        for r in rows:
+            decision = _decision(r)
+            blob, model = (r["features"], r["feature_model"]) if r["features"] is not None else (r["message_features"], r["message_model"])
+            if blob is None or (feature_model is not None and model != feature_model):
+                continue
+            given_under = decision.verifier or (str(Path(r["judged_by"]).resolve()) if r["judged_by"] else None)
+            if verifier is not None and given_under != verifier:
+                continue
+            points.append(
+                SupportPoint(decision=decision, features=_features_array(blob), label=decision.label, text=decision.completion or r["answer"])
+            )
+        return points
+
+    def training_rows(self) -> list[dict]:
+        """Active decisions as training rows ``{"prompt", "completion", "label"}`` for `mlx-sdm train`/`finetune`.
+        An edited completion gives label 1 for the edit; the original answer keeps the decision's label
+        only when it was not edited (an edit says the original was not acceptable as written: label 0)."""
+        rows = self._query(
+            "SELECT d.*, m.text AS answer, "
+            "(SELECT u.text FROM messages u WHERE u.session_id = m.session_id AND u.role = 'user' AND u.id < m.id "
+            " ORDER BY u.id DESC LIMIT 1) AS user_text "
+            "FROM decisions d JOIN review_queue r ON r.id = d.review_id JOIN messages m ON m.id = r.message_id "
+            "WHERE d.undone_at IS NULL ORDER BY d.id"
+        )
+        out = []
+        for r in rows:
+            prompt = r["user_text"] or ""
+            if r["completion"] is not None:
+                out.append({"prompt": prompt, "completion": r["completion"], "label": LABEL_ACCEPTABLE})
+                out.append({"prompt": prompt, "completion": r["answer"], "label": LABEL_UNACCEPTABLE})
+            else:
+                out.append({"prompt": prompt, "completion": r["answer"], "label": int(r["label"])})
+        return out
+
+    def export_training_rows(self, path: str | os.PathLike) -> int:
+        """Write :meth:`training_rows` as JSONL (atomically). Returns the number of rows."""
+        rows = self.training_rows()
+        atomic_write_text(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+        return len(rows)

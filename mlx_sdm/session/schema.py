@@ -1,0 +1,353 @@
+"""The chat store's schema (:data:`MIGRATIONS`, never edit a released step: append one), the records
+it reads and writes, and the helpers that map SQLite rows to them. No MLX."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import asdict, dataclass, field
+from datetime import date, datetime, timezone
+from typing import Any, Sequence
+
+import numpy as np
+
+from mlx_sdm.errors import DataError
+
+#: A stored answer's verdict state: the three of ``mlx_sdm.network.verdict.VerdictStatus``, or
+#: "unverifiable" when no verifier judged it.
+VERDICT_STATES = ("verified", "not_verified", "out_of_scope", "unverifiable")
+
+LABEL_ACCEPTABLE = 1
+LABEL_UNACCEPTABLE = 0
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    description: str
+    sql: str
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "sessions, messages and verdicts",
+        """
+        CREATE TABLE sessions (
+            id TEXT PRIMARY KEY,
+            title TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            model TEXT,
+            verifier TEXT
+        );
+        CREATE TABLE messages (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            role TEXT NOT NULL,
+            text TEXT NOT NULL,
+            status TEXT NOT NULL DEFAULT 'done',
+            created_at TEXT NOT NULL,
+            finished_at TEXT,
+            token_count INTEGER,
+            logprob_mean REAL,
+            logprob_min REAL
+        );
+        CREATE INDEX messages_by_session ON messages(session_id, id);
+        CREATE TABLE verdicts (
+            message_id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
+            status TEXT NOT NULL,
+            p_lower REAL,
+            reason TEXT,
+            verdict_json TEXT,
+            verifier TEXT,
+            created_at TEXT NOT NULL
+        );
+        """,
+    ),
+    Migration(
+        2,
+        "review queue and decisions",
+        """
+        CREATE TABLE review_queue (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            message_id INTEGER NOT NULL UNIQUE REFERENCES messages(id) ON DELETE CASCADE,
+            session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            reason TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        );
+        CREATE INDEX review_by_session ON review_queue(session_id, created_at);
+        CREATE TABLE decisions (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            review_id INTEGER NOT NULL REFERENCES review_queue(id) ON DELETE CASCADE,
+            label INTEGER NOT NULL CHECK (label IN (0, 1)),
+            note TEXT,
+            completion TEXT,
+            created_at TEXT NOT NULL,
+            undone_at TEXT
+        );
+        CREATE INDEX decisions_by_review ON decisions(review_id, id);
+        """,
+    ),
+    Migration(
+        3,
+        "monitor snapshots; what verification needs to re-derive a label (prompt, tokens, features)",
+        """
+        CREATE TABLE monitor_snapshots (
+            message_id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
+            level TEXT,
+            action TEXT,
+            cumulative_confidence REAL,
+            step_confidence REAL,
+            tracer_risk REAL,
+            step_risk REAL,
+            details_json TEXT,
+            created_at TEXT NOT NULL
+        );
+        ALTER TABLE messages ADD COLUMN kind TEXT NOT NULL DEFAULT 'chat';
+        ALTER TABLE messages ADD COLUMN prompt_json TEXT;
+        ALTER TABLE messages ADD COLUMN tokens_json TEXT;
+        ALTER TABLE messages ADD COLUMN logprobs_json TEXT;
+        ALTER TABLE messages ADD COLUMN features BLOB;
+        ALTER TABLE messages ADD COLUMN feature_model TEXT;
+        ALTER TABLE messages ADD COLUMN metadata_json TEXT;
+        ALTER TABLE decisions ADD COLUMN features BLOB;
+        ALTER TABLE decisions ADD COLUMN feature_model TEXT;
+        """,
+    ),
+    Migration(
+        4,
+        "verdict states verified / not_verified / out_of_scope; a review label keeps the verifier it was given under",
+        """
+        UPDATE verdicts SET status = CASE WHEN reason = 'out_of_distribution' THEN 'out_of_scope' ELSE 'not_verified' END
+            WHERE status = 'rejected';
+        ALTER TABLE decisions ADD COLUMN verifier TEXT;
+        """,
+    ),
+)
+
+SCHEMA_VERSION = MIGRATIONS[-1].version
+
+
+def now_iso() -> str:
+    """UTC timestamp with microseconds; ISO strings sort like the times they name."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _iso_bound(value: str | date | datetime | None, *, end: bool) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(timezone.utc)
+        return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if isinstance(value, date):
+        return value.isoformat() + ("T23:59:59.999999Z" if end else "T00:00:00.000000Z")
+    text = str(value)
+    if len(text) == 10 and end:  # a bare date: the whole day
+        return text + "T23:59:59.999999Z"
+    return text
+
+
+def _dumps(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _features_blob(features: np.ndarray | None) -> bytes | None:
+    if features is None:
+        return None
+    array = np.asarray(features, dtype=np.float32).reshape(-1)
+    if not np.all(np.isfinite(array)):
+        raise DataError("document features contain NaN or infinity; refusing to store them", field="features")
+    return array.tobytes()
+
+
+def _features_array(blob: bytes | None) -> np.ndarray | None:
+    return None if blob is None else np.frombuffer(blob, dtype=np.float32).copy()
+
+
+@dataclass
+class AnswerRecord:
+    """An assistant answer to store (:meth:`ChatStore.add_answer`): the text and what the model saw,
+    its tokens and features, the verdict and monitor reading (as their ``to_dict()``), the review
+    reasons (empty = no review-queue entry)."""
+
+    session_id: str
+    text: str
+    status: str = "done"
+    kind: str = "chat"
+    created_at: str | None = None
+    prompt: list[dict] | None = None
+    tokens: list[str] | None = None
+    token_logprobs: Sequence[float] | None = None
+    features: np.ndarray | None = None
+    feature_model: str | None = None
+    verdict_status: str | None = None  # one of VERDICT_STATES
+    verdict: dict | None = None
+    verifier: str | None = None
+    monitor: dict | None = None
+    review_reasons: Sequence[str] = ()
+    metadata: dict | None = None
+
+
+@dataclass
+class SessionInfo:
+    id: str
+    title: str
+    created_at: str
+    updated_at: str
+    model: str | None
+    verifier: str | None
+    message_count: int = 0
+
+
+@dataclass
+class MessageRecord:
+    """One message of a session. Assistant answers also carry their verdict and monitor snapshot."""
+
+    id: int
+    session_id: str
+    role: str  # "user" | "assistant" | "system"
+    kind: str  # "chat" | "reflection" | "guidance" | "explanation"
+    text: str
+    status: str  # "done" | "cancelled" | "paused" | "resumed" | "aborted" | "error"
+    created_at: str
+    finished_at: str | None
+    token_count: int | None = None
+    logprob_mean: float | None = None
+    logprob_min: float | None = None
+    tokens: list[str] | None = None
+    token_logprobs: list[float] | None = None
+    prompt: list[dict] | None = None  # the chat messages the model saw before this answer
+    feature_model: str | None = None
+    metadata: dict | None = None
+    verdict_status: str | None = None  # one of VERDICT_STATES
+    verdict: dict | None = None  # DocumentVerdict.to_dict(): status, reason, explanation, exemplars, ...
+    verifier: str | None = None
+    monitor: dict | None = None
+    review_id: int | None = None
+    _features: bytes | None = field(default=None, repr=False)
+
+    @property
+    def features(self) -> np.ndarray | None:
+        return _features_array(self._features)
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out.pop("_features")
+        return out
+
+
+@dataclass
+class Decision:
+    id: int
+    review_id: int
+    label: int  # 1 acceptable, 0 unacceptable
+    note: str | None
+    completion: str | None  # an edited, acceptable completion (label 1), or None
+    created_at: str
+    undone_at: str | None
+    feature_model: str | None = None
+    verifier: str | None = None  # the verifier the label was given under (its resolved folder)
+    _features: bytes | None = field(default=None, repr=False)
+
+    @property
+    def features(self) -> np.ndarray | None:
+        return _features_array(self._features)
+
+    @property
+    def support_id(self) -> str:
+        """The id this decision's point has in the verifier's support set."""
+        return f"review-{self.review_id}-decision-{self.id}"
+
+
+@dataclass
+class ReviewItem:
+    id: int
+    message_id: int
+    session_id: str
+    session_title: str
+    reason: str  # comma-separated when several apply, e.g. "below_threshold,escalated_high"
+    created_at: str
+    prompt: str  # the user message the answer replied to
+    answer: str
+    verdict_status: str | None
+    verdict: dict | None
+    monitor: dict | None
+    decision: Decision | None  # the latest decision that is not undone
+
+    @property
+    def reasons(self) -> list[str]:
+        return [r for r in self.reason.split(",") if r]
+
+
+@dataclass
+class SupportPoint:
+    """A decision as the verifier's support set sees it."""
+
+    decision: Decision
+    features: np.ndarray
+    label: int
+    text: str
+
+
+def _split_sql(script: str) -> list[str]:
+    return [s.strip() for s in script.split(";") if s.strip()]
+
+
+def _session(r: sqlite3.Row) -> SessionInfo:
+    return SessionInfo(
+        id=r["id"],
+        title=r["title"],
+        created_at=r["created_at"],
+        updated_at=r["updated_at"],
+        model=r["model"],
+        verifier=r["verifier"],
+        message_count=int(r["message_count"]),
+    )
+
+
+def _message(r: sqlite3.Row) -> MessageRecord:
+    return MessageRecord(
+        id=int(r["id"]),
+        session_id=r["session_id"],
+        role=r["role"],
+        kind=r["kind"],
+        text=r["text"],
+        status=r["status"],
+        created_at=r["created_at"],
+        finished_at=r["finished_at"],
+        token_count=r["token_count"],
+        logprob_mean=r["logprob_mean"],
+        logprob_min=r["logprob_min"],
+        tokens=_loads(r["tokens_json"]),
+        token_logprobs=_loads(r["logprobs_json"]),
+        prompt=_loads(r["prompt_json"]),
+        feature_model=r["feature_model"],
+        metadata=_loads(r["metadata_json"]),
+        verdict_status=r["verdict_status"],
+        verdict=_loads(r["verdict_json"]),
+        verifier=r["verifier"],
+        monitor=_loads(r["monitor_json"]),
+        review_id=r["review_id"],
+        _features=r["features"],
+    )
+
+
+def _decision(r: sqlite3.Row) -> Decision:
+    return Decision(
+        id=int(r["id"]),
+        review_id=int(r["review_id"]),
+        label=int(r["label"]),
+        note=r["note"],
+        completion=r["completion"],
+        created_at=r["created_at"],
+        undone_at=r["undone_at"],
+        feature_model=r["feature_model"],
+        verifier=r["verifier"] if "verifier" in r.keys() else None,
+        _features=r["features"],
+    )
