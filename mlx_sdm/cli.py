@@ -21,6 +21,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("mlx_sdm.commands.generate", "answer one prompt and print its verdict, p_lower, q, d and exemplars"),
     "doctor": ("mlx_sdm.commands.doctor", "report backend, device, BLAS, measured GFLOPS and the embedded model"),
     "demo": ("mlx_sdm.commands.demo", "build an SDM estimator on real embedded data and print its report"),
+    "build-verifier": ("mlx_sdm.commands.build_verifier",
+                       "build a verifier for any mlx-lm model from its own answers to the task suite"),
     "train": ("mlx_sdm.commands.train", "train an SDM estimator / document verifier from labelled JSONL"),
     "verify": ("mlx_sdm.commands.verify", "verify JSONL rows (embeddings or prompt+completion) in batch"),
     "report": ("mlx_sdm.commands.report", "Table-1 style calibration report on labelled JSONL, with plots"),

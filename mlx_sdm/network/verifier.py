@@ -64,6 +64,18 @@ def document_text(doc: VerificationDocument) -> str:
 class FeatureRecipe:
     delimiter: str = DELIMITER_JSON_CLOSE
     system: str | None = None  # system prompt used for every document unless the document has its own
+    #: (prompt prefix, system prompt) per task of a multi-task verifier (mlx-sdm build-verifier): a prompt
+    #: that starts with a task's instruction is generated (and its features taken) under that task's system.
+    task_systems: tuple[tuple[str, str | None], ...] = ()
+
+    def system_for(self, prompt: Any) -> str | None:
+        """The system prompt to generate ``prompt`` (a user message) under, so its features match the build."""
+        if isinstance(prompt, str):
+            text = prompt.strip()
+            for prefix, system in self.task_systems:
+                if prefix and text.startswith(prefix):
+                    return system
+        return self.system
 
 
 def document_features(lm, documents: Sequence[VerificationDocument], *, delimiter: str,
@@ -162,6 +174,7 @@ class DocumentVerifier:
             "kind": "document_verifier",
             "model_fingerprint": self.model_fingerprint,
             "feature": {"delimiter": self.recipe.delimiter, "system": self.recipe.system,
+                        "task_systems": [list(pair) for pair in self.recipe.task_systems],
                         "dim": self.estimator.input_dim, "layout": "[mean(h_0..h_k); h_k], h = final RMSNorm output"},
             "info": self.info,
             **({"tasks": self.tasks} if self.tasks else {}),
@@ -194,6 +207,7 @@ class DocumentVerifier:
             check_fingerprint(fingerprint, expect_fingerprint, where=str(directory))
         estimator = SDMEstimator.load(directory / ESTIMATOR_DIR, expect_input_dim=2 * int(fingerprint["hidden_size"]))
         feature = manifest.get("feature", {})
-        recipe = FeatureRecipe(delimiter=feature.get("delimiter", DELIMITER_JSON_CLOSE), system=feature.get("system"))
+        recipe = FeatureRecipe(delimiter=feature.get("delimiter", DELIMITER_JSON_CLOSE), system=feature.get("system"),
+                               task_systems=tuple((str(p), s) for p, s in feature.get("task_systems", [])))
         tasks = manifest.get("tasks") if isinstance(manifest.get("tasks"), list) else None
         return cls(estimator, fingerprint, recipe, manifest.get("info"), tasks)

@@ -37,6 +37,8 @@ SPLIT_SEED = 0
 HELD_OUT_SIZE = 300
 HELD_OUT_FRACTION = 0.2
 SPLITS = ("pool", "held_out", "shifted")
+#: Shortest shared prompt start that routes a user's prompt to a task's system prompt.
+MIN_PROMPT_PREFIX = 16
 #: The suite's system prompt: SmolLM2-135M answers in JSON only when told to (the paper's generic
 #: "You are a helpful AI assistant." alone gets prose), and one verifier's features need one prompt.
 SUITE_SYSTEM_PROMPT = ("You are a helpful AI assistant. When a message asks for JSON, reply with only that JSON "
@@ -138,6 +140,19 @@ class Task:
         """§ 14: parse the first JSON object of ``text``; correct iff its field equals ``gold``."""
         answer = parse_answer(text, self.answer_format)
         return AnswerLabel(answer=answer, well_formed=answer is not None, correct=answer is not None and answer == gold)
+
+    @property
+    def prompt_prefix(self) -> str:
+        """The text every prompt of this task starts with (its instruction), for routing a user's prompt
+        to this task's system prompt; "" when the prompts share no such prefix."""
+        if self.answer_format.instruction:
+            return self.answer_format.instruction
+        prompts = [i.prompt for i in self.split("pool", size=200)]
+        prefix = prompts[0] if prompts else ""
+        for prompt in prompts[1:]:
+            while not prompt.startswith(prefix):
+                prefix = prefix[:-1]
+        return prefix if len(prefix.strip()) >= MIN_PROMPT_PREFIX else ""
 
     def summary(self) -> dict[str, str]:
         """What ``verifier.json`` records under ``"tasks"`` (read by the UI and ``generate --list-tasks``)."""

@@ -1,0 +1,276 @@
+"""Use case: build a document verifier for any mlx-lm model over the task suite (``mlx-sdm build-verifier``).
+
+1. The model answers each task's prompts itself (greedy, the task's system prompt, answers stop at the
+   JSON unit's closing brace); the features ``[mean(h); h_delimiter]`` are taken in the same pass
+   (spec § 15.3), and each answer is labelled against the gold with the § 14 parser: y = 1 iff the
+   parsed answer is the gold one (a parse error is a wrong answer).
+2. A task whose first ``EARLY_CHECK`` answers never parse is left out with one line saying so (there
+   is nothing to learn about answers the model never gives).
+3. The SDM estimator (Alg. 1–3) is fitted on the pools: each task's pool is halved into D_tr / D_ca.
+4. Held-out and shifted answers of every task are reported in the paper's Table 1 layout (accuracy /
+   admitted fraction per class- and prediction-conditional stratum) into ``DIR/report.md``,
+   ``DIR/report.json`` and ``DIR/reliability.png``.
+
+Answers and features are cached per chunk (``network/tasks/answers.py``): a killed build resumes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from mlx_sdm.calibration.data import MIN_PER_CLASS, LabelledSet
+from mlx_sdm.calibration.estimator import FitConfig
+from mlx_sdm.calibration.evaluation import Evaluation, evaluate, plot, table_row
+from mlx_sdm.errors import DataError
+from mlx_sdm.network.tasks import Task, load_tasks
+from mlx_sdm.network.tasks.answers import AnsweredItem, AnswerSettings, SamplerFor, answer_items
+from mlx_sdm.network.verifier import DocumentVerifier, FeatureRecipe, labelled_set
+
+DEFAULT_PER_TASK = 300
+DEFAULT_EVAL_SIZE = 100
+DEFAULT_MAX_TOKENS = 16
+#: Answers looked at before a task whose answers never parse is left out.
+EARLY_CHECK = 48  # three cache chunks
+MIN_PER_TASK = 2 * MIN_PER_CLASS
+REPORT_MD = "report.md"
+REPORT_JSON = "report.json"
+REPORT_PLOT = "reliability.png"
+
+
+@dataclass
+class BuildVerifierArgs:
+    out: Path
+    model: str | None = None  # None: the embedded SmolLM2
+    tasks: list[str] | None = None  # shipped names or JSONL paths; None: the whole suite
+    per_task: int = DEFAULT_PER_TASK
+    eval_size: int = DEFAULT_EVAL_SIZE
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    cache_dir: Path | None = None  # default: DIR.cache beside DIR
+    quantized: bool = False
+    seed: int = 0
+    iterations: int | None = None
+    epochs: int | None = None
+    plot: bool = True
+    progress: bool = True
+
+    def resolved_cache_dir(self) -> Path:
+        return Path(self.cache_dir) if self.cache_dir else Path(self.out).with_name(Path(self.out).name + ".cache")
+
+
+@dataclass
+class TaskOutcome:
+    task: Task
+    pool: list[AnsweredItem]
+    held_out: list[AnsweredItem] = field(default_factory=list)
+    shifted: list[AnsweredItem] = field(default_factory=list)
+    left_out: str | None = None  # why the task is not in the verifier
+
+    @property
+    def well_formed(self) -> float:
+        return float(np.mean([a.label.well_formed for a in self.pool])) if self.pool else 0.0
+
+    @property
+    def accuracy(self) -> float:
+        return float(np.mean([a.label.correct for a in self.pool])) if self.pool else 0.0
+
+
+@dataclass
+class BuildResult:
+    verifier: DocumentVerifier
+    outcomes: list[TaskOutcome]
+    report: str
+    generated: int
+    from_cache: int
+    seconds: float
+
+
+class _Progress:
+    """One tqdm bar over every answer of the build (shows the time left); counts cached vs generated."""
+
+    def __init__(self, total: int, enabled: bool):
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, desc="answers", unit="answer", dynamic_ncols=True, disable=not enabled)
+        self.generated = self.cached = 0
+
+    def __call__(self, from_cache: bool) -> None:
+        self.cached += from_cache
+        self.generated += not from_cache
+        self.bar.update(1)
+
+    def shrink(self, n: int) -> None:
+        self.bar.total -= n
+        self.bar.refresh()
+
+
+def _answer_task(lm, task: Task, args: BuildVerifierArgs, settings: AnswerSettings, progress: _Progress) -> TaskOutcome:
+    pool_items = task.split("pool", size=args.per_task)
+    held_items = task.split("held_out", size=args.eval_size)
+    shift_items = task.split("shifted", size=args.eval_size)
+    first = answer_items(lm, task, pool_items[:EARLY_CHECK], settings, on_item=progress)
+    if not any(a.label.well_formed for a in first):
+        field_name = task.answer_format.field
+        progress.shrink(len(pool_items) - len(first) + len(held_items) + len(shift_items))
+        return TaskOutcome(task, first, left_out=(
+            f"task {task.name}: the model never answered in the expected JSON format ({{\"{field_name}\": ...}}) "
+            f"in its first {len(first)} answers (e.g. {first[0].text[:60]!r}); left out of the verifier"))
+    pool = first + answer_items(lm, task, pool_items[EARLY_CHECK:], settings, on_item=progress)
+    outcome = TaskOutcome(task, pool)
+    outcome.held_out = answer_items(lm, task, held_items, settings, on_item=progress)
+    outcome.shifted = answer_items(lm, task, shift_items, settings, on_item=progress)
+    return outcome
+
+
+def _fit(lm, kept: list[TaskOutcome], args: BuildVerifierArgs) -> DocumentVerifier:
+    """Each task's pool halved into D_tr / D_ca (the pool is already a seeded shuffle); Alg. 1–3."""
+    train, calibration = [], []
+    for outcome in kept:
+        half = len(outcome.pool) // 2
+        train += outcome.pool[:half]
+        calibration += outcome.pool[half:]
+    for name, part in (("training", train), ("calibration", calibration)):
+        counts = np.bincount([a.label.label for a in part], minlength=2)
+        if counts.min() < MIN_PER_CLASS:
+            raise DataError(f"the {name} half has {counts[1]} correct and {counts[0]} wrong answers; the estimator "
+                            f"needs at least {MIN_PER_CLASS} of each: raise --per-task or add tasks", field="--per-task")
+    overrides = {"iterations": args.iterations, "epochs": args.epochs}
+    config = FitConfig(seed=args.seed, **{k: v for k, v in overrides.items() if v})
+    systems = {o.task.system for o in kept}
+    recipe = FeatureRecipe(delimiter=AnswerSettings(args.max_tokens).delimiter,
+                           system=next(iter(systems)) if len(systems) == 1 else None,
+                           task_systems=tuple((o.task.prompt_prefix, o.task.system) for o in kept if o.task.prompt_prefix))
+    source = {"kind": "task_suite", "tasks": [o.task.name for o in kept], "per_task": args.per_task,
+              "labels": "the model's own answers, correct (1) or not (0) against the gold, § 14 parser",
+              "model": lm.name}
+    verifier = DocumentVerifier.fit_features(
+        dict(lm.fingerprint, name=lm.name, source=getattr(lm, "source", None)),
+        _labelled([a.document() for a in train], train), _labelled([a.document() for a in calibration], calibration),
+        config, recipe=recipe, source=source, progress=args.progress)
+    verifier.tasks = [o.task.summary() for o in kept]
+    return verifier
+
+
+def _labelled(documents, answered: list[AnsweredItem]) -> LabelledSet:
+    return labelled_set(documents, np.stack([a.features for a in answered]))
+
+
+def build_verifier(args: BuildVerifierArgs, *, sampler_for: SamplerFor | None = None, sampler_tag: str = "",
+                   log: Callable[[str], None] = print) -> BuildResult:
+    """Answer, label, fit, save DIR (atomically) and write its report; see the module docstring."""
+    from mlx_sdm.lm.loading import load_model
+
+    started = time.time()
+    if args.per_task < MIN_PER_TASK:
+        raise DataError(f"--per-task {args.per_task} is too small; give at least {MIN_PER_TASK}", field="--per-task")
+    tasks = load_tasks(args.tasks)  # unknown names and bad JSONL fail here, before the model loads
+    lm = load_model(args.model, quantized=args.quantized)
+    settings = AnswerSettings(args.max_tokens, cache_dir=args.resolved_cache_dir(), sampler_for=sampler_for,
+                              sampler_tag=sampler_tag)
+    total = sum(len(t.split("pool", size=args.per_task)) + len(t.split("held_out", size=args.eval_size))
+                + len(t.split("shifted", size=args.eval_size)) for t in tasks)
+    progress = _Progress(total, args.progress)
+    outcomes = []
+    for task in tasks:
+        outcome = _answer_task(lm, task, args, settings, progress)
+        if outcome.left_out:
+            progress.bar.clear()  # the line gets its own row, not the bar's
+            log(outcome.left_out)
+            progress.bar.refresh()
+        outcomes.append(outcome)
+    progress.bar.close()
+    kept = [o for o in outcomes if not o.left_out]
+    if not kept:
+        raise DataError("no task left: the model never answered any task in its expected JSON format, so there is "
+                        "nothing to verify; try a larger model or your own tasks (--tasks my.jsonl)", field="--tasks")
+    verifier = _fit(lm, kept, args)
+    verifier.info = {"built_by": "mlx-sdm build-verifier", "per_task": args.per_task, "eval_size": args.eval_size,
+                     "max_tokens": args.max_tokens, "seed": args.seed,
+                     "left_out": [o.task.name for o in outcomes if o.left_out]}
+    verifier.save(args.out)
+    report, data = write_report(verifier, outcomes, Path(args.out), plot_png=args.plot)
+    return BuildResult(verifier, outcomes, report, progress.generated, progress.cached, time.time() - started)
+
+
+# ------------------------------------------------------------------------------------------ report
+def _cell(stratum) -> str:
+    acc = "N/A" if stratum.accuracy is None else f"{stratum.accuracy:.3f}"
+    return f"{acc} / {stratum.fraction:.3f}"
+
+
+def _rows(verifier: DocumentVerifier, name: str, answered: list[AnsweredItem]) -> tuple[list[str], dict, Evaluation]:
+    documents = [a.document() for a in answered]
+    data = _labelled(documents, answered)
+    ev = evaluate(verifier.estimator, data, name)
+    lines, record = [], {"name": name, "size": len(answered)}
+    for label, mask in (("no-reject", np.ones(len(answered), bool)), ("p̂ lower", ev.admitted)):
+        row = table_row(label, ev.labels, ev.predictions, mask, 2)
+        lines.append(f"| {name} ({len(answered)}) | {label} | " + " | ".join(_cell(s) for s in row.strata()) + " |")
+        record[label] = [{"accuracy": s.accuracy, "admitted": s.admitted, "total": s.total} for s in row.strata()]
+    record["calibrated"] = table_row("p", ev.labels, ev.predictions, ev.admitted, 2).calibrated(verifier.estimator.alpha)
+    return lines, record, ev
+
+
+def write_report(verifier: DocumentVerifier, outcomes: list[TaskOutcome], out: Path, *, plot_png: bool = True
+                 ) -> tuple[str, dict]:
+    """Table 1 per task (held-out, shifted) and over all tasks; markdown, JSON and a reliability plot in ``out``."""
+    from mlx_sdm.atomic import atomic_write_text
+
+    kept = [o for o in outcomes if not o.left_out]
+    lines = [f"Verifier `{out.name}` for model {verifier.model_fingerprint.get('name')}; y = 1 when the model's own "
+             f"answer is correct. Cells: accuracy / admitted fraction (α′ = {verifier.estimator.alpha}).", "",
+             "| dataset | estimator | y=0 | y=1 | ŷ=0 | ŷ=1 | marginal |", "|---|---|---|---|---|---|---|"]
+    records, evaluations = [], []
+    for o in kept:
+        for split, answered in (("held-out", o.held_out), ("shifted", o.shifted)):
+            if answered:
+                rows, record, _ = _rows(verifier, f"{o.task.name} {split}", answered)
+                lines += rows
+                records.append(record)
+    for split in ("held-out", "shifted"):
+        everything = [a for o in kept for a in (o.held_out if split == "held-out" else o.shifted)]
+        if everything:
+            rows, record, ev = _rows(verifier, f"all tasks {split}", everything)
+            lines += rows
+            records.append(record)
+            evaluations.append(ev)
+    lines += ["", "| task | answers in the expected JSON (pool) | model accuracy (pool) | in the verifier |",
+              "|---|---|---|---|"]
+    for o in outcomes:
+        lines.append(f"| {o.task.name} | {o.well_formed:.3f} | {o.accuracy:.3f} | "
+                     f"{'no: never answered in its JSON format' if o.left_out else 'yes'} |")
+    training = verifier.estimator.manifest.get("training", {})
+    lines += ["", f"Calibration accuracy {training.get('calibration_accuracy', float('nan')):.3f} (logistic regression "
+              f"{training.get('logistic_regression', {}).get('calibration_accuracy', float('nan')):.3f}); "
+              f"threshold_succeeded={verifier.estimator.manifest.get('threshold_succeeded')}."]
+    text = "\n".join(lines)
+    data = {"rows": records, "tasks": [{"name": o.task.name, "well_formed": o.well_formed, "accuracy": o.accuracy,
+                                        "left_out": o.left_out} for o in outcomes]}
+    atomic_write_text(out / REPORT_MD, text + "\n")
+    atomic_write_text(out / REPORT_JSON, json.dumps(data, indent=2) + "\n")
+    if plot_png and evaluations:
+        plot(evaluations, str(out / REPORT_PLOT))
+    return text, data
+
+
+def describe(result: BuildResult) -> str:
+    """The summary line the command prints after the report."""
+    kept = sum(not o.left_out for o in result.outcomes)
+    return (f"built {kept} of {len(result.outcomes)} tasks in {result.seconds:.0f} s ({result.generated} answers "
+            f"generated, {result.from_cache} from the cache)")
+
+
+def task_lines(verifier: Any) -> list[str]:
+    """What a loaded verifier covers, one task per line with its example prompt (``generate --list-tasks``)."""
+    tasks = getattr(verifier, "tasks", None) or []
+    if not tasks:
+        return ["this verifier records no task list (it was not built with mlx-sdm build-verifier)"]
+    lines = []
+    for task in tasks:
+        lines += [f"{task['name']}: {task['description']}", f"  example: {task['example_prompt']}"]
+    return lines
