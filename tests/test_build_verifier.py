@@ -183,3 +183,26 @@ def test_build_verifier_on_the_embedded_model(smollm2, tmp_path, capsys):
     manifest = json.loads((tmp_path / "v" / "verifier.json").read_text())
     assert [t["name"] for t in manifest["tasks"]] == ["sentiment"]
     assert "built 1 of 1 tasks" in out and "| sentiment |" in out
+
+
+def test_generate_list_tasks_prints_what_the_verifier_covers(tmp_path, capsys):
+    from mlx_sdm.commands import generate
+
+    folder = tmp_path / "v"
+    folder.mkdir()
+    (folder / "verifier.json").write_text(json.dumps({"tasks": [
+        {"name": "sentiment", "description": "Whether a tweet is positive or negative", "example_prompt": "Classify ..."}]}))
+    assert generate.main(["--list-tasks", "--verifier", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "sentiment: Whether a tweet is positive or negative" in out and 'mlx-sdm generate "Classify ..."' in out
+
+
+def test_recipe_routes_each_task_to_its_system_prompt():
+    from mlx_sdm.network.tasks import load_tasks
+    from mlx_sdm.network.verifier import FeatureRecipe
+
+    tasks = load_tasks(["bbc_topic", "sentiment"])
+    recipe = FeatureRecipe(task_systems=tuple((t.prompt_prefix, t.system) for t in tasks))
+    for task in tasks:
+        assert recipe.system_for(task.example_prompt) == task.system
+    assert recipe.system_for("What is the capital of Australia?") is None

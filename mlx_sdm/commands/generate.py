@@ -36,6 +36,7 @@ examples:
       Respond using the following JSON: {\\"correctness\\": bool}. DOCUMENT: The Eiffel Tower is in Rome."
   mlx-sdm generate "What is the capital of France?" --verifier none
   mlx-sdm generate "..." --json --explain 5
+  mlx-sdm generate --list-tasks                      # what the verifier covers, with example prompts
   mlx-sdm generate "..." --model path/to/mlx_model --verifier my-verifier --head my-head
 """
 
@@ -43,7 +44,9 @@ examples:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mlx-sdm generate", description="Answer one prompt, then print its verdict.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("prompt", help="the user message (rendered with the model's chat template)")
+    p.add_argument("prompt", nargs="?", default=None, help="the user message (rendered with the model's chat template)")
+    p.add_argument("--list-tasks", action="store_true",
+                   help="print the tasks the verifier covers, with an example prompt for each, and exit")
     p.add_argument("--model", default=DEFAULT_MODEL,
                    help="smollm2 (embedded, default), a local mlx-lm folder or .gguf, a preset (phi-3.5) or a hub id")
     p.add_argument("--quantized", action="store_true", help="keep the GGUF's 4-bit weights (default: float32, faster on CPU)")
@@ -109,9 +112,33 @@ def _print_report(components, outcome) -> None:
     print(f"({len(outcome.tokens)} tokens, {rate:.1f} tokens/s, finish: {outcome.finish_reason})")
 
 
+def list_tasks(verifier: str | None) -> int:
+    """``--list-tasks``: what the verifier (default: the shipped one) covers, read from its verifier.json."""
+    from pathlib import Path
+
+    from mlx_sdm.network.verdict import read_coverage
+    from mlx_sdm.resources import default_verifier_dir, resolve_artifact
+
+    folder = resolve_artifact(verifier) if verifier else default_verifier_dir()
+    try:
+        manifest = json.loads((Path(folder) / "verifier.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        print(f"mlx-sdm generate: {folder}: cannot read verifier.json ({exc}); pass --verifier DIR", file=sys.stderr)
+        return 1
+    coverage = read_coverage(manifest)
+    print(f"verifier {folder}: {coverage.sentence()}")
+    for task in coverage.tasks:
+        print(f"- {task.name}: {task.description}")
+        if task.example_prompt:
+            print(f"  try: mlx-sdm generate {json.dumps(task.example_prompt)}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not args.prompt.strip():
+    if args.list_tasks:
+        return list_tasks(args.verifier)
+    if args.prompt is None or not args.prompt.strip():
         print("mlx-sdm generate: the prompt is empty; give the question to answer, e.g. mlx-sdm generate \"What is 2+2?\"",
               file=sys.stderr)
         return 2

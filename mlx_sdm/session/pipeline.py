@@ -172,16 +172,21 @@ class TurnPipeline:
         recipe = getattr(self.components.verifier, "recipe", None)
         return recipe.delimiter if recipe is not None else "end_of_turn"
 
-    def system_prompt(self, options: TurnOptions) -> str | None:
+    def system_prompt(self, options: TurnOptions, messages: list[ChatMessage] | None = None) -> str | None:
         if options.system_prompt is not None:
             return options.system_prompt or None
         recipe = getattr(self.components.verifier, "recipe", None)
-        return recipe.system if recipe is not None and recipe.system else DEFAULT_SYSTEM_PROMPT
+        if recipe is None:
+            return DEFAULT_SYSTEM_PROMPT
+        # a multi-task verifier (build-verifier) built each task under its own system prompt: route by the question
+        first_user = next((m.get("content") for m in messages or [] if m.get("role") == "user"), None)
+        system = recipe.system_for(first_user) if hasattr(recipe, "system_for") else recipe.system
+        return system or DEFAULT_SYSTEM_PROMPT
 
     def with_system(self, messages: list[ChatMessage], options: TurnOptions) -> list[ChatMessage]:
         if messages and messages[0].get("role") == "system":
             return list(messages)
-        system = self.system_prompt(options)
+        system = self.system_prompt(options, messages)
         return ([{"role": "system", "content": system}] if system else []) + list(messages)
 
     # -- the turn -------------------------------------------------------------------------------
