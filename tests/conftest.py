@@ -2,6 +2,11 @@
 
 import os
 
+# The suite checks float32 semantics on every device: MLX runs float32 matmuls as TF32 (10-bit mantissa)
+# on CUDA GPUs unless this is 0, which would make tolerances derived for float32 meaningless
+# (tests/tolerance.py). Set before MLX is imported; a test that wants TF32 can set it explicitly.
+os.environ.setdefault("MLX_ENABLE_TF32", "0")
+
 import mlx_sdm  # noqa: F401  (must precede any `import mlx.core`)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

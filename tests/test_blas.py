@@ -1,6 +1,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from mlx_sdm import blas
 
 
@@ -38,3 +40,30 @@ def test_doctor_reports_fields():
     for key in ("backend", "default_device", "blas", "gflops", "embedded_model"):
         assert key in info
     assert info["gflops"] > 0
+
+
+def test_doctor_on_the_cpu_measures_blas_and_reports_no_gpu(capsys):
+    from mlx_sdm.commands import doctor
+
+    info = doctor.collect(128)
+    if info["backend"] != "cpu":
+        pytest.skip("a GPU backend: doctor measures the GPU instead")
+    assert info["gpu"] is None and info["gflops"] > 0
+
+
+def test_doctor_reads_the_gpu_from_nvidia_smi():
+    from mlx_sdm.commands import doctor
+
+    gpu = doctor.parse_nvidia_smi("NVIDIA H100 80GB HBM3, 81559, 580.65.06")
+    assert gpu == {"name": "NVIDIA H100 80GB HBM3", "memory_gib": 79.6, "driver": "580.65.06"}
+
+
+def test_doctor_gpu_matmul_figure_on_a_gpu_backend():
+    import mlx.core as mx
+
+    from mlx_sdm.commands import doctor
+
+    if not (mx.metal.is_available() or mx.cuda.is_available()):
+        pytest.skip("no GPU backend on this machine")
+    info = doctor.collect(128)
+    assert info["gflops"] is None and info["gpu"]["name"] and info["gpu"]["tflops_bfloat16"] > 0

@@ -5,12 +5,18 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import platform
+import subprocess
 import sys
+import time
 
 from mlx_sdm import blas
 
 DEFAULT_MATMUL_SIZE = 1024
+DEFAULT_GPU_MATMUL_SIZE = 4096  # large enough to keep a data-centre GPU busy for a measurable time
+GPU_MATMUL_REPEATS = 20
+NVIDIA_QUERY = ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader,nounits"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,11 +47,51 @@ def embedded_model_status() -> dict:
     return {"installed": True, "path": str(ggufs[0]), "size_mb": round(ggufs[0].stat().st_size / 1e6, 1)}
 
 
+def parse_nvidia_smi(line: str) -> dict:
+    """``name, memory.total (MiB), driver_version`` (one CSV line of nvidia-smi) -> fields."""
+    name, mib, driver = [part.strip() for part in line.split(",")[:3]]
+    return {"name": name, "memory_gib": round(float(mib) / 1024, 1), "driver": driver}
+
+
+def gpu_info(backend: str) -> dict | None:
+    """The GPU MLX runs on: name and memory (and the driver on CUDA); None on the CPU backend."""
+    import mlx.core as mx
+
+    if backend == "cuda":
+        try:
+            out = subprocess.run(NVIDIA_QUERY, capture_output=True, text=True, timeout=20).stdout
+            return parse_nvidia_smi(out.splitlines()[0])
+        except (OSError, IndexError, ValueError, subprocess.SubprocessError):
+            pass
+    if backend in ("cuda", "metal"):
+        info = mx.device_info() if hasattr(mx, "device_info") else {}
+        memory = info.get("memory_size")
+        return {"name": str(info.get("device_name", backend)), "memory_gib": round(memory / 2**30, 1) if memory else None}
+    return None
+
+
+def measure_gpu_tflops(size: int = DEFAULT_GPU_MATMUL_SIZE, dtype: str = "bfloat16", repeats: int = GPU_MATMUL_REPEATS) -> float:
+    """Measured n x n matmul throughput on the GPU stream, in TFLOPS (float32 runs as TF32 on CUDA
+    unless MLX_ENABLE_TF32=0)."""
+    import mlx.core as mx
+
+    with mx.stream(mx.gpu):
+        a = mx.random.normal((size, size)).astype(getattr(mx, dtype))
+        b = mx.random.normal((size, size)).astype(getattr(mx, dtype))
+        mx.eval(a, b)
+        for _ in range(3):
+            mx.eval(a @ b)
+        start = time.perf_counter()
+        outs = [a @ b for _ in range(repeats)]
+        mx.eval(outs)
+        elapsed = (time.perf_counter() - start) / repeats
+    return 2.0 * size**3 / elapsed / 1e12
+
+
 def collect(size: int = DEFAULT_MATMUL_SIZE) -> dict:
     import mlx.core as mx
 
     state = blas.state()
-    gflops = blas.measure_gflops(size)
     mapped = blas.blas_libraries_mapped()
     try:
         metal = bool(mx.metal.is_available())
@@ -56,6 +102,13 @@ def collect(size: int = DEFAULT_MATMUL_SIZE) -> dict:
     except Exception:  # noqa: BLE001
         cuda = False
     backend = "metal" if metal else ("cuda" if cuda else "cpu")
+    gpu = gpu_info(backend)
+    if gpu is not None:  # the GPU does the work: measure it, not the CPU's BLAS
+        gpu["matmul_size"] = DEFAULT_GPU_MATMUL_SIZE
+        gpu["tflops_bfloat16"] = round(measure_gpu_tflops(dtype="bfloat16"), 1)
+        gpu["tflops_float32"] = round(measure_gpu_tflops(dtype="float32"), 1)
+        if backend == "cuda":
+            gpu["tf32"] = os.environ.get("MLX_ENABLE_TF32", "1") != "0"
     return {
         "python": sys.version.split()[0],
         "platform": f"{platform.system()} {platform.machine()}",
@@ -67,7 +120,8 @@ def collect(size: int = DEFAULT_MATMUL_SIZE) -> dict:
         "blas_loaded": state.loaded_path,
         "blas_libraries_mapped": mapped,
         "matmul_size": size,
-        "gflops": round(gflops, 1),
+        "gflops": None if gpu is not None else round(blas.measure_gflops(size), 1),
+        "gpu": gpu,
         "embedded_model": embedded_model_status(),
     }
 
@@ -83,12 +137,25 @@ def main(argv: list[str] | None = None) -> int:
         "mlx-sdm doctor",
         f"  python        {info['python']} on {info['platform']}",
         f"  mlx           {info['mlx']}  backend={info['backend']}  device={info['default_device']}",
-        f"  blas          {info['blas']}  ({info['blas_detail']})",
-        f"  matmul        {info['gflops']} GFLOPS  (float32 {args.size}x{args.size}, CPU stream)",
+    ]
+    gpu = info["gpu"]
+    if gpu is not None:
+        memory = f", {gpu['memory_gib']} GiB" if gpu.get("memory_gib") else ""
+        driver = f", driver {gpu['driver']}" if gpu.get("driver") else ""
+        tf32 = {True: " (TF32; MLX_ENABLE_TF32=0 for full float32)", False: " (full float32)"}.get(gpu.get("tf32"), "")
+        n = gpu["matmul_size"]
+        lines += [f"  gpu           {gpu['name']}{memory}{driver}",
+                  f"  matmul        {gpu['tflops_bfloat16']} TFLOPS bfloat16, {gpu['tflops_float32']} TFLOPS float32{tf32}  "
+                  f"({n}x{n}, GPU stream)",
+                  f"  cpu blas      {info['blas']} (CPU-stream work only)"]
+    else:
+        lines += [f"  blas          {info['blas']}  ({info['blas_detail']})",
+                  f"  matmul        {info['gflops']} GFLOPS  (float32 {args.size}x{args.size}, CPU stream)"]
+    lines += [
         "  embedded LM   "
         + (f"SmolLM2-135M-Instruct at {model['path']} ({model['size_mb']} MB)" if model["installed"] else f"missing: {model['fix']}"),
     ]
-    if not blas.state().fast and sys.platform.startswith("linux"):
+    if gpu is None and not blas.state().fast and sys.platform.startswith("linux"):
         lines.append("  hint          matmul is ~30x slower on the bundled BLAS: apt-get install libopenblas0-pthread")
     print("\n".join(lines))
     return 0
