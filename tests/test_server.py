@@ -99,8 +99,11 @@ def _store_counts(store: ChatStore) -> tuple[int, int]:
 
 
 def test_models_lists_the_served_model(served):
-    models = served.client().models.list()
-    assert [m.id for m in models.data] == [MODEL]
+    client = served.client()
+    assert [m.id for m in client.models.list().data] == [MODEL]
+    assert client.models.retrieve(MODEL).id == MODEL
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("gpt-9")
 
 
 def test_chat_completion_carries_a_verdict_and_is_stored(served):
@@ -298,7 +301,7 @@ def test_served_verdict_carries_the_one_rule_and_its_words(verdict, status, code
     served = verdicts.from_document(judged, "v")
     assert (served.status, served.reason_code) == (status, code)
     assert served.reason == judged.explanation() and served.verified == (status == "verified")
-    assert set(served.to_json()) == VERDICT_KEYS and served.exemplars[0].label_text == "an acceptable answer"
+    assert set(served.to_json()) == VERDICT_KEYS and served.exemplars[0].label_text == "a correct answer to a similar question"
     assert verdicts.store_dict(served)["status"] == status and verdicts.store_status(served) == status
 
 

@@ -1,6 +1,6 @@
 """The HTTP app (Starlette): OpenAI-compatible routes in front of the model worker.
 
-    GET  /v1/models             the served model
+    GET  /v1/models             the served model (and /v1/models/{id})
     POST /v1/chat/completions   an answer with its verdict (SSE stream with "stream": true; the verdict
                                 rides on the last chunk, the one with finish_reason)
     POST /v1/verify             {"messages": [...], "completion": "..."} -> the verdict of an answer made elsewhere
@@ -92,6 +92,13 @@ def build_app(worker: ModelWorker, config: ServerConfig = ServerConfig()) -> Sta
     async def models(request: Request) -> Response:
         return JSONResponse(wire.models_body([(model_id, created)]))
 
+    async def model(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name != model_id:
+            raise wire.ApiError(404, f"the model {name!r} does not exist here; this server serves {model_id}",
+                                param="model", code="model_not_found")
+        return JSONResponse(wire.models_body([(model_id, created)])["data"][0])
+
     async def health(request: Request) -> Response:
         return JSONResponse({"status": "ok", "model": model_id, "queued": worker.pending})
 
@@ -117,6 +124,7 @@ def build_app(worker: ModelWorker, config: ServerConfig = ServerConfig()) -> Sta
 
     routes = [
         Route("/v1/models", models, methods=["GET"]),
+        Route("/v1/models/{name:path}", model, methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/verify", verify, methods=["POST"]),
         Route("/health", health, methods=["GET"]),

@@ -17,7 +17,7 @@ class ServedExemplar:
 
     id: str
     label: int
-    label_text: str  # the label in words ("an acceptable answer")
+    label_text: str  # the label in words ("a correct answer to a similar question")
     text: str | None
     distance: float
 
