@@ -194,3 +194,26 @@ def test_empty_completion_and_prompt_are_refused(tiny):
         force_decode_features(tiny, "hello", [])
     with pytest.raises(DataError, match="prompt is empty"):
         generate_with_features(tiny, [], GenerationConfig(max_tokens=2))
+
+
+def test_streamed_logprobs_are_log_softmax_of_the_chosen_tokens(tiny):
+    """The log-prob gathered inside the step graph (ChosenLogprob, no per-token device sync) equals the
+    log-softmax of a full recompute at each generated position, up to reordering (tests/tolerance.py)."""
+    result = generate_with_features(tiny, "hello world", GenerationConfig(max_tokens=6))
+    ids = render_prompt(tiny.tokenizer, "hello world")
+    logits = tiny.model(mx.array(ids + result.tokens)[None])[0].astype(mx.float32)
+    logsm = np.asarray(logits - mx.logsumexp(logits, axis=-1, keepdims=True))
+    expected = [logsm[len(ids) - 1 + i, t] for i, t in enumerate(result.tokens)]
+    scale = float(np.abs(np.asarray(logits)).max())
+    np.testing.assert_allclose(result.logprobs, expected, atol=atol_for(tiny, np.array([scale]), len(ids) + 6))
+
+
+def test_chosen_logprob_gathers_in_sampling_order():
+    from mlx_sdm.lm.generation import ChosenLogprob
+
+    chosen = ChosenLogprob()
+    rows = mx.log(mx.array([[0.1, 0.7, 0.2]])), mx.log(mx.array([0.5, 0.2, 0.3]))  # generate_step's [1, V], and [V]
+    tokens = [chosen(r) for r in rows]
+    mx.eval(tokens)
+    assert [int(t.item()) for t in tokens] == [1, 0]
+    assert chosen.pop() == rows[0][0, 1].item() and chosen.pop() == rows[1][0].item()  # a gather is exact

@@ -113,7 +113,8 @@ class ChosenLogprob:
 
     def __call__(self, logprobs: mx.array) -> mx.array:
         token = self.sampler(logprobs)
-        chosen = mx.take_along_axis(logprobs, token.reshape(-1, 1).astype(mx.int32), axis=-1).reshape(token.shape)
+        rows = logprobs.reshape(-1, logprobs.shape[-1])  # [batch, V] (generate_step) or [V]
+        chosen = mx.take_along_axis(rows, token.reshape(-1, 1).astype(mx.int32), axis=-1).reshape(token.shape)
         self.pending.append(chosen)
         return mx.depends(token, chosen)
 
