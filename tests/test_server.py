@@ -225,6 +225,12 @@ def test_non_loopback_host_refuses_to_start_without_a_key(capsys, monkeypatch):
     monkeypatch.delenv("MLX_SDM_API_KEY", raising=False)
     assert main(["serve", "--host", "0.0.0.0", "--port", "0"]) == 1
     assert "--api-key" in capsys.readouterr().err
+    busy = bind_socket("127.0.0.1", 0)  # a port in use: one clear line, before any model is loaded
+    try:
+        assert main(["serve", "--port", str(busy.getsockname()[1])]) == 1
+        assert "pick another --port" in capsys.readouterr().err
+    finally:
+        busy.close()
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost") and not is_loopback("0.0.0.0")
     assert authorized("Bearer k", "k") and not authorized("Bearer x", "k") and not authorized(None, "k")
 
