@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Iterator
 
 from mlx_sdm.errors import MlxSdmError
 
@@ -45,10 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mlx-sdm chat",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
-            "Chat with a local model; every answer gets a calibrated verdict (verified with p_lower >= alpha' = 0.95, "
-            "rejected with its reason, or unverifiable when no verifier fits the model) and a session monitor reading "
+            "Chat with a local model; every answer gets a calibrated verdict in words: verified (p_lower >= alpha' = 0.95), "
+            "not verified (in scope, but the verifier cannot vouch for it, and why), out of scope (unlike anything the "
+            "verifier was built on; it says what it covers), or unverifiable when no verifier fits the model; and a session monitor reading "
             "(AUQ confidence level, TRACER risk). HIGH uncertainty pauses the answer for your guidance; CRITICAL aborts it. "
-            "Rejected and escalated answers land in a review queue; your labels join the verifier's support set at once."
+            "Unverified and escalated answers land in a review queue; your labels join the verifier's support set at once."
         ),
         epilog=(
             "examples:\n"
@@ -176,9 +178,8 @@ def run_plain(config, store, *, session_id: str | None, title: str | None, stdin
     """Line mode: each input line is a message; the answer streams to ``stdout``, then its verdict and
     monitor lines. Returns 0, or 2 when the model or verifier cannot be loaded."""
     from mlx_sdm.app.loading import chat_components
-    from mlx_sdm.session.engine import ChatEngine
     from mlx_sdm.monitor.auq import EscalationAction
-    from mlx_sdm.session.export import export_session, monitor_line, verdict_line
+    from mlx_sdm.session.engine import ChatEngine
 
     def out(text: str = "", end: str = "\n") -> None:
         stdout.write(text + end)
@@ -202,86 +203,61 @@ def run_plain(config, store, *, session_id: str | None, title: str | None, stdin
         except MlxSdmError as exc:
             print(f"mlx-sdm chat: error: {exc}", file=sys.stderr)
             return 2
-        if session_id is None:
-            session_id = store.create_session(title, model=info.model_name, verifier=info.verifier_path).id
-            created.append(session_id)
-            out(f"[session {session_id} · model {info.model_name} · "
-                + (f"verifier {info.verifier_path}" if info.verifier_path else f"unverifiable: {info.unverifiable_reason}") + "]")
-        else:
-            s = store.get_session(session_id)
-            out(f"[reopened session {s.id} \"{s.title}\" · {s.message_count} messages · model {info.model_name}]")
+        session_id = _open_plain_session(store, info, session_id, title, out, created)
         paused = engine.pending_pause(session_id) is not None
-        number = 0
-        while True:
-            if prompt:
-                out("guidance> " if paused else "you> ", end="")
-            line = stdin.readline()
-            if not line:
-                break
-            number += 1
-            text = line.rstrip("\n")
+        for number, text in enumerate(_input_lines(stdin, out, prompt, lambda: paused), start=1):
             if not _is_utf8(text):
                 print(f"mlx-sdm chat: input line {number} is not UTF-8 text; skipped (send it as UTF-8)", file=sys.stderr)
                 continue
             if text.startswith("/"):
-                if _plain_command(text, store, session_id, out, export_session) == "quit":
+                command = _plain_command(text, store, session_id, out)
+                if command == "quit":
                     break
-                if text.split()[0] == "/new":
+                if command == "new":
                     session_id = store.create_session(text[4:].strip() or None, model=info.model_name,
                                                       verifier=info.verifier_path).id
                     created.append(session_id)
                     out(f"[session {session_id}]")
                     paused = False
                 continue
-            if paused:
-                paused = False
-                if not text.strip():
+            was_paused, paused = paused, False
+            if not text.strip():
+                if was_paused:
                     out("[paused answer left as is]")
-                    continue
-                future = engine.resume(session_id, text, on_event=on_event)
-            else:
-                if not text.strip():
-                    continue
-                future = engine.send(session_id, text, on_event=on_event)
+                continue
+            call = engine.resume if was_paused else engine.send
             logged.clear()
             try:
-                result = future.result()
+                result = call(session_id, text, on_event=on_event).result()
             except MlxSdmError as exc:
                 out(f"\n[error: {exc}]")
                 continue
-            out()
-            verdict = result.verdict.to_dict() if result.verdict is not None else None
-            out(f"[{verdict_line(result.verdict_status, verdict, result.verdict_reason)}]")
-            if result.verdict is not None:
-                out(f"[{result.verdict.explanation()}]")
-            if result.unverified_tail.strip():
-                out(f"[unverified: the verdict covers only {result.judged_text.strip()!r}; the rest was not checked]")
-            out(f"[{monitor_line(result.monitor)}]")
-            for message in logged:
-                out(f"[{message}]")
-            if timing:
-                out(f"[timing: {_timing_line(result)}]")
-            if result.status == "paused":
-                paused = True
-                out(f"[PAUSED at {result.monitor.level.value.upper()} uncertainty: give guidance on the next line, "
-                    "or an empty line to move on]")
-                if result.reflection:
-                    out(f"[reflection: {result.reflection.strip()}]")
-            elif result.status == "aborted":
-                out(f"[ABORTED: {result.explanation}]")
-            elif result.status == "cancelled":
-                out("[stopped]")
-            if result.review_id is not None:
-                out(f"[queued for review as #{result.review_id}]")
+            paused = _print_turn(result, out, logged, timing)
         return 0
     finally:
         engine.shutdown(wait=True, timeout=10)
-        for sid in created:  # never leave an empty session behind (e.g. input that was all refused)
-            try:
-                if store.get_session(sid).message_count == 0:
-                    store.delete_session(sid)
-            except MlxSdmError:  # deleted meanwhile (/delete)
-                pass
+        _drop_empty_sessions(store, created)
+
+
+def _input_lines(stdin, out, prompt: bool, paused) -> Iterator[str]:
+    """Input lines without their newline, each after its prompt ("you> ", or "guidance> " while paused)."""
+    while True:
+        if prompt:
+            out("guidance> " if paused() else "you> ", end="")
+        line = stdin.readline()
+        if not line:
+            return
+        yield line.rstrip("\n")
+
+
+def _drop_empty_sessions(store, created: list[str]) -> None:
+    """Never leave an empty session behind (e.g. input that was all refused)."""
+    for sid in created:
+        try:
+            if store.get_session(sid).message_count == 0:
+                store.delete_session(sid)
+        except MlxSdmError:  # deleted meanwhile (/delete)
+            pass
 
 
 def _is_utf8(text: str) -> bool:
@@ -292,6 +268,51 @@ def _is_utf8(text: str) -> bool:
     return True
 
 
+def _open_plain_session(store, info, session_id: str | None, title: str | None, out, created: list[str]) -> str:
+    """A new session (announced with the model, the verifier and what it covers) or the reopened one."""
+    if session_id is None:
+        session_id = store.create_session(title, model=info.model_name, verifier=info.verifier_path).id
+        created.append(session_id)
+        out(f"[session {session_id} · model {info.model_name} · "
+            + (f"verifier {info.verifier_path}" if info.verifier_path else f"unverifiable: {info.unverifiable_reason}") + "]")
+        if info.coverage.known:
+            out(f"[{info.coverage.sentence()}]")
+        return session_id
+    s = store.get_session(session_id)
+    out(f"[reopened session {s.id} \"{s.title}\" · {s.message_count} messages · model {info.model_name}]")
+    return session_id
+
+
+def _print_turn(result, out, logged: list[str], timing: bool) -> bool:
+    """The lines after an answer: verdict and why, unverified text, monitor, escalation. True when paused."""
+    from mlx_sdm.session.export import monitor_line, verdict_line
+
+    out()
+    verdict = result.verdict.to_dict() if result.verdict is not None else None
+    out(f"[{verdict_line(result.verdict_status, verdict, result.verdict_reason)}]")
+    if result.verdict is not None:
+        out(f"[{result.verdict.explanation()}]")
+    if result.unverified_tail.strip():
+        out(f"[unverified: the verdict covers only {result.judged_text.strip()!r}; the rest was not checked]")
+    out(f"[{monitor_line(result.monitor)}]")
+    for message in logged:
+        out(f"[{message}]")
+    if timing:
+        out(f"[timing: {_timing_line(result)}]")
+    if result.status == "paused":
+        out(f"[PAUSED at {result.monitor.level.value.upper()} uncertainty: give guidance on the next line, "
+            "or an empty line to move on]")
+        if result.reflection:
+            out(f"[reflection: {result.reflection.strip()}]")
+    elif result.status == "aborted":
+        out(f"[ABORTED: {result.explanation}]")
+    elif result.status == "cancelled":
+        out("[stopped]")
+    if result.review_id is not None:
+        out(f"[queued for review as #{result.review_id}]")
+    return result.status == "paused"
+
+
 def _timing_line(result) -> str:
     first = "n/a" if result.first_token_s is None else f"{result.first_token_s:.3f} s"
     rate = result.tokens / result.generation_s if result.generation_s else 0.0
@@ -299,7 +320,10 @@ def _timing_line(result) -> str:
             f"prompt {result.prompt_tokens} tokens, {result.reused_tokens} reused from the KV cache")
 
 
-def _plain_command(text: str, store, session_id: str, out, export_session) -> str | None:
+def _plain_command(text: str, store, session_id: str, out) -> str | None:
+    """A /command of the line mode; returns "quit" or "new" when the caller acts on it."""
+    from mlx_sdm.session.export import export_session
+
     name, _, rest = text.partition(" ")
     rest = rest.strip()
     if name in {"/quit", "/exit", "/q"}:
@@ -322,6 +346,8 @@ def _plain_command(text: str, store, session_id: str, out, export_session) -> st
                 out(f"[exported to {export_session(store, session_id, Path(rest).expanduser())}]")
             except MlxSdmError as exc:
                 out(f"[error: {exc}]")
-    elif name != "/new":
+    elif name == "/new":
+        return "new"
+    else:
         out(f"[unknown command {name}; /help lists them]")
     return None
