@@ -214,11 +214,7 @@ def run_plain(config, store, *, session_id: str | None, title: str | None, stdin
                 if command == "quit":
                     break
                 if command == "new":
-                    session_id = store.create_session(text[4:].strip() or None, model=info.model_name,
-                                                      verifier=info.verifier_path).id
-                    created.append(session_id)
-                    out(f"[session {session_id}]")
-                    paused = False
+                    session_id, paused = _new_plain_session(store, info, text[4:].strip() or None, out, created), False
                 continue
             was_paused, paused = paused, False
             if not text.strip():
@@ -266,6 +262,13 @@ def _is_utf8(text: str) -> bool:
     except UnicodeEncodeError:  # lone surrogates from undecodable input bytes
         return False
     return True
+
+
+def _new_plain_session(store, info, title: str | None, out, created: list[str]) -> str:
+    session_id = store.create_session(title, model=info.model_name, verifier=info.verifier_path).id
+    created.append(session_id)
+    out(f"[session {session_id}]")
+    return session_id
 
 
 def _open_plain_session(store, info, session_id: str | None, title: str | None, out, created: list[str]) -> str:

@@ -53,23 +53,7 @@ class ReviewQueueStore:
         ``since``/``until``: ISO timestamps or dates (a bare date covers its whole day)."""
         if status not in {"pending", "decided", "all"}:
             raise DataError(f"unknown review status {status!r}; use pending, decided or all", field="status")
-        where, params = [], []
-        if review_id is not None:
-            where.append("r.id = ?")
-            params.append(int(review_id))
-        if session_id is not None:
-            where.append("r.session_id = ?")
-            params.append(session_id)
-        if reason:
-            where.append("(',' || r.reason || ',') LIKE ?")
-            params.append(f"%,{reason},%")
-        lo, hi = _iso_bound(since, end=False), _iso_bound(until, end=True)
-        if lo is not None:
-            where.append("r.created_at >= ?")
-            params.append(lo)
-        if hi is not None:
-            where.append("r.created_at <= ?")
-            params.append(hi)
+        where, params = _review_filters(session_id, reason, since, until, review_id)
         rows = self._query(
             "SELECT r.*, s.title AS session_title, m.text AS answer, m.prompt_json, "
             "v.status AS verdict_status, v.verdict_json, ms.details_json AS monitor_json, "
@@ -87,22 +71,12 @@ class ReviewQueueStore:
             decision = decisions.get(int(r["id"]))
             if status == "pending" and decision is not None or status == "decided" and decision is None:
                 continue
-            items.append(
-                ReviewItem(
-                    id=int(r["id"]),
-                    message_id=int(r["message_id"]),
-                    session_id=r["session_id"],
-                    session_title=r["session_title"],
-                    reason=r["reason"],
-                    created_at=r["created_at"],
-                    prompt=r["user_text"] or "",
-                    answer=r["answer"],
-                    verdict_status=r["verdict_status"],
-                    verdict=_loads(r["verdict_json"]),
-                    monitor=_loads(r["monitor_json"]),
-                    decision=decision,
-                )
-            )
+            items.append(ReviewItem(
+                id=int(r["id"]), message_id=int(r["message_id"]), session_id=r["session_id"],
+                session_title=r["session_title"], reason=r["reason"], created_at=r["created_at"],
+                prompt=r["user_text"] or "", answer=r["answer"], verdict_status=r["verdict_status"],
+                verdict=_loads(r["verdict_json"]), monitor=_loads(r["monitor_json"]), decision=decision,
+            ))
         return items
 
     def review_item(self, review_id: int) -> ReviewItem:
@@ -232,3 +206,27 @@ class ReviewQueueStore:
         rows = self.training_rows()
         atomic_write_text(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
         return len(rows)
+
+
+def _review_filters(session_id: str | None, reason: str | None, since: Any, until: Any,
+                    review_id: int | None) -> tuple[list[str], list[Any]]:
+    """SQL conditions and their parameters for :meth:`ReviewQueueStore.review_items`."""
+    where: list[str] = []
+    params: list[Any] = []
+    if review_id is not None:
+        where.append("r.id = ?")
+        params.append(int(review_id))
+    if session_id is not None:
+        where.append("r.session_id = ?")
+        params.append(session_id)
+    if reason:
+        where.append("(',' || r.reason || ',') LIKE ?")
+        params.append(f"%,{reason},%")
+    lo, hi = _iso_bound(since, end=False), _iso_bound(until, end=True)
+    if lo is not None:
+        where.append("r.created_at >= ?")
+        params.append(lo)
+    if hi is not None:
+        where.append("r.created_at <= ?")
+        params.append(hi)
+    return where, params

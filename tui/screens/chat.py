@@ -27,26 +27,13 @@ from tui.messages import (
     VerdictReady,
 )
 from tui.screens.prompts import CopyFallback, EscalationPrompt
+from tui.screens.transcript import STATUS_TEXT, apply_stored_verdict, coverage_text, stored_widgets, unverified_note
 from tui.widgets.message import MessageBubble
 from tui.widgets.monitor import MonitorPanel
 from tui.widgets.verdict import VerdictBadge
 
 if TYPE_CHECKING:
     from tui.bridge import Bridge
-
-#: How a stored answer without a verdict ended.
-STATUS_TEXT = {
-    "cancelled": "■ stopped",
-    "paused": "‖ paused for guidance",
-    "aborted": "✘ aborted by the session monitor",
-    "error": "✘ failed",
-    "done": "no verdict",
-}
-
-def unverified_note(judged: str) -> str:
-    """Said under an answer whose verdict covers only its first part (the unit the verifier judges)."""
-    return f"The verdict covers only {judged.strip()!r}; the text after it was not checked (unverified)."
-
 
 #: Terminals known to drop OSC 52 clipboard writes: copying there opens the selectable fallback at once.
 OSC52_BLIND_TERMINALS = {"Apple_Terminal"}
@@ -144,40 +131,15 @@ class ChatScreen(Screen):
 
     async def _mount_stored(self, record: Any) -> None:
         """One stored message (the store's ``MessageRecord``) as it looked when it was written."""
-        log = self.query_one("#chat-log", VerticalScroll)
         if record.role == "user" and record.kind == "chat":
             self.turn_number += 1
-            await log.mount(MessageBubble("user", record.text, turn_id=record.id))
-            return
-        if record.role == "user":
-            await log.mount(MessageBubble("user", record.text, title=f"you · {record.kind}", turn_id=record.id))
-            return
-        if record.role != "assistant":
-            await log.mount(MessageBubble("system", record.text, title=f"monitor · {record.kind}", turn_id=record.id))
-            return
-        answer = MessageBubble(
-            "assistant",
-            record.text,
-            title=f"assistant · turn {self.turn_number}",
-            turn_id=record.id,
-            number=self.turn_number,
-        )
-        await log.mount(answer)
-        if record.verdict_status is not None:
-            answer.set_verdict(record.verdict, status=record.verdict_status)
-        else:
-            answer.set_cancelled(STATUS_TEXT.get(record.status, record.status))
-        if record.monitor:
-            answer.set_monitor(record.monitor)
-            self.query_one(MonitorPanel).add_turn(self.turn_number, record.monitor)
-        meta = record.metadata or {}
-        if meta.get("reflection") or meta.get("reflection_prompt"):
-            text = meta.get("reflection") or meta.get("reflection_prompt")
-            await log.mount(MessageBubble("system", text, title="monitor · reflection"))
-        if meta.get("explanation"):
-            await log.mount(MessageBubble("system", meta["explanation"], title="monitor · CRITICAL"))
-        if meta.get("judged_text") is not None:
-            await log.mount(MessageBubble("system", unverified_note(meta["judged_text"]), title="verifier · scope"))
+        log = self.query_one("#chat-log", VerticalScroll)
+        for widget, reading in stored_widgets(record, self.turn_number):
+            await log.mount(widget)
+            if isinstance(widget, MessageBubble) and widget.role == "assistant":
+                apply_stored_verdict(widget, record)
+                if reading:
+                    self.query_one(MonitorPanel).add_turn(self.turn_number, reading)
 
     def insert_prompt(self, text: str) -> None:
         prompt = self.query_one("#prompt", Input)
@@ -187,17 +149,7 @@ class ChatScreen(Screen):
 
     async def show_coverage(self) -> None:
         """A system note: what the loaded verifier covers (tasks, one example prompt each)."""
-        coverage = self.bridge.coverage()
-        if not coverage.tasks:
-            text = ("What this verifier covers: " + coverage.sentence() + " Questions unlike its documents are answered "
-                    "'out of scope'.")
-        else:
-            lines = ["This verifier can judge answers to:", ""]
-            for task in coverage.tasks:
-                example = f" (e.g. “{task.example_prompt}”)" if task.example_prompt else ""
-                lines.append(f"- {task.description or task.name}{example}")
-            lines += ["", "ctrl+p → 'Insert example' puts one in the prompt. Other questions are 'out of scope'."]
-            text = "\n".join(lines)
+        text = coverage_text(self.bridge.coverage())
         await self._log_mount(MessageBubble("system", text, title="verifier · coverage"))
 
     def rename_current(self, title: str) -> None:

@@ -1,0 +1,51 @@
+"""Size limits that keep the wiring readable (issue 12): no module over 400 lines and no function
+over 60 lines in the session layer, the use cases, the UI and the turn's other files. A function
+written for the test shows the check fires."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_MODULE_LINES = 400
+MAX_FUNCTION_LINES = 60
+CHECKED = ("mlx_sdm/session", "mlx_sdm/app", "tui", "mlx_sdm/network/verdict.py", "mlx_sdm/network/verifier.py",
+           "mlx_sdm/monitor/reading.py", "mlx_sdm/lm/prompt.py", "mlx_sdm/commands/chat.py",
+           "mlx_sdm/commands/generate.py", "mlx_sdm/commands/finetune.py")
+
+
+def oversized(path: Path, root: Path = ROOT) -> list[str]:
+    """'file: N lines' and 'file:line name(): N lines' for what is over the limits."""
+    text = path.read_text(encoding="utf-8")
+    where = path.relative_to(root)
+    found = []
+    lines = text.count("\n") + 1
+    if lines > MAX_MODULE_LINES:
+        found.append(f"{where}: {lines} lines")
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            length = node.end_lineno - node.lineno + 1
+            if length > MAX_FUNCTION_LINES:
+                found.append(f"{where}:{node.lineno} {node.name}(): {length} lines")
+    return found
+
+
+def checked_files() -> list[Path]:
+    out = []
+    for name in CHECKED:
+        path = ROOT / name
+        out += sorted(path.rglob("*.py")) if path.is_dir() else [path]
+    return out
+
+
+def test_modules_and_functions_stay_small():
+    files = checked_files()
+    assert len(files) > 30
+    assert [problem for path in files for problem in oversized(path)] == []
+
+
+def test_an_overlong_function_is_reported(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    (tmp_path / "long.py").write_text(f"def too_long():\n{body}\n\n\ndef short():\n    return 1\n")
+    assert oversized(tmp_path / "long.py", tmp_path) == [f"long.py:1 too_long(): {MAX_FUNCTION_LINES + 1} lines"]

@@ -1,0 +1,67 @@
+"""How stored messages and verifier notes read in the chat log: the widgets a stored message becomes,
+the note under an answer whose verdict covers only part of it, and what the verifier covers."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from tui.widgets.message import MessageBubble
+
+#: How a stored answer without a verdict ended.
+STATUS_TEXT = {
+    "cancelled": "■ stopped",
+    "paused": "‖ paused for guidance",
+    "aborted": "✘ aborted by the session monitor",
+    "error": "✘ failed",
+    "done": "no verdict",
+}
+
+
+def unverified_note(judged: str) -> str:
+    """Said under an answer whose verdict covers only its first part (the unit the verifier judges)."""
+    return f"The verdict covers only {judged.strip()!r}; the text after it was not checked (unverified)."
+
+
+def coverage_text(coverage: Any) -> str:
+    """What the loaded verifier covers (a ``VerifierCoverage``): its tasks, one example prompt each."""
+    if not coverage.tasks:
+        return ("What this verifier covers: " + coverage.sentence() + " Questions unlike its documents are answered "
+                "'out of scope'.")
+    lines = ["This verifier can judge answers to:", ""]
+    for task in coverage.tasks:
+        example = f" (e.g. “{task.example_prompt}”)" if task.example_prompt else ""
+        lines.append(f"- {task.description or task.name}{example}")
+    lines += ["", "ctrl+p → 'Insert example' puts one in the prompt. Other questions are 'out of scope'."]
+    return "\n".join(lines)
+
+
+def stored_widgets(record: Any, turn_number: int) -> Iterator[tuple[MessageBubble, dict | None]]:
+    """The bubbles one stored message (a ``MessageRecord``) shows as, in order, each with the monitor
+    reading to put in the panel (the answer's own; None for the others)."""
+    if record.role == "user":
+        title = None if record.kind == "chat" else f"you · {record.kind}"
+        yield MessageBubble("user", record.text, title=title, turn_id=record.id), None
+        return
+    if record.role != "assistant":
+        yield MessageBubble("system", record.text, title=f"monitor · {record.kind}", turn_id=record.id), None
+        return
+    yield MessageBubble("assistant", record.text, title=f"assistant · turn {turn_number}", turn_id=record.id,
+                        number=turn_number), record.monitor or None
+    meta = record.metadata or {}
+    if meta.get("reflection") or meta.get("reflection_prompt"):
+        text = meta.get("reflection") or meta.get("reflection_prompt")
+        yield MessageBubble("system", text, title="monitor · reflection"), None
+    if meta.get("explanation"):
+        yield MessageBubble("system", meta["explanation"], title="monitor · CRITICAL"), None
+    if meta.get("judged_text") is not None:
+        yield MessageBubble("system", unverified_note(meta["judged_text"]), title="verifier · scope"), None
+
+
+def apply_stored_verdict(answer: MessageBubble, record: Any) -> None:
+    """A mounted answer bubble shows the stored verdict (or how the turn ended) and monitor line."""
+    if record.verdict_status is not None:
+        answer.set_verdict(record.verdict, status=record.verdict_status)
+    else:
+        answer.set_cancelled(STATUS_TEXT.get(record.status, record.status))
+    if record.monitor:
+        answer.set_monitor(record.monitor)
