@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -329,19 +329,6 @@ def text_row_to_document(row: dict, *, path: str | None = None, line: int | None
         label=int(label),
         system=system,
     )
-
-
-def split_documents(documents: list[VerificationDocument], fractions: Iterable[float], *, seed: int = ENCODING_SEED
-                    ) -> list[list[VerificationDocument]]:
-    """A seeded shuffle cut into consecutive parts of the given fractions (the last takes the rest)."""
-    order = np.random.default_rng(seed).permutation(len(documents))
-    parts, start = [], 0
-    fractions = list(fractions)
-    for i, f in enumerate(fractions):
-        end = len(order) if i == len(fractions) - 1 else start + int(round(f * len(order)))
-        parts.append([documents[j] for j in order[start:end]])
-        start = end
-    return parts
 
 
 def benchmark_splits(documents: list[VerificationDocument], *, pool_size: int, test_size: int,

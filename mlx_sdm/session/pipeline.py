@@ -33,7 +33,7 @@ import numpy as np
 from mlx_sdm.monitor.reading import MonitorReading
 from mlx_sdm.network.verdict import DocumentVerdict, VerifierCoverage
 from mlx_sdm.session.escalation import REFLECTION_PROMPT, Escalation, TurnStatus, plan_escalation
-from mlx_sdm.session.generation import GeneratedAnswer, PrefixCache, TopLogprobs, generate_answer, settle_prefix
+from mlx_sdm.session.answer import GeneratedAnswer, PrefixCache, TopLogprobs, generate_answer, settle_prefix
 
 DEFAULT_MAX_TOKENS = 256
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant. Answer briefly and accurately."
