@@ -192,6 +192,9 @@ def verdict_of(components: CorpusComponents, prompt: str, answer: str) -> dict |
     """The verifier's verdict on this turn's document (question, answer), with its status word."""
     if components.verifier is None:
         return None
+    if not answer.strip():  # nothing to verify: the verifier cannot vouch for an empty answer
+        return {"p_lower": None, "q": None, "d": None, "admitted": False, "prediction": None, "reason": "empty_answer",
+                "status": "not_verified"}
     v = components.verifier.verify_text(components.lm, prompt, answer, explain=0)
     if v.reason == "out_of_distribution":
         status = "out_of_scope"

@@ -12,6 +12,13 @@ from mlx_sdm.errors import MlxSdmError
 DEFAULT_WEIGHTS = "linear-front"
 DEFAULT_EMBEDDER = "none"
 DEFAULT_PLOT_SESSIONS = 30
+DEFAULT_FOLDS = 5
+DEFAULT_BOOTSTRAP = 1000
+DEFAULT_SEED = 0
+DEFAULT_CENSOR_BUDGET = 2
+#: ``mlx-sdm eval-monitor shipped-corpus`` reads the session corpus shipped with the package
+#: (scripts/session_corpus.py, 351 SmolLM2-135M sessions).
+SHIPPED_CORPUS_NAME = "shipped-corpus"
 CLI_EMBEDDERS = ("minilm", "none")  # the chat model's hidden states are used online, by the session engine
 
 
@@ -29,18 +36,26 @@ def build_parser() -> argparse.ArgumentParser:
             "Columns: TPS_log / TPS_brier = trajectory proper score (mean over sessions, larger is better, <= 0; "
             "censored sessions use the censored score, exact when the session logs pi); AUROC = how well the "
             "monitor ranks failed sessions above successful ones (failure positive, 0.5 = chance); AUARC = area "
-            "under the accuracy-rejection curve over coverage 0.05..1 (at most 0.95; needs >= 10 labelled sessions)."
+            "under the accuracy-rejection curve over coverage 0.05..1 (at most 0.95; needs >= 10 labelled sessions).\n\n"
+            "Then, when the sessions carry enough outcomes (>= --folds of each), the HELD-OUT table: every monitor "
+            "is fitted by k-fold cross-fitting by session (TRACER's weights, the verdict monitor's rates, one weighted "
+            "Platt map per monitor, the fusion of AUQ + TRACER + verifier verdicts by stacked Platt) and scored only "
+            "on the fold it never saw, against the base rate, with 95% bootstrap intervals over sessions: TPS_log, "
+            "TPS_brier, censored TPS_log (sessions cut at --censor-budget agent steps), AUROC, AUARC, T-ECE, and the "
+            "paired TPS_log gain over the base rate (a monitor beats the base rate when that interval is above 0)."
         ),
         epilog=(
             "Inputs: a session JSONL as exported by the chat store (see docs/interfaces.md), or a tau2-bench\n"
             "Results JSON (detected by its 'simulations' list; success = reward 1.0).\n\n"
             "examples:\n"
+            "  mlx-sdm eval-monitor shipped-corpus --plot monitors.png   # the shipped 351-session corpus\n"
             "  mlx-sdm eval-monitor sessions.jsonl\n"
             "  mlx-sdm eval-monitor sessions.jsonl --plot monitors.png\n"
             "  mlx-sdm eval-monitor airline_results.json --embedder minilm --json\n"
         ),
     )
-    parser.add_argument("sessions", nargs="+", help="session JSONL file(s) and/or tau2-bench Results JSON file(s)")
+    parser.add_argument("sessions", nargs="+", help="session JSONL file(s) (.gz too) and/or tau2-bench Results JSON "
+                        f"file(s); '{SHIPPED_CORPUS_NAME}' = the session corpus shipped with mlx-sdm")
     parser.add_argument("--weights", default=DEFAULT_WEIGHTS, choices=SCHEDULES, help="TPS step-weight schedule (default %(default)s)")
     parser.add_argument("--embedder", default=DEFAULT_EMBEDDER, choices=CLI_EMBEDDERS,
                         help="sentence embedder for TRACER when it must be recomputed: minilm (all-MiniLM-L6-v2) "
@@ -52,7 +67,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gamma", type=float, default=ref.gamma, help="TRACER user gap weight (default %(default)s)")
     parser.add_argument("--k", type=float, default=ref.k, help="TRACER tail fraction (default %(default)s)")
     parser.add_argument("--w", type=float, default=ref.w, help="TRACER weight of the max (default %(default)s)")
-    parser.add_argument("--plot", metavar="FILE.png", help="plot risk and confidence over turns to this PNG")
+    parser.add_argument("--plot", metavar="FILE.png", help="plot to this PNG: held-out reliability and forecast over "
+                        "turns (or, without a held-out table, the logged risk and confidence over turns)")
+    parser.add_argument("--folds", type=int, default=DEFAULT_FOLDS, help="cross-fitting folds, by session (default %(default)s)")
+    parser.add_argument("--bootstrap", type=int, default=DEFAULT_BOOTSTRAP, help="bootstrap resamples of sessions (default %(default)s)")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed (default %(default)s)")
+    parser.add_argument("--censor-budget", type=int, default=DEFAULT_CENSOR_BUDGET,
+                        help="agent-step budget of the censored TPS (default %(default)s)")
+    parser.add_argument("--no-heldout", action="store_true", help="print only the table of the forecasts as logged")
     parser.add_argument("--plot-sessions", type=int, default=DEFAULT_PLOT_SESSIONS, help="sessions drawn in the plot (default %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the table as one JSON object")
     return parser
@@ -65,6 +87,8 @@ def load_sessions(paths: list[str]):
     sessions = []
     for path in paths:
         p = Path(path)
+        if path == SHIPPED_CORPUS_NAME and not p.exists():
+            p = shipped_session_corpus()
         is_tau2 = False
         if p.suffix.lower() == ".json" and p.is_file():
             with open(p, encoding="utf-8") as handle:
@@ -78,10 +102,18 @@ def load_sessions(paths: list[str]):
     return sessions
 
 
+def shipped_session_corpus() -> Path:
+    """The session corpus in the package's datasets (``mlx_sdm/datasets/session_corpus.jsonl.gz``)."""
+    import mlx_sdm.datasets
+
+    return Path(mlx_sdm.datasets.__file__).resolve().parent / "session_corpus.jsonl.gz"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from mlx_sdm.monitor.embedders import make_embedder
     from mlx_sdm.monitor.evaluate import evaluate_sessions, format_table, plot_series
+    from mlx_sdm.monitor.heldout import format_heldout, heldout_report, heldout_to_dict
     from mlx_sdm.monitor.tracer import TracerConfig
 
     try:
@@ -93,6 +125,13 @@ def main(argv: list[str] | None = None) -> int:
         embedder = make_embedder(args.embedder)
         report = evaluate_sessions(sessions, tracer_config=config, embedder=embedder, weights=args.weights,
                                    recompute_tracer=args.recompute_tracer)
+        heldout, heldout_note = None, "skipped (--no-heldout)"
+        if not args.no_heldout:
+            try:
+                heldout = heldout_report(sessions, folds=args.folds, n_boot=args.bootstrap, seed=args.seed,
+                                         weights=args.weights, censor_budget=args.censor_budget)
+            except ValueError as exc:
+                heldout_note = f"skipped: {exc}"
         if args.json:
             print(json.dumps({
                 "sessions": report.n_sessions, "labelled": report.n_labelled, "censored": report.censored,
@@ -101,10 +140,19 @@ def main(argv: list[str] | None = None) -> int:
                 "monitors": [{"monitor": r.monitor, "sessions": r.sessions, "tps_sessions": r.tps_sessions,
                               "tps_log": _num(r.tps_log), "tps_brier": _num(r.tps_brier), "auroc": _num(r.auroc),
                               "auarc": _num(r.auarc), "notes": r.notes} for r in report.rows],
+                "heldout": heldout_to_dict(heldout) if heldout is not None else {"note": heldout_note},
             }, indent=2))
         else:
+            print("As logged (no fitting):")
             print(format_table(report))
-        if args.plot:
+            print()
+            print(format_heldout(heldout) if heldout is not None else f"Held-out table {heldout_note}")
+        if args.plot and heldout is not None:
+            from mlx_sdm.monitor.plots import plot_heldout
+
+            plot_heldout(heldout, args.plot)
+            print(f"plot written to {args.plot}", file=sys.stderr)
+        elif args.plot:
             plot_series(report, sessions, args.plot, args.plot_sessions)
             print(f"plot written to {args.plot}", file=sys.stderr)
     except (MlxSdmError, ValueError) as exc:
