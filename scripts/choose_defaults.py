@@ -33,31 +33,11 @@ from mlx_sdm.calibration import constants as K  # noqa: E402
 from mlx_sdm.calibration.data import LabelledSet  # noqa: E402
 from mlx_sdm.calibration.estimator import FitConfig, SDMEstimator  # noqa: E402
 from mlx_sdm.calibration.evaluation import evaluate  # noqa: E402
+from mlx_sdm.datasets.spam import spam_splits  # noqa: E402
 
 DATASETS = ROOT / "mlx_sdm" / "datasets"
 KEYS = {"lr": "learning_rate", "epochs": "epochs", "iterations": "iterations", "batch": "batch_size",
         "rlr": "rescaler_learning_rate", "rbatch": "rescaler_batch_size", "estimator": "estimator"}
-
-
-def spam_splits(seed: int = 0) -> dict[str, LabelledSet]:
-    """train, calibration, test (first collection) and shift (later collection), balanced."""
-    z = np.load(DATASETS / "spam_minilm.npz", allow_pickle=False)
-    emb, labels, groups = z["emb"].astype(np.float32), z["labels"].astype(np.int64), z["groups"].astype(str)
-    ids, texts = [str(i) for i in z["ids"]], [str(s) for s in z["snippets"]]
-    rng = np.random.default_rng(seed)
-    parts: dict[str, list[int]] = {"train": [], "calibration": [], "test": [], "shift": []}
-    for group in ("easy-ham-1", "spam-1"):
-        idx = rng.permutation(np.nonzero(groups == group)[0])
-        parts["train"] += idx[:200].tolist()
-        parts["calibration"] += idx[200:400].tolist()
-        parts["test"] += idx[400:500].tolist()
-    parts["shift"] = np.nonzero(np.isin(groups, ("easy-ham-2", "spam-2")))[0].tolist()
-
-    def subset(index: list[int]) -> LabelledSet:
-        index = sorted(index)
-        return LabelledSet([ids[i] for i in index], emb[index], labels[index], [texts[i] for i in index])
-
-    return {name: subset(index) for name, index in parts.items()}
 
 
 def bbc_sets(seed: int = 0) -> dict[str, LabelledSet]:
@@ -128,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                 summary += run(dataset, sets, name if seed == 0 else f"{name} seed {seed}", overrides, seed)
     print("\nsummary: dataset config view -> sdm p_lower admitted (calibrated?)")
     for r in summary:
-        if r["row"] == "sdm p_lower":
+        if r["row"].startswith("sdm"):
             print(f"  {r['dataset']:<5} {r['config']:<40} {r['view']:<6} {r['admitted']:>4}/{r['n']} "
                   f"{'ok' if r['calibrated'] else 'BROKEN'}")
     return 0

@@ -123,7 +123,7 @@ def run_reference(args, workdir: Path, files: dict[str, Path]) -> dict:
            "--epoch", str(args.epochs), "--batch_size", str(K.PAPER_BATCH_SIZE),
            "--learning_rate", str(K.PAPER_LEARNING_RATE), "--model_dir", str(model_dir),
            "--number_of_random_shuffles", str(args.iterations), "--use_training_set_max_label_size_as_max_q",
-           "--warm_up_epochs", "0", "--model_rescaler_training_max_epochs", str(K.RESCALER_MAX_EPOCHS),
+           "--warm_up_epochs", "0", "--model_rescaler_training_max_epochs", str(args.rescaler_max_epochs),
            "--exemplar_vector_dimension", str(K.EXEMPLAR_DIM), "--router_warm_up_epochs", "0", "--use_embeddings"]
     start = time.time()
     log = workdir / "reference_train.log"
@@ -190,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dataset", choices=sorted(LOADERS), default="spam")
     p.add_argument("--iterations", type=int, default=2)
     p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--rescaler-max-epochs", type=int, default=K.RESCALER_MAX_EPOCHS,
+                   help="Alg. 2 epoch cap for both sides (paper 1,000; batch 1 makes that ~40 min on 2 busy cores)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--workdir", help="keep the reference's files here (default: a temporary folder)")
@@ -215,10 +217,12 @@ def main(argv: list[str] | None = None) -> int:
             report("paper's code (research_code/code, paper flags)", ref, sets, args.num_classes)
         paper = FitConfig(iterations=args.iterations, epochs=args.epochs, seed=args.seed,
                           learning_rate=K.PAPER_LEARNING_RATE, rescaler_learning_rate=K.PAPER_RESCALER_LEARNING_RATE,
-                          rescaler_batch_size=K.PAPER_RESCALER_BATCH_SIZE)
+                          rescaler_batch_size=K.PAPER_RESCALER_BATCH_SIZE, rescaler_max_epochs=args.rescaler_max_epochs)
         report("ours, paper settings", run_ours(sets, paper), sets, args.num_classes)
-        report("ours, project defaults", run_ours(sets, FitConfig(iterations=args.iterations, seed=args.seed)), sets,
-               args.num_classes)
+        for kind in ("v1", "v2"):
+            report(f"ours, project defaults, estimator {kind}",
+                   run_ours(sets, FitConfig(iterations=args.iterations, seed=args.seed, estimator=kind)), sets,
+                   args.num_classes)
     return 0
 
 

@@ -50,6 +50,30 @@ def sdm_numpy(logits: np.ndarray, q: np.ndarray | float, d: np.ndarray | float) 
     return e / e.sum(axis=-1, keepdims=True)
 
 
+def sdm_rank_keys(logits: np.ndarray, q: np.ndarray | float, d: np.ndarray | float) -> np.ndarray:
+    """The log-odds ln(sdm_c / (1 − sdm_c)) of every class, in float64 without saturation. [B, C].
+
+    A strictly increasing function of sdm(z')_c, so every eCDF over sdm outputs (Eq. 9) has the same
+    ranks over these keys as over the outputs themselves, in exact arithmetic. Unlike the outputs, the
+    keys do not round to 1.0 (or 0.0) once τ·(z'_ŷ − z'_c) exceeds ~37 (float64) or ~17 (float32):
+    with rounded outputs, every confident calibration point ties at 1.0 and gets v = 1 (the
+    saturation rule), which made a well-separated class unreachable (ψ_c → 1, issue 9).
+    Computed as τz'_c − logsumexp_{j≠c}(τz'_j) (no cancellation)."""
+    tau = np.atleast_1d(sdm_temperature(q, d)).astype(np.float64)
+    z = np.asarray(logits, dtype=np.float64)
+    scaled = tau[:, None] * z
+    keys = np.empty_like(scaled)
+    for c in range(z.shape[1]):
+        others = np.delete(scaled, c, axis=1)
+        keys[:, c] = scaled[:, c] - _logsumexp(others) if others.shape[1] else np.inf
+    return keys
+
+
+def _logsumexp(x: np.ndarray) -> np.ndarray:
+    m = x.max(axis=1)
+    return m + np.log(np.exp(x - m[:, None]).sum(axis=1))
+
+
 def softmax_numpy(x: np.ndarray, axis: int = -1) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     x = x - x.max(axis=axis, keepdims=True)

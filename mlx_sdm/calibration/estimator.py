@@ -13,7 +13,7 @@ from typing import Callable
 import numpy as np
 
 from mlx_sdm.atomic import atomic_directory
-from mlx_sdm.calibration.activation import flipped, sdm_numpy, softmax_numpy
+from mlx_sdm.calibration.activation import flipped, sdm_numpy, sdm_rank_keys, softmax_numpy
 from mlx_sdm.calibration.adaptor import ExemplarAdaptor, forward_numpy_batches
 from mlx_sdm.calibration.constants import ALPHA_PRIME, EXEMPLAR_DIM, PAPER_BATCH_SIZE, Q_BINS, RESCALER_BATCH_SIZE, \
     RESCALER_LEARNING_RATE, RESCALER_MAX_EPOCHS
@@ -37,6 +37,10 @@ SUPPORT = "support.json"
 DEFAULT_LEARNING_RATE = 3e-4
 DEFAULT_EPOCHS = 40
 DEFAULT_ITERATIONS = 5
+
+#: What the stored outCDFs (Eq. 9) hold: the log-odds of sdm(z')_c (activation.sdm_rank_keys). Folders without the manifest key hold
+#: sdm(z')_c itself (before issue 9) and are read that way.
+OUTCDF_SCALE = "log_odds"
 
 REASONS = ("out_of_distribution", "below_threshold", "index_flipped")
 
@@ -128,6 +132,7 @@ class SDMEstimator:
         self.exemplar_dim = int(manifest["exemplar_dim"])
         self.alpha = float(manifest["alpha"])
         self.kind = str(manifest.get("estimator", KIND_V1))
+        self.outcdf_scale = str(manifest.get("outcdf_scale", "probability"))
         if self.kind not in KINDS:
             raise ArtifactError(f"manifest estimator kind {self.kind!r} is not one of {KINDS}; use a newer mlx-sdm")
         self.adaptor = ExemplarAdaptor(self.input_dim, self.exemplar_dim, self.num_classes)
@@ -194,6 +199,7 @@ class SDMEstimator:
         manifest = {
             "format_version": FORMAT_VERSION,
             "estimator": config.estimator,
+            "outcdf_scale": OUTCDF_SCALE,
             "input_dim": int(train.dim),
             "exemplar_dim": int(config.exemplar_dim),
             "num_classes": num_classes,
@@ -244,7 +250,8 @@ class SDMEstimator:
         s = sdm_numpy(z, qd.q, d)  # step 4: Eq. 7
         sdm_flip = flipped(s, yhat)
         q_prime = np.where(sdm_flip, 0, qd.q)
-        v = quantile_vector(s, st.outcdf)  # step 5: Eq. 9
+        # step 5: Eq. 9 (outCDFs over the log-odds of sdm, OUTCDF_SCALE; over sdm in older folders)
+        v = quantile_vector(sdm_rank_keys(z, qd.q, d) if self.outcdf_scale == OUTCDF_SCALE else s, st.outcdf)
         q_tilde = rescaled_similarity(v, yhat, q_prime)  # Eq. 10
         centroid = rescaled_output(v, q_tilde, st.rescaler)  # Eq. 11
         centroid_flip = np.argmax(centroid, axis=1) != yhat

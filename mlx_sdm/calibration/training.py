@@ -17,7 +17,7 @@ import mlx.optimizers as optim
 import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
-from mlx_sdm.calibration.activation import flipped, sdm_loss, sdm_numpy, softmax_numpy
+from mlx_sdm.calibration.activation import flipped, sdm_loss, sdm_numpy, sdm_rank_keys, softmax_numpy
 from mlx_sdm.calibration.adaptor import ExemplarAdaptor, forward_numpy_batches, scalar_normalization
 from mlx_sdm.calibration.constants import ADAM_BETAS, ADAM_EPS, SOFTMAX_D, SOFTMAX_Q
 from mlx_sdm.calibration.canonical import KIND_V1, KIND_V2, balanced_sdm_loss, find_threshold_v2, \
@@ -78,8 +78,11 @@ def reestimate(adaptor: ExemplarAdaptor, h_tr: np.ndarray, y_tr: np.ndarray, h_c
     q_tr = np.where(flipped(sdm_numpy(z_tr, tr.q, d_tr), yhat_tr) & (kind == KIND_V1), 0, tr.q)
     s_ca = sdm_numpy(z_ca, ca.q, d_ca)  # Eq. 7
     q_ca = np.where(flipped(s_ca, yhat_ca), 0, ca.q)
-    outcdf = [np.sort(s_ca[y_ca == c, c]) for c in range(num_classes)]  # Eq. 9 eCDFs (all D_ca points)
-    v_ca = quantile_vector(s_ca, outcdf)  # Eq. 9
+    # Eq. 9 eCDFs (all D_ca points) over the log-odds of sdm: the same ranks as over sdm, without the
+    # ties at 1.0 that rounding creates (activation.sdm_rank_keys)
+    keys_ca = sdm_rank_keys(z_ca, ca.q, d_ca)
+    outcdf = [np.sort(keys_ca[y_ca == c, c]) for c in range(num_classes)]
+    v_ca = quantile_vector(keys_ca, outcdf)  # Eq. 9
     q_tilde_ca = rescaled_similarity(v_ca, yhat_ca, q_ca)  # Eq. 10
     median_q = balanced_median_q(q_ca, y_ca, num_classes)
     # v1 selects by the balanced median q (Alg. 1); v2 by the minimum balanced calibration sdm loss
