@@ -114,3 +114,18 @@ def test_same_result_with_openblas_and_the_reference_blas():
         outs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     assert outs[0] == outs[1]
     assert outs[0]["mlx"] == outs[0]["numpy"]
+
+
+def test_split_tf32_path_gives_the_same_bits(monkeypatch):
+    """The GPU path (3×TF32 split operands) is exercised on the CPU too: same q and d as numpy."""
+    from mlx_sdm.calibration import knn
+
+    support, labels, preds, q, qpred = _near_ties(seed=9)
+    ref = SupportIndex(support, labels, preds, 2, backend="numpy").q_and_nearest(q, qpred)
+    monkeypatch.setattr(knn, "use_split_tf32", lambda backend: backend == "mlx")
+    index = SupportIndex(support, labels, preds, 2, backend="mlx")
+    assert index._mx[0][1] is not None and index._rel > knn.TF32_SPLIT_BOUND
+    res = index.q_and_nearest(q, qpred)
+    assert np.array_equal(res.q, ref.q) and np.array_equal(res.d_nearest, ref.d_nearest)
+    hi, lo = knn.split_tf32(support)
+    assert np.array_equal(hi + lo, support) and ((hi.view(np.uint32) & 0x1FFF) == 0).all()

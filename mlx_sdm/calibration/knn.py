@@ -19,7 +19,8 @@ within 2·tol of a decision boundary (the first bad distance, the nearest distan
 distance) are re-checked in float64 by direct difference Σ(a − b)² — the same formula, the same
 summation, for every backend — so a point's distance to itself is exactly 0 and q, d_nearest and
 the neighbour ranks equal a float64 computation. On a GPU, MLX runs float32 matmuls as TF32 unless
-``MLX_ENABLE_TF32=0``; the bound then grows by 2⁻⁸ (wider band, more re-checks, same results).
+``MLX_ENABLE_TF32=0``; the cross term is then computed as three TF32 products of split operands
+(split_tf32), which keeps the error near float32's and the band narrow.
 Points outside the band are on the same side of
 the boundary in both computations, so they need no re-check.
 
@@ -51,8 +52,8 @@ GPU_BLOCK_ELEMENTS = 1 << 28
 DEFAULT_BLOCK_ELEMENTS = CPU_BLOCK_ELEMENTS
 #: Unit roundoff of float32 (round to nearest).
 FLOAT32_UNIT_ROUNDOFF = 2.0 ** -24
-#: Bound (with margin) on TF32's relative error in 2a·b, see fast_pass_relative_error.
-TF32_PRODUCT_BOUND = 2.0 ** -8
+#: Bound (with margin) on the 3×TF32 relative error in 2a·b, see fast_pass_relative_error.
+TF32_SPLIT_BOUND = 2.0 ** -18
 
 
 def faiss_available() -> bool:
@@ -79,13 +80,27 @@ def tf32_enabled() -> bool:
     return os.environ.get("MLX_ENABLE_TF32", "1") != "0"
 
 
+def split_tf32(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """x = hi + lo with hi exactly representable in TF32 (10 mantissa bits, round to nearest) and lo
+    the float32 remainder (|lo| ≤ 2⁻¹¹|x|, exact)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    hi = ((x.view(np.uint32) + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+    return hi, x - hi
+
+
+def use_split_tf32(backend: str) -> bool:
+    return backend == "mlx" and on_gpu() and tf32_enabled()
+
+
 def fast_pass_relative_error(backend: str, dim: int) -> float:
-    """REL of the module docstring. On a GPU with TF32 each product's inputs lose all but 10
-    mantissa bits (relative error ≤ 2⁻¹⁰ per product, so |err(2a·b)| ≤ 2⁻¹⁰(‖a‖² + ‖b‖²)); we allow
-    2⁻⁸ (truncating hardware, margin) plus the float32 accumulation bound."""
+    """REL of the module docstring. On a GPU with TF32 the cross term is computed as
+    a_hi·b_hi + a_hi·b_lo + a_lo·b_hi ("3×TF32", split_tf32): a_hi·b_hi is exact per product, the
+    two corrections lose ≤ 2⁻²¹ each (TF32 rounding of lo, truncating hardware included) and the
+    dropped a_lo·b_lo ≤ 2⁻²², so |err(2a·b)| ≤ 2.5·2⁻²¹(‖a‖² + ‖b‖²); we allow 2⁻¹⁸ plus three
+    float32 accumulation bounds."""
     rel = (dim + 4) * 4.0 * FLOAT32_UNIT_ROUNDOFF
-    if backend == "mlx" and on_gpu() and tf32_enabled():
-        rel += TF32_PRODUCT_BOUND
+    if use_split_tf32(backend):
+        rel = 3 * rel + TF32_SPLIT_BOUND
     return rel
 
 
@@ -152,7 +167,11 @@ class SupportIndex:
         self._mx = None
         self._faiss = None
         if self.backend == "mlx":
-            self._mx = (mx.array(self._centred), mx.array(self._sq_np), mx.array(self._good_np))
+            if use_split_tf32(self.backend):
+                hi, lo = split_tf32(self._centred)
+                self._mx = ((mx.array(hi), mx.array(lo)), mx.array(self._sq_np), mx.array(self._good_np))
+            else:
+                self._mx = ((mx.array(self._centred), None), mx.array(self._sq_np), mx.array(self._good_np))
         elif self.backend == "faiss":
             import faiss
 
@@ -236,8 +255,14 @@ class SupportIndex:
         return _Band(first_bad[:, 0], sure, r_q, c_q), (r_n, c_n)
 
     def _bands_mlx(self, cb, tol, pb, xb):
-        support, sq, good_all = self._mx
-        d2 = sq[None, :] - 2.0 * (mx.array(cb) @ support.T)
+        (support, support_lo), sq, good_all = self._mx
+        if support_lo is None:
+            cross = mx.array(cb) @ support.T
+        else:  # 3×TF32: float32 accuracy from TF32 tensor cores (fast_pass_relative_error)
+            a_hi, a_lo = split_tf32(cb)
+            a_hi, a_lo = mx.array(a_hi), mx.array(a_lo)
+            cross = a_hi @ support.T + (a_hi @ support_lo.T + a_lo @ support.T)
+        d2 = sq[None, :] - 2.0 * cross
         if (xb >= 0).any():
             cols = mx.arange(support.shape[0])
             d2 = mx.where(cols[None, :] == mx.array(xb)[:, None], mx.inf, d2)
