@@ -336,3 +336,21 @@ def test_a_conversation_that_continues_reuses_the_kv_cache(served):
     cached = second.usage.prompt_tokens_details.cached_tokens
     assert first.usage.prompt_tokens_details.cached_tokens == 0
     assert first.usage.prompt_tokens < cached < second.usage.prompt_tokens
+
+
+def test_a_client_that_goes_away_stops_the_generation_and_the_turn_is_stored_as_cancelled(served):
+    stream = served.client().chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=1900, stream=True,
+                                                     user="conv-goes-away")
+    for i, chunk in enumerate(stream):
+        assert chunk.choices[0].finish_reason is None
+        if i == 3:
+            break
+    stream.close()  # the client hangs up mid-answer
+    deadline = time.monotonic() + 120
+    while served.worker.pending:  # bounded: the job ends at the next token once the server sees the hang-up
+        assert time.monotonic() < deadline, "the generation did not stop after the client went away"
+        time.sleep(0.05)
+    [session] = [s for s in served.store.list_sessions() if s.title == "API · conv-goes-away"]
+    answer = served.store.messages(session.id)[-1]
+    assert answer.role == "assistant" and answer.status == "cancelled" and answer.token_count < 1900
+    assert answer.verdict is None and answer.review_id is None  # nothing judged, nothing queued
