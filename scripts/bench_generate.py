@@ -15,6 +15,7 @@ the share of the answer's total time spent on verification (features + verdict; 
     PYTHONPATH=/tmp/site:$PWD python scripts/bench_generate.py --random-phi3 --bits 16
     PYTHONPATH=/tmp/site:$PWD python scripts/bench_generate.py --random-phi3 --bits 4
     python scripts/bench_generate.py --random-phi3 --layers 2 --tokens 16 --rounds 1   # CPU smoke run
+    python scripts/bench_generate.py --sync-check   # why the capture costs no device sync
 """
 
 from __future__ import annotations
@@ -63,7 +64,44 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bits", type=int, choices=(16, 8, 4), default=16, help="--random-phi3: bf16 or quantized (group 64)")
     p.add_argument("--layers", type=int, default=PHI35_SHAPE["num_hidden_layers"], help="--random-phi3: layers (default 32)")
     p.add_argument("--bandwidth-gbs", type=float, default=None, help="device memory bandwidth (GB/s) if not known")
+    p.add_argument("--sync-check", action="store_true",
+                   help="only time reading a token's log-prob while the next step runs: in-graph gather vs .item()")
     return p
+
+
+def sync_check(size: int = 2000, depth: int = 20) -> None:
+    """Why the capture is free: after a token is read, mlx-lm has already queued the next step. The
+    old ``logprobs[token].item()`` is a new op queued behind that step and waits for it; the gather
+    made in the step's own graph (ChosenLogprob) is ready with the token."""
+    import mlx.core as mx
+
+    from mlx_sdm.lm.generation import ChosenLogprob
+
+    weight = mx.random.normal((size, size)) / size**0.5
+    mx.eval(weight)
+
+    def step() -> mx.array:  # stands in for one forward pass
+        x = mx.random.normal((1, size))
+        for _ in range(depth):
+            x = x @ weight
+        return x - mx.logsumexp(x, axis=-1, keepdims=True)
+
+    chosen = ChosenLogprob()
+    for name in ("in-graph gather (ChosenLogprob)", "logprobs[token].item()"):
+        times = []
+        for _ in range(5):
+            logprobs = step()
+            token = chosen(logprobs) if name.startswith("in-graph") else mx.argmax(logprobs, axis=-1)
+            mx.async_eval(token, logprobs)
+            following = step()
+            mx.async_eval(following)  # the next step, queued before the token is read
+            index = token.item()
+            tic = time.perf_counter()
+            _ = chosen.pop() if name.startswith("in-graph") else logprobs[0, index].item()
+            times.append(time.perf_counter() - tic)
+            mx.eval(following)
+        print(f"reading the log-prob after the token, next step queued: {name}: "
+              f"median {statistics.median(times) * 1000:.2f} ms")
 
 
 @dataclass
@@ -144,6 +182,9 @@ def load_bench_model(args) -> BenchModel:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.sync_check:
+        sync_check()
+        return 0
     import mlx.core as mx
     from mlx_lm.generate import stream_generate
 
