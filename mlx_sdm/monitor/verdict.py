@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping, Sequence
 
-from mlx_sdm.monitor.scoring import EPS
+from types import SimpleNamespace
 
-REASON_OUT_OF_DISTRIBUTION = "out_of_distribution"
-LABEL_ACCEPTABLE = 1
+from mlx_sdm.monitor.scoring import EPS
+from mlx_sdm.network.verdict import ACCEPTABLE as LABEL_ACCEPTABLE
+from mlx_sdm.network.verdict import status_of
 #: Turn success rate of a status before any labelled session was seen (no information either way).
 PRIOR_TURN_RATE = 0.5
 #: Laplace smoothing of the fitted per-status rates: (correct + 1) / (turns + 2).
@@ -40,14 +41,11 @@ class VerdictStatus(str, Enum):
 
 
 def verdict_status(admitted: bool | None, prediction: int | None, reason: str | None) -> VerdictStatus:
-    """The status word of a verdict (module docstring)."""
+    """The status word of a verdict: THE rule of :func:`mlx_sdm.network.verdict.status_of`; NONE without a verdict."""
     if admitted is None and prediction is None and reason is None:
         return VerdictStatus.NONE
-    if reason == REASON_OUT_OF_DISTRIBUTION:
-        return VerdictStatus.OUT_OF_SCOPE
-    if admitted and prediction == LABEL_ACCEPTABLE:
-        return VerdictStatus.VERIFIED
-    return VerdictStatus.NOT_VERIFIED
+    judged = SimpleNamespace(admitted=bool(admitted), prediction=-1 if prediction is None else int(prediction), reason=reason)
+    return VerdictStatus(status_of(judged).value)
 
 
 @dataclass(frozen=True)

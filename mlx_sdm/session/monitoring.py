@@ -68,6 +68,7 @@ class SessionMonitor:
         self.auq = AUQMonitor(config.policy())
         self.auq.start(session_id)
         self.tracer = TracerMonitor(config.tracer, embedder, session_id=session_id)
+        self.fused = _fused_monitor()  # the fused forecast p_t and the signal that moved it (reading.extra["fused"])
         self.history: list[HistoryPoint] = []  # per answered turn: level, cumulative confidence, TRACER prefix risk
 
     # -- state -----------------------------------------------------------------------------------
@@ -78,11 +79,13 @@ class SessionMonitor:
         state = self.auq.belief(self.session_id)
         for m in messages:
             if m.role == "user":
-                self.tracer.observe(self._user_step(m.text))
+                self._observe_user_fused(self.tracer.observe(self._user_step(m.text)))
             elif m.role == "assistant" and m.kind == "chat" and m.monitor:
                 calls = (m.metadata or {}).get("tool_calls", [])
-                self.tracer.observe(self._agent_step(m.text, m.tokens, m.token_logprobs, calls))
+                out = self.tracer.observe(self._agent_step(m.text, m.tokens, m.token_logprobs, calls))
                 reading = m.monitor if isinstance(m.monitor, MonitorReading) else MonitorReading.from_dict(m.monitor)
+                if self.fused is not None:
+                    self.fused.observe_answer(out.to_dict(), reading.auq, m.verdict if isinstance(m.verdict, dict) else None)
                 if reading.cumulative_confidence is not None:
                     state.cumulative_confidence = float(reading.cumulative_confidence)
                 state.step_counter += 1
@@ -90,7 +93,11 @@ class SessionMonitor:
                 self.history.append(HistoryPoint.of(len(self.history) + 1, reading))
 
     def observe_user(self, text: str) -> None:
-        self.tracer.observe(self._user_step(text))
+        self._observe_user_fused(self.tracer.observe(self._user_step(text)))
+
+    def _observe_user_fused(self, out: Any) -> None:
+        if self.fused is not None:
+            self.fused.observe_user(out.to_dict())
 
     def resume(self, guidance: str) -> None:
         if self.auq.belief(self.session_id).status is SessionStatus.WAITING_FOR_HUMAN:
@@ -151,6 +158,9 @@ class SessionMonitor:
             p_true=None if ran is None else {"prefilled_tokens": ran.prefilled_tokens,
                                               "reused_tokens": ran.reused_tokens, "cache_restored": ran.cache_restored},
         )
+        if self.fused is not None:
+            reading.extra["fused"] = self.fused.observe_answer(
+                tracer_out.to_dict(), auq, judged.to_dict() if judged is not None else None).to_dict()
         self.history.append(HistoryPoint.of(len(self.history) + 1, reading))
         return reading
 
@@ -167,6 +177,16 @@ class SessionMonitor:
             step_type="tool_call" if calls else "llm_call", text=text, tool_calls=calls,
             token_logprobs=None if logprobs is None else list(logprobs), tokens=None if tokens is None else list(tokens),
         )
+
+
+def _fused_monitor() -> Any:
+    """The online fused monitor with the shipped parameters (None if they cannot be read)."""
+    from mlx_sdm.monitor.fused import FusedParams, OnlineFusedMonitor
+
+    try:
+        return OnlineFusedMonitor(FusedParams.shipped())
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 class ChatSampler:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Label, Sparkline, Static
@@ -41,6 +43,7 @@ class MonitorPanel(VerticalScroll, can_focus=False):
             "level": monitor.get("level"),
             "confidence": monitor.get("cumulative_confidence"),
             "risk": monitor.get("tracer_risk"),
+            "fused": (monitor.get("extra") or {}).get("fused"),  # fused forecast p_t + the signal that moved it
         }
         self.rows = [r for r in self.rows if r["turn"] != turn] + [row]
         self.rows.sort(key=lambda r: r["turn"])
@@ -73,6 +76,7 @@ class MonitorPanel(VerticalScroll, can_focus=False):
         table.add_column("AUQ")
         table.add_column("P", justify="right")
         table.add_column("R", justify="right")
+        table.add_column("ok%", justify="right")  # the fused forecast: chance the session succeeds
         for r in self.rows:
             level = str(r["level"] or "").lower()
             table.add_row(
@@ -80,5 +84,14 @@ class MonitorPanel(VerticalScroll, can_focus=False):
                 f"[{LEVEL_STYLES.get(level, 'dim')}]{level_label(r['level'])}[/]",
                 format_p(r["confidence"]),
                 format_risk(r["risk"]),
+                _percent((r.get("fused") or {}).get("p")),
             )
-        self.query_one("#monitor-table", Static).update(table)
+        latest = next((r["fused"] for r in reversed(self.rows) if r.get("fused")), None)
+        body = table
+        if latest is not None:  # the signal that moved the fused forecast most at the latest turn
+            body = Group(table, Text(f"ok {_percent(latest.get('p'))}: {latest['message']}", style="dim"))
+        self.query_one("#monitor-table", Static).update(body)
+
+
+def _percent(p: float | None) -> str:
+    return "—" if p is None else f"{100 * float(p):.0f}%"

@@ -1,0 +1,150 @@
+"""The fused forecast online, for the chat: p_t of session success after each answer, and the signal
+that moved it most ("the verifier could not vouch for turn 3").
+
+The parameters (TRACER weights, verdict rates, the stacked Platt model of :mod:`mlx_sdm.monitor.fusion`)
+are fitted on the whole shipped session corpus and shipped as ``mlx_sdm/datasets/fused_monitor.json``
+(:func:`build_shipped_params`; its held-out quality is the cross-fitted table of ``mlx-sdm eval-monitor
+shipped-corpus``). The forecast is calibrated to that corpus (SmolLM2-135M, mixed tasks, 10 % of sessions
+fully right): it is shown and stored, not used to escalate.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from mlx_sdm.monitor.fusion import FUSION_FEATURES, FittedMonitors, Stacker, fit_monitors, fusion_features, strongest_signal
+from mlx_sdm.monitor.signals import SessionSignals
+from mlx_sdm.monitor.tracer import TracerConfig
+from mlx_sdm.monitor.verdict import TurnVerdict, VerdictMonitorParams
+
+PARAMS_FILE = "fused_monitor.json"
+PARAMS_VERSION = 1
+NEUTRAL_CONFIDENCE = 0.5
+
+#: Plain words for the signal that moved the forecast most, by direction (lowered, raised).
+SIGNAL_WORDS = {
+    "verifier": ("the verifier could not vouch for turn {turn}", "the verifier vouched for turn {turn}"),
+    "p_true": ("the model doubted its own answer in turn {turn}", "the model stood by its answer in turn {turn}"),
+    "auq": ("AUQ confidence fell at turn {turn}", "AUQ confidence rose at turn {turn}"),
+    "tracer": ("TRACER's trajectory risk rose at turn {turn}", "TRACER's trajectory risk fell at turn {turn}"),
+    "surprisal": ("the model was unsure of its words in turn {turn}", "the model was sure of its words in turn {turn}"),
+}
+
+
+def datasets_dir() -> Path:
+    import mlx_sdm.datasets
+
+    return Path(mlx_sdm.datasets.__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class FusedReading:
+    """The fused forecast after one answer and what moved it."""
+
+    p: float  # P(session succeeds | history), calibrated on the shipped corpus
+    signal: str  # one of FUSION_FEATURES
+    delta: float  # change of that signal's logit contribution since the previous answer
+    message: str  # plain words, e.g. "the verifier could not vouch for turn 3"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def params_to_dict(fitted: FittedMonitors) -> dict[str, Any]:
+    st = fitted.stacker
+    c = fitted.tracer_config
+    return {"version": PARAMS_VERSION, "weights": fitted.weights,
+            "tracer": {"alpha": c.alpha, "beta": c.beta, "gamma": c.gamma, "k": c.k, "w": c.w},
+            "verdict_status_rate": dict(fitted.verdict_params.status_rate),
+            "stacker": {"names": list(st.names), "intercept": st.intercept, "coef": st.coef.tolist(),
+                        "mean": st.mean.tolist(), "std": st.std.tolist(), "fallback": st.fallback}}
+
+
+@dataclass(frozen=True)
+class FusedParams:
+    tracer: TracerConfig
+    verdict: VerdictMonitorParams
+    stacker: Stacker
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "FusedParams":
+        s = data["stacker"]
+        if tuple(s["names"]) != FUSION_FEATURES:
+            raise ValueError(f"fused monitor parameters name features {s['names']}, expected {list(FUSION_FEATURES)}")
+        stacker = Stacker(float(s["intercept"]), np.asarray(s["coef"], dtype=np.float64),
+                          np.asarray(s["mean"], dtype=np.float64), np.asarray(s["std"], dtype=np.float64),
+                          tuple(s["names"]), bool(s["fallback"]))
+        return cls(TracerConfig(**data["tracer"]), VerdictMonitorParams(dict(data["verdict_status_rate"])), stacker)
+
+    @classmethod
+    def shipped(cls) -> "FusedParams":
+        return cls.from_dict(json.loads((datasets_dir() / PARAMS_FILE).read_text(encoding="utf-8")))
+
+
+def build_shipped_params(corpus: str | Path | None = None) -> dict[str, Any]:
+    """Fit every monitor on the whole shipped corpus; what ``fused_monitor.json`` holds."""
+    import warnings
+
+    from mlx_sdm.monitor.session_file import read_sessions_jsonl
+    from mlx_sdm.monitor.signals import session_signals
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sessions = read_sessions_jsonl(corpus or datasets_dir() / "session_corpus.jsonl.gz")
+    signals = [s for s in map(session_signals, sessions) if s is not None]
+    return params_to_dict(fit_monitors(signals))
+
+
+class OnlineFusedMonitor:
+    """Feed it every step of a chat in order (user steps' and answers' TRACER outputs, each answer's AUQ
+    belief and verdict); :meth:`observe_answer` returns the :class:`FusedReading` of that answer."""
+
+    def __init__(self, params: FusedParams):
+        self.params = params
+        self._parts: list[list[float]] = []  # U, Da, DoA, DoU per step
+        self._agent: list[int] = []
+        self._auq: list[float] = []
+        self._p_true: list[float] = []
+        self._verdicts: list[TurnVerdict] = []
+        self._last_features: np.ndarray | None = None
+
+    @staticmethod
+    def _tracer_row(tracer: Mapping[str, Any]) -> list[float]:
+        return [float(tracer.get(k) or 0.0) for k in ("U", "Da", "DoA", "DoU")]
+
+    def observe_user(self, tracer: Mapping[str, Any]) -> None:
+        self._parts.append(self._tracer_row(tracer))
+
+    def observe_answer(self, tracer: Mapping[str, Any], auq: Mapping[str, Any],
+                       verdict: TurnVerdict | Mapping[str, Any] | None) -> FusedReading:
+        self._agent.append(len(self._parts))
+        self._parts.append(self._tracer_row(tracer))
+        self._auq.append(_prob(auq.get("propagated_confidence")))
+        self._p_true.append(_prob(auq.get("p_true_confidence")))
+        self._verdicts.append(verdict if isinstance(verdict, TurnVerdict) else TurnVerdict.from_dict(verdict))
+        signals = SessionSignals("live", 0, np.asarray(self._auq), np.asarray(self._p_true),
+                                 np.asarray([p[0] for p in (self._parts[i] for i in self._agent)]),
+                                 tuple(self._verdicts), (None,) * len(self._agent), np.asarray(self._parts, dtype=np.float64),
+                                 np.asarray(self._agent, dtype=np.int64))
+        features = fusion_features(signals, self.params.tracer, self.params.verdict)[-1:]
+        p = float(self.params.stacker.apply(features)[0])
+        name, delta = strongest_signal(self.params.stacker, features, self._last_features)
+        self._last_features = features
+        words = SIGNAL_WORDS[name][0 if delta < 0 else 1].format(turn=len(self._agent))
+        return FusedReading(p, name, delta, words)
+
+
+def _prob(x: Any) -> float:
+    return NEUTRAL_CONFIDENCE if x is None else float(x)
+
+
+if __name__ == "__main__":  # rebuild the shipped parameters: python -m mlx_sdm.monitor.fused
+    from mlx_sdm.atomic import atomic_write_text
+
+    atomic_write_text(datasets_dir() / PARAMS_FILE, json.dumps(build_shipped_params(), indent=1, sort_keys=True) + "\n")
+    print(f"wrote {datasets_dir() / PARAMS_FILE}")

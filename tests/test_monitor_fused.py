@@ -1,0 +1,56 @@
+"""The fused forecast online (chat): shipped parameters, the signal that moved it, the session monitor's reading."""
+
+import json
+
+import numpy as np
+import pytest
+
+from mlx_sdm.monitor.fused import (
+    PARAMS_FILE, FusedParams, OnlineFusedMonitor, build_shipped_params, datasets_dir,
+)
+from mlx_sdm.monitor.fusion import FUSION_FEATURES
+
+VERIFIED = {"p_lower": 0.99, "admitted": True, "prediction": 1, "reason": None, "q": 40, "d": 0.9}
+OUT_OF_SCOPE = {"p_lower": None, "admitted": False, "prediction": 1, "reason": "out_of_distribution", "q": 0, "d": 0.0}
+
+
+def test_shipped_parameters_are_the_fit_of_the_shipped_corpus():
+    shipped = json.loads((datasets_dir() / PARAMS_FILE).read_text())
+    rebuilt = build_shipped_params()
+    assert shipped["tracer"] == rebuilt["tracer"] and shipped["stacker"]["names"] == list(FUSION_FEATURES)
+    for key in ("coef", "mean", "std"):
+        assert np.allclose(shipped["stacker"][key], rebuilt["stacker"][key], atol=1e-6)
+    assert shipped["stacker"]["intercept"] == pytest.approx(rebuilt["stacker"]["intercept"], abs=1e-6)
+    assert shipped["verdict_status_rate"] == pytest.approx(rebuilt["verdict_status_rate"])
+
+
+def test_online_fused_forecast_names_the_signal_that_moved_it():
+    monitor = OnlineFusedMonitor(FusedParams.shipped())
+    auq = {"propagated_confidence": 0.7, "p_true_confidence": 0.8}
+    calm = {"U": 0.3, "Da": 0.0, "DoA": 0.0, "DoU": 0.0}
+    readings = []
+    for verdict in (VERIFIED, VERIFIED, OUT_OF_SCOPE):
+        monitor.observe_user({"U": 0.0, "DoU": 0.1})
+        readings.append(monitor.observe_answer(calm, auq, verdict))
+    for r in readings:
+        assert 0.0 < r.p < 1.0 and r.signal in FUSION_FEATURES
+    assert readings[2].p < readings[1].p
+    assert readings[2].signal == "verifier" and readings[2].delta < 0
+    assert readings[2].message == "the verifier could not vouch for turn 3"
+    assert readings[0].to_dict()["message"]
+
+
+def test_session_monitor_reading_carries_the_fused_forecast():
+    from mlx_sdm.calibration.estimator import Verdict
+    from mlx_sdm.network.verdict import DocumentVerdict
+    from mlx_sdm.session.monitoring import MonitorConfig, SessionMonitor
+
+    monitor = SessionMonitor("s", MonitorConfig(enable_p_true=False))
+    monitor.observe_user("Classify this article.")
+    judged = DocumentVerdict(Verdict(prediction=1, p_lower=None, admitted=False, q=0, d=0.0, q_bin=0,
+                                     reason="out_of_distribution"))
+    reading = monitor.score_answer(answer='{"topic": "tech"}', tokens=['{"', "topic"], logprobs=[-0.5, -1.0],
+                                   tool_calls=[], verdict=judged)
+    fused = reading.extra["fused"]
+    assert 0.0 < fused["p"] < 1.0 and fused["signal"] in FUSION_FEATURES and "turn 1" in fused["message"]
+    assert reading.to_dict()["extra"]["fused"] == fused
