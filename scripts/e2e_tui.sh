@@ -64,7 +64,7 @@ tmux send-keys -t "$SESSION" Enter
 first=""
 deadline=$(echo "$t_enter + $ANSWER_TIMEOUT" | bc)
 while (( $(echo "$(now) < $deadline" | bc) )); do
-    if pane | awk '/assistant · turn 1/{f=1; next} f && /verifying|verified|rejected|unverifiable|stopped/{exit} f && /[[:alnum:]]/{found=1; exit} END{exit !found}'; then
+    if pane | awk '/assistant · turn 1/{f=1; next} f && /verifying|verified|not verified|out of scope|unverifiable|stopped/{exit} f && /[[:alnum:]]/{found=1; exit} END{exit !found}'; then
         first=$(now); break
     fi
     sleep 0.02
@@ -74,7 +74,7 @@ if [ -n "$first" ]; then
 else
     echo "e2e: FAIL no streamed token within $ANSWER_TIMEOUT s"; STATUS=1
 fi
-step "verdict badge" "(✔ verified|✘ rejected|\? unverifiable)" "$ANSWER_TIMEOUT"
+step "verdict badge" "(✔ verified|✘ not verified|○ out of scope|\? unverifiable)" "$ANSWER_TIMEOUT"
 t_done=$(now)
 printf 'e2e: answer + verdict %.1f s after Enter\n' "$(echo "$t_done - $t_enter" | bc)"
 # The turn is over when the status line stops saying "generating" (a HIGH pause opens the guidance prompt).

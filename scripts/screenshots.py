@@ -5,7 +5,7 @@ the review queue.
 It runs the real app headless (Textual's ``run_test``) on the embedded SmolLM2 and its default
 verifier, asks fact-check questions in the verifier's own format (spec § 14: a claim, answer with
 ``{"correctness": bool}``) until one answer is verified, expands that answer's evidence and saves the
-screen; the answers that were rejected or escalated on the way fill the review queue, which is saved
+screen; the answers that were not verified or escalated on the way fill the review queue, which is saved
 next. Nothing is staged: every badge, number and exemplar on the pictures comes from the model and
 verifier as they ran.
 
@@ -67,10 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def make_engine(args: argparse.Namespace, store):
+    from mlx_sdm.app.loading import chat_components
     from mlx_sdm.session.engine import ChatEngine, EngineConfig
 
     config = EngineConfig(model=args.model, verifier=args.verifier, max_tokens=args.max_tokens)
-    components = None
+    components = chat_components
     if args.tiny:
         from tests.tiny_verifier import build_tiny_verifier, tiny_components
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from mlx_sdm.session.events import EngineEvent
 from tui.messages import engine_message
 
 #: How long a UI worker waits for the engine to apply a review decision, an undo or a delete (seconds).
@@ -52,7 +53,7 @@ class Bridge:
         if self._unsubscribe is not None:
             self._unsubscribe()
 
-        def post(event: Any) -> None:
+        def post(event: EngineEvent) -> None:
             target.post_message(engine_message(event))
 
         self._unsubscribe = self.engine.subscribe(post)

@@ -15,6 +15,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
 from mlx_sdm.monitor.auq import EscalationAction
+from mlx_sdm.session.escalation import Escalation
+from mlx_sdm.session.events import EngineEvent, TurnFinishedEvent
 from tui.messages import (
     CallFailed,
     EngineFailed,
@@ -55,7 +57,7 @@ class ChatScreen(Screen):
         self.session_id: str | None = None
         self.active: MessageBubble | None = None  # the answer being generated
         self.reflection_bubble: MessageBubble | None = None
-        self.last_escalation: Any = None
+        self.last_escalation: Escalation | None = None
         self.paused: str | None = None  # the session whose turn waits for guidance (prompt open)
         self.turn_number = 0
 
@@ -210,7 +212,7 @@ class ChatScreen(Screen):
         self.refresh_status("stopping…")
 
     # ----- engine events (posted from the engine's thread) ---------------------------------------
-    def _mine(self, event: Any) -> bool:
+    def _mine(self, event: EngineEvent) -> bool:
         """False for a late event of a session the user has left."""
         return event.session_id is None or event.session_id == self.session_id
 
@@ -275,7 +277,7 @@ class ChatScreen(Screen):
         if message.event.state == "ready" and self.session_id is None and self.bridge.coverage().tasks:
             await self.show_coverage()  # a new chat starts by saying what can be verified
 
-    async def _finished(self, event: Any) -> None:
+    async def _finished(self, event: TurnFinishedEvent) -> None:
         bubble = self.active
         self.active = None
         if bubble is not None:
@@ -299,7 +301,7 @@ class ChatScreen(Screen):
                 bubble.set_cancelled(STATUS_TEXT[status])
         self.refresh_status()
 
-    async def _paused(self, event: Any, bubble: MessageBubble | None) -> None:
+    async def _paused(self, event: TurnFinishedEvent, bubble: MessageBubble | None) -> None:
         escalation = self.last_escalation
         level = escalation.level.value if escalation is not None else "high"
         confidence = escalation.confidence if escalation is not None else None
