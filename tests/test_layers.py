@@ -13,9 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: Bottom to top. A module's layer is the longest prefix of its dotted name listed here.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("platform", ("mlx_sdm", "mlx_sdm.errors", "mlx_sdm.atomic", "mlx_sdm.blas", "mlx_sdm.jsonl", "mlx_sdm.resources",
-                  "mlx_sdm.datasets")),
+    ("platform", ("mlx_sdm", "mlx_sdm.errors", "mlx_sdm.atomic", "mlx_sdm.blas", "mlx_sdm.jsonl", "mlx_sdm.resources")),
     ("calibration", ("mlx_sdm.calibration",)),
+    ("datasets", ("mlx_sdm.datasets",)),  # shipped data sets, loaded as the calibration layer's LabelledSet
     ("lm", ("mlx_sdm.lm",)),
     ("network", ("mlx_sdm.network",)),
     ("monitor", ("mlx_sdm.monitor",)),
@@ -103,7 +103,7 @@ def test_an_upward_import_is_flagged(tmp_path):
 
 
 @pytest.mark.parametrize("module, layer", [
-    ("mlx_sdm.errors", "platform"), ("mlx_sdm.calibration.knn", "calibration"), ("mlx_sdm.lm.prompt", "lm"),
+    ("mlx_sdm.errors", "platform"), ("mlx_sdm.calibration.knn", "calibration"), ("mlx_sdm.datasets.spam", "datasets"), ("mlx_sdm.lm.prompt", "lm"),
     ("mlx_sdm.network.verdict", "network"), ("mlx_sdm.monitor.session_file", "monitor"),
     ("mlx_sdm.session.pipeline", "session"), ("mlx_sdm.app.loading", "app"), ("tui.app", "interfaces"),
     ("mlx_sdm.commands.chat", "interfaces"),
