@@ -195,7 +195,9 @@ def verdict_of(components: CorpusComponents, prompt: str, answer: str) -> dict |
     if not answer.strip():  # nothing to verify: the verifier cannot vouch for an empty answer
         return {"p_lower": None, "q": None, "d": None, "admitted": False, "prediction": None, "reason": "empty_answer",
                 "status": "not_verified"}
-    v = components.verifier.verify_text(components.lm, prompt, answer, explain=0)
+    recipe = components.verifier.recipe  # a multi-task verifier names each task's system prompt
+    system = recipe.system_for(prompt) if hasattr(recipe, "system_for") else recipe.system
+    v = components.verifier.verify_text(components.lm, prompt, answer, system=system, explain=0)
     if v.reason == "out_of_distribution":
         status = "out_of_scope"
     elif v.admitted and int(v.prediction) == 1:

@@ -37,6 +37,7 @@ def test_online_fused_forecast_names_the_signal_that_moved_it():
     assert readings[2].p < readings[1].p
     assert readings[2].signal == "verifier" and readings[2].delta < 0
     assert readings[2].message == "the verifier could not vouch for turn 3"
+    assert "could not vouch" not in readings[1].message  # turn 2 was verified
     assert readings[0].to_dict()["message"]
 
 

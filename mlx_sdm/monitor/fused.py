@@ -20,7 +20,7 @@ import numpy as np
 from mlx_sdm.monitor.fusion import FUSION_FEATURES, FittedMonitors, Stacker, fit_monitors, fusion_features, strongest_signal
 from mlx_sdm.monitor.signals import SessionSignals
 from mlx_sdm.monitor.tracer import TracerConfig
-from mlx_sdm.monitor.verdict import TurnVerdict, VerdictMonitorParams
+from mlx_sdm.monitor.verdict import TurnVerdict, VerdictMonitorParams, VerdictStatus
 
 PARAMS_FILE = "fused_monitor.json"
 PARAMS_VERSION = 1
@@ -135,7 +135,10 @@ class OnlineFusedMonitor:
         p = float(self.params.stacker.apply(features)[0])
         name, delta = strongest_signal(self.params.stacker, features, self._last_features)
         self._last_features = features
-        words = SIGNAL_WORDS[name][0 if delta < 0 else 1].format(turn=len(self._agent))
+        lowered = delta < 0
+        if name == "verifier":  # say what the verifier did with this turn, not only which way p_t moved
+            lowered = self._verdicts[-1].status is not VerdictStatus.VERIFIED
+        words = SIGNAL_WORDS[name][0 if lowered else 1].format(turn=len(self._agent))
         return FusedReading(p, name, delta, words)
 
 
