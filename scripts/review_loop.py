@@ -1,0 +1,154 @@
+#!/usr/bin/env python
+"""The review loop, measured: what labelling answers of a task the verifier has never seen does.
+
+A verifier built without task T (e.g. `mlx-sdm build-verifier --tasks sentiment bbc_topic spam --out
+build/loo`) starts out treating T's answers as out of distribution. Review decisions add labelled
+answers to its support set with `SDMEstimator.add_support` (the function the review service calls;
+no retraining). After N = 0, 10, 25, 50 reviewed answers of T, this reports on T's held-out answers
+(never reviewed) the admitted fraction and every class- and prediction-conditional stratum (paper
+Table 1 cells), and whether the promise holds (every admitted stratum ≥ α′, or nothing admitted).
+
+It also measures the time from one review decision to the changed verdict of a re-verified answer:
+add the answer's features with its label, then verify the same answer again (median and max over
+--latency-decisions decisions, each on a freshly loaded verifier).
+
+    .venv/bin/python scripts/review_loop.py --verifier build/loo --task sports_understanding
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import mlx_sdm  # noqa: E402,F401  (BLAS before mlx)
+
+import numpy as np  # noqa: E402
+
+from mlx_sdm.calibration.evaluation import Row, table_row  # noqa: E402
+
+DEFAULT_STEPS = (0, 10, 25, 50)
+DEFAULT_CACHE = ROOT / "build" / "suite-cache"
+
+
+@dataclass
+class Labelled:
+    """Answers with their features and verification labels (1 = the answer is correct)."""
+
+    ids: list[str]
+    features: np.ndarray
+    labels: np.ndarray
+    texts: list[str]
+
+
+@dataclass
+class Step:
+    reviewed: int
+    support_size: int
+    row: Row  # the admitted set's strata on the held-out answers (p̂ lower)
+    verified: int  # admitted with ŷ = 1
+
+    def promise_holds(self, alpha: float) -> bool:
+        return self.row.calibrated(alpha)
+
+
+def review_steps(estimator, reviewed: Labelled, held_out: Labelled, steps=DEFAULT_STEPS) -> list[Step]:
+    """Add ``reviewed`` answers in order (``add_support``) up to each step and evaluate ``held_out``."""
+    out, added = [], 0
+    for n in sorted(steps):
+        n = min(n, len(reviewed.ids))
+        if n > added:
+            estimator.add_support(reviewed.ids[added:n], reviewed.features[added:n], reviewed.labels[added:n],
+                                  reviewed.texts[added:n])
+            added = n
+        arrays = estimator.predict_arrays(held_out.features)
+        row = table_row(f"after {n} reviews", held_out.labels, arrays["prediction"], arrays["admitted"],
+                        estimator.num_classes)
+        verified = int(np.sum(arrays["admitted"] & (arrays["prediction"] == 1)))
+        out.append(Step(n, estimator.support_size, row, verified))
+    return out
+
+
+def decision_latency(load_verifier, answers: Labelled, decisions: int) -> tuple[list[float], int]:
+    """Seconds from a review decision (add_support of one answer) to its re-verified verdict, per decision
+    (each on a freshly loaded verifier), and how many verdicts changed."""
+    seconds, changed = [], 0
+    for i in range(min(decisions, len(answers.ids))):
+        fresh = load_verifier()
+        x = answers.features[i]
+        before = fresh.verify_features(x, explain=0)
+        tic = time.perf_counter()
+        fresh.estimator.add_support([f"review-{answers.ids[i]}"], x[None, :], [int(answers.labels[i])],
+                                    [answers.texts[i]])
+        after = fresh.verify_features(x, explain=3)
+        seconds.append(time.perf_counter() - tic)
+        changed += (before.admitted, before.prediction, before.p_lower) != (after.admitted, after.prediction, after.p_lower)
+    return seconds, changed
+
+
+def _cell(stratum) -> str:
+    return ("N/A" if stratum.accuracy is None else f"{stratum.accuracy:.3f}") + f" / {stratum.fraction:.3f}"
+
+
+def format_steps(task: str, split: str, steps: list[Step], alpha: float) -> list[str]:
+    lines = [f"| {task} {split} ({steps[0].row.marginal.total}) | reviewed | support | y=0 | y=1 | ŷ=0 | ŷ=1 | marginal "
+             "| verified | promise |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for s in steps:
+        cells = " | ".join(_cell(x) for x in s.row.strata())
+        lines.append(f"| | {s.reviewed} | {s.support_size} | {cells} | {s.verified} | "
+                     f"{'holds' if s.promise_holds(alpha) else 'VIOLATED'} |")
+    return lines
+
+
+def _labelled(answered) -> Labelled:
+    return Labelled([a.item.id for a in answered], np.stack([a.features for a in answered]),
+                    np.array([a.label.label for a in answered], dtype=np.int64),
+                    [f"{a.item.document.strip()} => {a.text.strip()}" for a in answered])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--verifier", required=True, type=Path, help="a verifier built WITHOUT --task")
+    p.add_argument("--task", required=True, help="the never-seen task whose answers are reviewed")
+    p.add_argument("--steps", type=int, nargs="+", default=list(DEFAULT_STEPS))
+    p.add_argument("--held-out", type=int, default=64, help="held-out answers of the task to evaluate")
+    p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help="answer/feature cache (build-verifier's)")
+    p.add_argument("--latency-decisions", type=int, default=20)
+    args = p.parse_args(argv)
+    from mlx_sdm.app.build_verifier import DEFAULT_MAX_TOKENS
+    from mlx_sdm.lm.loading import load_model
+    from mlx_sdm.network.tasks import load_task
+    from mlx_sdm.network.tasks.answers import AnswerSettings, answer_items
+    from mlx_sdm.network.verifier import DocumentVerifier
+
+    verifier = DocumentVerifier.load(args.verifier)
+    task = load_task(args.task)
+    if task.name in {t.get("name") for t in verifier.tasks}:
+        print(f"review_loop: {args.verifier} was built on {task.name}; give a verifier built without it", file=sys.stderr)
+        return 2
+    lm = load_model(verifier.model_fingerprint.get("name") or "smollm2")
+    verifier.check_model(lm)
+    settings = AnswerSettings(DEFAULT_MAX_TOKENS, delimiter=verifier.recipe.delimiter, cache_dir=args.cache_dir)
+    reviewed = _labelled(answer_items(lm, task, task.split("pool", size=max(args.steps)), settings))
+    held = _labelled(answer_items(lm, task, task.split("held_out", size=args.held_out), settings))
+    shifted = _labelled(answer_items(lm, task, task.split("shifted", size=args.held_out), settings))
+    alpha = verifier.estimator.alpha
+    latency, changed = decision_latency(lambda: DocumentVerifier.load(args.verifier), held, args.latency_decisions)
+    lines = []
+    for split, data in (("held-out", held), ("shifted", shifted)):
+        fresh = DocumentVerifier.load(args.verifier)
+        lines += format_steps(task.name, split, review_steps(fresh.estimator, reviewed, data, args.steps), alpha) + [""]
+    ms = np.array(latency) * 1e3
+    lines.append(f"review decision -> re-verified verdict: median {np.median(ms):.1f} ms, max {ms.max():.1f} ms over "
+                 f"{len(ms)} decisions (support {verifier.estimator.support_size}); {changed} verdicts changed")
+    print("\n".join(lines))
+    return 0 if all("VIOLATED" not in line for line in lines) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
