@@ -49,6 +49,7 @@ class BuildVerifierArgs:
     model: str | None = None  # None: the embedded SmolLM2
     tasks: list[str] | None = None  # shipped names or JSONL paths; None: the whole suite
     per_task: int = DEFAULT_PER_TASK
+    per_task_sizes: dict[str, int] = field(default_factory=dict)  # per-task overrides of per_task (by task name)
     eval_size: int = DEFAULT_EVAL_SIZE
     max_tokens: int = DEFAULT_MAX_TOKENS
     cache_dir: Path | None = None  # default: DIR.cache beside DIR
@@ -56,8 +57,12 @@ class BuildVerifierArgs:
     seed: int = 0
     iterations: int | None = None
     epochs: int | None = None
+    estimator: str | None = None  # FitConfig.estimator ("v1" the paper's, "v2" canonical); None: the default
     plot: bool = True
     progress: bool = True
+
+    def pool_size(self, task: str) -> int:
+        return self.per_task_sizes.get(task, self.per_task)
 
     def resolved_cache_dir(self) -> Path:
         return Path(self.cache_dir) if self.cache_dir else Path(self.out).with_name(Path(self.out).name + ".cache")
@@ -110,7 +115,7 @@ class _Progress:
 
 
 def _answer_task(lm, task: Task, args: BuildVerifierArgs, settings: AnswerSettings, progress: _Progress) -> TaskOutcome:
-    pool_items = task.split("pool", size=args.per_task)
+    pool_items = task.split("pool", size=args.pool_size(task.name))
     held_items = task.split("held_out", size=args.eval_size)
     shift_items = task.split("shifted", size=args.eval_size)
     first = answer_items(lm, task, pool_items[:EARLY_CHECK], settings, on_item=progress)
@@ -139,13 +144,13 @@ def _fit(lm, kept: list[TaskOutcome], args: BuildVerifierArgs) -> DocumentVerifi
         if counts.min() < MIN_PER_CLASS:
             raise DataError(f"the {name} half has {counts[1]} correct and {counts[0]} wrong answers; the estimator "
                             f"needs at least {MIN_PER_CLASS} of each: raise --per-task or add tasks", field="--per-task")
-    overrides = {"iterations": args.iterations, "epochs": args.epochs}
+    overrides = {"iterations": args.iterations, "epochs": args.epochs, "estimator": args.estimator}
     config = FitConfig(seed=args.seed, **{k: v for k, v in overrides.items() if v})
     systems = {o.task.system for o in kept}
     recipe = FeatureRecipe(delimiter=AnswerSettings(args.max_tokens).delimiter,
                            system=next(iter(systems)) if len(systems) == 1 else None,
                            task_systems=tuple((o.task.prompt_prefix, o.task.system) for o in kept if o.task.prompt_prefix))
-    source = {"kind": "task_suite", "tasks": [o.task.name for o in kept], "per_task": args.per_task,
+    source = {"kind": "task_suite", "tasks": [o.task.name for o in kept], "per_task": {o.task.name: len(o.pool) for o in kept},
               "labels": "the model's own answers, correct (1) or not (0) against the gold, § 14 parser",
               "model": lm.name}
     verifier = DocumentVerifier.fit_features(
@@ -166,13 +171,13 @@ def build_verifier(args: BuildVerifierArgs, *, sampler_for: SamplerFor | None = 
     from mlx_sdm.lm.loading import load_model
 
     started = time.time()
-    if args.per_task < MIN_PER_TASK:
+    if min([args.per_task, *args.per_task_sizes.values()]) < MIN_PER_TASK:
         raise DataError(f"--per-task {args.per_task} is too small; give at least {MIN_PER_TASK}", field="--per-task")
     tasks = load_tasks(args.tasks)  # unknown names and bad JSONL fail here, before the model loads
     lm = load_model(args.model, quantized=args.quantized)
     settings = AnswerSettings(args.max_tokens, cache_dir=args.resolved_cache_dir(), sampler_for=sampler_for,
                               sampler_tag=sampler_tag)
-    total = sum(len(t.split("pool", size=args.per_task)) + len(t.split("held_out", size=args.eval_size))
+    total = sum(len(t.split("pool", size=args.pool_size(t.name))) + len(t.split("held_out", size=args.eval_size))
                 + len(t.split("shifted", size=args.eval_size)) for t in tasks)
     progress = _Progress(total, args.progress)
     outcomes = []

@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="fitting seed (splits are fixed)")
     p.add_argument("--iterations", type=int, default=None, help="override Alg. 1's iterations J")
     p.add_argument("--epochs", type=int, default=None, help="override Alg. 1's epochs per iteration")
+    p.add_argument("--estimator", choices=("v1", "v2"), default=None,
+                   help="v1 = the paper's estimator, v2 = the canonical one (default: mlx-sdm train's default)")
     p.add_argument("--no-plot", action="store_true", help="skip reliability.png")
     return p
 
@@ -71,7 +73,7 @@ def parse_args(argv: list[str] | None) -> BuildVerifierArgs:
     return BuildVerifierArgs(out=args.out, model=args.model, tasks=tasks, per_task=args.per_task,
                              eval_size=args.eval_size, max_tokens=args.max_tokens, cache_dir=args.cache_dir,
                              quantized=args.quantized, seed=args.seed, iterations=args.iterations,
-                             epochs=args.epochs, plot=not args.no_plot)
+                             epochs=args.epochs, estimator=args.estimator, plot=not args.no_plot)
 
 
 def main(argv: list[str] | None = None) -> int:
