@@ -133,7 +133,8 @@ def test_killed_run_resumes_to_the_same_result(tmp_path):
     ckpt = tmp_path / "ckpt"
     out = tmp_path / "resumed.npy"
     script = Path(__file__).resolve()
-    env = dict(os.environ, PYTHONPATH=str(script.parents[1]))
+    # Keep the caller's PYTHONPATH after the checkout (MLX may come from a folder of wheels there).
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(script.parents[1]), os.environ.get("PYTHONPATH", "")) if p))
     child = subprocess.Popen(
         [sys.executable, str(script), str(ckpt), str(out), "--hang-at", "2"], stdout=subprocess.PIPE, text=True, env=env
     )
