@@ -59,3 +59,20 @@ def test_train_verify_report(tmp_path, capsys):
     assert verify_cmd.main(["--estimator", str(out), str(bad), "--out", str(tmp_path / "o.jsonl")]) == 1
     assert "bad.jsonl:1: field 'embedding'" in capsys.readouterr().err
     assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_train_v2_and_report_both_kinds_in_one_table(tmp_path, capsys):
+    rng = np.random.default_rng(3)
+    t, c = _write(tmp_path / "t.jsonl", rng, 150, "t"), _write(tmp_path / "c.jsonl", rng, 150, "c")
+    test = _write(tmp_path / "x.jsonl", rng, 40, "x")
+    common = ["--train", t, "--calibration", c, "--iterations", "1", "--epochs", "6", "--exemplar-dim", "16", "--quiet"]
+    assert train_cmd.main(common + ["--out", str(tmp_path / "v1")]) == 0
+    assert train_cmd.main(common + ["--out", str(tmp_path / "v2"), "--estimator", "v2"]) == 0
+    assert json.loads((tmp_path / "v2" / "manifest.json").read_text())["estimator"] == "v2"
+    capsys.readouterr()
+    assert report_cmd.main(["--estimator", str(tmp_path / "v1"), "--estimator", str(tmp_path / "v2"), test]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = [line.split()[0] for line in lines[:8]]
+    assert ["no-reject", "softmax>=0.95", "sdm", "sdm"] == [x for x in table if x in ("no-reject", "softmax>=0.95", "sdm")]
+    assert any(line.startswith("sdm p_lower") for line in lines) and any(line.startswith("sdm v2 p_lower") for line in lines)
+    assert sum("(estimator kind" in line for line in lines) == 2
