@@ -276,13 +276,49 @@ def train_positive_head(
     ``scorer``: generation + verification (:class:`LMScorer`); ``loss`` and ``iterate_batches``
     are injectable as in mlx-lm's trainer; ``group``: the ``mx.distributed`` group (default: the
     global one, size 1 unless started by ``mlx.launch``)."""
-    from tqdm.auto import tqdm
-
     group = group if group is not None else mx.distributed.init()
-    rank = group.rank()
-    show = args.progress and rank == 0
-    bar = (lambda it, **kw: tqdm(it, leave=False, **kw)) if show else (lambda it, **kw: it)
+    run = _Run(args, group, scorer, calibration_documents, training_callback)
+    verified = _verified_documents(train_documents, calibration_documents)
+    heads = heads if heads is not None else VocabularyHeads.from_model(lm.model)
+    data_hash = documents_hash(list(train_documents) + list(calibration_documents))
+    run_args = ("batch_size", "learning_rate", "seed", "beta_min", "beta_max", "warmup_epochs")
+    identity = {"data_hash": data_hash, "args": {k: v for k, v in asdict(args).items() if k in run_args}}
+    identity.update(run_identity or {})
+    optimizer = make_optimizer(args.learning_rate)
+    optimizer.init(heads.trainable_parameters())
+    tokens = gather_token_targets(lm, verified, heads.vocab_size, group, progress=lambda it: run.bar(it, desc="targets"))
+    if len(tokens) == 0:
+        raise DataError("the verified documents have no completion tokens to train on", field="completion")
+    state = run.start(heads, optimizer, identity)
+    step = build_train_step(heads, optimizer, loss, group, compile=args.compile)
 
+    def training_qd(epoch: int) -> np.ndarray:
+        """(q, d) of every verified training document for ``epoch`` (§ 15.5), [n, 2]."""
+        if epoch <= args.warmup_epochs:  # warm-up: the sdm activation reduces to softmax
+            return np.tile(np.array([[SOFTMAX_Q, SOFTMAX_D]], dtype=np.float32), (len(verified), 1))
+        return score_all(scorer, verified, heads.vocab_logits, group, "training")[:, 2:4]
+
+    if state.qd is None and state.start_epoch <= args.epochs:
+        state.qd = training_qd(state.start_epoch)
+    epochs_bar = run.bar(range(state.start_epoch, args.epochs + 1), desc="epoch", initial=state.start_epoch - 1,
+                         total=args.epochs)
+    for epoch in epochs_bar:
+        mean_loss = run.train_epoch(epoch, step, heads, optimizer, tokens, state.qd, iterate_batches)
+        # Alg. 4: regenerate the training completions (new q, d; not needed after the last epoch)
+        # and the calibration ones (metric).
+        state.qd = training_qd(epoch + 1) if epoch < args.epochs else None
+        run.end_epoch(epoch, mean_loss, heads, optimizer, state, identity, epochs_bar)
+    last_positive = heads.positive
+    heads.positive = state.best_positive
+    mx.eval(heads.positive)
+    return FinetuneResult(heads=heads, best_epoch=state.best_epoch, best_metric=state.best_metric,
+                          initial_metric=state.initial_metric, history=state.history, data_hash=data_hash,
+                          epochs_run=args.epochs, last_positive=last_positive)
+
+
+def _verified_documents(train_documents: Sequence[FinetuneDocument],
+                        calibration_documents: Sequence[FinetuneDocument]) -> list[FinetuneDocument]:
+    """The label-1 training documents (the only ones the next-token loss trains on), checked."""
     verified = [doc for doc in train_documents if doc.label == 1]
     if not verified:
         raise DataError(
@@ -292,146 +328,109 @@ def train_positive_head(
         )
     if any(doc.task_label is None for doc in calibration_documents):
         raise DataError("every calibration document needs a task_label to count correct answers", field="task_label")
+    return verified
 
-    heads = heads if heads is not None else VocabularyHeads.from_model(lm.model)
-    vocab_size = heads.vocab_size
-    data_hash = documents_hash(list(train_documents) + list(calibration_documents))
-    run_args = ("batch_size", "learning_rate", "seed", "beta_min", "beta_max", "warmup_epochs")
-    identity = {"data_hash": data_hash, "args": {k: v for k, v in asdict(args).items() if k in run_args}}
-    identity.update(run_identity or {})
 
-    optimizer = make_optimizer(args.learning_rate)
-    optimizer.init(heads.trainable_parameters())
-    checkpoint_path = Path(args.checkpoint_path) if args.checkpoint_path else None
+@dataclass
+class _State:
+    """Where Alg. 4 stands: the best epoch so far and its head, the history, the training (q, d)."""
 
-    tokens = gather_token_targets(lm, verified, vocab_size, group, progress=lambda it: bar(it, desc="targets"))
-    if len(tokens) == 0:
-        raise DataError("the verified documents have no completion tokens to train on", field="completion")
+    best_metric: int
+    best_epoch: int
+    initial_metric: int
+    best_positive: Any
+    history: list[dict[str, Any]]
+    qd: np.ndarray | None
+    start_epoch: int
 
-    history: list[dict[str, Any]] = []
-    start_epoch = 1
-    loaded = read_checkpoint(checkpoint_path) if (checkpoint_path and args.resume) else None
-    if loaded is not None:
+
+class _Run:
+    """One Alg. 4 run's plumbing: progress bars, the checkpoint, the per-epoch steps."""
+
+    def __init__(self, args: FinetuneArgs, group, scorer: Scorer, calibration_documents, callback):
+        from tqdm.auto import tqdm
+
+        self.args, self.group, self.scorer, self.callback = args, group, scorer, callback
+        self.calibration_documents = calibration_documents
+        self.show = args.progress and group.rank() == 0
+        self.bar = (lambda it, **kw: tqdm(it, leave=False, **kw)) if self.show else (lambda it, **kw: it)
+        self.checkpoint_path = Path(args.checkpoint_path) if args.checkpoint_path else None
+
+    def admitted_now(self, heads: VocabularyHeads) -> int:
+        rows = score_all(self.scorer, self.calibration_documents, heads.vocab_logits, self.group)
+        return admitted_count(outcomes_from_rows(rows))
+
+    def start(self, heads: VocabularyHeads, optimizer, identity: dict[str, Any]) -> _State:
+        """Resume from the checkpoint (same run only), or score the untuned head: the bar to beat."""
+        loaded = read_checkpoint(self.checkpoint_path) if (self.checkpoint_path and self.args.resume) else None
+        if loaded is None:
+            if self.args.resume and self.group.rank() == 0 and self.checkpoint_path:
+                print(f"no checkpoint at {self.checkpoint_path}; starting from the untuned head", flush=True)
+            initial = self.admitted_now(heads)
+            return _State(initial, 0, initial, mx.array(heads.positive),
+                          [{"epoch": 0, "calibration_admitted": initial}], None, 1)
         arrays, state = loaded
         if state.get("identity") != identity:
             raise CheckpointError(
-                f"{checkpoint_path}: this checkpoint belongs to another run (data, verifier or arguments differ: "
+                f"{self.checkpoint_path}: this checkpoint belongs to another run (data, verifier or arguments differ: "
                 f"{state.get('identity')} vs {identity}); drop --resume or pass another --adapter-path"
             )
         heads.positive = arrays["positive"]
-        best_positive = arrays["best_positive"]
         optimizer.state = tree_unflatten([(k[len("optimizer.") :], v) for k, v in arrays.items() if k.startswith("optimizer.")])
-        best_metric, best_epoch = int(state["best_metric"]), int(state["best_epoch"])
-        initial_metric = int(state["initial_metric"])
         qd = np.array(state["train_qd"], dtype=np.float32) if state.get("train_qd") is not None else None
-        history = list(state["history"])
-        start_epoch = int(state["epoch"]) + 1
-    else:
-        if args.resume and rank == 0 and checkpoint_path:
-            print(f"no checkpoint at {checkpoint_path}; starting from the untuned head", flush=True)
-        qd = None
-        initial_metric = admitted_count(outcomes_from_rows(score_all(scorer, calibration_documents, heads.vocab_logits, group)))
-        best_metric, best_epoch = initial_metric, 0  # reference: start from the untuned model's count
-        best_positive = mx.array(heads.positive)
-        history.append({"epoch": 0, "calibration_admitted": initial_metric})
+        return _State(int(state["best_metric"]), int(state["best_epoch"]), int(state["initial_metric"]),
+                      arrays["best_positive"], list(state["history"]), qd, int(state["epoch"]) + 1)
 
-    step = build_train_step(heads, optimizer, loss, group, compile=args.compile)
-
-    def training_qd(epoch: int) -> np.ndarray:
-        """(q, d) of every verified training document for ``epoch`` (§ 15.5), [n, 2]."""
-        if epoch <= args.warmup_epochs:  # warm-up: the sdm activation reduces to softmax
-            return np.tile(np.array([[SOFTMAX_Q, SOFTMAX_D]], dtype=np.float32), (len(verified), 1))
-        return score_all(scorer, verified, heads.vocab_logits, group, "training")[:, 2:4]
-
-    if qd is None and start_epoch <= args.epochs:
-        qd = training_qd(start_epoch)
-
-    hidden_all = tokens.hidden
-    count = len(tokens)
-    epochs_bar = bar(range(start_epoch, args.epochs + 1), desc="epoch", initial=start_epoch - 1, total=args.epochs)
-    for epoch in epochs_bar:
-        batches = list(iterate_batches(count, args.batch_size, args.seed, epoch))
+    def train_epoch(self, epoch: int, step, heads: VocabularyHeads, optimizer, tokens, qd: np.ndarray,
+                    iterate_batches) -> float:
+        """One pass over the target tokens in mini-batches (Eq. 32, β rising across the epoch); mean loss."""
+        args, group = self.args, self.group
+        batches = list(iterate_batches(len(tokens), args.batch_size, args.seed, epoch))
         losses, n_tokens, steps, tic = 0.0, 0, 0, time.perf_counter()
-        batch_bar = bar(batches, desc=f"epoch {epoch} batches", unit="batch")
+        batch_bar = self.bar(batches, desc=f"epoch {epoch} batches", unit="batch")
         for index, global_batch in enumerate(batch_bar):
             local = local_rows(global_batch, group)
             weight = np.ones(len(local), dtype=np.float32)
             if len(local) == 0:  # a short last batch leaves this rank nothing: one dummy row of weight 0
                 local, weight = global_batch[:1], np.zeros(1, dtype=np.float32)
             doc_rows = tokens.document_index[local]
-            q = mx.array(qd[doc_rows, 0])
-            d = mx.array(qd[doc_rows, 1])
             beta = mx.array(beta_for_batch(index, len(batches), args.beta_min, args.beta_max), dtype=mx.float32)
-            lvalue, nll = step(
-                mx.array(hidden_all[local]),
-                mx.array(tokens.targets[local]),
-                q,
-                d,
-                beta,
-                mx.array(float(len(global_batch))),
-                mx.array(weight),
-            )
+            lvalue, nll = step(mx.array(tokens.hidden[local]), mx.array(tokens.targets[local]),
+                               mx.array(qd[doc_rows, 0]), mx.array(qd[doc_rows, 1]), beta,
+                               mx.array(float(len(global_batch))), mx.array(weight))
             mx.eval(lvalue, nll, heads.state, optimizer.state)
             losses += lvalue.item()
             n_tokens += len(global_batch)
             steps += 1
             elapsed = time.perf_counter() - tic
-            if show and hasattr(batch_bar, "set_postfix"):
+            if self.show and hasattr(batch_bar, "set_postfix"):
                 batch_bar.set_postfix(loss=f"{lvalue.item():.4f}", tok_s=f"{n_tokens / max(elapsed, 1e-9):.0f}")
-            if training_callback is not None and (steps % args.steps_per_report == 0 or index == len(batches) - 1):
-                training_callback.on_train_loss_report(
-                    {
-                        "epoch": epoch,
-                        "iteration": index + 1,
-                        "train_loss": losses / steps,
-                        "learning_rate": float(args.learning_rate),
-                        "tokens_per_second": n_tokens / max(elapsed, 1e-9),
-                        "trained_tokens": n_tokens,
-                        "peak_memory": mx.get_peak_memory() / 1e9,
-                    }
-                )
-        # Alg. 4: regenerate the training completions (new q, d; not needed after the last epoch)
-        # and the calibration ones (metric).
-        qd = training_qd(epoch + 1) if epoch < args.epochs else None
-        calibration = outcomes_from_rows(score_all(scorer, calibration_documents, heads.vocab_logits, group))
-        metric = admitted_count(calibration)
-        improved = metric > best_metric
-        if improved:
-            best_metric, best_epoch = metric, epoch
-            best_positive = mx.array(heads.positive)
-        info = {"epoch": epoch, "calibration_admitted": metric, "train_loss": losses / max(steps, 1), "best_epoch": best_epoch}
-        history.append(info)
-        if training_callback is not None:
-            training_callback.on_epoch_report(dict(info))
-        if show and hasattr(epochs_bar, "set_postfix"):
-            epochs_bar.set_postfix(admitted=metric, best=best_metric)
-        if checkpoint_path is not None and rank == 0:
-            write_checkpoint(
-                checkpoint_path,
-                _array_state(heads, best_positive, optimizer),
-                {
-                    "epoch": epoch,
-                    "best_metric": best_metric,
-                    "best_epoch": best_epoch,
-                    "initial_metric": initial_metric,
-                    "train_qd": None if qd is None else qd.tolist(),
-                    "history": history,
-                    "identity": identity,
-                },
-            )
-        if group.size() > 1:
-            mx.eval(mx.distributed.all_sum(mx.array(0.0), group=group, stream=mx.cpu))  # wait for rank 0's write
+            if self.callback is not None and (steps % args.steps_per_report == 0 or index == len(batches) - 1):
+                self.callback.on_train_loss_report({
+                    "epoch": epoch, "iteration": index + 1, "train_loss": losses / steps,
+                    "learning_rate": float(args.learning_rate), "tokens_per_second": n_tokens / max(elapsed, 1e-9),
+                    "trained_tokens": n_tokens, "peak_memory": mx.get_peak_memory() / 1e9,
+                })
+        return losses / max(steps, 1)
 
-    last_positive = heads.positive
-    heads.positive = best_positive
-    mx.eval(heads.positive)
-    return FinetuneResult(
-        heads=heads,
-        best_epoch=best_epoch,
-        best_metric=best_metric,
-        initial_metric=initial_metric,
-        history=history,
-        data_hash=data_hash,
-        epochs_run=args.epochs,
-        last_positive=last_positive,
-    )
+    def end_epoch(self, epoch: int, mean_loss: float, heads: VocabularyHeads, optimizer, state: _State,
+                  identity: dict[str, Any], epochs_bar) -> None:
+        """Score the calibration answers, keep the best epoch, report, checkpoint (rank 0)."""
+        metric = self.admitted_now(heads)
+        if metric > state.best_metric:
+            state.best_metric, state.best_epoch = metric, epoch
+            state.best_positive = mx.array(heads.positive)
+        info = {"epoch": epoch, "calibration_admitted": metric, "train_loss": mean_loss, "best_epoch": state.best_epoch}
+        state.history.append(info)
+        if self.callback is not None:
+            self.callback.on_epoch_report(dict(info))
+        if self.show and hasattr(epochs_bar, "set_postfix"):
+            epochs_bar.set_postfix(admitted=metric, best=state.best_metric)
+        if self.checkpoint_path is not None and self.group.rank() == 0:
+            write_checkpoint(self.checkpoint_path, _array_state(heads, state.best_positive, optimizer), {
+                "epoch": epoch, "best_metric": state.best_metric, "best_epoch": state.best_epoch,
+                "initial_metric": state.initial_metric, "train_qd": None if state.qd is None else state.qd.tolist(),
+                "history": state.history, "identity": identity,
+            })
+        if self.group.size() > 1:
+            mx.eval(mx.distributed.all_sum(mx.array(0.0), group=self.group, stream=mx.cpu))  # wait for rank 0's write
