@@ -10,7 +10,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-DEFAULT_VERIFIER_NAME = "smollm2-fever"
+DEFAULT_VERIFIER_NAME = "smollm2-bbc-topic"
 TOPIC_VERIFIER_NAME = "smollm2-bbc-topic"  # the shipped verifier with signal (BBC News topics)
 DEFAULT_HEAD_NAME: str | None = None
 

@@ -22,7 +22,6 @@ sys.path.insert(0, str(ROOT))
 
 import mlx_sdm  # noqa: E402,F401  (BLAS before mlx)
 
-from mlx_sdm.resources import DEFAULT_VERIFIER_NAME  # noqa: E402
 
 #: Most useful first: a build cut short still has the tasks the 135M model answers in JSON.
 SUITE_ORDER = ["sentiment", "bbc_topic", "sports_understanding", "spam", "fever", "strategyqa", "truthful_qa"]
@@ -30,7 +29,7 @@ DEFAULT_PER_TASK = 128
 #: More answers where the 135M model answers in JSON and its states carry signal (measured in the README).
 PER_TASK_SIZES = {"sentiment": 512, "bbc_topic": 256, "sports_understanding": 256}
 DEFAULT_EVAL_SIZE = 32
-DEFAULT_OUT = ROOT / "weights" / DEFAULT_VERIFIER_NAME
+DEFAULT_OUT = ROOT / "weights" / "smollm2-suite"
 DEFAULT_CACHE = ROOT / "build" / "suite-cache"
 SIZE_BUDGET_MB = 12
 

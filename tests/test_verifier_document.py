@@ -83,7 +83,7 @@ def test_feature_width_must_match_the_model(tiny_setup):
 @pytest.mark.smollm2
 def test_shipped_default_verifier(smollm2, tiny_setup):
     if not (DEFAULT_VERIFIER_DIR / "verifier.json").is_file():
-        pytest.fail("weights/smollm2-fever is missing; rebuild it with scripts/build_default_verifier.py")
+        pytest.fail(f"{DEFAULT_VERIFIER_DIR} is missing from weights/")
     size = sum(f.stat().st_size for f in DEFAULT_VERIFIER_DIR.rglob("*") if f.is_file())
     assert size <= 30e6
     verifier = DocumentVerifier.load(DEFAULT_VERIFIER_DIR, expect_fingerprint=smollm2.fingerprint)
