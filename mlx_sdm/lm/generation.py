@@ -188,14 +188,8 @@ def _is_stopped(stop: Any) -> bool:
     return bool(stop())
 
 
-def stream_generate_features(
-    lm,
-    prompt: Prompt,
-    config: GenerationConfig | None = None,
-    *,
-    head: Head | None = None,
-    stop: Any = None,
-) -> Iterator[GenerationChunk]:
+def stream_generate_features(lm, prompt: Prompt, config: GenerationConfig | None = None, *, head: Head | None = None,
+                             stop: Any = None) -> Iterator[GenerationChunk]:
     """Greedy (or ``config.sampler``) generation through mlx-lm's ``generate_step`` that captures the
     final normed hidden states of prompt and completion in the same pass.
 
@@ -204,18 +198,8 @@ def stream_generate_features(
     """
     config = config or GenerationConfig()
     tokenizer = lm.tokenizer
-    max_context = config.max_context or getattr(lm, "max_context", 2048)
-    if config.max_tokens < 1:
-        raise DataError("max_tokens must be at least 1.", field="max_tokens")
-    if config.max_tokens >= max_context:
-        raise DataError(
-            f"max_tokens={config.max_tokens} leaves no room for the prompt in a {max_context}-token context.",
-            field="max_tokens",
-        )
-    ids = render_prompt(tokenizer, prompt, config.system)
-    ids, dropped = truncate_left(ids, max_context - config.max_tokens)
-    vocab_size = getattr(lm, "vocab_size", None) if head is not None else None
-    wrapper = HiddenCapture(lm.model, head=head, vocab_size=vocab_size)
+    ids, dropped = _prompt_ids(lm, prompt, config)
+    wrapper = HiddenCapture(lm.model, head=head, vocab_size=getattr(lm, "vocab_size", None) if head is not None else None)
     eos = set(tokenizer.eos_token_ids)
     detok = tokenizer.detokenizer
     detok.reset()
@@ -223,7 +207,6 @@ def stream_generate_features(
     logprobs: list[float] = []
     pieces: list[str] = []
     finish = "length"
-    seen_open = False
     tic = time.perf_counter()
     prompt_time = 0.0
     chosen = ChosenLogprob(config.sampler)
@@ -250,21 +233,52 @@ def stream_generate_features(
         pieces.append(piece)
         yield GenerationChunk(text=piece, token=int(token), logprob=logprobs[-1], index=index)
         index += 1
-        if config.delimiter != DELIMITER_END_OF_TURN and config.stop_at_delimiter:
-            text_so_far = "".join(pieces)
-            seen_open = seen_open or "{" in text_so_far
-            if seen_open and "}" in text_so_far[text_so_far.index("{"):]:
-                finish = "delimiter"
-                break
+        if config.delimiter != DELIMITER_END_OF_TURN and config.stop_at_delimiter and _json_closed("".join(pieces)):
+            finish = "delimiter"
+            break
         if _is_stopped(stop):
             finish = "cancelled"
             break
     steps.close()
     generation_time = time.perf_counter() - tic
+    tail = _final_piece(detok, pieces)
+    result = _final_result(wrapper, tokenizer, config, ids, dropped, tokens, logprobs, pieces, finish,
+                           prompt_time, generation_time)
+    yield GenerationChunk(text=tail, token=None, logprob=None, index=index, result=result)
+
+
+def _prompt_ids(lm, prompt: Prompt, config: GenerationConfig) -> tuple[list[int], int]:
+    """The rendered prompt, left-truncated to leave ``max_tokens`` of the context; (ids, dropped count)."""
+    max_context = config.max_context or getattr(lm, "max_context", 2048)
+    if config.max_tokens < 1:
+        raise DataError("max_tokens must be at least 1.", field="max_tokens")
+    if config.max_tokens >= max_context:
+        raise DataError(
+            f"max_tokens={config.max_tokens} leaves no room for the prompt in a {max_context}-token context.",
+            field="max_tokens",
+        )
+    ids = render_prompt(lm.tokenizer, prompt, config.system)
+    return truncate_left(ids, max_context - config.max_tokens)
+
+
+def _final_piece(detok, pieces: list[str]) -> str:
+    """Flush the detokenizer: the text it still held, also appended to ``pieces`` when not empty."""
     detok.finalize()
     tail = detok.last_segment
     if tail:
         pieces.append(tail)
+    return tail
+
+
+def _json_closed(text_so_far: str) -> bool:
+    """The JSON delimiter rule: a ``}`` after the first ``{`` of the completion ends generation."""
+    return "{" in text_so_far and "}" in text_so_far[text_so_far.index("{"):]
+
+
+def _final_result(wrapper, tokenizer, config: GenerationConfig, ids: list[int], dropped: int, tokens: list[int],
+                  logprobs: list[float], pieces: list[str], finish: str, prompt_time: float,
+                  generation_time: float) -> GenerationResult:
+    """The document features from the captured hidden states (same pass) and the whole result."""
     tic = time.perf_counter()
     hidden = wrapper.hidden_states()
     k = delimiter_index(tokenizer, tokens, config.delimiter)
@@ -274,7 +288,7 @@ def stream_generate_features(
     )
     feature_time = time.perf_counter() - tic
     wrapper.captured.clear()
-    result = GenerationResult(
+    return GenerationResult(
         text="".join(pieces),
         tokens=tokens,
         logprobs=logprobs,
@@ -286,7 +300,6 @@ def stream_generate_features(
         generation_time_s=generation_time,
         feature_time_s=feature_time,
     )
-    yield GenerationChunk(text=tail, token=None, logprob=None, index=index, result=result)
 
 
 def generate_with_features(lm, prompt: Prompt, config: GenerationConfig | None = None, *, head: Head | None = None,

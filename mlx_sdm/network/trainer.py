@@ -20,24 +20,29 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterator, Protocol, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import mlx.core as mx
-import mlx.nn as nn
-import mlx.optimizers as optim
 import numpy as np
-from mlx.utils import tree_flatten, tree_map, tree_unflatten
+from mlx.utils import tree_flatten, tree_unflatten
 from mlx_lm.tuner.callbacks import TrainingCallback
 
-from mlx_sdm.calibration.constants import ADAM_BETAS, ADAM_EPS, SOFTMAX_D, SOFTMAX_Q
+from mlx_sdm.calibration.constants import SOFTMAX_D, SOFTMAX_Q
 from mlx_sdm.errors import DataError
 from mlx_sdm.network.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
-from mlx_sdm.network.data import FinetuneDocument, TokenTargets, build_token_targets, documents_hash
-from mlx_sdm.network.distributed import gather_rows, shard, shard_indices, unshard_rows
+from mlx_sdm.network.data import FinetuneDocument, documents_hash
+from mlx_sdm.network.finetune_scoring import LMScorer, Outcome, Scorer, admitted_count, outcomes_from_rows, score_all  # noqa: F401
+from mlx_sdm.network.finetune_steps import (  # noqa: F401  (re-exported: scripts and tests import them from here)
+    build_train_step,
+    gather_token_targets,
+    iterate_token_batches,
+    local_rows,
+    make_optimizer,
+    sdm_batch_loss,
+)
 from mlx_sdm.network.heads import VocabularyHeads
-from mlx_sdm.network.loss import BETA_MAX, BETA_MIN, beta_for_batch, sdm_loss_from_terms, sdm_token_terms
+from mlx_sdm.network.loss import BETA_MAX, BETA_MIN, beta_for_batch
 
 #: Paper values (§ 15.4, § 18): Adam lr 1e-5, 50-token mini-batches, 5 epochs, seed 235.
 PAPER_HEAD_LEARNING_RATE = 1e-5
@@ -66,176 +71,11 @@ class FinetuneArgs:
     progress: bool = True
 
 
-@dataclass
-class Outcome:
-    """What Alg. 4 needs from one generated completion."""
-
-    prediction: int  # verifier ŷ
-    admitted: bool  # p_lower ≥ α′ (Eq. 28)
-    q: float
-    d: float
-    correct: bool  # the task answer parsed from the generated JSON equals the task label
-    text: str = ""
-
-
-class Scorer(Protocol):
-    """Generates for documents with a decoding head and verifies the completions (this rank's share)."""
-
-    def __call__(
-        self, documents: Sequence[FinetuneDocument], head: Callable[[mx.array], mx.array], purpose: str = "calibration"
-    ) -> list[Outcome]: ...
-
-
-class LMScorer:
-    """The default scorer (§ 15.5): greedy decoding over the joint heads through the LM layer's
-    ``generate_with_features`` (argmax mod |V|, the document feature vector from the same pass),
-    then the document verifier (``verify(features) -> Verdict``, e.g. ``DocumentVerifier.verify_features``).
-
-    For training documents (``purpose="training"``) q and d come from ``training_qd(features) ->
-    (ŷ, q, d)`` when given: q without self-exclusion and not flip-adjusted, d from the *training*
-    distance eCDFs, as the reference does for the next-token loss (§ 15.5, § 20 item 13)."""
-
-    def __init__(self, lm, verify: Callable[[Any], Any], *, training_qd: Callable[[Any], tuple[int, float, float]] | None = None,
-                 delimiter: str = "json_close", system: str | None = None, progress=None):
-        self.lm, self.verify, self.training_qd = lm, verify, training_qd
-        self.delimiter, self.system, self.progress = delimiter, system, progress
-
-    @classmethod
-    def from_verifier(cls, lm, verifier, progress=None) -> "LMScorer":
-        """Scorer for a :class:`~mlx_sdm.network.verifier.DocumentVerifier`; refuses one built on another model."""
-        verifier.check_model(lm)
-
-        def training_qd(features):
-            vector = np.asarray(features.vector, dtype=np.float32)[None, :]
-            qd = verifier.estimator.q_and_d(vector, distance_cdfs="training")
-            return int(qd["prediction"][0]), float(qd["q"][0]), float(qd["d"][0])
-
-        return cls(lm, lambda features: verifier.verify_features(features, explain=0), training_qd=training_qd,
-                   delimiter=verifier.recipe.delimiter, system=verifier.recipe.system, progress=progress)
-
-    def __call__(self, documents, head, purpose: str = "calibration"):
-        from mlx_sdm.lm.generation import GenerationConfig, generate_with_features
-
-        outcomes = []
-        iterator = self.progress(documents) if self.progress else documents
-        for doc in iterator:
-            config = GenerationConfig(
-                max_tokens=doc.max_generation_tokens,
-                delimiter=self.delimiter,
-                system=doc.system if doc.system is not None else self.system,
-            )
-            result = generate_with_features(self.lm, doc.prompt, config, head=head)
-            answer = doc.task_answer(result.text)
-            if purpose == "training" and self.training_qd is not None:
-                prediction, q, d = self.training_qd(result.features)
-                verdict = Outcome(prediction=prediction, admitted=False, q=q, d=d, correct=False)
-            else:
-                verdict = self.verify(result.features)
-            outcomes.append(
-                Outcome(
-                    prediction=int(verdict.prediction),
-                    admitted=bool(verdict.admitted),
-                    q=float(verdict.q),
-                    d=float(verdict.d),
-                    correct=answer is not None and answer == doc.task_label,
-                    text=result.text,
-                )
-            )
-        return outcomes
-
-
 class FinetuneCallback(TrainingCallback):
     """mlx-lm's callback, plus a report after each epoch of Alg. 4."""
 
     def on_epoch_report(self, epoch_info: dict) -> None:
         pass
-
-
-def admitted_count(outcomes: Sequence[Outcome]) -> int:
-    """Alg. 4's metric: ŷ = 1, admitted, and the parsed task answer equals the task label."""
-    return sum(1 for out in outcomes if out.prediction == 1 and out.admitted and out.correct)
-
-
-def score_all(scorer: Scorer, documents: Sequence[FinetuneDocument], head, group, purpose: str = "calibration") -> np.ndarray:
-    """Score the documents sharded over the ranks; rows [prediction, admitted, q, d, correct]."""
-    outcomes = scorer(shard(documents, group), head, purpose)
-    local = np.array(
-        [[o.prediction, float(o.admitted), o.q, o.d, float(o.correct)] for o in outcomes],
-        dtype=np.float32,
-    ).reshape(-1, 5)
-    return unshard_rows(local, len(documents), group)
-
-
-def outcomes_from_rows(rows: np.ndarray) -> list[Outcome]:
-    return [
-        Outcome(prediction=int(r[0]), admitted=bool(r[1]), q=float(r[2]), d=float(r[3]), correct=bool(r[4]))
-        for r in rows
-    ]
-
-
-def iterate_token_batches(count: int, batch_size: int, seed: int, epoch: int) -> Iterator[np.ndarray]:
-    """The default batch iterator: all target tokens shuffled once per epoch (seed + epoch, so a
-    resumed run draws the same batches), cut into global mini-batches of ``batch_size`` tokens."""
-    order = np.random.default_rng(seed + epoch).permutation(count)
-    for start in range(0, count, batch_size):
-        yield order[start : start + batch_size]
-
-
-def sdm_batch_loss(heads: VocabularyHeads, hidden, targets, q, d, beta, global_count, weight=None, group=None):
-    """The default loss: Eq. 32 with the regulariser over one (rank's share of a) mini-batch.
-    ``weight`` (0/1 per row) lets a rank with no rows of a short last batch join with a dummy row."""
-    z_neg, z_pos = heads(hidden)
-    nll, norms = sdm_token_terms(z_neg, z_pos, targets, q, d)
-    if weight is not None:
-        nll, norms = nll * weight, norms * weight
-    loss, parts = sdm_loss_from_terms(nll, norms, beta, global_count=global_count, group=group)
-    return loss, parts.nll
-
-
-def gather_token_targets(lm, documents, vocab_size, group, progress=None) -> TokenTargets:
-    """Token targets of all documents, force-decoded in shards and gathered in document order."""
-    mine = shard_indices(len(documents), group)
-    local = build_token_targets(lm, [documents[i] for i in mine], vocab_size, progress)
-    owners = np.array(mine, dtype=np.int64)[local.document_index] if len(local) else local.document_index
-    if group is None or group.size() == 1:
-        return TokenTargets(local.hidden, local.targets, owners)
-    hidden = np.concatenate(gather_rows(local.hidden.astype(np.float32), group))
-    meta = np.concatenate(gather_rows(np.stack([local.targets, owners], axis=1).astype(np.int64), group))
-    order = np.argsort(meta[:, 1], kind="stable")  # rows of one document stay in position order
-    return TokenTargets(hidden[order], meta[order, 0], meta[order, 1])
-
-
-def local_rows(global_batch: np.ndarray, group) -> np.ndarray:
-    """This rank's rows of a global mini-batch (interleaved; all rows with one process)."""
-    return global_batch[group.rank() :: group.size()] if group is not None else global_batch
-
-
-def build_train_step(heads: VocabularyHeads, optimizer, loss: Callable = sdm_batch_loss, group=None, *, compile: bool = True):
-    """One optimizer step on this rank's share of a global mini-batch, in mlx-lm's shape:
-    ``nn.value_and_grad`` over the module, gradients averaged across ranks, ``mx.compile`` over
-    the module and optimizer state. Returns ``step(hidden, targets, q, d, beta, global_count,
-    weight=None) -> (loss, nll)`` on arrays; ``global_count`` is the number of tokens in the global
-    batch, ``weight`` 0/1 per local row (a rank left without rows passes one dummy row of weight 0)."""
-    group = group if group is not None else mx.distributed.init()
-    loss_value_and_grad = nn.value_and_grad(heads, partial(loss, group=group))
-    state = [heads.state, optimizer.state]
-
-    def step(hidden, targets, q, d, beta, global_count, weight=None):
-        (lvalue, nll), grad = loss_value_and_grad(heads, hidden, targets, q, d, beta, global_count, weight)
-        if group.size() > 1:
-            # Each rank's gradient is its share of the global-batch gradient: sum = average × size.
-            grad = tree_map(lambda g: g * group.size(), nn.average_gradients(grad, group=group))
-        optimizer.update(heads, grad)
-        return lvalue, nll
-
-    if compile and group.size() == 1:
-        step = mx.compile(step, inputs=state, outputs=state)
-    return step
-
-
-def make_optimizer(learning_rate: float) -> optim.Adam:
-    """Adam as in the reference (PyTorch defaults: betas (0.9, 0.999), eps 1e-8, bias correction)."""
-    return optim.Adam(learning_rate=learning_rate, betas=list(ADAM_BETAS), eps=ADAM_EPS, bias_correction=True)
 
 
 @dataclass
