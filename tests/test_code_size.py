@@ -1,6 +1,6 @@
-"""Size limits that keep the wiring readable (issue 12): no module over 400 lines and no function
-over 60 lines in the session layer, the use cases, the UI and the turn's other files. A function
-written for the test shows the check fires."""
+"""Size limits that keep the code readable (issue 12): no module over 400 lines and no function over
+60 lines anywhere in mlx_sdm/ and tui/, except the files listed in NOT_CHECKED_YET. A function written
+for the test shows the check fires."""
 
 from __future__ import annotations
 
@@ -10,9 +10,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
-CHECKED = ("mlx_sdm/session", "mlx_sdm/app", "tui", "mlx_sdm/network/verdict.py", "mlx_sdm/network/verifier.py",
-           "mlx_sdm/monitor/reading.py", "mlx_sdm/lm/prompt.py", "mlx_sdm/commands/chat.py",
-           "mlx_sdm/commands/generate.py", "mlx_sdm/commands/finetune.py")
+CHECKED = ("mlx_sdm", "tui")
+#: Still over the limits, or being rewritten by another change at the time of writing (issue 12 notes).
+NOT_CHECKED_YET = (
+    "mlx_sdm/calibration/estimator.py",  # 494 lines, fit() 82 lines
+    "mlx_sdm/lm/features.py",  # force_decode_batch() 67 lines
+    "mlx_sdm/monitor/evaluate.py",  # evaluate_sessions() 86 lines
+    "mlx_sdm/network/tasks",
+    "mlx_sdm/commands/build_verifier.py",
+)
 
 
 def oversized(path: Path, root: Path = ROOT) -> list[str]:
@@ -36,12 +42,14 @@ def checked_files() -> list[Path]:
     for name in CHECKED:
         path = ROOT / name
         out += sorted(path.rglob("*.py")) if path.is_dir() else [path]
-    return out
+    skipped = [ROOT / name for name in NOT_CHECKED_YET]
+    return [path for path in out if not any(path == skip or skip in path.parents for skip in skipped)]
 
 
 def test_modules_and_functions_stay_small():
     files = checked_files()
-    assert len(files) > 30
+    assert len(files) > 100
+    assert ROOT / "mlx_sdm/monitor/auq.py" in files and ROOT / "mlx_sdm/calibration/estimator.py" not in files
     assert [problem for path in files for problem in oversized(path)] == []
 
 
