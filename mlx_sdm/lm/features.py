@@ -219,13 +219,7 @@ def force_decode_batch(
     ]
     if not prepared:
         return []
-    prefix = None
-    if share_prefix and len(prepared) > 1:
-        # every document keeps at least one own token: the state predicting its delimiter
-        n = min(_common_prefix_len([p.ids for p in prepared]), min(len(p.ids) for p in prepared) - 1)
-        if n >= 4:
-            prefix = _SharedPrefix(lm, prepared[0].ids[:n])
-            prefix = prefix if prefix.usable else None
+    prefix = _shared_prefix(lm, prepared) if share_prefix else None
     skip = prefix.length if prefix is not None else 0
     order = sorted(range(len(prepared)), key=lambda i: len(prepared[i].ids))
     pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
@@ -249,20 +243,38 @@ def force_decode_batch(
                     delimiter_rule=delimiter, truncated_prompt_tokens=p.dropped,
                 )
                 continue
-            k = len(p.ids) - 1  # the last position fed is the one that predicts the delimiter
-            own = hidden[row, : k + 1 - skip]
-            mean = (prefix.sum + mx.sum(own, axis=0)) / (k + 1)
-            d = p.delimiter if p.delimiter is not None else p.completion_len
-            results[i] = DocumentFeatures(
-                vector=np.asarray(mx.concatenate([mean, own[-1]]), dtype=np.float32),
-                positions=k + 1,
-                delimiter_position=k + 1,
-                delimiter_kind=delimiter if p.delimiter is not None else DELIMITER_MISSING,
-                prompt_tokens=p.prompt_len,
-                completion_tokens=d,
-                truncated_prompt_tokens=p.dropped,
-            )
+            results[i] = _prefixed_features(p, hidden[row], prefix, delimiter)
         if progress is not None:
             progress(end - start)
         start = end
     return [r for r in results if r is not None]
+
+
+def _shared_prefix(lm, prepared: list) -> "_SharedPrefix | None":
+    """The token prefix common to all documents, run once, when it is at least 4 tokens and usable."""
+    if len(prepared) < 2:
+        return None
+    # every document keeps at least one own token: the state predicting its delimiter
+    n = min(_common_prefix_len([p.ids for p in prepared]), min(len(p.ids) for p in prepared) - 1)
+    if n < 4:
+        return None
+    prefix = _SharedPrefix(lm, prepared[0].ids[:n])
+    return prefix if prefix.usable else None
+
+
+def _prefixed_features(p, hidden_row: mx.array, prefix: "_SharedPrefix", delimiter: str) -> DocumentFeatures:
+    """Features of a document run after the shared prefix: the mean adds the prefix's summed states."""
+    skip = prefix.length
+    k = len(p.ids) - 1  # the last position fed is the one that predicts the delimiter
+    own = hidden_row[: k + 1 - skip]
+    mean = (prefix.sum + mx.sum(own, axis=0)) / (k + 1)
+    d = p.delimiter if p.delimiter is not None else p.completion_len
+    return DocumentFeatures(
+        vector=np.asarray(mx.concatenate([mean, own[-1]]), dtype=np.float32),
+        positions=k + 1,
+        delimiter_position=k + 1,
+        delimiter_kind=delimiter if p.delimiter is not None else DELIMITER_MISSING,
+        prompt_tokens=p.prompt_len,
+        completion_tokens=d,
+        truncated_prompt_tokens=p.dropped,
+    )

@@ -117,53 +117,16 @@ def evaluate_sessions(
             embedders_used.add(tracer.embedder)
             missing += tracer.missing_logprobs
             forecasts = session_forecasts(session, tracer)
-            series[session.session_id] = {
-                "risk": list(tracer.prefix), **forecasts,
-                "auq_index": [i for i, s in enumerate(session.steps)
-                              if s.actor == "agent" and s.auq is not None and s.auq.propagated_confidence is not None],
-                "verifier_index": [i for i, s in enumerate(session.steps)
-                                   if s.actor == "agent" and s.verifier is not None and s.verifier.p_lower is not None],
-            }
+            series[session.session_id] = _session_series(session, tracer, forecasts)
             if session.termination in ("abandoned", "error"):
                 excluded[session.termination] += 1
             elif session.termination != "censored" and session.success is None:
                 excluded["unlabelled"] += 1
             for m in MONITORS:
-                p = forecasts[m]
-                if not p:
-                    continue
-                rows[m].sessions += 1
-                if session.termination not in ("abandoned", "error"):
-                    for score in ("log", "brier"):
-                        value = _tps(session, p, score, weights)
-                        if value is not None:
-                            tps_values[m][score].append(value)
-                if session.success is not None:
-                    risk = tracer.score if m == "tracer" else 1.0 - scoring.weighted_mean_forecast(p, weights)
-                    ranking[m].append((risk, 1 - session.success))
+                _add_session_scores(rows[m], session, tracer, forecasts[m], tps_values[m], ranking[m], weights)
     for m, row in rows.items():
-        row.tps_sessions = len(tps_values[m]["log"])
-        if row.tps_sessions:
-            row.tps_log = float(np.mean(tps_values[m]["log"]))
-            row.tps_brier = float(np.mean(tps_values[m]["brier"]))
-        if ranking[m]:
-            risk, failure = (np.array(x) for x in zip(*ranking[m]))
-            row.auroc = scoring.auroc(risk, failure)
-            if math.isnan(row.auroc):
-                row.notes.append("AUROC needs both outcomes")
-            if risk.size >= scoring.AUARC_MIN_EPISODES:
-                row.auarc = scoring.auarc(risk, 1 - failure)
-            else:
-                row.notes.append(f"AUARC needs >= {scoring.AUARC_MIN_EPISODES} labelled sessions")
-        if row.sessions == 0:
-            row.notes.append("no forecasts logged")
-    early, threshold = None, None
-    labelled = [s for s in sessions if s.success is not None]
-    failed = [series[s.session_id]["risk"] for s in labelled if s.success == 0 and series[s.session_id]["risk"]]
-    if len(failed) >= scoring.EARLY_WARNING_MIN_FAILED and any(s.success == 1 for s in labelled):
-        final = [series[s.session_id]["risk"][-1] if series[s.session_id]["risk"] else 0.0 for s in labelled]
-        threshold = scoring.youden_threshold(final, [1 - s.success for s in labelled])
-        early = scoring.early_warning(failed, threshold)
+        _summarise_row(row, tps_values[m], ranking[m])
+    early, threshold = _tracer_early_warning(sessions, series)
     embedder_names = sorted(e or "none (Jaccard only)" for e in embedders_used)
     return EvaluationReport(
         rows=[rows[m] for m in MONITORS],
@@ -178,6 +141,65 @@ def evaluate_sessions(
         tracer_early_warning=early,
         tracer_threshold=threshold,
     )
+
+
+def _session_series(session: Session, tracer, forecasts: dict[str, list[float]]) -> dict[str, list]:
+    """The per-step series of one session: TRACER's prefix risk, each monitor's forecasts, and the
+    step indices that carry an AUQ or a verifier value."""
+    return {
+        "risk": list(tracer.prefix), **forecasts,
+        "auq_index": [i for i, s in enumerate(session.steps)
+                      if s.actor == "agent" and s.auq is not None and s.auq.propagated_confidence is not None],
+        "verifier_index": [i for i, s in enumerate(session.steps)
+                           if s.actor == "agent" and s.verifier is not None and s.verifier.p_lower is not None],
+    }
+
+
+def _add_session_scores(row: MonitorRow, session: Session, tracer, p: list[float], tps_values: dict[str, list[float]],
+                        ranking: list[tuple[float, int]], weights: str) -> None:
+    """One monitor's TPS values (abandoned/error sessions excluded) and (risk, failure) of a session."""
+    if not p:
+        return
+    row.sessions += 1
+    if session.termination not in ("abandoned", "error"):
+        for score in ("log", "brier"):
+            value = _tps(session, p, score, weights)
+            if value is not None:
+                tps_values[score].append(value)
+    if session.success is not None:
+        risk = tracer.score if row.monitor == "tracer" else 1.0 - scoring.weighted_mean_forecast(p, weights)
+        ranking.append((risk, 1 - session.success))
+
+
+def _summarise_row(row: MonitorRow, tps_values: dict[str, list[float]], ranking: list[tuple[float, int]]) -> None:
+    """Mean TPS, AUROC and AUARC of one monitor, with a note where a figure cannot be computed."""
+    row.tps_sessions = len(tps_values["log"])
+    if row.tps_sessions:
+        row.tps_log = float(np.mean(tps_values["log"]))
+        row.tps_brier = float(np.mean(tps_values["brier"]))
+    if ranking:
+        risk, failure = (np.array(x) for x in zip(*ranking))
+        row.auroc = scoring.auroc(risk, failure)
+        if math.isnan(row.auroc):
+            row.notes.append("AUROC needs both outcomes")
+        if risk.size >= scoring.AUARC_MIN_EPISODES:
+            row.auarc = scoring.auarc(risk, 1 - failure)
+        else:
+            row.notes.append(f"AUARC needs >= {scoring.AUARC_MIN_EPISODES} labelled sessions")
+    if row.sessions == 0:
+        row.notes.append("no forecasts logged")
+
+
+def _tracer_early_warning(sessions: Sequence[Session], series: dict[str, dict[str, list]]):
+    """TRACER's early warning on the failed sessions at the Youden threshold of the final risks;
+    (None, None) without enough failed and at least one successful labelled session."""
+    labelled = [s for s in sessions if s.success is not None]
+    failed = [series[s.session_id]["risk"] for s in labelled if s.success == 0 and series[s.session_id]["risk"]]
+    if len(failed) < scoring.EARLY_WARNING_MIN_FAILED or not any(s.success == 1 for s in labelled):
+        return None, None
+    final = [series[s.session_id]["risk"][-1] if series[s.session_id]["risk"] else 0.0 for s in labelled]
+    threshold = scoring.youden_threshold(final, [1 - s.success for s in labelled])
+    return scoring.early_warning(failed, threshold), threshold
 
 
 def format_table(report: EvaluationReport) -> str:
