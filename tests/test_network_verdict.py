@@ -79,3 +79,16 @@ def test_a_verifier_keeps_its_tasks_through_save_and_load(tmp_path):
     assert manifest["tasks"] == TASKS
     again = DocumentVerifier.load(tmp_path / "with-tasks")
     assert [t.name for t in again.coverage.tasks] == ["bbc_topic", "fever"]
+
+
+def test_exemplar_label_words_one_rule_for_server_and_tui():
+    from mlx_sdm.network.verdict import exemplar_label_words
+    from mlx_sdm.server import verdicts
+    from tui.widgets import evidence
+
+    assert exemplar_label_words(1) == "a correct answer to a similar question"
+    assert exemplar_label_words("0") == "an incorrect answer to a similar question"
+    assert exemplar_label_words(None) == "an example labelled None"
+    assert exemplar_label_words(7) == "an example labelled 7"
+    assert verdicts.exemplar_label_words is exemplar_label_words is evidence.exemplar_label_words
+    assert not hasattr(verdicts, "LABEL_WORDS")  # the words live in mlx_sdm/network/verdict.py only

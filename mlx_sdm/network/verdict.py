@@ -108,6 +108,19 @@ def read_coverage(manifest: Mapping[str, Any] | None) -> VerifierCoverage:
     return VerifierCoverage(tasks=tasks, built_on=built_on)
 
 
+#: A training exemplar's label in words (spec § 14: label 1 = the document's answer is correct), the one
+#: rule the server and the TUI's evidence view both say it by.
+EXEMPLAR_LABEL_WORDS = {1: "a correct answer to a similar question", 0: "an incorrect answer to a similar question"}
+
+
+def exemplar_label_words(label: Any) -> str:
+    """A training exemplar's label as a reader says it (any other label: "an example labelled <label>")."""
+    try:
+        return EXEMPLAR_LABEL_WORDS[int(label)]
+    except (TypeError, ValueError, KeyError):
+        return f"an example labelled {label}"
+
+
 def status_of(verdict: Verdict) -> VerdictStatus:
     """THE rule: verified = admitted and y_hat = 1; out of distribution = out of scope; else not verified."""
     if verdict.admitted and int(verdict.prediction) == ACCEPTABLE:

@@ -6,19 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlx_sdm.network.verdict import DocumentVerdict
+from mlx_sdm.network.verdict import DocumentVerdict, exemplar_label_words
 from mlx_sdm.server.results import NOT_VERIFIED, OUT_OF_SCOPE, ServedExemplar, ServedVerdict
 
-#: An exemplar's label in words (spec § 14: label 1 = the document's answer is correct); the TUI's evidence
-#: view says the same (tui/widgets/evidence.py).
-LABEL_WORDS = {1: "a correct answer to a similar question", 0: "an incorrect answer to a similar question"}
 NO_VERIFIER, EMPTY_ANSWER, CANCELLED = "no_verifier", "empty_answer", "cancelled"
 
 
 def from_document(judged: DocumentVerdict, verifier: str | None) -> ServedVerdict:
     verdict = judged.verdict
     exemplars = tuple(
-        ServedExemplar(id=str(e.id), label=int(e.label), label_text=LABEL_WORDS.get(int(e.label), f"an example labelled {e.label}"),
+        ServedExemplar(id=str(e.id), label=int(e.label), label_text=exemplar_label_words(e.label),
                        text=e.text, distance=float(e.distance))
         for e in verdict.exemplars
     )

@@ -9,15 +9,10 @@ from rich.console import Group
 from rich.text import Text
 from textual.widgets import Static
 
+from mlx_sdm.network.verdict import exemplar_label_words
 from tui.format import format_p, reason_label, shorten, verdict_status
 
 EXEMPLAR_TEXT_WIDTH = 72
-
-
-def exemplar_label_words(label: Any) -> str:
-    """A training exemplar's label as a reader says it."""
-    return {1: "a correct answer to a similar question", 0: "an incorrect answer to a similar question"}.get(
-        int(label) if label is not None else -1, f"an example labelled {label}")
 
 
 def _why(verdict: Mapping[str, Any], status: str) -> str:
