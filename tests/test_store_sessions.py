@@ -117,3 +117,26 @@ def test_not_a_database_is_a_clear_error(tmp_path):
     path.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(ArtifactError, match="not a usable chat store"):
         ChatStore(path)
+
+
+def test_add_turn_writes_question_and_answer_in_one_transaction(tmp_path, monkeypatch):
+    import mlx_sdm.session.store as store_module
+
+    store = ChatStore(tmp_path / "turn.db")
+    session = store.create_session("t")
+    user_id, answer_id = store.add_turn(
+        "Capital of France?", AnswerRecord(session.id, "Paris.", verdict_status="verified", verdict={"p_lower": 0.97},
+                                           verifier="v", review_reasons=("below",)),
+        user_metadata={"source": "api:test"})
+    user, answer = store.messages(session.id)
+    assert (user.id, user.role, user.text, user.metadata) == (user_id, "user", "Capital of France?", {"source": "api:test"})
+    assert (answer.id, answer.role, answer.text, answer.verdict_status) == (answer_id, "assistant", "Paris.", "verified")
+    assert answer.review_id is not None
+
+    def killed_midway(conn, record, stamp):  # the answer's write fails after the question's row went in
+        raise RuntimeError("killed")
+
+    monkeypatch.setattr(store_module, "_write_answer", killed_midway)
+    with pytest.raises(RuntimeError):
+        store.add_turn("A second question?", AnswerRecord(session.id, "lost"))
+    assert [m.text for m in ChatStore(tmp_path / "turn.db").messages(session.id)] == ["Capital of France?", "Paris."]

@@ -190,14 +190,13 @@ class SessionBackend:
     def _store_turn(self, conversation: str | None, messages: tuple[ChatMessage, ...], prompt: list[dict],
                     answer: ServedAnswer, features: np.ndarray | None, *, tokens: list[str] | None, source: str,
                     extra: dict | None = None) -> None:
-        """The client's last user message, then the answer with its verdict and (when not verified) its
-        review entry in one transaction, as the chat stores a turn."""
+        """The client's last user message and the answer with its verdict and (when not verified) its
+        review entry, all in ONE transaction (a kill between them leaves neither)."""
         from mlx_sdm.session.escalation import verdict_review_reasons
         from mlx_sdm.session.store import AnswerRecord
 
         user_text = next(m.content for m in reversed(messages) if m.role == "user" and m.content.strip())
         session_id = self.session_for(conversation, user_text)
-        self.store.add_message(session_id, "user", user_text, metadata={"source": f"api:{source}"})
         verdict, cancelled = answer.verdict, answer.finish_reason == "cancelled"
         record = AnswerRecord(
             session_id, answer.text, status="cancelled" if cancelled else "done", prompt=prompt, tokens=tokens,
@@ -209,7 +208,7 @@ class SessionBackend:
                              verifier=self.verifier_name, review_reasons=verdict_review_reasons(verdict.judged))
             record.metadata["verdict_reason"] = verdict.reason_code
         answer.session_id = session_id
-        answer.message_id = self.store.add_answer(record)
+        _, answer.message_id = self.store.add_turn(user_text, record, user_metadata={"source": f"api:{source}"})
 
     def _piece(self, token_id: int) -> str:
         return self.lm.tokenizer.decode([int(token_id)])

@@ -237,32 +237,20 @@ class ChatStore(ReviewQueueStore):
         its verdict, its monitor reading and (when not verified or escalated) its review-queue entry."""
         stamp = now_iso()
         with self._tx() as conn:
-            message_id = _insert_answer(conn, record, stamp)
-            if record.verdict_status is not None:
-                verdict = record.verdict or {}
-                conn.execute(
-                    "INSERT INTO verdicts(message_id, status, p_lower, reason, verdict_json, verifier, created_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (message_id, record.verdict_status, verdict.get("p_lower"), verdict.get("reason"),
-                     _dumps(record.verdict), record.verifier, stamp),
-                )
-            if record.monitor is not None:
-                monitor = record.monitor
-                conn.execute(
-                    "INSERT INTO monitor_snapshots(message_id, level, action, cumulative_confidence, step_confidence, "
-                    "tracer_risk, step_risk, details_json, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (message_id, monitor.get("level"), monitor.get("action"), monitor.get("cumulative_confidence"),
-                     monitor.get("step_confidence"), monitor.get("tracer_risk"), monitor.get("step_risk"),
-                     _dumps(monitor), stamp),
-                )
-            reasons = [r for r in dict.fromkeys(record.review_reasons) if r]
-            if reasons:
-                conn.execute(
-                    "INSERT INTO review_queue(message_id, session_id, reason, created_at) VALUES (?, ?, ?, ?)",
-                    (message_id, record.session_id, ",".join(reasons), stamp),
-                )
-            conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (stamp, record.session_id))
-        return message_id
+            return _write_answer(conn, record, stamp)
+
+    def add_turn(self, user_text: str, record: AnswerRecord, *, user_metadata: dict | None = None) -> tuple[int, int]:
+        """A whole turn, the user's message and the answer to it (as :meth:`add_answer` writes it), in ONE
+        transaction: a kill in between leaves neither, never a question without its answer.
+        Returns (user message id, answer message id)."""
+        stamp = now_iso()
+        with self._tx() as conn:
+            cur = conn.execute(
+                "INSERT INTO messages(session_id, role, kind, text, status, created_at, finished_at, metadata_json) "
+                "VALUES (?, 'user', 'chat', ?, 'done', ?, ?, ?)",
+                (record.session_id, user_text, stamp, stamp, _dumps(user_metadata)),
+            )
+            return int(cur.lastrowid), _write_answer(conn, record, stamp)
 
     def messages(self, session_id: str) -> list[MessageRecord]:
         """All messages of a session in order, answers with their verdicts and monitor snapshots."""
@@ -306,3 +294,33 @@ def _insert_answer(conn: sqlite3.Connection, r: AnswerRecord, stamp: str) -> int
          _features_blob(r.features), r.feature_model, _dumps(r.metadata)),
     )
     return int(cur.lastrowid)
+
+
+def _write_answer(conn: sqlite3.Connection, record: AnswerRecord, stamp: str) -> int:
+    """Inside a caller's transaction: the answer's message, verdict, monitor snapshot and review entry."""
+    message_id = _insert_answer(conn, record, stamp)
+    if record.verdict_status is not None:
+        verdict = record.verdict or {}
+        conn.execute(
+            "INSERT INTO verdicts(message_id, status, p_lower, reason, verdict_json, verifier, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (message_id, record.verdict_status, verdict.get("p_lower"), verdict.get("reason"),
+             _dumps(record.verdict), record.verifier, stamp),
+        )
+    if record.monitor is not None:
+        monitor = record.monitor
+        conn.execute(
+            "INSERT INTO monitor_snapshots(message_id, level, action, cumulative_confidence, step_confidence, "
+            "tracer_risk, step_risk, details_json, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (message_id, monitor.get("level"), monitor.get("action"), monitor.get("cumulative_confidence"),
+             monitor.get("step_confidence"), monitor.get("tracer_risk"), monitor.get("step_risk"),
+             _dumps(monitor), stamp),
+        )
+    reasons = [r for r in dict.fromkeys(record.review_reasons) if r]
+    if reasons:
+        conn.execute(
+            "INSERT INTO review_queue(message_id, session_id, reason, created_at) VALUES (?, ?, ?, ?)",
+            (message_id, record.session_id, ",".join(reasons), stamp),
+        )
+    conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (stamp, record.session_id))
+    return message_id
