@@ -18,6 +18,7 @@ from mlx_sdm.session.events import (
     ErrorEvent,
     EscalationEvent,
     MonitorEvent,
+    PrefillEvent,
     StatusEvent,
     SupportEvent,
     TokenEvent,
@@ -74,8 +75,16 @@ class EngineStatus(Message):
         self.event = event
 
 
+class PrefillProgressed(Message):
+    """The engine is reading a long prompt (``event.done`` of ``event.total`` tokens)."""
+
+    def __init__(self, event: PrefillEvent) -> None:
+        super().__init__()
+        self.event = event
+
+
 MESSAGE_FOR_EVENT: dict[type, type[Message]] = {
-    TokenEvent: TokenArrived, VerdictEvent: VerdictReady, MonitorEvent: MonitorRead, EscalationEvent: Escalated,
+    PrefillEvent: PrefillProgressed, TokenEvent: TokenArrived, VerdictEvent: VerdictReady, MonitorEvent: MonitorRead, EscalationEvent: Escalated,
     TurnFinishedEvent: TurnFinished, ErrorEvent: EngineFailed, SupportEvent: SupportChanged, StatusEvent: EngineStatus,
 }
 

@@ -173,12 +173,30 @@ def _run_ui(args, config, store) -> int:
         store.close()
 
 
+def _plain_event_handler(out, logged: list[str]):
+    """Line mode's engine-event handler: a bar while a long prompt is read, the answer's tokens to ``out``,
+    a logged escalation's message kept in ``logged`` for after the answer."""
+    from mlx_sdm.app.prefill_progress import PrefillProgress
+    from mlx_sdm.monitor.auq import EscalationAction
+
+    prefill_progress = PrefillProgress()
+
+    def on_event(event) -> None:
+        if event.kind == "prefill":
+            prefill_progress(event.done, event.total)
+        elif event.kind == "token" and event.phase == "answer":
+            out(event.text, end="")
+        elif event.kind == "escalation" and event.escalation.action is EscalationAction.PROCEED_WITH_LOG:
+            logged.append(event.escalation.message)
+
+    return on_event
+
+
 def run_plain(config, store, *, session_id: str | None, title: str | None, stdin, stdout, prompt: bool = False,
               components=None, timing: bool = False) -> int:
     """Line mode: each input line is a message; the answer streams to ``stdout``, then its verdict and
     monitor lines. Returns 0, or 2 when the model or verifier cannot be loaded."""
     from mlx_sdm.app.loading import chat_components
-    from mlx_sdm.monitor.auq import EscalationAction
     from mlx_sdm.session.engine import ChatEngine
 
     def out(text: str = "", end: str = "\n") -> None:
@@ -186,12 +204,7 @@ def run_plain(config, store, *, session_id: str | None, title: str | None, stdin
         stdout.flush()
 
     logged: list[str] = []
-
-    def on_event(event) -> None:
-        if event.kind == "token" and event.phase == "answer":
-            out(event.text, end="")
-        elif event.kind == "escalation" and event.escalation.action is EscalationAction.PROCEED_WITH_LOG:
-            logged.append(event.escalation.message)
+    on_event = _plain_event_handler(out, logged)
 
     if hasattr(stdin, "reconfigure"):  # undecodable bytes become lone surrogates, refused line by line below
         stdin.reconfigure(errors="surrogateescape")

@@ -148,9 +148,13 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     try:
         from mlx_sdm.app.loading import load_components
+        from mlx_sdm.app.prefill_progress import PrefillProgress
         from mlx_sdm.session.pipeline import TokenPiece, TurnObserver, TurnOptions, TurnPipeline, TurnRequest
 
         class Printer(TurnObserver):
+            def prefill(self, done: int, total: int) -> None:
+                show_prefill_progress(done, total)
+
             def token(self, piece: TokenPiece) -> None:
                 if not args.json and piece.text:
                     sys.stdout.write(piece.text)
@@ -159,11 +163,13 @@ def main(argv: list[str] | None = None) -> int:
         components = load_components(args.model, verifier=args.verifier, head=args.head, quantized=args.quantized)
         options = TurnOptions(max_tokens=args.max_tokens, system_prompt=args.system, explain=max(0, args.explain),
                               enable_p_true=False, reuse_cache=False)
+        show_prefill_progress = PrefillProgress()
         with warnings.catch_warnings():  # the left-truncation notice as one plain line, not a raw UserWarning
             warnings.simplefilter("always", UserWarning)
             warnings.showwarning = lambda message, *_, **__: print(f"mlx-sdm generate: note: {message}", file=sys.stderr)
             outcome = TurnPipeline(components).run(
                 TurnRequest([{"role": "user", "content": args.prompt}], options), observer=Printer(), stop=stop)
+        show_prefill_progress.close()
     except KeyboardInterrupt:
         stop.set()
         print("\nmlx-sdm generate: interrupted", file=sys.stderr)

@@ -108,13 +108,15 @@ def generate_answer(
     prefix: PrefixCache | None = None,
     stop_at_delimiter: bool = False,
     top_logprobs: TopLogprobs | None = None,
+    on_prefill: Callable[[int, int], None] | None = None,
 ) -> GeneratedAnswer:
     """Stream one answer. ``on_token`` returning False stops generation at that token (the stop key).
     ``delimiter`` is the verifier's feature rule ("end_of_turn", or "json_close" for verifiers built on
     JSON answers); it picks ``h_k``. ``prefix``: the previous turn's cache, used when the new prompt
     extends the tokens it holds. ``stop_at_delimiter``: end the answer at the unit the verifier judges
     (the JSON unit's closing brace for ``json_close``), so the verdict covers the whole answer.
-    ``top_logprobs``: a recorder of the most likely tokens at each position (the server's ``top_logprobs``)."""
+    ``top_logprobs``: a recorder of the most likely tokens at each position (the server's ``top_logprobs``).
+    ``on_prefill(done, total)``: prompt tokens prefilled so far (mlx-lm's ``prompt_progress_callback``)."""
     from mlx_sdm.lm.generation import GenerationConfig
     from mlx_sdm.lm.prompt import render_prompt
 
@@ -123,9 +125,11 @@ def generate_answer(
     sampler = _sampler(temperature)
     if top_logprobs is not None and top_logprobs.k > 0:
         sampler = top_logprobs.wrap(sampler)
+    extra: dict[str, Any] = {"prompt_cache": start.cache} if start.cache is not None else {}
+    if on_prefill is not None:
+        extra["prompt_progress_callback"] = on_prefill
     config = GenerationConfig(max_tokens=max_tokens, sampler=sampler, delimiter=delimiter,
-                              stop_at_delimiter=stop_at_delimiter,
-                              extra={"prompt_cache": start.cache} if start.cache is not None else {})
+                              stop_at_delimiter=stop_at_delimiter, extra=extra)
     # token ids are used as is; messages are rendered (and left-truncated)
     streamed = _stream(lm, start.feed if start.base_len else messages, config, head, on_token)
     result = streamed.result

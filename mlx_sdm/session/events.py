@@ -48,6 +48,21 @@ class TokenEvent(EngineEvent):
     phase: str = "answer"  # "answer" | "reflection"
 
 
+#: A prompt with at least this many new tokens is a long prefill worth showing (seconds on a laptop);
+#: shorter ones send no PrefillEvent and draw no bar.
+LONG_PREFILL_TOKENS = 1024
+
+
+@dataclass
+class PrefillEvent(EngineEvent):
+    """``done`` of the prompt's ``total`` new tokens are prefilled (before the answer's first token); sent
+    only for a long prompt (``total >= LONG_PREFILL_TOKENS``)."""
+
+    kind: ClassVar[str] = "prefill"
+    done: int = 0
+    total: int = 0
+
+
 @dataclass
 class VerdictEvent(EngineEvent):
     kind: ClassVar[str] = "verdict"

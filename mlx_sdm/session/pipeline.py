@@ -98,6 +98,9 @@ class TurnObserver:
     thread running the pipeline, in this order: token* → verdict → monitor → escalation → token*
     (reflection)."""
 
+    def prefill(self, done: int, total: int) -> None:
+        """``done`` of the answer prompt's ``total`` new tokens are prefilled (called before any token)."""
+
     def token(self, piece: TokenPiece) -> None: ...
 
     def verdict(self, verdict: DocumentVerdict | None, unverifiable_reason: str | None) -> None: ...
@@ -273,7 +276,7 @@ class TurnPipeline:
             head=self.components.head, on_token=on_token, features=True, keep_cache=True, delimiter=self.delimiter,
             prefix=prefix if options.reuse_cache else None,
             stop_at_delimiter=options.stop_at_judged_unit and self.components.verifier is not None,
-            top_logprobs=top,
+            top_logprobs=top, on_prefill=observer.prefill,
         )
         return gen, (first[0] if first else None), time.perf_counter() - started
 

@@ -11,8 +11,10 @@ from mlx_sdm.network.verdict import DocumentVerdict
 from mlx_sdm.session.escalation import Escalation
 from mlx_sdm.session.events import (
     EngineEvent,
+    LONG_PREFILL_TOKENS,
     EscalationEvent,
     MonitorEvent,
+    PrefillEvent,
     TokenEvent,
     TurnFinishedEvent,
     VerdictEvent,
@@ -25,6 +27,10 @@ class EventObserver(TurnObserver):
                  verifier: str | None, monitor: Any = None):
         self.emit, self.session_id, self.turn = emit, session_id, turn
         self.verifier_path, self.session_monitor = verifier, monitor
+
+    def prefill(self, done: int, total: int) -> None:
+        if total >= LONG_PREFILL_TOKENS:
+            self.emit(PrefillEvent(session_id=self.session_id, turn=self.turn, done=int(done), total=int(total)))
 
     def token(self, piece: TokenPiece) -> None:
         self.emit(TokenEvent(session_id=self.session_id, turn=self.turn, text=piece.text, token_id=piece.token_id,

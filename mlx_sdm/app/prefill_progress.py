@@ -1,0 +1,39 @@
+"""A progress bar on stderr for a long prompt prefill (``generate``, ``chat --plain``): fed by mlx-lm's
+``prompt_progress_callback`` through :meth:`TurnObserver.prefill`; short prompts show nothing."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, TextIO
+
+from mlx_sdm.session.events import LONG_PREFILL_TOKENS
+
+#: Prompts with fewer new tokens prefill in about a second: no bar (the engine's rule for PrefillEvent).
+DEFAULT_PREFILL_PROGRESS_TOKENS = LONG_PREFILL_TOKENS
+
+
+class PrefillProgress:
+    """Call with (done, total) as the prompt prefills; a tqdm bar opens for a long prompt and closes at the end."""
+
+    def __init__(self, *, min_tokens: int = DEFAULT_PREFILL_PROGRESS_TOKENS, file: TextIO | None = None):
+        self.min_tokens, self.file = min_tokens, file
+        self.bar: Any = None
+        self.calls: list[tuple[int, int]] = []  # (done, total) as reported, for whoever wants to look
+
+    def __call__(self, done: int, total: int) -> None:
+        self.calls.append((int(done), int(total)))
+        if total < self.min_tokens:
+            return
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=int(total), desc="reading the prompt", unit="tok", dynamic_ncols=True,
+                            file=self.file or sys.stderr, leave=False)
+        self.bar.update(int(done) - self.bar.n)
+        if done >= total - 1:  # mlx-lm prefills all but the last token before the first step
+            self.close()
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
