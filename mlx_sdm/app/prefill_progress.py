@@ -18,11 +18,14 @@ class PrefillProgress:
     def __init__(self, *, min_tokens: int = DEFAULT_PREFILL_PROGRESS_TOKENS, file: TextIO | None = None):
         self.min_tokens, self.file = min_tokens, file
         self.bar: Any = None
+        self.finished = False  # mlx-lm may report the end twice (all but one token, then all)
         self.calls: list[tuple[int, int]] = []  # (done, total) as reported, for whoever wants to look
 
     def __call__(self, done: int, total: int) -> None:
         self.calls.append((int(done), int(total)))
-        if total < self.min_tokens:
+        if done == 0:
+            self.finished = False  # a new prompt
+        if total < self.min_tokens or self.finished:
             return
         if self.bar is None:
             from tqdm import tqdm
@@ -31,6 +34,7 @@ class PrefillProgress:
                             file=self.file or sys.stderr, leave=False)
         self.bar.update(int(done) - self.bar.n)
         if done >= total - 1:  # mlx-lm prefills all but the last token before the first step
+            self.finished = True
             self.close()
 
     def close(self) -> None:
