@@ -68,11 +68,31 @@ class Bridge:
             self.engine.shutdown(wait=False)
 
     # ----- engine state -------------------------------------------------------------------------
+    def load_error(self) -> str | None:
+        """The one line that says why the model or verifier could not be loaded (None while loading or loaded)."""
+        ready = self.engine.ready
+        if not ready.done() or ready.cancelled() or ready.exception() is None:
+            return None
+        exc = ready.exception()
+        return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+    def when_loaded(self, callback) -> bool:
+        """Call ``callback()`` on the engine's thread when loading ends; False if it already has."""
+        if self.engine.ready.done():
+            return False
+        self.engine.ready.add_done_callback(lambda _future: callback())
+        return True
+
+    def load_state(self) -> str:
+        if not self.engine.ready.done():
+            return "loading…"
+        error = self.load_error()
+        return f"not loaded: {error}" if error else "not loaded"
+
     def info(self) -> UiInfo:
         info = self.engine.info()
         if info is None:
-            loading = not self.engine.ready.done()
-            return UiInfo(model="loading…" if loading else "not loaded", verifier=None, head=None, support_size=None, ready=False)
+            return UiInfo(model=self.load_state(), verifier=None, head=None, support_size=None, ready=False)
         return UiInfo(
             model=info.model_name,
             verifier=Path(info.verifier_path).name if info.verifier_path else None,

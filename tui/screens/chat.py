@@ -29,6 +29,7 @@ from tui.messages import (
     VerdictReady,
 )
 from tui.screens.prompts import CopyFallback, EscalationPrompt
+from tui.screens.load_status import watch_load
 from tui.screens.transcript import STATUS_TEXT, apply_stored_verdict, coverage_text, stored_widgets, unverified_note
 from tui.widgets.message import MessageBubble
 from tui.widgets.monitor import MonitorPanel
@@ -79,6 +80,7 @@ class ChatScreen(Screen):
         self.query_one(MonitorPanel).display = self._show_monitor
         self.query_one("#prompt", Input).focus()
         self.refresh_status()
+        watch_load(self)
         await self.open_session(self._initial_session)
 
     # ----- status -------------------------------------------------------------------------------
@@ -268,6 +270,8 @@ class ChatScreen(Screen):
         event = message.event
         if self._mine(event):
             self.notify(event.message, title=event.error_type or "Error", severity="error", timeout=10)
+        if event.session_id is None:
+            self.refresh_status()  # a load failure: the status line says why, not "loading…"
 
     async def on_support_changed(self, message: SupportChanged) -> None:
         self.refresh_status()
