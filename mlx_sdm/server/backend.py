@@ -233,6 +233,8 @@ class _TokenStream:
         if self.sink is not None and not self.sink(piece.text, item):
             self.stop.set()
 
+    def prefill(self, done: int, total: int) -> None: ...  # no progress bar over HTTP
+
     def verdict(self, verdict, unverifiable_reason) -> None: ...
 
     def monitor(self, reading) -> None: ...
