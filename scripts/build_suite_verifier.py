@@ -103,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     feature_s = time.time() - t0
     print(f"pool features: {len(train) + len(calib)} documents in {feature_s:.0f} s", flush=True)
     recipe = FeatureRecipe(delimiter=DELIMITER_JSON_CLOSE, system=None,
-                           task_systems=tuple((t.prompt_prefix, t.system) for t in tasks if t.prompt_prefix))
+                           task_systems=tuple((t.prompt_prefix, t.system) for t in tasks if t.prompt_prefix),
+                           task_names=tuple(t.name for t in tasks if t.prompt_prefix))
     verifier = DocumentVerifier.fit_features(
         dict(lm.fingerprint, name=lm.name), labelled_set(train, feats_tr), labelled_set(calib, feats_ca),
         FitConfig(seed=args.seed), recipe=recipe,

@@ -149,7 +149,8 @@ def _fit(lm, kept: list[TaskOutcome], args: BuildVerifierArgs) -> DocumentVerifi
     systems = {o.task.system for o in kept}
     recipe = FeatureRecipe(delimiter=AnswerSettings(args.max_tokens).delimiter,
                            system=next(iter(systems)) if len(systems) == 1 else None,
-                           task_systems=tuple((o.task.prompt_prefix, o.task.system) for o in kept if o.task.prompt_prefix))
+                           task_systems=tuple((o.task.prompt_prefix, o.task.system) for o in kept if o.task.prompt_prefix),
+                           task_names=tuple(o.task.name for o in kept if o.task.prompt_prefix))
     source = {"kind": "task_suite", "tasks": [o.task.name for o in kept], "per_task": {o.task.name: len(o.pool) for o in kept},
               "labels": "the model's own answers, correct (1) or not (0) against the gold, § 14 parser",
               "model": lm.name}

@@ -66,6 +66,17 @@ class VerifierTask:
 
 
 @dataclass(frozen=True)
+class TaskRoute:
+    """Where a question goes under a verifier's feature recipe: the system prompt to answer it under
+    (so its features match the build) and, for a verifier built on several tasks, the name of the
+    task whose instruction the question starts with. ``task`` is None for a single-task verifier and
+    for a question that starts no task's instruction. Review labels are kept per (verifier, task)."""
+
+    system: str | None = None
+    task: str | None = None
+
+
+@dataclass(frozen=True)
 class VerifierCoverage:
     """What a verifier covers: its tasks (empty = not recorded) and, failing that, the name of the
     one task its manifest mentions (``info.task``)."""

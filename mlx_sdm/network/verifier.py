@@ -32,7 +32,7 @@ from mlx_sdm.errors import ArtifactError, DataError, ModelMismatchError
 from mlx_sdm.resources import default_verifier_dir, resolve_artifact
 from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE, DocumentFeatures, force_decode_batch
 from mlx_sdm.network.encoding import VerificationDocument
-from mlx_sdm.network.verdict import DocumentVerdict, VerifierCoverage, read_coverage
+from mlx_sdm.network.verdict import DocumentVerdict, TaskRoute, VerifierCoverage, read_coverage
 
 VERIFIER_FORMAT_VERSION = 1
 VERIFIER_MANIFEST = "verifier.json"
@@ -67,15 +67,33 @@ class FeatureRecipe:
     #: (prompt prefix, system prompt) per task of a multi-task verifier (mlx-sdm build-verifier): a prompt
     #: that starts with a task's instruction is generated (and its features taken) under that task's system.
     task_systems: tuple[tuple[str, str | None], ...] = ()
+    #: the task name of each ``task_systems`` entry, in the same order (verifier.json "task_names"; older
+    #: manifests: read from the "tasks" whose example prompt starts with the entry's prefix).
+    task_names: tuple[str | None, ...] = ()
+
+    def route(self, prompt: Any) -> TaskRoute:
+        """The system prompt to generate ``prompt`` (a user message) under, and the task it is routed
+        to when this recipe routes between several tasks (one task: no routing, ``task`` None)."""
+        if isinstance(prompt, str):
+            text = prompt.strip()
+            for i, (prefix, system) in enumerate(self.task_systems):
+                if prefix and text.startswith(prefix):
+                    name = self.task_names[i] if i < len(self.task_names) else None
+                    return TaskRoute(system, name if len(self.task_systems) > 1 else None)
+        return TaskRoute(self.system)
 
     def system_for(self, prompt: Any) -> str | None:
         """The system prompt to generate ``prompt`` (a user message) under, so its features match the build."""
-        if isinstance(prompt, str):
-            text = prompt.strip()
-            for prefix, system in self.task_systems:
-                if prefix and text.startswith(prefix):
-                    return system
-        return self.system
+        return self.route(prompt).system
+
+
+def task_names_for(task_systems: Sequence[Sequence[Any]], tasks: Sequence[Any]) -> tuple[str | None, ...]:
+    """The name of each (prefix, system) entry's task: the listed task whose example prompt starts with
+    the prefix (None where no listed task does)."""
+    listed = [(str(t.get("name")), str(t.get("example_prompt") or "")) for t in tasks
+              if isinstance(t, dict) and t.get("name")]
+    return tuple(next((name for name, example in listed if prefix and example.strip().startswith(prefix)), None)
+                 for prefix, *_ in task_systems)
 
 
 def document_features(lm, documents: Sequence[VerificationDocument], *, delimiter: str,
@@ -112,6 +130,14 @@ class DocumentVerifier:
         self.recipe = recipe or FeatureRecipe()
         self.info = dict(info or {})
         self.tasks = list(tasks or [])  # verifier.json "tasks": [{"name", "description", "example_prompt"}]
+
+    def route(self, prompt: Any) -> TaskRoute:
+        """Where a question (the first user message) goes: its system prompt and, for a multi-task
+        verifier, its task (see :meth:`FeatureRecipe.route`)."""
+        recipe = self.recipe
+        if recipe.task_systems and not recipe.task_names and self.tasks:
+            recipe.task_names = task_names_for(recipe.task_systems, self.tasks)
+        return recipe.route(prompt)
 
     @property
     def coverage(self) -> VerifierCoverage:
@@ -175,6 +201,7 @@ class DocumentVerifier:
             "model_fingerprint": self.model_fingerprint,
             "feature": {"delimiter": self.recipe.delimiter, "system": self.recipe.system,
                         "task_systems": [list(pair) for pair in self.recipe.task_systems],
+                        "task_names": list(self.recipe.task_names or task_names_for(self.recipe.task_systems, self.tasks)),
                         "dim": self.estimator.input_dim, "layout": "[mean(h_0..h_k); h_k], h = final RMSNorm output"},
             "info": self.info,
             **({"tasks": self.tasks} if self.tasks else {}),
@@ -207,7 +234,11 @@ class DocumentVerifier:
             check_fingerprint(fingerprint, expect_fingerprint, where=str(directory))
         estimator = SDMEstimator.load(directory / ESTIMATOR_DIR, expect_input_dim=2 * int(fingerprint["hidden_size"]))
         feature = manifest.get("feature", {})
-        recipe = FeatureRecipe(delimiter=feature.get("delimiter", DELIMITER_JSON_CLOSE), system=feature.get("system"),
-                               task_systems=tuple((str(p), s) for p, s in feature.get("task_systems", [])))
+        task_systems = tuple((str(p), s) for p, s in feature.get("task_systems", []))
         tasks = manifest.get("tasks") if isinstance(manifest.get("tasks"), list) else None
+        names = feature.get("task_names")
+        names = tuple(names) if isinstance(names, list) and len(names) == len(task_systems) else \
+            task_names_for(task_systems, tasks or [])
+        recipe = FeatureRecipe(delimiter=feature.get("delimiter", DELIMITER_JSON_CLOSE), system=feature.get("system"),
+                               task_systems=task_systems, task_names=names)
         return cls(estimator, fingerprint, recipe, manifest.get("info"), tasks)

@@ -125,7 +125,7 @@ class SessionBackend:
                               cached_tokens=outcome.reused_tokens, generation_s=outcome.generation_s)
         self._store_turn(request.conversation, request.messages, outcome.messages, answer,
                          None if cancelled else outcome.features, tokens=outcome.tokens, source="chat",
-                         extra={"judged_text": outcome.judged_text} if outcome.unverified_tail else {})
+                         extra={"judged_text": outcome.judged_text} if outcome.unverified_tail else {}, task=outcome.task)
         return answer
 
     def verify(self, request: VerifyRequest) -> ServedAnswer:
@@ -139,11 +139,12 @@ class SessionBackend:
                            code="context_length_exceeded")
         options = self.options(1)
         features = self.pipeline.features_for(prepared.messages, request.completion, options)
-        judged, why = self.pipeline.verify(features, request.completion, options)
+        task = self.pipeline.route(prepared.messages).task
+        judged, why = self.pipeline.verify(features, request.completion, options, task=task)
         answer = ServedAnswer(text=request.completion, finish_reason="stop", prompt_tokens=prepared.prompt_tokens,
                               completion_tokens=completion_tokens, verdict=self._served(judged, why))
         self._store_turn(request.conversation, request.messages, self.pipeline.with_system(prepared.messages, options),
-                         answer, features, tokens=None, source="verify")
+                         answer, features, tokens=None, source="verify", task=task)
         return answer
 
     # ------------------------------------------------------------------ verdicts and review decisions
@@ -155,12 +156,12 @@ class SessionBackend:
         return verdicts.without_verdict(code, why or "no verifier judged this answer")
 
     def sync_reviews(self) -> bool:
-        """The support set = the base verifier + every active review decision given under it, rebuilt
-        when the store's decisions changed since the last verdict (the TUI in another process may have
-        decided). Returns True when it was rebuilt."""
+        """The support sets = the base verifier + the active review decisions given under it (per task of a
+        multi-task verifier), rebuilt when the store's decisions changed since the last verdict (the TUI in
+        another process may have decided). Returns True when they were rebuilt."""
         if self.components.verifier is None:
             return False
-        key = tuple(p.decision.id for p in self.review.points())
+        key = tuple(p.decision.id for p in self.review.all_points())
         if key == self._applied:
             return False
         self.review.apply_all(save=False, reload=self._applied is not None)  # first time: just loaded
@@ -189,11 +190,12 @@ class SessionBackend:
 
     def _store_turn(self, conversation: str | None, messages: tuple[ChatMessage, ...], prompt: list[dict],
                     answer: ServedAnswer, features: np.ndarray | None, *, tokens: list[str] | None, source: str,
-                    extra: dict | None = None) -> None:
-        """The client's last user message and the answer with its verdict and (when not verified) its
-        review entry, all in ONE transaction (a kill between them leaves neither)."""
+                    extra: dict | None = None, task: str | None = None) -> None:
+        """The client's last user message and the answer with its verdict (and the verifier's task it was
+        judged under) and (when not verified) its review entry, all in ONE transaction (a kill between
+        them leaves neither)."""
         from mlx_sdm.session.escalation import verdict_review_reasons
-        from mlx_sdm.session.store import AnswerRecord
+        from mlx_sdm.session.store import AnswerRecord, TaskScope
 
         user_text = next(m.content for m in reversed(messages) if m.role == "user" and m.content.strip())
         session_id = self.session_for(conversation, user_text)
@@ -205,7 +207,8 @@ class SessionBackend:
         if not cancelled:
             record = replace(record, features=features, feature_model=None if features is None else self.review.feature_model,
                              verdict_status=verdicts.store_status(verdict), verdict=verdicts.store_dict(verdict),
-                             verifier=self.verifier_name, review_reasons=verdict_review_reasons(verdict.judged))
+                             verifier=self.verifier_name, task=TaskScope(task),
+                             review_reasons=verdict_review_reasons(verdict.judged))
             record.metadata["verdict_reason"] = verdict.reason_code
         answer.session_id = session_id
         _, answer.message_id = self.store.add_turn(user_text, record, user_metadata={"source": f"api:{source}"})

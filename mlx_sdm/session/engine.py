@@ -36,7 +36,7 @@ from mlx_sdm.session.events import (
 )
 from mlx_sdm.session.pipeline import DEFAULT_MAX_TOKENS, TurnComponents, TurnOptions, TurnOutcome, TurnPipeline, TurnRequest
 from mlx_sdm.session.review import DecisionResult, ReviewService
-from mlx_sdm.session.store import AnswerRecord, ChatStore, now_iso
+from mlx_sdm.session.store import AnswerRecord, ChatStore, TaskScope, now_iso
 from mlx_sdm.session.turn_events import EventObserver
 from mlx_sdm.session.worker import MlxWorker
 
@@ -319,6 +319,7 @@ class ChatEngine:
         record.verdict_status = outcome.verdict.status.value if outcome.verdict is not None else "unverifiable"
         record.verdict = outcome.verdict.to_dict() if outcome.verdict is not None else None
         record.verifier = self._info.verifier_path if self._info else None
+        record.task = TaskScope(outcome.task)
         record.monitor = outcome.monitor.to_dict() if outcome.monitor is not None else None
         record.review_reasons = escalation.review_reasons
         meta = record.metadata

@@ -26,12 +26,12 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from mlx_sdm.monitor.reading import MonitorReading
-from mlx_sdm.network.verdict import DocumentVerdict, VerifierCoverage
+from mlx_sdm.network.verdict import DocumentVerdict, TaskRoute, VerifierCoverage
 from mlx_sdm.session.escalation import REFLECTION_PROMPT, Escalation, TurnStatus, plan_escalation
 from mlx_sdm.session.answer import GeneratedAnswer, PrefixCache, TopLogprobs, generate_answer, settle_prefix
 
@@ -54,10 +54,20 @@ class TurnComponents:
     head: Any | None = None  # hidden -> vocabulary logits (SDM network head)
     head_path: str | None = None
     embedder: Any | None = None  # TRACER sentence embedder; None = lexical fallback
+    #: task name -> the verifier whose support set holds the review labels of that task (set by the review
+    #: service, :class:`~mlx_sdm.session.review.ReviewService`); None: ``verifier`` judges every task
+    task_support: Callable[[str], Any] | None = None
 
     @property
     def coverage(self) -> VerifierCoverage:
         return self.verifier.coverage if self.verifier is not None else VerifierCoverage()
+
+    def verifier_for(self, task: str | None) -> Any | None:
+        """The verifier that judges questions routed to ``task``: its support set takes only the review
+        labels given under this verifier and that task (``verifier`` itself for unrouted questions)."""
+        if self.verifier is None or task is None or self.task_support is None:
+            return self.verifier
+        return self.task_support(task)
 
 
 @dataclass(frozen=True)
@@ -120,6 +130,7 @@ class TurnOutcome:
     judged_text: str
     unverified_tail: str
     messages: list[ChatMessage]  # what the model saw (system prompt included)
+    task: str | None = None  # the verifier's task the question was routed to (TaskRoute.task)
     verdict: DocumentVerdict | None = None
     unverifiable_reason: str | None = None
     monitor: MonitorReading | None = None
@@ -175,6 +186,15 @@ class TurnPipeline:
         recipe = getattr(self.components.verifier, "recipe", None)
         return recipe.delimiter if recipe is not None else "end_of_turn"
 
+    def route(self, messages: list[ChatMessage] | None) -> TaskRoute:
+        """Where the conversation's first user message goes under the verifier's recipe: its system
+        prompt and (multi-task verifier) its task; the verdict uses that task's review labels only."""
+        verifier = self.components.verifier
+        if verifier is None or not hasattr(verifier, "route"):
+            return TaskRoute()
+        first_user = next((m.get("content") for m in messages or [] if m.get("role") == "user"), None)
+        return verifier.route(first_user)
+
     def system_prompt(self, options: TurnOptions, messages: list[ChatMessage] | None = None) -> str | None:
         if options.system_prompt is not None:
             return options.system_prompt or None
@@ -206,6 +226,7 @@ class TurnPipeline:
         outcome = TurnOutcome(
             status=TurnStatus.CANCELLED if gen.cancelled else TurnStatus.DONE, text=gen.text,
             judged_text=gen.judged_text, unverified_tail=gen.unverified_tail, messages=messages,
+            task=self.route(request.messages).task,
             finish_reason=gen.finish_reason, tokens=gen.tokens, token_ids=gen.token_ids, logprobs=gen.logprobs, features=gen.features,
             first_token_s=first_token_s, generation_s=generation_s, prompt_tokens=gen.prompt_tokens,
             reused_tokens=gen.reused_tokens, truncated_prompt_tokens=gen.truncated_prompt_tokens,
@@ -214,7 +235,7 @@ class TurnPipeline:
             monitor.observe_user(_last_user_text(request.messages))
         if gen.cancelled:
             return outcome
-        outcome.verdict, outcome.unverifiable_reason = self.verify(gen.features, gen.text, options)
+        outcome.verdict, outcome.unverifiable_reason = self.verify(gen.features, gen.text, options, task=outcome.task)
         observer.verdict(outcome.verdict, outcome.unverifiable_reason)
         outcome.tool_calls = parse_tool_calls(gen.text)
         if monitor is not None:
@@ -230,10 +251,11 @@ class TurnPipeline:
             outcome.reflection = self._reflect(messages, gen.text, options, observer, stop)
         return outcome
 
-    def verify(self, features: np.ndarray | None, text: str,
-               options: TurnOptions = TurnOptions()) -> tuple[DocumentVerdict | None, str | None]:
-        """The verdict on an answer's features, or (None, why there is none)."""
-        verifier = self.components.verifier
+    def verify(self, features: np.ndarray | None, text: str, options: TurnOptions = TurnOptions(), *,
+               task: str | None = None) -> tuple[DocumentVerdict | None, str | None]:
+        """The verdict on an answer's features, or (None, why there is none); ``task``: the verifier's
+        task the question was routed to (:meth:`route`), whose review labels the support set holds."""
+        verifier = self.components.verifier_for(task)
         if verifier is None:
             return None, self.components.unverifiable_reason or "no verifier is loaded"
         if features is None or not text:
@@ -243,7 +265,8 @@ class TurnPipeline:
     def verify_completion(self, messages: list[ChatMessage], completion: str,
                           options: TurnOptions = TurnOptions()) -> tuple[DocumentVerdict | None, str | None]:
         """Verify a given (conversation, completion) by force-decoding (review edits, ``/v1/verify``)."""
-        return self.verify(self.features_for(messages, completion, options), completion, options)
+        return self.verify(self.features_for(messages, completion, options), completion, options,
+                           task=self.route(messages).task)
 
     def features_for(self, messages: list[ChatMessage], completion: str,
                      options: TurnOptions = TurnOptions()) -> np.ndarray:

@@ -2,7 +2,11 @@
 features into the verifier's support set at once (``SDMEstimator.add_support``, no retraining), and
 the reviewed verifier is saved atomically beside the store. A label joins ONLY the verifier it was
 given under (the store keeps that verifier's identity with the decision), never another verifier
-that happens to run on the same model.
+that happens to run on the same model, and only the task of it the question was routed to: a
+verifier built on several tasks (``FeatureRecipe.task_systems``) judges each task with its own
+support set, the base plus that task's labels (built from the base folder when the task is first
+judged); unrouted questions (and a single-task verifier) use ``components.verifier``. Decisions
+stored before tasks were kept (schema < 5) count for every task of their verifier.
 
 Runs on the thread that owns MLX (it re-encodes edited completions and rebuilds the estimator).
 """
@@ -11,16 +15,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
 from mlx_sdm.atomic import atomic_write_text
 from mlx_sdm.errors import DataError
 from mlx_sdm.session.pipeline import TurnComponents
-from mlx_sdm.session.store import ChatStore, SupportPoint
+from mlx_sdm.session.store import ChatStore, SupportPoint, TaskScope
 
 
 def feature_model_id(fingerprint: dict) -> str:
@@ -55,30 +60,60 @@ class ReviewService:
         self.verifier = verifier_key(components.verifier_path) if components.verifier is not None else None
         self._reviewed_dir = reviewed_dir
         self._features_for = features_for
+        self._tasks: dict[str, Any] = {}  # task -> its DocumentVerifier (the base + that task's labels)
+        self._saved_tasks: set[str] = set()
+        components.task_support = self.verifier_for_task
 
     # -- what is loaded -------------------------------------------------------------------------
     @property
     def support_size(self) -> int | None:
-        verifier = self.components.verifier
+        """The support set of unrouted questions (a single-task verifier's only one)."""
+        return self.support_size_for(None)
+
+    def support_size_for(self, task: str | None) -> int | None:
+        verifier = self.verifier_for_task(task)
         return None if verifier is None else int(verifier.estimator.support_size)
 
-    def reviewed_dir(self) -> Path | None:
+    def reviewed_dir(self, task: str | None = None) -> Path | None:
+        """Where the reviewed verifier is saved (a task of a multi-task verifier: a sibling per task)."""
+        suffix = "" if task is None else "-" + re.sub(r"[^A-Za-z0-9_.-]+", "_", task)
         if self._reviewed_dir:
-            return Path(self._reviewed_dir)
+            return Path(str(Path(self._reviewed_dir)) + suffix)
         if self.components.verifier_path is None:
             return None
         base = Path(self.components.verifier_path).resolve()
         tag = hashlib.sha256(str(base).encode()).hexdigest()[:8]
-        return self.store.path.parent / "verifiers" / f"{base.name}-reviewed-{tag}"
+        return self.store.path.parent / "verifiers" / f"{base.name}-reviewed-{tag}{suffix}"
 
-    def points(self) -> list[SupportPoint]:
-        """This verifier's labelled points (same model, same verifier)."""
+    def points(self, task: str | None = None) -> list[SupportPoint]:
+        """This verifier's labelled points for questions routed to ``task`` (same model, same verifier,
+        same task; decisions stored before tasks were kept count for every task)."""
+        return self.store.support_points(feature_model=self.feature_model, verifier=self.verifier,
+                                         task=TaskScope(task))
+
+    def all_points(self) -> list[SupportPoint]:
+        """Every labelled point of this verifier, all tasks."""
         return self.store.support_points(feature_model=self.feature_model, verifier=self.verifier)
+
+    def verifier_for_task(self, task: str | None) -> Any | None:
+        """The verifier that judges questions routed to ``task``: the base plus that task's labels only
+        (loaded from the base folder when first asked; unrouted: ``components.verifier``)."""
+        components = self.components
+        if task is None or components.verifier is None or components.verifier_path is None:
+            return components.verifier  # no folder to load a clean base from: one support set for all
+        if task not in self._tasks:
+            from mlx_sdm.network.verifier import DocumentVerifier
+
+            verifier = DocumentVerifier.load(components.verifier_path, expect_fingerprint=components.lm.fingerprint)
+            _add_points(verifier.estimator, self.points(task))
+            self._tasks[task] = verifier
+        return self._tasks[task]
 
     # -- support set ----------------------------------------------------------------------------
     def apply_all(self, *, save: bool, reload: bool = True) -> None:
-        """(Re)build the support set: the base verifier (reloaded from disk unless ``reload=False``)
-        plus every active decision given under it. Points it already holds are not added twice."""
+        """(Re)build the support sets: the base verifier (reloaded from disk unless ``reload=False``)
+        plus every active decision given under it for unrouted questions; each task's own set is
+        rebuilt when that task is next judged. Points a verifier already holds are not added twice."""
         components = self.components
         if components.verifier is None:
             return
@@ -87,25 +122,32 @@ class ReviewService:
 
             components.verifier = DocumentVerifier.load(components.verifier_path,
                                                         expect_fingerprint=components.lm.fingerprint)
-        estimator = components.verifier.estimator
-        held = set(estimator.support_ids)
-        points = [p for p in self.points() if p.decision.support_id not in held]
-        if points:
-            estimator.add_support([p.decision.support_id for p in points],
-                                  np.stack([p.features for p in points]).astype(np.float32),
-                                  np.array([p.label for p in points], dtype=np.int64), [p.text for p in points])
+        self._tasks.clear()
+        _add_points(components.verifier.estimator, self.points())
         if save:
-            self.save()
+            self.save_all()
 
-    def save(self) -> str | None:
-        target = self.reviewed_dir()
-        if target is None or self.components.verifier is None:
+    def save(self, task: str | None = None) -> str | None:
+        """Save the verifier of ``task`` (None: unrouted questions) with its labels, atomically."""
+        target = self.reviewed_dir(task)
+        verifier = self.verifier_for_task(task)
+        if target is None or verifier is None:
             return None
-        self.components.verifier.save(target)  # atomic (estimator.save writes through atomic_directory)
+        verifier.save(target)  # atomic (estimator.save writes through atomic_directory)
         atomic_write_text(target.parent / (target.name + ".review.json"), json.dumps(
-            {"base_verifier": self.components.verifier_path, "decision_ids": [p.decision.id for p in self.points()],
-             "support_size": self.support_size, "store": str(self.store.path)}, indent=1))
+            {"base_verifier": self.components.verifier_path, "task": task,
+             "decision_ids": [p.decision.id for p in self.points(task)],
+             "support_size": int(verifier.estimator.support_size), "store": str(self.store.path)}, indent=1))
+        if task is not None:
+            self._saved_tasks.add(task)
         return str(target)
+
+    def save_all(self) -> str | None:
+        """Save the unrouted verifier and every task's that has labels or was saved before."""
+        tasks = {p.decision.task.name for p in self.all_points() if p.decision.task is not None}
+        for task in sorted(t for t in tasks | self._saved_tasks if t is not None):
+            self.save(task)
+        return self.save()
 
     # -- decisions ------------------------------------------------------------------------------
     def decide(self, review_id: int, label: int, *, note: str | None = None,
@@ -122,14 +164,16 @@ class ReviewService:
             features = self._features_for(message.prompt, completion)
         superseded = item.decision is not None
         given_under = verifier_key(message.verifier) or self.verifier
+        scope = self._task_of(message, given_under)
         decision = self.store.record_decision(
             review_id, label, note=note, completion=completion, features=features,
-            feature_model=self.feature_model if features is not None else None, verifier=given_under,
+            feature_model=self.feature_model if features is not None else None, verifier=given_under, task=scope,
         )
         point_model = self.feature_model if features is not None else message.feature_model
+        task = None if scope is None else scope.name
 
         def result(applied: bool, text: str, saved: str | None = None) -> DecisionResult:
-            return DecisionResult(decision.id, review_id, decision.label, applied, self.support_size, saved, text)
+            return DecisionResult(decision.id, review_id, decision.label, applied, self.support_size_for(task), saved, text)
 
         if self.components.verifier is None:
             return result(False, "recorded; no verifier is loaded, so the support set is unchanged")
@@ -139,15 +183,29 @@ class ReviewService:
         if point_model != self.feature_model or (features is None and message.features is None):
             return result(False, "recorded; the answer's features come from another model, so this verifier cannot "
                                  "use them")
-        if superseded:  # the old label of this entry must leave the support set: rebuild
+        if superseded or scope is None:  # the old label must leave / a label of every task: rebuild
             self.apply_all(save=False)
         else:
-            vector = features if features is not None else message.features
-            self.components.verifier.estimator.add_support(
-                [decision.support_id], np.asarray(vector, dtype=np.float32)[None, :],
-                np.array([decision.label], dtype=np.int64), [completion or message.text])
-        saved = self.save()
-        return result(True, f"added to the support set (now {self.support_size} points)", saved)
+            target = self.verifier_for_task(task)  # built from the store: may hold the new point already
+            if decision.support_id not in target.estimator.support_ids:
+                vector = features if features is not None else message.features
+                target.estimator.add_support(
+                    [decision.support_id], np.asarray(vector, dtype=np.float32)[None, :],
+                    np.array([decision.label], dtype=np.int64), [completion or message.text])
+        saved = self.save(task) if scope is not None else self.save_all()
+        where = "" if task is None else f" of task {task}"
+        return result(True, f"added to the support set{where} (now {self.support_size_for(task)} points)", saved)
+
+    def _task_of(self, message: Any, given_under: str | None) -> TaskScope | None:
+        """The task the answer was judged under: as stored with its verdict, else (an answer stored before
+        tasks were kept, judged by the loaded verifier) its question routed again; None: not known."""
+        if message.task is not None:
+            return message.task
+        verifier = self.components.verifier
+        if verifier is None or given_under != self.verifier or message.prompt is None or not hasattr(verifier, "route"):
+            return None
+        first_user = next((m.get("content") for m in message.prompt if m.get("role") == "user"), None)
+        return TaskScope(verifier.route(first_user).task)
 
     def undo(self) -> DecisionResult | None:
         """Undo the most recent decision and take its point out of the support set."""
@@ -155,14 +213,30 @@ class ReviewService:
         if decision is None:
             return None
         applied, saved = False, None
+        task = None if decision.task is None else decision.task.name
         if self.components.verifier is not None:
             self.apply_all(save=False)
-            saved, applied = self.save(), True
-        text = "decision undone" + (f"; support set back to {self.support_size} points" if applied else "")
-        return DecisionResult(decision.id, decision.review_id, decision.label, applied, self.support_size, saved, text)
+            if task is not None:
+                self._saved_tasks.add(task)  # its saved copy must lose the undone point too
+            unrouted, applied = self.save_all(), True
+            target = self.reviewed_dir(task)
+            saved = unrouted if task is None or target is None else str(target)
+        size = self.support_size_for(task)
+        text = "decision undone" + (f"; support set back to {size} points" if applied else "")
+        return DecisionResult(decision.id, decision.review_id, decision.label, applied, size, saved, text)
 
     def after_delete(self, removed: int) -> None:
-        """A deleted session took its decisions with it: rebuild the support set without them."""
+        """A deleted session took its decisions with it: rebuild the support sets without them."""
         if removed and self.components.verifier is not None:
             self.apply_all(save=False)
-            self.save()
+            self.save_all()
+
+
+def _add_points(estimator: Any, points: list[SupportPoint]) -> None:
+    """Add labelled points to an estimator's support set (those it already holds are skipped)."""
+    held = set(estimator.support_ids)
+    points = [p for p in points if p.decision.support_id not in held]
+    if points:
+        estimator.add_support([p.decision.support_id for p in points],
+                              np.stack([p.features for p in points]).astype(np.float32),
+                              np.array([p.label for p in points], dtype=np.int64), [p.text for p in points])

@@ -21,6 +21,7 @@ from mlx_sdm.session.schema import (
     Decision,
     ReviewItem,
     SupportPoint,
+    TaskScope,
     _decision,
     _features_array,
     _features_blob,
@@ -105,9 +106,11 @@ class ReviewQueueStore:
         features: np.ndarray | None = None,
         feature_model: str | None = None,
         verifier: str | None = None,
+        task: TaskScope | None = None,
     ) -> Decision:
         """Label a queued answer. A new decision on an already decided entry supersedes the old one
-        (the old one is marked undone in the same transaction)."""
+        (the old one is marked undone in the same transaction). ``verifier`` and ``task``: where the
+        label was given (``task`` None: not known, the label then counts for every task of ``verifier``)."""
         if label not in (LABEL_ACCEPTABLE, LABEL_UNACCEPTABLE):
             raise DataError(f"label must be 1 (acceptable) or 0 (unacceptable), got {label!r}", field="label")
         if completion is not None and not completion.strip():
@@ -120,9 +123,10 @@ class ReviewQueueStore:
                 raise DataError(f"no review-queue entry with id {review_id}", path=str(self.path), field="review")
             conn.execute("UPDATE decisions SET undone_at = ? WHERE review_id = ? AND undone_at IS NULL", (stamp, review_id))
             cur = conn.execute(
-                "INSERT INTO decisions(review_id, label, note, completion, created_at, features, feature_model, verifier) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (review_id, int(label), note, completion, stamp, _features_blob(features), feature_model, verifier),
+                "INSERT INTO decisions(review_id, label, note, completion, created_at, features, feature_model, verifier, "
+                "task, task_recorded) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (review_id, int(label), note, completion, stamp, _features_blob(features), feature_model, verifier,
+                 None if task is None else task.name, int(task is not None)),
             )
             decision_id = int(cur.lastrowid)
         return self.decision(decision_id)
@@ -155,11 +159,13 @@ class ReviewQueueStore:
             conn.execute("UPDATE decisions SET undone_at = ? WHERE id = ?", (now_iso(), row["id"]))
         return self.decision(int(row["id"]))
 
-    def support_points(self, feature_model: str | None = None, verifier: str | None = None) -> list[SupportPoint]:
+    def support_points(self, feature_model: str | None = None, verifier: str | None = None,
+                       task: TaskScope | None = None) -> list[SupportPoint]:
         """Active decisions as labelled support points, oldest first. ``feature_model`` keeps only those
         whose features were computed by that model (features of another model mean nothing to its
         verifier); ``verifier`` (a resolved verifier folder) only labels given under that verifier
-        (older decisions without one: the verifier that judged the answer)."""
+        (older decisions without one: the verifier that judged the answer); ``task`` only labels given
+        under that task of it (decisions stored before tasks were kept count for every task)."""
         rows = self._query(
             "SELECT d.*, m.features AS message_features, m.feature_model AS message_model, m.text AS answer, "
             "v.verifier AS judged_by "
@@ -174,6 +180,8 @@ class ReviewQueueStore:
                 continue
             given_under = decision.verifier or (str(Path(r["judged_by"]).resolve()) if r["judged_by"] else None)
             if verifier is not None and given_under != verifier:
+                continue
+            if task is not None and decision.task is not None and decision.task != task:
                 continue
             points.append(
                 SupportPoint(decision=decision, features=_features_array(blob), label=decision.label, text=decision.completion or r["answer"])

@@ -124,6 +124,16 @@ MIGRATIONS: tuple[Migration, ...] = (
         ALTER TABLE decisions ADD COLUMN verifier TEXT;
         """,
     ),
+    Migration(
+        5,
+        "the task of a multi-task verifier an answer was judged under, kept with its verdict and review labels",
+        """
+        ALTER TABLE verdicts ADD COLUMN task TEXT;
+        ALTER TABLE verdicts ADD COLUMN task_recorded INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE decisions ADD COLUMN task TEXT;
+        ALTER TABLE decisions ADD COLUMN task_recorded INTEGER NOT NULL DEFAULT 0;
+        """,
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
@@ -170,6 +180,24 @@ def _features_array(blob: bytes | None) -> np.ndarray | None:
     return None if blob is None else np.frombuffer(blob, dtype=np.float32).copy()
 
 
+@dataclass(frozen=True)
+class TaskScope:
+    """The task of its verifier an answer was judged under (``name``: the task the verifier's recipe
+    routed the question to; None for a single-task verifier or a question no task's instruction starts).
+    A review label joins only the support set its verifier judges that same task with. Where a record
+    has no scope at all (``task=None`` on a :class:`Decision` or :class:`MessageRecord`: stored before
+    schema 5), its label is kept under its verifier only, for every task of it."""
+
+    name: str | None = None
+
+
+def _task_scope(r: sqlite3.Row, prefix: str = "") -> TaskScope | None:
+    keys = r.keys()
+    if f"{prefix}task_recorded" not in keys or not r[f"{prefix}task_recorded"]:
+        return None
+    return TaskScope(r[f"{prefix}task"])
+
+
 @dataclass
 class AnswerRecord:
     """An assistant answer to store (:meth:`ChatStore.add_answer`): the text and what the model saw,
@@ -189,6 +217,7 @@ class AnswerRecord:
     verdict_status: str | None = None  # one of VERDICT_STATES
     verdict: dict | None = None
     verifier: str | None = None
+    task: TaskScope = TaskScope()  # the verifier's task the question was routed to (kept with the verdict)
     monitor: dict | None = None
     review_reasons: Sequence[str] = ()
     metadata: dict | None = None
@@ -228,6 +257,7 @@ class MessageRecord:
     verdict_status: str | None = None  # one of VERDICT_STATES
     verdict: dict | None = None  # DocumentVerdict.to_dict(): status, reason, explanation, exemplars, ...
     verifier: str | None = None
+    task: TaskScope | None = None  # the verifier's task it was judged under (None: no verdict, or stored before)
     monitor: dict | None = None
     review_id: int | None = None
     _features: bytes | None = field(default=None, repr=False)
@@ -253,6 +283,7 @@ class Decision:
     undone_at: str | None
     feature_model: str | None = None
     verifier: str | None = None  # the verifier the label was given under (its resolved folder)
+    task: TaskScope | None = None  # ... and the task of it (None: recorded before tasks were kept: every task)
     _features: bytes | None = field(default=None, repr=False)
 
     @property
@@ -332,6 +363,7 @@ def _message(r: sqlite3.Row) -> MessageRecord:
         verdict_status=r["verdict_status"],
         verdict=_loads(r["verdict_json"]),
         verifier=r["verifier"],
+        task=_task_scope(r, "verdict_"),
         monitor=_loads(r["monitor_json"]),
         review_id=r["review_id"],
         _features=r["features"],
@@ -349,5 +381,6 @@ def _decision(r: sqlite3.Row) -> Decision:
         undone_at=r["undone_at"],
         feature_model=r["feature_model"],
         verifier=r["verifier"] if "verifier" in r.keys() else None,
+        task=_task_scope(r),
         _features=r["features"],
     )

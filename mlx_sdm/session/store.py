@@ -39,6 +39,7 @@ from mlx_sdm.session.schema import (  # noqa: F401  (re-exported: the store's re
     ReviewItem,
     SessionInfo,
     SupportPoint,
+    TaskScope,
     _dumps,
     _features_blob,
     _loads,
@@ -256,7 +257,8 @@ class ChatStore(ReviewQueueStore):
         """All messages of a session in order, answers with their verdicts and monitor snapshots."""
         self.get_session(session_id)
         rows = self._query(
-            "SELECT m.*, v.status AS verdict_status, v.verdict_json, v.verifier, "
+            "SELECT m.*, v.status AS verdict_status, v.verdict_json, v.verifier, v.task AS verdict_task, "
+            "v.task_recorded AS verdict_task_recorded, "
             "ms.details_json AS monitor_json, r.id AS review_id "
             "FROM messages m LEFT JOIN verdicts v ON v.message_id = m.id "
             "LEFT JOIN monitor_snapshots ms ON ms.message_id = m.id "
@@ -268,7 +270,8 @@ class ChatStore(ReviewQueueStore):
 
     def message(self, message_id: int) -> MessageRecord:
         rows = self._query(
-            "SELECT m.*, v.status AS verdict_status, v.verdict_json, v.verifier, "
+            "SELECT m.*, v.status AS verdict_status, v.verdict_json, v.verifier, v.task AS verdict_task, "
+            "v.task_recorded AS verdict_task_recorded, "
             "ms.details_json AS monitor_json, r.id AS review_id "
             "FROM messages m LEFT JOIN verdicts v ON v.message_id = m.id "
             "LEFT JOIN monitor_snapshots ms ON ms.message_id = m.id "
@@ -302,10 +305,10 @@ def _write_answer(conn: sqlite3.Connection, record: AnswerRecord, stamp: str) ->
     if record.verdict_status is not None:
         verdict = record.verdict or {}
         conn.execute(
-            "INSERT INTO verdicts(message_id, status, p_lower, reason, verdict_json, verifier, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO verdicts(message_id, status, p_lower, reason, verdict_json, verifier, task, task_recorded, "
+            "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?)",
             (message_id, record.verdict_status, verdict.get("p_lower"), verdict.get("reason"),
-             _dumps(record.verdict), record.verifier, stamp),
+             _dumps(record.verdict), record.verifier, record.task.name, stamp),
         )
     if record.monitor is not None:
         monitor = record.monitor
