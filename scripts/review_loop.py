@@ -8,6 +8,11 @@ no retraining). After N = 0, 10, 25, 50 reviewed answers of T, this reports on T
 (never reviewed) the admitted fraction and every class- and prediction-conditional stratum (paper
 Table 1 cells), and whether the promise holds (every admitted stratum ≥ α′, or nothing admitted).
 
+Labels are kept per verifier AND task (the review service's rule): the reviewed answers join only the
+support set the verifier judges their task with (for a multi-task verifier, the task its recipe routes
+T's questions to; T never seen: unrouted questions). The script checks that every reviewed and
+evaluated question routes to that one task and reports it.
+
 It also measures the time from one review decision to the changed verdict of a re-verified answer:
 add the answer's features with its label, then verify the same answer again (median and max over
 --latency-decisions decisions, each on a freshly loaded verifier).
@@ -20,7 +25,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,6 +49,7 @@ class Labelled:
     features: np.ndarray
     labels: np.ndarray
     texts: list[str]
+    prompts: list[str] = field(default_factory=list)  # the questions (user messages) the answers reply to
 
 
 @dataclass
@@ -55,6 +61,17 @@ class Step:
 
     def promise_holds(self, alpha: float) -> bool:
         return self.row.calibrated(alpha)
+
+
+def label_scope(verifier, *answer_sets: Labelled) -> str | None:
+    """The task of ``verifier`` whose support set the reviewed labels join (None: unrouted questions, or a
+    single-task verifier). Every question of the run must route there: the held-out answers are judged
+    with that task's support set, never another task's."""
+    tasks = {verifier.route(prompt).task for answers in answer_sets for prompt in answers.prompts}
+    if len(tasks) > 1:
+        raise ValueError(f"the questions route to several tasks of the verifier ({sorted(map(str, tasks))}); "
+                         "review labels are kept per task, so measure one task at a time")
+    return tasks.pop() if tasks else None
 
 
 def review_steps(estimator, reviewed: Labelled, held_out: Labelled, steps=DEFAULT_STEPS) -> list[Step]:
@@ -108,7 +125,7 @@ def format_steps(task: str, split: str, steps: list[Step], alpha: float) -> list
 def _labelled(answered) -> Labelled:
     return Labelled([a.item.id for a in answered], np.stack([a.features for a in answered]),
                     np.array([a.label.label for a in answered], dtype=np.int64),
-                    [f"{a.item.document.strip()} => {a.text.strip()}" for a in answered])
+                    [f"{a.item.document.strip()} => {a.text.strip()}" for a in answered], [a.item.prompt for a in answered])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,9 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     reviewed = _labelled(answer_items(lm, task, task.split("pool", size=max(args.steps)), settings))
     held = _labelled(answer_items(lm, task, task.split("held_out", size=args.held_out), settings))
     shifted = _labelled(answer_items(lm, task, task.split("shifted", size=args.held_out), settings))
+    scope = label_scope(verifier, reviewed, held, shifted)
     alpha = verifier.estimator.alpha
     latency, changed = decision_latency(lambda: DocumentVerifier.load(args.verifier), held, args.latency_decisions)
-    lines = []
+    lines = [f"labels kept under {args.verifier}, task {scope or 'none (unrouted questions)'}: the support set "
+             f"{task.name}'s answers are judged with, and no other task's", ""]
     for split, data in (("held-out", held), ("shifted", shifted)):
         fresh = DocumentVerifier.load(args.verifier)
         lines += format_steps(task.name, split, review_steps(fresh.estimator, reviewed, data, args.steps), alpha) + [""]

@@ -63,3 +63,28 @@ def test_decision_latency_reports_one_timing_per_decision():
         answers = Labelled(["x0", "x1", "x2"], xa[:3], ya[:3], ["", "", ""])
         seconds, changed = decision_latency(Verifier, answers, 3)
     assert len(seconds) == 3 and all(s >= 0 for s in seconds) and 0 <= changed <= 3
+
+
+def test_the_labels_of_a_run_are_scoped_to_the_task_its_questions_route_to():
+    """Review labels are kept per verifier and task: the run reports the task whose support set its labels
+    join, and refuses questions that would route to several tasks."""
+    import pytest
+
+    from mlx_sdm.network.verifier import FeatureRecipe
+    from scripts.review_loop import label_scope
+
+    class Verifier:  # the route surface of a DocumentVerifier
+        recipe = FeatureRecipe(task_systems=(("Claim:", "checker"), ("Tweet:", "sentiment")),
+                               task_names=("fever", "sentiment"))
+
+        def route(self, prompt):
+            return self.recipe.route(prompt)
+
+    x, y = np.zeros((2, D), np.float32), np.array([0, 1])
+    tweets = Labelled(["t0", "t1"], x, y, ["", ""], ["Tweet: great flight", "Tweet: lost my bag"])
+    claims = Labelled(["c0", "c1"], x, y, ["", ""], ["Claim: Paris is in France.", "Claim: Rome is in Spain."])
+    unseen = Labelled(["u0", "u1"], x, y, ["", ""], ["Email: win money", "Email: meeting at 3"])
+    assert label_scope(Verifier(), tweets, tweets) == "sentiment"
+    assert label_scope(Verifier(), unseen) is None  # a task the verifier never saw: unrouted questions
+    with pytest.raises(ValueError, match="several tasks"):
+        label_scope(Verifier(), tweets, claims)
