@@ -79,14 +79,17 @@ def verifier_dir(tmp_path_factory):
 
 @pytest.fixture
 def fixed_clock(monkeypatch):
-    """Every store timestamp is 2026-01-02 03:04:ss, one second per write."""
-    seconds = itertools.count()
-    monkeypatch.setattr(store_module, "now_iso", lambda: f"2026-01-02T03:04:{next(seconds) % 60:02d}.000000Z")
+    """Every store timestamp is 2026-01-02 03:04:ss, one second per write; calling the fixture's value
+    restarts the seconds at ``start``."""
+    seconds = [itertools.count()]
+    monkeypatch.setattr(store_module, "now_iso", lambda: f"2026-01-02T03:04:{next(seconds[0]) % 60:02d}.000000Z")
+    return lambda start=0: seconds.__setitem__(0, itertools.count(start))
 
 
 @pytest.fixture
 def store(tmp_path, fixed_clock):
     store = ChatStore(tmp_path / "chat.db")
+    fixed_clock(4)  # the schema's migrations each took a second; a new one must not move the screens' times
     yield store
     store.close()
 
