@@ -12,7 +12,11 @@ vocabulary with ``argmax mod |V|``: :meth:`VocabularyHeads.vocab_logits` returns
 decoder (the ``head`` hook of :mod:`mlx_sdm.lm.generation`).
 
 A trained head is saved as ``positive_head.safetensors`` + ``manifest.json`` (atomic) and
-:func:`load_head` refuses it for another base model.
+:func:`load_head` refuses it for another base model. A second, compact on-disk form (for shipping a
+head: a full float32 SmolLM2 head is 113 MB) stores only the change from the model's own head,
+``W_pos = W_ref + U @ V`` (U: |V| x r, V: r x D, float16), from a truncated SVD of ``W_pos - W_ref``
+(:func:`compress_head`, ``scripts/compress_head.py``); its manifest says ``"head_format":
+"low_rank_delta"`` and records the rank and the relative Frobenius error. :func:`load_head` reads both.
 """
 
 from __future__ import annotations
@@ -27,12 +31,17 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from mlx_sdm.atomic import atomic_directory
-from mlx_sdm.errors import ArtifactError, ModelMismatchError
+from mlx_sdm.atomic import atomic_directory, check_output_folder
+from mlx_sdm.errors import ArtifactError, DataError, ModelMismatchError
 
 HEAD_FORMAT_VERSION = 1
 HEAD_WEIGHTS_FILE = "positive_head.safetensors"
 HEAD_MANIFEST_FILE = "manifest.json"
+#: ``manifest["head_format"]``: the full float32 matrix (what ``mlx-sdm finetune`` writes; also when the key
+#: is absent) or the low-rank change from the model's own head (:func:`compress_head`).
+HEAD_FORMAT_FULL = "full"
+HEAD_FORMAT_LOW_RANK = "low_rank_delta"
+LOW_RANK_WEIGHTS_FILE = "positive_head_lowrank.safetensors"
 #: fingerprint keys that must agree between the model a head was trained on and the one loading it.
 FINGERPRINT_KEYS = ("architecture", "hidden_size", "vocab_size", "num_layers", "head_sha256")
 
@@ -144,6 +153,7 @@ class HeadManifest:
     def to_dict(self) -> dict[str, Any]:
         return {
             "format_version": self.format_version,
+            "head_format": HEAD_FORMAT_FULL,
             "base_model": self.base_model,
             "verifier": self.verifier,
             "data_hash": self.data_hash,
@@ -189,8 +199,9 @@ def read_head_manifest(directory: str | Path) -> dict[str, Any]:
 
 
 def load_head(directory: str | Path, model: nn.Module, fingerprint: dict[str, Any]) -> VocabularyHeads:
-    """Load a positive head written by :func:`save_head` for ``model`` (whose fingerprint is
-    ``fingerprint``, e.g. ``LoadedModel.fingerprint``); refuse one trained on another model.
+    """Load a positive head written by :func:`save_head` or :func:`compress_head` for ``model`` (whose
+    fingerprint is ``fingerprint``, e.g. ``LoadedModel.fingerprint``); refuse one trained on another model.
+    A low-rank head is rebuilt in float32 against ``model``'s own head (``head_sha256`` ties it to that head).
 
     The result's :meth:`VocabularyHeads.vocab_logits` is the ``head`` hook for generation.
     """
@@ -199,11 +210,113 @@ def load_head(directory: str | Path, model: nn.Module, fingerprint: dict[str, An
     directory = resolve_artifact(directory)
     manifest = read_head_manifest(directory)
     check_fingerprint(manifest.get("base_model", {}), fingerprint, what="this head", where=str(directory))
-    weights_path = directory / HEAD_WEIGHTS_FILE
-    try:
-        positive = mx.load(str(weights_path))["positive"]
-    except (FileNotFoundError, KeyError, ValueError, RuntimeError) as exc:
-        raise ArtifactError(f"{weights_path}: cannot read the positive head ({exc}); re-run `mlx-sdm finetune`") from None
-    heads = VocabularyHeads(output_head_weight(model), positive)
+    reference = output_head_weight(model)
+    head_format = manifest.get("head_format", HEAD_FORMAT_FULL)
+    if head_format == HEAD_FORMAT_LOW_RANK:
+        positive = _low_rank_positive(directory / LOW_RANK_WEIGHTS_FILE, reference, manifest.get("low_rank", {}))
+    elif head_format == HEAD_FORMAT_FULL:
+        weights_path = directory / HEAD_WEIGHTS_FILE
+        try:
+            positive = mx.load(str(weights_path))["positive"]
+        except (FileNotFoundError, KeyError, ValueError, RuntimeError) as exc:
+            raise ArtifactError(f"{weights_path}: cannot read the positive head ({exc}); re-run `mlx-sdm finetune`") from None
+    else:
+        raise ArtifactError(f"{directory / HEAD_MANIFEST_FILE}: field 'head_format' is {head_format!r}; this mlx-sdm reads "
+                            f"{HEAD_FORMAT_FULL!r} and {HEAD_FORMAT_LOW_RANK!r}")
+    heads = VocabularyHeads(reference, positive)
     object.__setattr__(heads, "manifest", manifest)  # plain attribute, not a parameter
     return heads
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _low_rank_positive(path: Path, reference: mx.array, info: dict[str, Any]) -> mx.array:
+    """W_ref + U @ V in float32 from a :func:`compress_head` file, checked against its manifest entry."""
+    fix = "rebuild it with scripts/compress_head.py"
+    try:
+        matches = _file_sha256(path) == info.get("sha256")
+        arrays = mx.load(str(path)) if matches else {}
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise ArtifactError(f"{path}: cannot read the low-rank positive head ({exc}); {fix}") from None
+    if not matches:
+        raise ArtifactError(f"{path}: the file does not match the sha256 its manifest records (corrupt or truncated); {fix}")
+    u, v = arrays.get("u"), arrays.get("v")
+    rows, cols = reference.shape
+    if (u is None or v is None or u.ndim != 2 or v.ndim != 2 or u.shape[0] != rows or v.shape[1] != cols
+            or u.shape[1] != v.shape[0] or u.shape[1] != info.get("rank")):
+        raise ArtifactError(f"{path}: expected factors 'u' ({rows}, r) and 'v' (r, {cols}) with r = the manifest's rank "
+                            f"{info.get('rank')!r}; {fix}")
+    positive = reference + u.astype(mx.float32) @ v.astype(mx.float32)
+    mx.eval(positive)  # once, here: U and V are not kept
+    return positive
+
+
+def low_rank_factors(delta: np.ndarray, rank: int) -> tuple[np.ndarray, np.ndarray, float]:
+    """float16 ``U`` (|V|, r) and ``V`` (r, D) whose product is the rank-``rank`` truncated SVD of ``delta``
+    (√s on each side, so both stay in float16's range), and that truncation's relative Frobenius error
+    ``sqrt(sum of the discarded s²) / ||delta||_F`` (0 for a zero ``delta``)."""
+    u, s, vt = np.linalg.svd(np.asarray(delta, dtype=np.float32), full_matrices=False)
+    root = np.sqrt(s[:rank])
+    left, right = u[:, :rank] * root, root[:, None] * vt[:rank]
+    limit = float(np.finfo(np.float16).max)
+    if not (np.isfinite(left).all() and np.isfinite(right).all()) or max(np.abs(left).max(), np.abs(right).max()) > limit:
+        raise ArtifactError("the head's change from the model's head does not fit float16 factors (too large or not finite)")
+    total = float(np.sum(s.astype(np.float64) ** 2))
+    truncation = float(np.sqrt(np.sum(s[rank:].astype(np.float64) ** 2) / total)) if total > 0 else 0.0
+    return left.astype(np.float16), right.astype(np.float16), truncation
+
+
+def _manifest_model(manifest: dict[str, Any]) -> nn.Module:
+    """The base model a head manifest names: the finetune config's ``model``, else ``base_model.name``."""
+    from mlx_sdm.lm.loading import load_model
+
+    config = manifest.get("metrics", {}).get("config", {})
+    spec = config.get("model") if isinstance(config, dict) and "model" in config else manifest.get("base_model", {}).get("name")
+    return load_model(spec).model
+
+
+def compress_head(head_dir: str | Path, out_dir: str | Path, rank: int, *, model: nn.Module | None = None,
+                  force: bool = False) -> dict[str, Any]:
+    """Write the full positive head in ``head_dir`` as ``W_ref + U @ V`` (rank ``rank``, at most min(|V|, D))
+    into ``out_dir``, atomically; returns the new manifest. ``model`` is the base model (default: the one
+    the head's manifest names, loaded with ``mlx_sdm.lm.loading.load_model``); the head must fit it.
+
+    The manifest is the source's with ``head_format: "low_rank_delta"`` and ``low_rank``: ``rank``, ``dtype``,
+    ``relative_error`` (``||W_pos - (W_ref + U V)||_F / ||W_pos - W_ref||_F`` with U, V as stored, i.e. what
+    :func:`load_head` rebuilds), ``truncation_error`` (the SVD truncation alone), ``relative_error_of_head``
+    (the same error over ``||W_pos||_F``), ``full_head_sha256`` (the source W_pos) and ``sha256`` (the file).
+    """
+    from mlx_sdm.resources import resolve_artifact
+
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise DataError(f"must be a whole number of at least 1, got {rank!r}", field="rank")
+    head_dir = resolve_artifact(head_dir)
+    manifest = read_head_manifest(head_dir)
+    if manifest.get("head_format", HEAD_FORMAT_FULL) != HEAD_FORMAT_FULL:
+        raise ArtifactError(f"{head_dir}: is already a compressed head; compress the full head `mlx-sdm finetune` wrote")
+    check_output_folder(out_dir, force=force, artifact_files=(HEAD_MANIFEST_FILE,))
+    model = _manifest_model(manifest) if model is None else model
+    reference = output_head_weight(model)
+    fingerprint = {"vocab_size": int(reference.shape[0]), "hidden_size": int(reference.shape[1]),
+                   "head_sha256": head_sha256(reference)}
+    heads = load_head(head_dir, model, fingerprint)
+    positive, delta = np.asarray(heads.positive), np.asarray(heads.positive - heads.reference)
+    rank = min(rank, *delta.shape)
+    u, v, truncation = low_rank_factors(delta, rank)
+    error = float(np.linalg.norm(delta - u.astype(np.float32) @ v.astype(np.float32)))
+    delta_norm, head_norm = float(np.linalg.norm(delta)), float(np.linalg.norm(positive))
+    low_rank = {"rank": rank, "dtype": "float16", "relative_error": error / delta_norm if delta_norm else 0.0,
+                "truncation_error": truncation, "relative_error_of_head": error / head_norm if head_norm else 0.0,
+                "full_head_sha256": head_sha256(heads.positive)}
+    with atomic_directory(Path(out_dir)) as tmp:
+        mx.save_safetensors(str(tmp / LOW_RANK_WEIGHTS_FILE), {"u": mx.array(u), "v": mx.array(v)})
+        low_rank["sha256"] = _file_sha256(tmp / LOW_RANK_WEIGHTS_FILE)
+        manifest = dict(manifest, head_format=HEAD_FORMAT_LOW_RANK, low_rank=low_rank)
+        (tmp / HEAD_MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    return manifest
