@@ -12,6 +12,8 @@ from pathlib import Path
 
 DEFAULT_VERIFIER_NAME = "smollm2-bbc-topic"
 TOPIC_VERIFIER_NAME = "smollm2-bbc-topic"  # the shipped verifier with signal (BBC News topics)
+#: The SDM-network head shipped for the embedded model (a folder under weights/, usually the compact form of
+#: scripts/compress_head.py); generate/chat/serve decode with it unless --head says otherwise (app/loading.py).
 DEFAULT_HEAD_NAME: str | None = None
 
 

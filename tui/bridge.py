@@ -186,7 +186,7 @@ class Bridge:
         return {
             "model": "smollm2, a local model folder, or a hub id",
             "verifier": "a verifier directory (mlx-sdm train), or none",
-            "head": "a head directory (mlx-sdm finetune)",
+            "head": "a head directory (mlx-sdm finetune), or none",
         }[what]
 
     def switch(self, what: str, value: str) -> None:

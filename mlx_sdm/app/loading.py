@@ -1,6 +1,7 @@
 """Loading what a turn needs from a user's spec: the model, the verifier (``--verifier DIR|none``,
-default: the shipped one for the model), the SDM-network head, the TRACER embedder. ONE rule for
-every interface (``generate``, ``chat``, the server)."""
+default: the shipped one for the model), the SDM-network head (``--head DIR|none``, default: the
+shipped one for the embedded model, :func:`resolve_head`), the TRACER embedder. ONE rule for every
+interface (``generate``, ``chat``, the server)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from mlx_sdm.errors import DataError, ModelMismatchError
-from mlx_sdm.resources import default_verifier_dir
+from mlx_sdm.resources import default_head_dir, default_verifier_dir
 from mlx_sdm.session.pipeline import TurnComponents
 
 #: Spellings of "no verification" accepted by ``--verifier``.
 VERIFIER_OFF = {"none", "off", "no"}
+#: Spellings of "no SDM-network head" accepted by ``--head`` (also the empty string).
+HEAD_OFF = VERIFIER_OFF
 
 
 @dataclass
@@ -44,13 +47,44 @@ def load_verifier(spec: str | None, lm: Any) -> LoadedVerifier:
                                           "pass --verifier DIR (build one with mlx-sdm train)")
 
 
-def load_head(spec: str | None, lm: Any) -> Any | None:
-    """The SDM-network head's vocabulary logits (``--head DIR``), or None."""
-    if not spec:
-        return None
+@dataclass
+class LoadedHead:
+    head: Any | None  # hidden states -> vocabulary logits (VocabularyHeads.vocab_logits), or None
+    path: str | None  # the folder it came from
+
+
+def resolve_head(spec: str | None, model: str | None) -> tuple[str | None, bool]:
+    """The head folder a turn decodes with, and whether it is the shipped default. ``--head DIR``: that
+    folder; ``--head none`` (or off/no/empty): none; no ``--head``: the shipped default head
+    (``resources.DEFAULT_HEAD_NAME``) when one is set and installed and ``model`` names the embedded
+    default model. The default goes with the model whatever ``--verifier`` says (its manifest records the
+    verifier it was trained with)."""
+    from mlx_sdm.lm.loading import EMBEDDED_ALIASES
+    from mlx_sdm.network.heads import HEAD_MANIFEST_FILE
+
+    if spec is not None:
+        return (None, False) if spec.strip().lower() in HEAD_OFF | {""} else (spec, False)
+    folder = default_head_dir()
+    if folder is None or model not in EMBEDDED_ALIASES or not (folder / HEAD_MANIFEST_FILE).is_file():
+        return None, False
+    return str(folder), True
+
+
+def load_head(spec: str | None, lm: Any, model: str | None = None) -> LoadedHead:
+    """The SDM-network head for ``lm`` as :func:`resolve_head` picks it (``model``: the user's model spec).
+    A folder named explicitly must fit the model (ModelMismatchError otherwise); the default that does not
+    fit is left out, as the default verifier is."""
+    path, is_default = resolve_head(spec, model)
+    if path is None:
+        return LoadedHead(None, None)
     from mlx_sdm.network.heads import load_head as load_heads
 
-    return load_heads(spec, lm.model, lm.fingerprint).vocab_logits
+    try:
+        return LoadedHead(load_heads(path, lm.model, lm.fingerprint).vocab_logits, path)
+    except ModelMismatchError:
+        if not is_default:
+            raise
+        return LoadedHead(None, None)
 
 
 def load_components(model: str | None = None, *, verifier: str | None = None, head: str | None = None,
@@ -63,9 +97,10 @@ def load_components(model: str | None = None, *, verifier: str | None = None, he
         raise DataError(f"unknown embedder {embedder!r}; use one of {', '.join(EMBEDDER_CHOICES)}", field="embedder")
     lm = load_model(model, quantized=quantized)
     loaded = load_verifier(verifier, lm)
+    head_loaded = load_head(head, lm, model)
     return TurnComponents(
         lm=lm, verifier=loaded.verifier, verifier_path=loaded.path, unverifiable_reason=loaded.unverifiable_reason,
-        head=load_head(head, lm), head_path=head,
+        head=head_loaded.head, head_path=head_loaded.path,
         embedder=make_embedder(embedder, model=lm.model, tokenizer=lm.tokenizer, model_name=lm.name),
     )
 

@@ -68,7 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", default=None, help="smollm2 (default, embedded), a local mlx-lm folder or .gguf, a preset (phi-3.5) or a hub id")
     parser.add_argument("--verifier", default=None,
                         help="verifier directory (mlx-sdm train); default: the one shipped in weights/ for the model; 'none' turns verification off")
-    parser.add_argument("--head", default=None, help="SDM-network head directory (mlx-sdm finetune) to decode with")
+    parser.add_argument("--head", default=None, metavar="DIR|none", help=(
+        "SDM-network head directory (mlx-sdm finetune, full or compressed) to decode with; default: the head shipped for "
+        "the embedded model, when there is one (kept whatever --verifier says: it belongs to the model); 'none' turns it off"))
     parser.add_argument("--db", default=None, help=f"chat store (SQLite) path; default {default_db_path()}")
     parser.add_argument("--session", default=None, help="reopen this session id (see --list); default: a new session")
     parser.add_argument("--title", default=None, help="title of a new session")

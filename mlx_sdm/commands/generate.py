@@ -28,7 +28,7 @@ answers the answer ends at the JSON unit, so the verdict covers exactly the text
   p_lower   the calibrated lower probability of the predicted class (only when admitted)
   q, d      similarity (nearest training exemplars that agree) and distance quantile
   exemplars the nearest training documents with their labels
---json prints one object; its "verdict" carries "status": "verified" | "not_verified" | "out_of_scope"
+--json prints one object ("head": the SDM-network head folder decoded with, or null); its "verdict" carries "status": "verified" | "not_verified" | "out_of_scope"
 beside "reason" and "explanation" (null when no verifier fits the model: see "unverifiable_reason").
 
 examples:
@@ -52,8 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quantized", action="store_true", help="keep the GGUF's 4-bit weights (default: float32, faster on CPU)")
     p.add_argument("--verifier", default=None, metavar="DIR|none",
                    help="document verifier folder; default: the shipped one for the model; 'none' to skip verification")
-    p.add_argument("--head", default=None, metavar="DIR",
-                   help="decode from the joint negative+positive heads of an SDM network (made by mlx-sdm finetune)")
+    p.add_argument("--head", default=None, metavar="DIR|none",
+                   help="decode from the joint negative+positive heads of an SDM network (made by mlx-sdm finetune, "
+                        "full or compressed); default: the head shipped for the embedded model, when there is one "
+                        "(kept whatever --verifier says: it belongs to the model); 'none' turns it off")
     p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="answer length limit (default %(default)s)")
     p.add_argument("--system", default=None, help="system prompt (default: the one the verifier was built with)")
     p.add_argument("--explain", type=int, default=DEFAULT_EXPLAIN, help="nearest exemplars to show (default %(default)s)")
@@ -87,6 +89,7 @@ def _payload(args, components, outcome) -> dict:
         "unverified_tail": outcome.unverified_tail,
         "model": components.lm.name,
         "verifier": components.verifier_path if components.verifier is not None else None,
+        "head": components.head_path if components.head is not None else None,
         "unverifiable_reason": outcome.unverifiable_reason,
         "status": outcome.verdict.status.value if outcome.verdict is not None else "unverifiable",
         "verdict": outcome.verdict.to_dict() if outcome.verdict is not None else None,
@@ -108,6 +111,8 @@ def _print_report(components, outcome) -> None:
         print(format_verdict(outcome.verdict))
         if outcome.unverified_tail.strip():
             print(f"note: the verdict covers {outcome.judged_text.strip()!r} only; the rest was not checked")
+    if components.head is not None:
+        print(f"decoded with the SDM-network head {components.head_path}")
     rate = len(outcome.tokens) / outcome.generation_s if outcome.generation_s else 0.0
     print(f"({len(outcome.tokens)} tokens, {rate:.1f} tokens/s, finish: {outcome.finish_reason})")
 

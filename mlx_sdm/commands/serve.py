@@ -62,7 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", default=None, help="smollm2 (default, embedded), a local mlx-lm folder or .gguf, a preset or a hub id")
     parser.add_argument("--verifier", default=None,
                         help="verifier directory; default: the one shipped for the model; 'none' = no verification (verdicts say so)")
-    parser.add_argument("--head", default=None, help="SDM-network head directory (mlx-sdm finetune) to decode with")
+    parser.add_argument("--head", default=None, metavar="DIR|none", help=(
+        "SDM-network head directory (mlx-sdm finetune, full or compressed) to decode with; default: the head shipped for "
+        "the embedded model, when there is one (kept whatever --verifier says: it belongs to the model); 'none' turns it off"))
     parser.add_argument("--host", default=DEFAULT_HOST, help="address to bind (default %(default)s: this machine only)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (default %(default)s; 0 = any free port)")
     parser.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
@@ -121,8 +123,10 @@ def run_server(args: ServeArgs, *, components: Callable[[Any], Any] | None = Non
         app = build_app(worker, ServerConfig(api_key=args.api_key, max_body_bytes=args.max_body_bytes))
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
+        head = backend.components.head_path if backend.components.head is not None else None
         print(f"mlx-sdm serve: listening on http://{shown}:{port}/v1 · model {backend.model_id} · verifier "
-              f"{backend.verifier_name or 'none'}" + (" · API key required" if args.api_key else ""), file=out, flush=True)
+              f"{backend.verifier_name or 'none'}" + (f" · head {head}" if head else "")
+              + (" · API key required" if args.api_key else ""), file=out, flush=True)
         server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=5))
         server.run(sockets=[sock])
     finally:
