@@ -10,7 +10,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-DEFAULT_VERIFIER_NAME = "smollm2-bbc-topic"
+DEFAULT_VERIFIER_NAME = "smollm2-suite"
 TOPIC_VERIFIER_NAME = "smollm2-bbc-topic"  # the shipped verifier with signal (BBC News topics)
 #: The SDM-network head shipped for the embedded model (a folder under weights/, usually the compact form of
 #: scripts/compress_head.py); generate/chat/serve decode with it unless --head says otherwise (app/loading.py).

@@ -1,8 +1,10 @@
 #!/usr/bin/env python
-"""Rebuild the shipped default verifier of the embedded SmolLM2-135M-Instruct over the task suite.
+"""Build a suite verifier of the embedded SmolLM2-135M-Instruct from the model's OWN answers.
 
-It is `mlx-sdm build-verifier` with the shipped settings (the README's default-verifier table comes
-from its report): the model answers each task's prompts itself, answers are labelled against the gold
+This was the first attempt at the default verifier (its report is kept as
+weights/smollm2-suite/report-own-answers.md); it admits nothing, because the 135M model is rarely right.
+The shipped default is built the paper's way, from constructed documents: scripts/build_suite_verifier.py.
+It is `mlx-sdm build-verifier` with these settings: the model answers each task's prompts itself, answers are labelled against the gold
 (§ 14), features come from the same pass, and the SDM estimator is fitted on every task whose answers
 the model gives in the task's JSON format. Answers and features are cached in build/suite-cache
 (outside git): a second run (e.g. after the estimator's training defaults change) only refits.
@@ -29,7 +31,7 @@ DEFAULT_PER_TASK = 128
 #: More answers where the 135M model answers in JSON and its states carry signal (measured in the README).
 PER_TASK_SIZES = {"sentiment": 512, "bbc_topic": 256, "sports_understanding": 256}
 DEFAULT_EVAL_SIZE = 32
-DEFAULT_OUT = ROOT / "weights" / "smollm2-suite"
+DEFAULT_OUT = ROOT / "build" / "smollm2-own-answers"  # not shipped: it admits nothing
 DEFAULT_CACHE = ROOT / "build" / "suite-cache"
 SIZE_BUDGET_MB = 12
 

@@ -68,13 +68,17 @@ def installed(wheel, tmp_path_factory) -> tuple[Path, dict]:
     """A fresh venv holding only the wheel; dependencies from this interpreter's site-packages."""
     root = tmp_path_factory.mktemp("venv")
     venv = root / "venv"
+    # PYTHONPATH pointing at the checkout (whose mlx_sdm.egg-info pip would take as "already installed")
+    # must not reach pip or the installed interpreter.
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], root)
     python = venv / "bin" / "python"
-    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index", str(wheel)], root)
+    _run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index", str(wheel)], root,
+         env=clean)
     purelib = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], root).stdout.strip())
     here = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     (purelib / "zz_dependencies.pth").write_text("\n".join(sorted(here)) + "\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    env = dict(clean)
     env.update(HOME=str(root), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", XDG_DATA_HOME=str(root / "data"))
     return venv, env
 

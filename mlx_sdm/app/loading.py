@@ -39,7 +39,7 @@ def load_verifier(spec: str | None, lm: Any) -> LoadedVerifier:
     path = default_verifier_dir()
     if not (Path(path) / VERIFIER_MANIFEST).is_file():
         return LoadedVerifier(None, None, "no default verifier is installed (weights/); "
-                                          "build one with scripts/build_default_verifier.py")
+                                          "build one with scripts/build_suite_verifier.py")
     try:
         return LoadedVerifier(DocumentVerifier.load(path, expect_fingerprint=lm.fingerprint), str(path), None)
     except ModelMismatchError:
