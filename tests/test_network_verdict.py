@@ -92,3 +92,24 @@ def test_exemplar_label_words_one_rule_for_server_and_tui():
     assert exemplar_label_words(7) == "an example labelled 7"
     assert verdicts.exemplar_label_words is exemplar_label_words is evidence.exemplar_label_words
     assert not hasattr(verdicts, "LABEL_WORDS")  # the words live in mlx_sdm/network/verdict.py only
+
+
+def test_an_answer_unlike_the_built_on_ones_to_a_covered_question_is_not_verified_not_out_of_scope():
+    """Out of distribution, but the question was routed to one of the verifier's tasks: the question is in
+    scope, the ANSWER is unlike (e.g. prose where the task's JSON was expected). Not verified, and the
+    sentence names the task instead of listing everything the verifier covers."""
+    coverage = read_coverage({"tasks": TASKS})
+    made = verdict(admitted=False, reason="out_of_distribution")
+    routed = DocumentVerdict(made, coverage=coverage, task=TASKS[0]["name"])
+    assert routed.status is VerdictStatus.NOT_VERIFIED and routed.reason == "out_of_distribution"
+    text = routed.explanation()
+    assert text.startswith("Not verified:") and TASKS[0]["description"] in text and "It covers" not in text
+    data = routed.to_dict()
+    assert data["status"] == "not_verified" and data["task"] == TASKS[0]["name"]
+    stored = dict(data)
+    del stored["status"]  # a row without the status word gets the same state by the same rule
+    assert status_from_dict(stored) is VerdictStatus.NOT_VERIFIED
+    # the same verdict on an unrouted question stays out of scope
+    assert DocumentVerdict(made, coverage=coverage).status is VerdictStatus.OUT_OF_SCOPE
+    # a routed question that the verifier admits is verified as before
+    assert DocumentVerdict(verdict(admitted=True), coverage=coverage, task=TASKS[0]["name"]).verified

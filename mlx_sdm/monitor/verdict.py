@@ -40,12 +40,14 @@ class VerdictStatus(str, Enum):
     NONE = "none"
 
 
-def verdict_status(admitted: bool | None, prediction: int | None, reason: str | None) -> VerdictStatus:
-    """The status word of a verdict: THE rule of :func:`mlx_sdm.network.verdict.status_of`; NONE without a verdict."""
+def verdict_status(admitted: bool | None, prediction: int | None, reason: str | None,
+                   task: str | None = None) -> VerdictStatus:
+    """The status word of a verdict: THE rule of :func:`mlx_sdm.network.verdict.status_of` (``task``: the
+    verifier's task the question was routed to); NONE without a verdict."""
     if admitted is None and prediction is None and reason is None:
         return VerdictStatus.NONE
     judged = SimpleNamespace(admitted=bool(admitted), prediction=-1 if prediction is None else int(prediction), reason=reason)
-    return VerdictStatus(status_of(judged).value)
+    return VerdictStatus(status_of(judged, routed=task is not None).value)
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,7 @@ class TurnVerdict:
         prediction = data.get("prediction")
         status = data.get("status")
         status = VerdictStatus(status) if status in {s.value for s in VerdictStatus} else \
-            verdict_status(admitted, prediction, data.get("reason"))
+            verdict_status(admitted, prediction, data.get("reason"), data.get("task"))
         return cls(status, data.get("p_lower"), data.get("q"), data.get("d"), bool(admitted),
                    None if prediction is None else int(prediction))
 

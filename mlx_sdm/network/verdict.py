@@ -8,7 +8,11 @@ three states and one plain sentence of why.
                    prediction disagrees ("index_flipped", q = 0 by a flip), or admitted as a WRONG
                    answer (y_hat = 0, "predicted_unacceptable")
     out_of_scope   out of distribution (d = 0 or q below the admitted floor with no similar support,
-                   spec § 10): the question is unlike anything the verifier was built on
+                   spec § 10): the question is unlike anything the verifier was built on. When the
+                   question was routed to one of the verifier's own tasks (it starts that task's
+                   instruction), the question IS in scope and it is the answer that is unlike the
+                   built-on answers (e.g. prose where the task's JSON was expected): not_verified,
+                   reason "out_of_distribution", and the sentence says so.
 
 Every caller (``generate``, the chat, the store, the server, the review queue) reads
 :attr:`DocumentVerdict.status` / :attr:`DocumentVerdict.verified`; nothing else re-derives the rule.
@@ -132,11 +136,13 @@ def exemplar_label_words(label: Any) -> str:
         return f"an example labelled {label}"
 
 
-def status_of(verdict: Verdict) -> VerdictStatus:
-    """THE rule: verified = admitted and y_hat = 1; out of distribution = out of scope; else not verified."""
+def status_of(verdict: Verdict, *, routed: bool = False) -> VerdictStatus:
+    """THE rule: verified = admitted and y_hat = 1; out of distribution = out of scope unless the question
+    was ``routed`` to one of the verifier's tasks (then the answer, not the question, is unlike what it
+    was built on: not verified); else not verified."""
     if verdict.admitted and int(verdict.prediction) == ACCEPTABLE:
         return VerdictStatus.VERIFIED
-    if verdict.reason == REASON_OUT_OF_DISTRIBUTION:
+    if verdict.reason == REASON_OUT_OF_DISTRIBUTION and not routed:
         return VerdictStatus.OUT_OF_SCOPE
     return VerdictStatus.NOT_VERIFIED
 
@@ -146,6 +152,14 @@ def reason_of(verdict: Verdict) -> str | None:
     if verdict.admitted:
         return None if int(verdict.prediction) == ACCEPTABLE else REASON_PREDICTED_UNACCEPTABLE
     return verdict.reason or REASON_BELOW_THRESHOLD
+
+
+def _why_answer_unlike(task: VerifierTask) -> str:
+    """Out of distribution, but the question is one of the verifier's tasks: the answer is what differs."""
+    what = task.description or task.name
+    return (f"Not verified: the question is one this verifier covers ({what}), but the answer is unlike the "
+            "answers it was built on (they give only the JSON the question asks for), so it cannot vouch for it. "
+            "Ask again, or rephrase so the answer is just that JSON.")
 
 
 def _why(reason: str | None, verdict: Verdict, alpha: float) -> str:
@@ -171,10 +185,19 @@ class DocumentVerdict:
     verdict: "Verdict"
     alpha: float = ALPHA_PRIME
     coverage: VerifierCoverage = field(default_factory=VerifierCoverage)
+    #: the verifier's task the question was routed to (TaskRoute.task); None = unrouted / single-task
+    task: str | None = None
+
+    @property
+    def routed_task(self) -> VerifierTask | None:
+        """The covered task the question was routed to, when the verifier lists it."""
+        if self.task is None:
+            return None
+        return next((t for t in self.coverage.tasks if t.name == self.task), VerifierTask(name=self.task))
 
     @property
     def status(self) -> VerdictStatus:
-        return status_of(self.verdict)
+        return status_of(self.verdict, routed=self.task is not None)
 
     @property
     def verified(self) -> bool:
@@ -186,6 +209,9 @@ class DocumentVerdict:
 
     def explanation(self, covers: VerifierCoverage | None = None) -> str:
         """One plain sentence of why; out of scope adds what the verifier covers instead."""
+        routed = self.routed_task
+        if self.reason == REASON_OUT_OF_DISTRIBUTION and routed is not None:
+            return _why_answer_unlike(routed)
         text = _why(self.reason, self.verdict, self.alpha)
         if self.status is VerdictStatus.OUT_OF_SCOPE:
             text += " " + (covers or self.coverage).sentence()
@@ -195,7 +221,7 @@ class DocumentVerdict:
         """The estimator's fields plus ``status``, ``verified``, ``reason`` (a reason code, also for an
         admitted wrong answer) and ``explanation``: what ``generate --json`` prints and the store keeps."""
         return {**self.verdict.to_dict(), "status": self.status.value, "verified": self.verified,
-                "reason": self.reason, "explanation": self.explanation()}
+                "reason": self.reason, "explanation": self.explanation(), "task": self.task}
 
 
 def status_from_dict(data: Mapping[str, Any] | None) -> VerdictStatus | None:
@@ -206,6 +232,6 @@ def status_from_dict(data: Mapping[str, Any] | None) -> VerdictStatus | None:
         return VerdictStatus(data["status"])
     if data.get("admitted") and int(data.get("prediction", -1)) == ACCEPTABLE:
         return VerdictStatus.VERIFIED
-    if data.get("reason") == REASON_OUT_OF_DISTRIBUTION:
+    if data.get("reason") == REASON_OUT_OF_DISTRIBUTION and data.get("task") is None:
         return VerdictStatus.OUT_OF_SCOPE
     return VerdictStatus.NOT_VERIFIED

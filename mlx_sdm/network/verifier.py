@@ -176,10 +176,11 @@ class DocumentVerifier:
         vector = features.vector if isinstance(features, DocumentFeatures) else np.asarray(features, dtype=np.float32)
         return self.estimator.predict(vector.reshape(1, -1), explain=explain)[0]
 
-    def judge(self, features: np.ndarray | DocumentFeatures, explain: int = 5) -> DocumentVerdict:
-        """The verdict with its user-facing state (verified / not verified / out of scope)."""
+    def judge(self, features: np.ndarray | DocumentFeatures, explain: int = 5, *, task: str | None = None) -> DocumentVerdict:
+        """The verdict with its user-facing state (verified / not verified / out of scope); ``task``: the
+        task of this verifier the question was routed to (:meth:`route`), None when unrouted."""
         return DocumentVerdict(self.verify_features(features, explain=explain), alpha=self.estimator.alpha,
-                               coverage=self.coverage)
+                               coverage=self.coverage, task=task)
 
     def verify_batch(self, features: np.ndarray, explain: int = 0) -> list[Verdict]:
         return self.estimator.predict(np.asarray(features, dtype=np.float32), explain=explain)

@@ -260,7 +260,7 @@ class TurnPipeline:
             return None, self.components.unverifiable_reason or "no verifier is loaded"
         if features is None or not text:
             return None, "the model produced an empty answer; there is nothing to verify"
-        return verifier.judge(np.asarray(features, dtype=np.float32), explain=options.explain), None
+        return verifier.judge(np.asarray(features, dtype=np.float32), explain=options.explain, task=task), None
 
     def verify_completion(self, messages: list[ChatMessage], completion: str,
                           options: TurnOptions = TurnOptions()) -> tuple[DocumentVerdict | None, str | None]:
