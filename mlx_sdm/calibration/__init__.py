@@ -4,5 +4,7 @@ Public entry points: :class:`~mlx_sdm.calibration.estimator.SDMEstimator`,
 :class:`~mlx_sdm.calibration.estimator.FitConfig`, :class:`~mlx_sdm.calibration.data.LabelledSet`
 and :func:`~mlx_sdm.calibration.data.read_embedding_jsonl`. Submodules are named for what they hold
 (``ecdf``, ``knn``, ``similarity``, ``activation``, ``adaptor``, ``training``, ``rescaler``, ``dkw``,
-``threshold``, ``offsets``, ``estimator``, ``data``).
+``threshold``, ``offsets``, ``canonical``, ``data``; the estimator is ``estimator`` with what it is made of:
+``fit_config``, ``fitting`` (Alg. 1–3, Eqs. 26–27 in order), ``prediction`` (§ 13, Eq. 28), ``verdict``,
+``state`` and ``persistence``).
 """

@@ -142,7 +142,7 @@ def stratified_halves(labels: np.ndarray, rng: np.random.Generator) -> tuple[np.
 
 def run_iteration(iteration: int, pool_h: np.ndarray, pool_y: np.ndarray, num_classes: int, config,
                   rng: np.random.Generator, progress: ProgressFn | None = None) -> IterationResult:
-    """One iteration j of Alg. 1 (``config`` is a :class:`~mlx_sdm.calibration.estimator.FitConfig`)."""
+    """One iteration j of Alg. 1 (``config`` is a :class:`~mlx_sdm.calibration.fit_config.FitConfig`)."""
     start = time.time()
     tr_idx, ca_idx = stratified_halves(pool_y, rng)
     h_tr, y_tr, h_ca, y_ca = pool_h[tr_idx], pool_y[tr_idx], pool_h[ca_idx], pool_y[ca_idx]
