@@ -14,7 +14,7 @@ DEFAULT_VERIFIER_NAME = "smollm2-suite"
 TOPIC_VERIFIER_NAME = "smollm2-bbc-topic"  # the shipped verifier with signal (BBC News topics)
 #: The SDM-network head shipped for the embedded model (a folder under weights/, usually the compact form of
 #: scripts/compress_head.py); generate/chat/serve decode with it unless --head says otherwise (app/loading.py).
-DEFAULT_HEAD_NAME: str | None = None
+DEFAULT_HEAD_NAME: str | None = "smollm2-suite-head"  # scripts/build_default_head.py (Alg. 4 kept epoch 2)
 
 
 WEIGHTS_FOLDER = "weights"  # the checkout's top-level folder; mlx_sdm/weights inside a wheel (setup.py)

