@@ -195,17 +195,13 @@ def verdict_of(components: CorpusComponents, prompt: str, answer: str) -> dict |
     if not answer.strip():  # nothing to verify: the verifier cannot vouch for an empty answer
         return {"p_lower": None, "q": None, "d": None, "admitted": False, "prediction": None, "reason": "empty_answer",
                 "status": "not_verified"}
-    recipe = components.verifier.recipe  # a multi-task verifier names each task's system prompt
-    system = recipe.system_for(prompt) if hasattr(recipe, "system_for") else recipe.system
-    v = components.verifier.verify_text(components.lm, prompt, answer, system=system, explain=0)
-    if v.reason == "out_of_distribution":
-        status = "out_of_scope"
-    elif v.admitted and int(v.prediction) == 1:
-        status = "verified"
-    else:
-        status = "not_verified"
+    from mlx_sdm.network.verdict import status_of
+
+    route = components.verifier.route(prompt)  # a multi-task verifier: the task's system prompt and name
+    v = components.verifier.verify_text(components.lm, prompt, answer, system=route.system, explain=0)
+    status = status_of(v, routed=route.task is not None).value  # the one rule (network/verdict.py)
     return {"p_lower": v.p_lower, "q": int(v.q), "d": float(v.d), "admitted": bool(v.admitted),
-            "prediction": int(v.prediction), "reason": v.reason, "status": status}
+            "prediction": int(v.prediction), "reason": v.reason, "status": status, "task": route.task}
 
 
 def run_session(plan: SessionPlan, components: CorpusComponents, items: dict[str, list],

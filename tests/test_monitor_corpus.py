@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from mlx_sdm.network.verdict import status_from_dict
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -86,6 +88,9 @@ def test_corpus_resumes_after_a_kill(corpus_setup):
         assert len(turns) == len(s.agent_steps()) == s.metadata["n_steps"] // 2
         for t, step in zip(turns, s.agent_steps()):
             assert t["step_id"] == step.step_id and t["verdict"]["status"] in ("verified", "not_verified", "out_of_scope")
+            # the stored word is the one rule's (network/verdict.py) on the stored fields, not a second copy of it
+            fields = {k: v for k, v in t["verdict"].items() if k != "status"}
+            assert status_from_dict(fields).value == t["verdict"]["status"]
             assert step.token_logprobs is not None and step.auq.p_true_confidence is not None and step.tracer is not None
         final = {}
         for t in turns:
