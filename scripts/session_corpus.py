@@ -234,7 +234,8 @@ def run_session(plan: SessionPlan, components: CorpusComponents, items: dict[str
                            turn_index=turn_index)
         verdict = verdict_of(components, item.prompt, text)
         if verdict is not None:
-            step.verifier = VerifierOutput(verdict["p_lower"], verdict["admitted"], verdict["reason"], verdict["prediction"])
+            step.verifier = VerifierOutput(verdict["p_lower"], verdict["admitted"], verdict["reason"], verdict["prediction"],
+                                           verdict.get("task"))
         try:
             belief = auq.score_step(sid, "llm_call", text, p_true=PTrueScorer(lm.model, lm.tokenizer, messages, cache=cache,
                                                                              cached_tokens=cached), step_id=step.step_id)

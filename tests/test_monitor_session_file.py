@@ -127,3 +127,22 @@ def test_step_ids():
     assert step_id_for("llm_call", "agent", 3) == "llm_3"
     assert step_id_for("tool", "agent", 1) == "tool_1"
     assert step_id_for(None, "user", 0) == "user_0"
+
+
+def test_a_routed_verdict_reads_back_with_the_state_the_chat_showed(tmp_path):
+    """Out of distribution on a question routed to one of the verifier's tasks is 'not verified' in the chat
+    (network/verdict.status_of); the session file keeps the task, so the monitor reads the same state."""
+    from mlx_sdm.monitor.verdict import TurnVerdict, VerdictStatus
+
+    path = tmp_path / "routed.jsonl"
+    session = _session("r")
+    session.steps[1].verifier = VerifierOutput(admitted=False, reason="out_of_distribution", prediction=1, task="fever")
+    write_sessions_jsonl(path, [session])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SessionFormatWarning)  # "task" is a known key: no warning
+        (back,) = read_sessions_jsonl(path)
+    assert back.steps[1].verifier.task == "fever"
+    assert TurnVerdict.from_dict(back.steps[1].verifier.to_dict()).status is VerdictStatus.NOT_VERIFIED
+    unrouted = VerifierOutput(admitted=False, reason="out_of_distribution", prediction=1)
+    assert "task" not in unrouted.to_dict()  # files without a task are written as before
+    assert TurnVerdict.from_dict(unrouted.to_dict()).status is VerdictStatus.OUT_OF_SCOPE

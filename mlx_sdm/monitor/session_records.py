@@ -62,9 +62,14 @@ class VerifierOutput:
     admitted: bool | None = None
     reason: str | None = None
     prediction: int | None = None
+    #: the verifier's task the question was routed to (its status then follows network/verdict.status_of)
+    task: str | None = None
 
     def to_dict(self) -> dict:
-        return {"p_lower": self.p_lower, "admitted": self.admitted, "reason": self.reason, "prediction": self.prediction}
+        out = {"p_lower": self.p_lower, "admitted": self.admitted, "reason": self.reason, "prediction": self.prediction}
+        if self.task is not None:  # written only when routed: files without it read as before
+            out["task"] = self.task
+        return out
 
 
 @dataclass

@@ -147,7 +147,8 @@ def session_to_format(store: ChatStore, session_id: str) -> Session:
         verifier = None
         if m.verdict is not None:
             verifier = VerifierOutput(p_lower=m.verdict.get("p_lower"), admitted=m.verdict.get("admitted"),
-                                      reason=m.verdict.get("reason"), prediction=m.verdict.get("prediction"))
+                                      reason=m.verdict.get("reason"), prediction=m.verdict.get("prediction"),
+                                      task=m.verdict.get("task"))
         auq = AUQOutput(**{k: v for k, v in mon["auq"].items() if k in AUQOutput.__dataclass_fields__}) if mon.get("auq") else None
         tracer = TracerOutput(**{k: v for k, v in mon["tracer"].items() if k in TracerOutput.__dataclass_fields__}) if mon.get("tracer") else None
         steps.append(SessionStep(
