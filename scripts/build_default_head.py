@@ -92,20 +92,19 @@ def finetune_documents(lm, task, documents: list) -> list:
 
 def suite_sets(lm, tasks, verifier, args) -> tuple[list, list, list]:
     """(training, calibration, [(task, split, documents)]) from the verifier's own seeded pool halves."""
-    from scripts.build_suite_verifier import constructed_documents
+    from scripts.build_suite_verifier import evaluation_documents, pool_halves
 
     seed = int(verifier.info.get("seed", 0))
     sizes = verifier.info.get("pool_sizes", {})
     train, calibration, tests = [], [], []
     for task in tasks:
-        pool = constructed_documents(task, task.split("pool", size=int(sizes.get(task.name, 0)) or None), seed=seed)
-        half = len(pool) // 2
+        tr, ca = pool_halves(task, int(sizes.get(task.name, 0)) or None, seed=seed)
         n_train, n_cal = ((args.bbc_train, args.bbc_calibration) if task.name == "bbc_topic"
                           else (args.train_per_task, args.calibration_per_task))
-        train += finetune_documents(lm, task, pool[:half][:n_train])
-        calibration += finetune_documents(lm, task, pool[half:][:n_cal])
+        train += finetune_documents(lm, task, tr[:n_train])
+        calibration += finetune_documents(lm, task, ca[:n_cal])
         for split in ("held_out", "shifted"):
-            docs = constructed_documents(task, task.split(split, size=args.test_per_task), seed=seed + 1)
+            docs = evaluation_documents(task, split, args.test_per_task, seed=seed)
             tests.append((task, split, finetune_documents(lm, task, docs)))
     return train, calibration, tests
 

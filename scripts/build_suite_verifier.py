@@ -78,6 +78,18 @@ def constructed_documents(task, items, *, seed: int) -> list:
     return documents
 
 
+def pool_halves(task, size: int | None, *, seed: int) -> tuple[list, list]:
+    """The task's constructed pool documents split as the verifier is fitted on them: (D_tr, D_ca)."""
+    pool = constructed_documents(task, task.split("pool", size=size), seed=seed)
+    half = len(pool) // 2
+    return pool[:half], pool[half:]
+
+
+def evaluation_documents(task, split: str, size: int, *, seed: int) -> list:
+    """The task's ``held_out`` or ``shifted`` documents, constructed with their own seed (seed + 1)."""
+    return constructed_documents(task, task.split(split, size=size), seed=seed + 1)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from mlx_sdm.app.build_verifier import REPORT_PLOT
@@ -94,12 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     train, calib, tests = [], [], []
     for task in tasks:
         size = args.bbc_size if task.name == "bbc_topic" else args.per_task
-        pool = constructed_documents(task, task.split("pool", size=size), seed=args.seed)
-        half = len(pool) // 2
-        train += pool[:half]
-        calib += pool[half:]
+        tr, ca = pool_halves(task, size, seed=args.seed)
+        train += tr
+        calib += ca
+        pool = tr + ca
         for split in ("held_out", "shifted"):
-            docs = constructed_documents(task, task.split(split, size=args.test_per_task), seed=args.seed + 1)
+            docs = evaluation_documents(task, split, args.test_per_task, seed=args.seed)
             tests.append((task, split, docs))
         print(f"{task.name}: pool {len(pool)} (y=1 {sum(d.label for d in pool)})", flush=True)
     t0 = time.time()
