@@ -15,6 +15,7 @@ from mlx_sdm.network.heads import (
     HEAD_FORMAT_LOW_RANK,
     LOW_RANK_WEIGHTS_FILE,
     HeadManifest,
+    LowRankChange,
     VocabularyHeads,
     compress_head,
     load_head,
@@ -64,6 +65,32 @@ def test_full_rank_compressed_head_decodes_as_the_full_head(tmp_path, lm):
     tokens = _tokens(lm, full)
     assert tokens != _tokens(lm, None)  # the head decides the tokens
     assert _tokens(lm, small) == tokens
+
+
+def test_a_shipped_head_decodes_through_its_factors_until_it_is_trained(tmp_path, lm):
+    """Decoding a low-rank head computes z_pos = z_neg + (h Vᵀ) Uᵀ (no second |V|×D product); the logits equal
+    those of the materialised W_pos to float32 rounding, and a head whose W_pos is replaced (training from it)
+    stops using the factors."""
+    from tests.tolerance import reordered_forward_atol
+
+    full_dir, _ = _save(tmp_path / "full", lm, _dense_head(lm, seed=2))
+    compress_head(full_dir, tmp_path / "small", 7, model=lm.model)
+    small = load_head(tmp_path / "small", lm.model, lm.fingerprint)
+    assert small.low_rank_change is not None and small.low_rank_change.u.shape[1] == 7
+    hidden = mx.array(np.random.default_rng(3).normal(size=(4, lm.hidden_size)).astype(np.float32))
+    materialised = VocabularyHeads(small.reference, small.positive)  # the same W_pos, full products
+    fast, slow = np.asarray(small.vocab_logits(hidden)), np.asarray(materialised.vocab_logits(hidden))
+    # the same sums in another order (W_ref h + U(V h) vs (W_ref + U V) h): rounding of a few reductions only
+    scale = float(np.abs(np.asarray(hidden @ small.reference.T)).max() + np.abs(slow).max())
+    assert np.abs(fast - slow).max() <= reordered_forward_atol(scale, width=lm.hidden_size, layers=1)
+    assert (fast.argmax(-1) == slow.argmax(-1)).all()
+    change = small.low_rank_change  # decoding reads the factors, not W_pos: zeroing U leaves z_neg alone
+    object.__setattr__(small, "low_rank_change", LowRankChange(change.u * 0, change.v, small.positive))
+    assert np.array_equal(np.asarray(small.vocab_logits(hidden)), np.asarray(hidden @ small.reference.T))
+    object.__setattr__(small, "low_rank_change", change)
+    small.positive = small.positive * 0.5  # what an optimizer step does: a new W_pos array
+    assert np.array_equal(np.asarray(small.vocab_logits(hidden)),
+                          np.asarray(VocabularyHeads(small.reference, small.positive).vocab_logits(hidden)))
 
 
 def test_reported_error_matches_a_recomputation(tmp_path, lm):

@@ -82,6 +82,17 @@ def head_sha256(weight: mx.array) -> str:
     return hashlib.sha256(np.asarray(weight.astype(mx.float32)).tobytes()).hexdigest()
 
 
+@dataclass(frozen=True)
+class LowRankChange:
+    """W_pos − W_ref = U @ V of a shipped head (float32 factors), valid for exactly the ``positive`` array it
+    was loaded with: greedy decoding then computes z_pos = z_neg + (h Vᵀ) Uᵀ, one |V|×r and one r×D product
+    instead of a second |V|×D one. (A plain object, not an MLX parameter.)"""
+
+    u: mx.array  # (|V|, r)
+    v: mx.array  # (r, D)
+    positive: mx.array  # the W_pos these factors describe; training replaces it, which retires them
+
+
 class VocabularyHeads(nn.Module):
     """W_ref = W_neg (frozen, shared) and W_pos (trainable float32), each (|V|, D)."""
 
@@ -131,6 +142,11 @@ class VocabularyHeads(nn.Module):
         ``max(z_neg, z_pos)`` keeps, for every token, its larger half; ties between the halves pick
         the token of the negative half first, as first-index argmax over the joint vector does.
         """
+        change = getattr(self, "low_rank_change", None)
+        if change is not None and change.positive is self.positive:  # a shipped head, untouched since loading
+            hidden = hidden.astype(mx.float32)
+            z_neg = hidden @ self.negative.T
+            return mx.maximum(z_neg, z_neg + (hidden @ change.v.T) @ change.u.T)
         z_neg, z_pos = self(hidden)
         return mx.maximum(z_neg, z_pos)
 
@@ -212,8 +228,11 @@ def load_head(directory: str | Path, model: nn.Module, fingerprint: dict[str, An
     check_fingerprint(manifest.get("base_model", {}), fingerprint, what="this head", where=str(directory))
     reference = output_head_weight(model)
     head_format = manifest.get("head_format", HEAD_FORMAT_FULL)
+    change = None
     if head_format == HEAD_FORMAT_LOW_RANK:
-        positive = _low_rank_positive(directory / LOW_RANK_WEIGHTS_FILE, reference, manifest.get("low_rank", {}))
+        u, v = _low_rank_factors_of(directory / LOW_RANK_WEIGHTS_FILE, reference, manifest.get("low_rank", {}))
+        positive = reference + u @ v
+        mx.eval(positive)  # materialised once for training and scoring; decoding uses U, V (LowRankChange)
     elif head_format == HEAD_FORMAT_FULL:
         weights_path = directory / HEAD_WEIGHTS_FILE
         try:
@@ -224,7 +243,9 @@ def load_head(directory: str | Path, model: nn.Module, fingerprint: dict[str, An
         raise ArtifactError(f"{directory / HEAD_MANIFEST_FILE}: field 'head_format' is {head_format!r}; this mlx-sdm reads "
                             f"{HEAD_FORMAT_FULL!r} and {HEAD_FORMAT_LOW_RANK!r}")
     heads = VocabularyHeads(reference, positive)
-    object.__setattr__(heads, "manifest", manifest)  # plain attribute, not a parameter
+    object.__setattr__(heads, "manifest", manifest)  # plain attributes, not parameters
+    if head_format == HEAD_FORMAT_LOW_RANK:
+        object.__setattr__(heads, "low_rank_change", LowRankChange(u, v, heads.positive))
     return heads
 
 
@@ -236,8 +257,8 @@ def _file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _low_rank_positive(path: Path, reference: mx.array, info: dict[str, Any]) -> mx.array:
-    """W_ref + U @ V in float32 from a :func:`compress_head` file, checked against its manifest entry."""
+def _low_rank_factors_of(path: Path, reference: mx.array, info: dict[str, Any]) -> tuple[mx.array, mx.array]:
+    """U, V in float32 from a :func:`compress_head` file, checked against its manifest entry."""
     fix = "rebuild it with scripts/compress_head.py"
     try:
         matches = _file_sha256(path) == info.get("sha256")
@@ -252,9 +273,7 @@ def _low_rank_positive(path: Path, reference: mx.array, info: dict[str, Any]) ->
             or u.shape[1] != v.shape[0] or u.shape[1] != info.get("rank")):
         raise ArtifactError(f"{path}: expected factors 'u' ({rows}, r) and 'v' (r, {cols}) with r = the manifest's rank "
                             f"{info.get('rank')!r}; {fix}")
-    positive = reference + u.astype(mx.float32) @ v.astype(mx.float32)
-    mx.eval(positive)  # once, here: U and V are not kept
-    return positive
+    return u.astype(mx.float32), v.astype(mx.float32)
 
 
 def low_rank_factors(delta: np.ndarray, rank: int) -> tuple[np.ndarray, np.ndarray, float]:
