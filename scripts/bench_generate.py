@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=None, help="default: the embedded SmolLM2")
     p.add_argument("--quantized", action="store_true")
     p.add_argument("--verifier", default=None, help="default: the shipped default verifier (SmolLM2 only)")
+    p.add_argument("--head", default="none",
+                   help="SDM-network head our path decodes with: none (default: the capture alone), 'default' (the "
+                        "shipped default head of the embedded model, as `mlx-sdm generate` uses it) or a head folder")
     p.add_argument("--random-phi3", action="store_true",
                    help="a Phi-3.5-mini-shaped random mlx-lm phi3 model instead of --model (no verifier)")
     p.add_argument("--bits", type=int, choices=(16, 8, 4), default=16, help="--random-phi3: bf16 or quantized (group 64)")
@@ -116,6 +119,8 @@ class BenchModel:
     verifier: object | None = None
     system: str | None = None
     fingerprint: dict = field(default_factory=dict)
+    head: object | None = None  # the decoding hook (VocabularyHeads.vocab_logits) of --head
+    head_path: str | None = None
 
 
 def random_phi3(layers: int, bits: int, seed: int = 0) -> BenchModel:
@@ -174,10 +179,15 @@ def load_bench_model(args) -> BenchModel:
     from mlx_sdm.lm.loading import load_model
     from mlx_sdm.network.verifier import DEFAULT_VERIFIER_DIR, DocumentVerifier
 
+    from mlx_sdm.app.loading import load_head
+
     lm = load_model(args.model, quantized=args.quantized)
     verifier = DocumentVerifier.load(args.verifier or DEFAULT_VERIFIER_DIR, expect_fingerprint=lm.fingerprint)
+    # "default" = no --head flag at all: the one rule (app/loading.resolve_head) picks the shipped head
+    head = load_head(None if args.head == "default" else args.head, lm, args.model)
     return BenchModel(lm.model, lm.tokenizer, f"{lm.name} ({'4-bit' if lm.quantized else 'float32'})", lm.max_context,
-                      verifier=verifier, system=verifier.recipe.system, fingerprint=lm.fingerprint)
+                      verifier=verifier, system=verifier.recipe.system, fingerprint=lm.fingerprint,
+                      head=head.head, head_path=head.path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -223,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         tic = time.perf_counter()
         config = GenerationConfig(max_tokens=args.tokens, delimiter=delimiter, stop_at_delimiter=False,
                                   extra={"logits_processors": [masked]})
-        result = generate_with_features(bench, ids, config)
+        result = generate_with_features(bench, ids, config, head=bench.head)
         t_verify = time.perf_counter()
         if bench.verifier is not None:
             bench.verifier.verify_features(result.features, explain=3)
@@ -254,6 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device {device}" + (f" ({memory:.0f} GiB)" if memory else "") + f"; mlx {mx.__version__}")
     print(f"model {bench.name}, weights {wbytes / 1e9:.2f} GB, prompt {len(ids)} tokens, answer {args.tokens} tokens, "
           f"{args.rounds} rounds (medians); peak memory {mx.get_peak_memory() / 2**30:.2f} GiB")
+    print(f"our path decodes with head: {bench.head_path or 'none (the model head)'}")
     print(f"plain mlx_lm.stream_generate: {p:.1f} tokens/s; with feature capture: {o:.1f} tokens/s; "
           f"ratio {o / p:.3f} (goal >= 0.95)")
     if bandwidth:
