@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                       calibration_admitted_untuned=result.initial_metric, calibration_admitted_best=result.best_metric)
         # the verifier by folder name (a shipped head must not carry this machine's absolute path)
         manifest = HeadManifest(base_model=dict(lm.fingerprint, name=lm.name), verifier={"name": verifier_dir.name},
-                                data_hash=result.data_hash, epochs=result.epochs_run, best_epoch=result.best_epoch,
+                                tasks=[t.to_dict() for t in verifier.recipe.task_instructions()], data_hash=result.data_hash, epochs=result.epochs_run, best_epoch=result.best_epoch,
                                 metrics={"history": result.history, "calibration_admitted_untuned": result.initial_metric,
                                          "calibration_admitted_best": result.best_metric})
         save_head(args.out, result.heads, manifest)

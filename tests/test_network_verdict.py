@@ -8,31 +8,29 @@ import json
 import pytest
 
 from mlx_sdm.calibration.estimator import Verdict
-from mlx_sdm.network.verdict import (
-    DocumentVerdict,
-    VerdictStatus,
-    VerifierCoverage,
-    VerifierTask,
-    read_coverage,
-    status_from_dict,
-)
+from mlx_sdm.network.coverage import VerifierCoverage, VerifierTask, read_coverage
+from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, status_from_dict
 
 TASKS = [{"name": "bbc_topic", "description": "the topic of a BBC news article", "example_prompt": "Classify ..."},
          {"name": "fever", "description": "whether a claim is supported", "example_prompt": "Check ..."}]
 
 
-def verdict(*, admitted: bool, prediction: int = 1, reason: str | None = None, p_lower: float | None = 0.97):
-    return Verdict(prediction=prediction, p_lower=p_lower if admitted else None, admitted=admitted, q=4, d=0.6,
+def verdict(*, admitted: bool, prediction: int = 1, reason: str | None = None, p_lower: float | None = 0.97,
+            q: int = 4, d: float = 0.6):
+    return Verdict(prediction=prediction, p_lower=p_lower if admitted else None, admitted=admitted, q=q, d=d,
                    q_bin=2, reason=None if admitted else reason)
 
 
 @pytest.mark.parametrize("made, status, reason, words", [
-    (verdict(admitted=True), VerdictStatus.VERIFIED, None, "Verified: the verifier vouches"),
+    (verdict(admitted=True), VerdictStatus.VERIFIED, None, "calibrated lower probability 0.970"),
     (verdict(admitted=True, prediction=0), VerdictStatus.NOT_VERIFIED, "predicted_unacceptable", "confident this answer is wrong"),
-    (verdict(admitted=False, reason="below_threshold"), VerdictStatus.NOT_VERIFIED, "below_threshold", "below the 0.95"),
-    (verdict(admitted=False, reason="index_flipped"), VerdictStatus.NOT_VERIFIED, "index_flipped", "judged differently"),
-    (verdict(admitted=False, reason="out_of_distribution"), VerdictStatus.OUT_OF_SCOPE, "out_of_distribution",
-     "unlike anything the verifier was built on"),
+    (verdict(admitted=False, reason="below_threshold"), VerdictStatus.NOT_VERIFIED, "below_threshold", "does not reach the 0.95"),
+    (verdict(admitted=False, reason="index_flipped"), VerdictStatus.NOT_VERIFIED, "index_flipped",
+     "no longer favours its own prediction"),
+    (verdict(admitted=False, reason="out_of_distribution", q=88, d=0.0), VerdictStatus.OUT_OF_SCOPE, "out_of_distribution",
+     "farther from the examples the verifier was built on"),
+    (verdict(admitted=False, reason="out_of_distribution", q=0, d=0.4), VerdictStatus.NOT_VERIFIED, "out_of_distribution",
+     "most similar known answer"),
 ])
 def test_three_states_and_one_sentence_of_why(made, status, reason, words):
     judged = DocumentVerdict(made)
@@ -46,14 +44,16 @@ def test_three_states_and_one_sentence_of_why(made, status, reason, words):
 
 
 def test_out_of_scope_says_what_the_verifier_covers():
-    judged = DocumentVerdict(verdict(admitted=False, reason="out_of_distribution"), coverage=read_coverage({"tasks": TASKS}))
+    judged = DocumentVerdict(verdict(admitted=False, reason="out_of_distribution", d=0.0),
+                             coverage=read_coverage({"tasks": TASKS}))
     text = judged.explanation()
     assert text.startswith("Out of scope:") and "the topic of a BBC news article" in text and "whether a claim" in text
     # other states do not list the tasks
     assert "covers" not in DocumentVerdict(verdict(admitted=True), coverage=judged.coverage).explanation()
-    # coverage passed by the caller wins
-    other = VerifierCoverage(tasks=(VerifierTask("spam"),))
-    assert "It covers: spam." in judged.explanation(other)
+    # a question routed to none of a routing verifier's tasks: out of scope with no estimator numbers
+    unrouted = DocumentVerdict(None, coverage=VerifierCoverage(tasks=(VerifierTask("spam"),)), unjudged="not_a_task")
+    assert unrouted.status is VerdictStatus.OUT_OF_SCOPE and "It covers: spam." in unrouted.explanation()
+    assert DocumentVerdict.from_dict(unrouted.to_dict()).status is VerdictStatus.OUT_OF_SCOPE
 
 
 def test_coverage_is_read_tolerantly():
@@ -99,7 +99,7 @@ def test_an_answer_unlike_the_built_on_ones_to_a_covered_question_is_not_verifie
     scope, the ANSWER is unlike (e.g. prose where the task's JSON was expected). Not verified, and the
     sentence names the task instead of listing everything the verifier covers."""
     coverage = read_coverage({"tasks": TASKS})
-    made = verdict(admitted=False, reason="out_of_distribution")
+    made = verdict(admitted=False, reason="out_of_distribution", d=0.0)
     routed = DocumentVerdict(made, coverage=coverage, task=TASKS[0]["name"])
     assert routed.status is VerdictStatus.NOT_VERIFIED and routed.reason == "out_of_distribution"
     text = routed.explanation()

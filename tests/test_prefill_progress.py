@@ -6,7 +6,8 @@ from __future__ import annotations
 import io
 
 from mlx_sdm.app.prefill_progress import PrefillProgress
-from mlx_sdm.session.pipeline import TurnComponents, TurnObserver, TurnOptions, TurnPipeline, TurnRequest
+from mlx_sdm.session.pipeline import TurnPipeline
+from mlx_sdm.session.turn import TurnComponents, TurnObserver, TurnOptions, TurnRequest
 from tests.tiny_verifier import tiny_loaded_model
 
 

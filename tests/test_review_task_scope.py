@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
-from mlx_sdm.network.verdict import TaskRoute
+from mlx_sdm.network.coverage import TaskRoute
 from mlx_sdm.network.verifier import DocumentVerifier, FeatureRecipe
 from mlx_sdm.session.store import AnswerRecord, ChatStore, TaskScope
 from tests.tiny_verifier import build_tiny_verifier

@@ -11,7 +11,7 @@ import pytest
 from mlx_sdm.errors import DataError
 from mlx_sdm.monitor.auq import EscalationAction
 from mlx_sdm.session.engine import ChatEngine, EngineConfig
-from mlx_sdm.session.pipeline import parse_tool_calls
+from mlx_sdm.session.turn import parse_tool_calls
 from mlx_sdm.session.store import ChatStore
 from tests.tiny_verifier import build_tiny_verifier, tiny_components
 

@@ -104,7 +104,7 @@ def tiny_components(verifier_dir: str | Path | None, seed: int = TINY_SEED, embe
 
     def factory(config):
         from mlx_sdm.monitor.embedders import make_embedder
-        from mlx_sdm.session.pipeline import TurnComponents
+        from mlx_sdm.session.turn import TurnComponents
 
         lm = tiny_loaded_model(seed, max_context=max_context)
         verifier = None

@@ -148,7 +148,7 @@ class Bridge:
 
     def coverage(self) -> Any:
         """What the loaded verifier covers (``VerifierCoverage``; empty until loaded or without a verifier)."""
-        from mlx_sdm.network.verdict import VerifierCoverage
+        from mlx_sdm.network.coverage import VerifierCoverage
 
         info = self.engine.info()
         return info.coverage if info is not None else VerifierCoverage()

@@ -198,6 +198,7 @@ def run_finetune(config: FinetuneConfig):
         manifest = HeadManifest(
             base_model=dict(lm.fingerprint, name=lm.name),
             verifier=verifier_info,
+            tasks=[t.to_dict() for t in verifier.recipe.task_instructions()],
             data_hash=result.data_hash,
             epochs=result.epochs_run,
             best_epoch=result.best_epoch,

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from mlx_sdm.errors import DataError, ModelMismatchError
+from mlx_sdm.network.coverage import TaskInstruction
 from mlx_sdm.resources import default_head_dir, default_verifier_dir
-from mlx_sdm.session.pipeline import TurnComponents
+from mlx_sdm.session.turn import TurnComponents
 
 #: Spellings of "no verification" accepted by ``--verifier``.
 VERIFIER_OFF = {"none", "off", "no"}
@@ -39,7 +40,7 @@ def load_verifier(spec: str | None, lm: Any) -> LoadedVerifier:
     path = default_verifier_dir()
     if not (Path(path) / VERIFIER_MANIFEST).is_file():
         return LoadedVerifier(None, None, "no default verifier is installed (weights/); "
-                                          "build one with scripts/build_suite_verifier.py")
+                                          "build one with `mlx-sdm build-verifier`")
     try:
         return LoadedVerifier(DocumentVerifier.load(path, expect_fingerprint=lm.fingerprint), str(path), None)
     except ModelMismatchError:
@@ -51,6 +52,7 @@ def load_verifier(spec: str | None, lm: Any) -> LoadedVerifier:
 class LoadedHead:
     head: Any | None  # hidden states -> vocabulary logits (VocabularyHeads.vocab_logits), or None
     path: str | None  # the folder it came from
+    tasks: tuple[TaskInstruction, ...] | None = None  # the tasks it decodes (None: its manifest names none)
 
 
 def resolve_head(spec: str | None, model: str | None) -> tuple[str | None, bool]:
@@ -80,11 +82,14 @@ def load_head(spec: str | None, lm: Any, model: str | None = None) -> LoadedHead
     from mlx_sdm.network.heads import load_head as load_heads
 
     try:
-        return LoadedHead(load_heads(path, lm.model, lm.fingerprint).vocab_logits, path)
+        heads = load_heads(path, lm.model, lm.fingerprint)
     except ModelMismatchError:
         if not is_default:
             raise
         return LoadedHead(None, None)
+    if is_default and not heads.tasks:
+        return LoadedHead(None, None)  # a default head must say which turns it decodes: never every turn
+    return LoadedHead(heads.vocab_logits, path, heads.tasks)
 
 
 def load_components(model: str | None = None, *, verifier: str | None = None, head: str | None = None,
@@ -100,7 +105,7 @@ def load_components(model: str | None = None, *, verifier: str | None = None, he
     head_loaded = load_head(head, lm, model)
     return TurnComponents(
         lm=lm, verifier=loaded.verifier, verifier_path=loaded.path, unverifiable_reason=loaded.unverifiable_reason,
-        head=head_loaded.head, head_path=head_loaded.path,
+        head=head_loaded.head, head_path=head_loaded.path, head_tasks=head_loaded.tasks,
         embedder=make_embedder(embedder, model=lm.model, tokenizer=lm.tokenizer, model_name=lm.name),
     )
 

@@ -121,7 +121,7 @@ def list_tasks(verifier: str | None) -> int:
     """``--list-tasks``: what the verifier (default: the shipped one) covers, read from its verifier.json."""
     from pathlib import Path
 
-    from mlx_sdm.network.verdict import read_coverage
+    from mlx_sdm.network.coverage import read_coverage
     from mlx_sdm.resources import default_verifier_dir, resolve_artifact
 
     folder = resolve_artifact(verifier) if verifier else default_verifier_dir()
@@ -154,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from mlx_sdm.app.loading import load_components
         from mlx_sdm.app.prefill_progress import PrefillProgress
-        from mlx_sdm.session.pipeline import TokenPiece, TurnObserver, TurnOptions, TurnPipeline, TurnRequest
+        from mlx_sdm.session.pipeline import TurnPipeline
+        from mlx_sdm.session.turn import TokenPiece, TurnObserver, TurnOptions, TurnRequest
 
         class Printer(TurnObserver):
             def prefill(self, done: int, total: int) -> None:

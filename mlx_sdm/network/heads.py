@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ import numpy as np
 
 from mlx_sdm.atomic import atomic_directory, check_output_folder
 from mlx_sdm.errors import ArtifactError, DataError, ModelMismatchError
+from mlx_sdm.network.coverage import read_task_instructions
 
 HEAD_FORMAT_VERSION = 1
 HEAD_WEIGHTS_FILE = "positive_head.safetensors"
@@ -165,6 +166,9 @@ class HeadManifest:
     best_epoch: int
     metrics: dict[str, Any]
     format_version: int = HEAD_FORMAT_VERSION
+    #: the tasks the head was trained on ([{"name", "instruction", "system"}]): it decodes only turns whose
+    #: question starts one of these instructions (coverage.match_instruction); empty = not recorded
+    tasks: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -176,6 +180,7 @@ class HeadManifest:
             "epochs": self.epochs,
             "best_epoch": self.best_epoch,
             "metrics": self.metrics,
+            **({"tasks": list(self.tasks)} if self.tasks else {}),
         }
 
 
@@ -243,7 +248,12 @@ def load_head(directory: str | Path, model: nn.Module, fingerprint: dict[str, An
         raise ArtifactError(f"{directory / HEAD_MANIFEST_FILE}: field 'head_format' is {head_format!r}; this mlx-sdm reads "
                             f"{HEAD_FORMAT_FULL!r} and {HEAD_FORMAT_LOW_RANK!r}")
     heads = VocabularyHeads(reference, positive)
+    try:
+        tasks = read_task_instructions(manifest.get("tasks"), where=str(directory / HEAD_MANIFEST_FILE))
+    except ValueError as exc:
+        raise ArtifactError(str(exc)) from None
     object.__setattr__(heads, "manifest", manifest)  # plain attributes, not parameters
+    object.__setattr__(heads, "tasks", tasks)  # None: the manifest names no tasks
     if head_format == HEAD_FORMAT_LOW_RANK:
         object.__setattr__(heads, "low_rank_change", LowRankChange(u, v, heads.positive))
     return heads

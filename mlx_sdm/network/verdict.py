@@ -1,28 +1,22 @@
 """What a verdict means to a user: ONE place that turns the estimator's :class:`Verdict` into one of
-three states and one plain sentence of why.
+the states of :class:`VerdictStatus` and, in :func:`verdict_words`, its badge and one plain sentence,
+each true of the numbers behind it (docs/method.md, "Reading a verdict").
 
     verified       admitted (p_lower >= alpha' = 0.95, Eq. 28) AND the predicted class is
                    "acceptable" (y_hat = 1)
-    not_verified   the question is in scope, but the verifier cannot vouch for the answer:
-                   p_lower below alpha' ("below_threshold"), the nearest training exemplar's
-                   prediction disagrees ("index_flipped", q = 0 by a flip), or admitted as a WRONG
-                   answer (y_hat = 0, "predicted_unacceptable")
-    out_of_scope   out of distribution (d = 0 or q below the admitted floor with no similar support,
-                   spec § 10): the question is unlike anything the verifier was built on. When the
-                   question was routed to one of the verifier's own tasks (it starts that task's
-                   instruction), the question IS in scope and it is the answer that is unlike the
-                   built-on answers (e.g. prose where the task's JSON was expected): not_verified,
-                   reason "out_of_distribution", and the sentence says so.
+    not_verified   the question is one the verifier judges, but it cannot vouch for the answer:
+                   p_lower below alpha' ("below_threshold"), the rescaled output reverses the
+                   prediction ("index_flipped"), the nearest training answer does not match (q = 0,
+                   "out_of_distribution" with d > 0), the answer is unlike the task's answers (d = 0
+                   on a question routed to a task), an empty answer, or admitted as a WRONG answer
+                   (y_hat = 0, "predicted_unacceptable")
+    out_of_scope   the question starts none of a routing verifier's task instructions
+                   ("not_a_task": no estimator judgement is made), or (a verifier without a router)
+                   d = 0: farther from what it was built on than its calibration examples
+    no_verifier    no verifier judged the answer (none fits the model, or verification is off)
 
-Every caller (``generate``, the chat, the store, the server, the review queue) reads
-:attr:`DocumentVerdict.status` / :attr:`DocumentVerdict.verified`; nothing else re-derives the rule.
-
-A verifier folder's ``verifier.json`` may list what it covers::
-
-    "tasks": [{"name": "bbc_topic", "description": "...", "example_prompt": "..."}]
-
-:func:`read_coverage` reads it tolerantly (absent or malformed entries = coverage unknown); the
-out-of-scope sentence names those tasks.
+Every caller (``generate``, the chat, the store, the server, the review queue, export) reads
+:attr:`DocumentVerdict.status` and :func:`verdict_words`; nothing else re-derives the rule or the words.
 """
 
 from __future__ import annotations
@@ -32,6 +26,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from mlx_sdm.calibration.constants import ALPHA_PRIME
+from mlx_sdm.network.coverage import VerifierCoverage, VerifierTask
 
 if TYPE_CHECKING:  # no MLX import here: the UI and the store read verdicts without loading MLX
     from mlx_sdm.calibration.estimator import Verdict
@@ -43,84 +38,37 @@ REASON_OUT_OF_DISTRIBUTION = "out_of_distribution"
 REASON_BELOW_THRESHOLD = "below_threshold"
 REASON_INDEX_FLIPPED = "index_flipped"
 REASON_PREDICTED_UNACCEPTABLE = "predicted_unacceptable"
+#: No estimator judgement was made: the question starts none of a routing verifier's task instructions,
+#: or the model's answer is empty.
+REASON_NOT_A_TASK = "not_a_task"
+REASON_EMPTY_ANSWER = "empty_answer"
 VERDICT_REASONS = (REASON_OUT_OF_DISTRIBUTION, REASON_BELOW_THRESHOLD, REASON_INDEX_FLIPPED,
-                   REASON_PREDICTED_UNACCEPTABLE)
+                   REASON_PREDICTED_UNACCEPTABLE, REASON_NOT_A_TASK, REASON_EMPTY_ANSWER)
+#: Older stored spellings of "no verifier judged it".
+LEGACY_NO_VERIFIER = ("unverifiable", "none")
 
 
 class VerdictStatus(str, Enum):
-    """The three states a user sees."""
+    """THE states a user sees, declared once (every layer and the store use this enum)."""
 
     VERIFIED = "verified"
     NOT_VERIFIED = "not_verified"
     OUT_OF_SCOPE = "out_of_scope"
+    NO_VERIFIER = "no_verifier"  # no verifier judged the answer (none fits the model, or verification is off)
+
+    @classmethod
+    def read(cls, value: Any) -> "VerdictStatus | None":
+        """A stored status word (``unverifiable`` and ``none`` are older spellings of ``no_verifier``)."""
+        if isinstance(value, VerdictStatus):
+            return value
+        if value in LEGACY_NO_VERIFIER:
+            return cls.NO_VERIFIER
+        return next((s for s in cls if s.value == value), None)
 
     @property
     def words(self) -> str:
         """The state in plain words ("verified", "not verified", "out of scope")."""
         return self.value.replace("_", " ")
-
-
-@dataclass(frozen=True)
-class VerifierTask:
-    """One task a verifier was built on, as its ``verifier.json`` lists it."""
-
-    name: str
-    description: str = ""
-    example_prompt: str = ""
-
-
-@dataclass(frozen=True)
-class TaskRoute:
-    """Where a question goes under a verifier's feature recipe: the system prompt to answer it under
-    (so its features match the build) and, for a verifier built on several tasks, the name of the
-    task whose instruction the question starts with. ``task`` is None for a single-task verifier and
-    for a question that starts no task's instruction. Review labels are kept per (verifier, task)."""
-
-    system: str | None = None
-    task: str | None = None
-
-
-@dataclass(frozen=True)
-class VerifierCoverage:
-    """What a verifier covers: its tasks (empty = not recorded) and, failing that, the name of the
-    one task its manifest mentions (``info.task``)."""
-
-    tasks: tuple[VerifierTask, ...] = ()
-    built_on: str | None = None
-
-    @property
-    def known(self) -> bool:
-        return bool(self.tasks) or bool(self.built_on)
-
-    def sentence(self) -> str:
-        """One sentence: what questions this verifier can judge."""
-        if self.tasks:
-            names = "; ".join(t.description or t.name for t in self.tasks)
-            return f"It covers: {names}."
-        if self.built_on:
-            return f"It was built on the task {self.built_on!r} only."
-        return "Its verifier.json does not record which tasks it covers."
-
-
-def _task_from(entry: Any) -> VerifierTask | None:
-    if isinstance(entry, str) and entry.strip():
-        return VerifierTask(name=entry.strip())
-    if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str) or not entry["name"].strip():
-        return None
-    text = {key: entry.get(key) if isinstance(entry.get(key), str) else "" for key in ("description", "example_prompt")}
-    return VerifierTask(name=entry["name"].strip(), **text)
-
-
-def read_coverage(manifest: Mapping[str, Any] | None) -> VerifierCoverage:
-    """Coverage from a parsed ``verifier.json`` (top-level ``tasks``, else ``info.tasks``); entries
-    that are not ``{"name": str, ...}`` are skipped, never an error."""
-    manifest = manifest or {}
-    info = manifest.get("info") if isinstance(manifest.get("info"), Mapping) else {}
-    raw = manifest.get("tasks", info.get("tasks"))
-    tasks = tuple(t for t in (_task_from(e) for e in (raw if isinstance(raw, Sequence) and not isinstance(raw, str) else ()))
-                  if t is not None)
-    built_on = info.get("task") if isinstance(info.get("task"), str) else None
-    return VerifierCoverage(tasks=tasks, built_on=built_on)
 
 
 #: A training exemplar's label in words (spec § 14: label 1 = the document's answer is correct), the one
@@ -136,57 +84,42 @@ def exemplar_label_words(label: Any) -> str:
         return f"an example labelled {label}"
 
 
-def status_of(verdict: Verdict, *, routed: bool = False) -> VerdictStatus:
-    """THE rule: verified = admitted and y_hat = 1; out of distribution = out of scope unless the question
-    was ``routed`` to one of the verifier's tasks (then the answer, not the question, is unlike what it
-    was built on: not verified); else not verified."""
+def _unlike(verdict: "Verdict") -> bool:
+    """d says the answer is unlike what the verifier was built on: Eq. 6's quantile is 0 (its nearest
+    support point is farther than the calibration examples' nearest points)."""
+    return float(verdict.d) <= 0.0
+
+
+def status_of(verdict: "Verdict", *, routed: bool = False) -> VerdictStatus:
+    """THE rule: verified = admitted and y_hat = 1; out of scope = d = 0 on a question routed to no task
+    (then the question, not only the answer, is unlike what the verifier was built on); else not verified
+    (q = 0 with d > 0 is a disagreeing nearest answer, not an unknown question)."""
     if verdict.admitted and int(verdict.prediction) == ACCEPTABLE:
         return VerdictStatus.VERIFIED
-    if verdict.reason == REASON_OUT_OF_DISTRIBUTION and not routed:
+    if verdict.reason == REASON_OUT_OF_DISTRIBUTION and not routed and _unlike(verdict):
         return VerdictStatus.OUT_OF_SCOPE
     return VerdictStatus.NOT_VERIFIED
 
 
-def reason_of(verdict: Verdict) -> str | None:
+def reason_of(verdict: "Verdict") -> str | None:
     """None when verified; else one of :data:`VERDICT_REASONS`."""
     if verdict.admitted:
         return None if int(verdict.prediction) == ACCEPTABLE else REASON_PREDICTED_UNACCEPTABLE
     return verdict.reason or REASON_BELOW_THRESHOLD
 
 
-def _why_answer_unlike(task: VerifierTask) -> str:
-    """Out of distribution, but the question is one of the verifier's tasks: the answer is what differs."""
-    what = task.description or task.name
-    return (f"Not verified: the question is one this verifier covers ({what}), but the answer is unlike the "
-            "answers it was built on (they give only the JSON the question asks for), so it cannot vouch for it. "
-            "Ask again, or rephrase so the answer is just that JSON.")
-
-
-def _why(reason: str | None, verdict: Verdict, alpha: float) -> str:
-    if reason is None:
-        return (f"Verified: the verifier vouches for this answer (calibrated lower probability "
-                f"{verdict.p_lower:.3f}, at least {alpha:.2f} required), judged against answers to similar questions.")
-    if reason == REASON_PREDICTED_UNACCEPTABLE:
-        return ("Not verified: the verifier is confident this answer is wrong; it matches answers to similar "
-                "questions that were incorrect.")
-    if reason == REASON_INDEX_FLIPPED:
-        return ("Not verified: the question is like ones the verifier knows, but the most similar known answers "
-                "were judged differently from this one, so it cannot vouch for it.")
-    if reason == REASON_OUT_OF_DISTRIBUTION:
-        return "Out of scope: this question is unlike anything the verifier was built on, so it makes no judgement."
-    return ("Not verified: the question is like ones the verifier knows, but its confidence in this answer is "
-            f"below the {alpha:.2f} it needs to vouch for it.")
-
-
 @dataclass
 class DocumentVerdict:
-    """The estimator's :class:`Verdict` with its user-facing state. ``alpha`` is the verifier's α′."""
+    """A turn's verdict: the estimator's :class:`Verdict` with its user-facing state, or (``verdict``
+    None) why no estimator judgement was made (``unjudged``: not one of a routing verifier's tasks, or
+    an empty answer). ``alpha`` is the verifier's α′."""
 
-    verdict: "Verdict"
+    verdict: "Verdict | None"
     alpha: float = ALPHA_PRIME
     coverage: VerifierCoverage = field(default_factory=VerifierCoverage)
     #: the verifier's task the question was routed to (TaskRoute.task); None = unrouted / single-task
     task: str | None = None
+    unjudged: str | None = None  # REASON_NOT_A_TASK | REASON_EMPTY_ANSWER when ``verdict`` is None
 
     @property
     def routed_task(self) -> VerifierTask | None:
@@ -197,6 +130,8 @@ class DocumentVerdict:
 
     @property
     def status(self) -> VerdictStatus:
+        if self.verdict is None:
+            return VerdictStatus.OUT_OF_SCOPE if self.unjudged == REASON_NOT_A_TASK else VerdictStatus.NOT_VERIFIED
         return status_of(self.verdict, routed=self.task is not None)
 
     @property
@@ -205,33 +140,142 @@ class DocumentVerdict:
 
     @property
     def reason(self) -> str | None:
-        return reason_of(self.verdict)
+        return self.unjudged if self.verdict is None else reason_of(self.verdict)
 
-    def explanation(self, covers: VerifierCoverage | None = None) -> str:
-        """One plain sentence of why; out of scope adds what the verifier covers instead."""
-        routed = self.routed_task
-        if self.reason == REASON_OUT_OF_DISTRIBUTION and routed is not None:
-            return _why_answer_unlike(routed)
-        text = _why(self.reason, self.verdict, self.alpha)
-        if self.status is VerdictStatus.OUT_OF_SCOPE:
-            text += " " + (covers or self.coverage).sentence()
-        return text
+    def explanation(self) -> str:
+        """The one plain sentence of :func:`verdict_words`."""
+        return verdict_words(self).sentence
 
     def to_dict(self) -> dict[str, Any]:
         """The estimator's fields plus ``status``, ``verified``, ``reason`` (a reason code, also for an
-        admitted wrong answer) and ``explanation``: what ``generate --json`` prints and the store keeps."""
-        return {**self.verdict.to_dict(), "status": self.status.value, "verified": self.verified,
-                "reason": self.reason, "explanation": self.explanation(), "task": self.task}
+        admitted wrong answer), ``explanation`` and ``badge``: what ``generate --json`` prints and the store keeps."""
+        numbers = self.verdict.to_dict() if self.verdict is not None else {
+            "prediction": None, "p_lower": None, "admitted": False, "q": None, "d": None, "q_bin": None,
+            "exemplars": [], "softmax": []}
+        words = verdict_words(self)
+        return {**numbers, "status": self.status.value, "verified": self.verified, "reason": self.reason,
+                "explanation": words.sentence, "badge": words.badge, "task": self.task, "alpha": self.alpha}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None,
+                  coverage: VerifierCoverage | None = None) -> "DocumentVerdict | None":
+        """A stored verdict dict (``to_dict``, older rows included) back as the typed verdict; None for none."""
+        if not data or VerdictStatus.read(data.get("status")) is VerdictStatus.NO_VERIFIER:
+            return None
+        alpha = float(data.get("alpha") or ALPHA_PRIME)
+        coverage = coverage or VerifierCoverage()
+        if data.get("q") is None or data.get("prediction") is None:
+            unjudged = data.get("reason") if data.get("reason") in (REASON_NOT_A_TASK, REASON_EMPTY_ANSWER) else \
+                REASON_NOT_A_TASK
+            return cls(None, alpha, coverage, data.get("task"), unjudged)
+        from mlx_sdm.calibration.verdict import Exemplar, Verdict
+
+        exemplars = [Exemplar(str(e.get("id", "")), int(e.get("label", -1)), int(e.get("prediction", -1)),
+                              float(e.get("distance", 0.0)), e.get("text")) for e in data.get("exemplars") or []]
+        reason = data.get("reason")
+        verdict = Verdict(
+            prediction=int(data["prediction"]), p_lower=data.get("p_lower"), admitted=bool(data.get("admitted")),
+            q=int(data["q"]), d=float(data.get("d") or 0.0), q_bin=int(data.get("q_bin") or 0),
+            reason=None if reason in (None, REASON_PREDICTED_UNACCEPTABLE) else reason, exemplars=exemplars,
+            softmax=[float(x) for x in data.get("softmax") or []], d_nearest=float(data.get("d_nearest") or 0.0),
+            q_tilde_lower=float(data.get("q_tilde_lower") or 0.0))
+        return cls(verdict, alpha, coverage, data.get("task"))
 
 
 def status_from_dict(data: Mapping[str, Any] | None) -> VerdictStatus | None:
-    """The state of a stored verdict dict (older rows carry no ``status``: derived by the same rule)."""
+    """The state of a stored verdict dict (older rows carry no ``status``: derived by the same rule);
+    None for no dict."""
     if not data:
         return None
-    if data.get("status") in {s.value for s in VerdictStatus}:
-        return VerdictStatus(data["status"])
-    if data.get("admitted") and int(data.get("prediction", -1)) == ACCEPTABLE:
-        return VerdictStatus.VERIFIED
-    if data.get("reason") == REASON_OUT_OF_DISTRIBUTION and data.get("task") is None:
-        return VerdictStatus.OUT_OF_SCOPE
-    return VerdictStatus.NOT_VERIFIED
+    stored = VerdictStatus.read(data.get("status"))
+    if stored is not None:
+        return stored
+    judged = DocumentVerdict.from_dict(data)
+    return judged.status if judged is not None else VerdictStatus.NO_VERIFIER
+
+
+
+# -- the words ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class VerdictWords:
+    """What a person reads about a verdict: its state, the one-line badge and one plain sentence."""
+
+    status: VerdictStatus
+    badge: str  # e.g. "✔ verified · p_lower 0.973"
+    sentence: str  # opens with the state in words ("Not verified: ...")
+
+    @property
+    def short(self) -> str:
+        """The badge without its mark: "verified · p_lower 0.973"."""
+        return self.badge.split(" ", 1)[1] if " " in self.badge else self.badge
+
+
+def _answer_words(prediction: int) -> str:
+    return "right" if int(prediction) == ACCEPTABLE else "wrong"
+
+
+def _nearest_disagrees(verdict: "Verdict") -> str:
+    """q = 0 with d > 0 (Eq. 5): the nearest training answer is not a correctly judged answer with this
+    prediction; say which, from the nearest exemplar when it was kept."""
+    if verdict.exemplars:
+        nearest = verdict.exemplars[0]
+        if int(nearest.prediction) != int(verdict.prediction):
+            return (f"the most similar known answer was judged differently (it was {exemplar_label_words(nearest.label)}, "
+                    f"judged {_answer_words(nearest.prediction)}; this one is judged {_answer_words(verdict.prediction)})")
+        if int(nearest.label) != int(nearest.prediction):
+            return (f"the verifier misjudged the most similar known answer (it was {exemplar_label_words(nearest.label)}, "
+                    f"judged {_answer_words(nearest.prediction)})")
+    return "the most similar known answer does not match the verifier's judgement of this one (q = 0)"
+
+
+def _judged_words(dv: DocumentVerdict, alpha: float) -> tuple[str, str]:
+    """(badge reason, sentence) for a verdict the estimator made; each clause is read off its numbers."""
+    v, reason = dv.verdict, dv.reason
+    assert v is not None
+    if reason is None:
+        return (f"p_lower {v.p_lower:.3f}",
+                f"Verified: calibrated lower probability {v.p_lower:.3f} that this answer is right (at least "
+                f"{alpha:.2f} required); the {v.q} most similar known answers were all correct and judged so.")
+    if reason == REASON_PREDICTED_UNACCEPTABLE:
+        return ("likely wrong",
+                f"Not verified: the verifier is confident this answer is wrong (calibrated lower probability "
+                f"{v.p_lower:.3f} that it is wrong); the {v.q} most similar known answers were all incorrect.")
+    if reason == REASON_OUT_OF_DISTRIBUTION and _unlike(v):
+        far = (f"it is farther from the examples the verifier was built on than its calibration examples are "
+               f"(distance quantile d = {v.d:.3f})")
+        routed = dv.routed_task
+        if routed is not None:
+            return ("answer unlike the task's answers",
+                    f"Not verified: the question is one this verifier covers ({routed.description or routed.name}), "
+                    f"but the answer is unlike the answers it was built on: {far}, so it cannot vouch for it.")
+        return ("unlike what it was built on",
+                f"Out of scope: {far}, so it makes no judgement. {dv.coverage.sentence()}")
+    if reason == REASON_OUT_OF_DISTRIBUTION:
+        return ("nearest known answer disagrees", f"Not verified: {_nearest_disagrees(v)}, so it cannot vouch for it.")
+    if reason == REASON_INDEX_FLIPPED:
+        return ("its evidence reverses its prediction",
+                f"Not verified: weighed by similarity (q = {v.q}) and distance (d = {v.d:.3f}), the verifier's "
+                f"calibrated output no longer favours its own prediction that the answer is "
+                f"{_answer_words(v.prediction)}, so it cannot vouch for it.")
+    return ("not confident enough",
+            f"Not verified: the verifier leans toward this answer being {_answer_words(v.prediction)}, but its "
+            f"calibrated confidence (q = {v.q}, d = {v.d:.3f}) does not reach the {alpha:.2f} it needs to vouch for it.")
+
+
+def verdict_words(verdict: DocumentVerdict | None, *, no_verifier_reason: str | None = None) -> VerdictWords:
+    """THE words of a verdict (None: no verifier judged it, ``no_verifier_reason`` says why). The chat,
+    ``generate``, plain chat, the server and export all show these and nothing else."""
+    if verdict is None:
+        why = no_verifier_reason or "no verifier fits this model"
+        return VerdictWords(VerdictStatus.NO_VERIFIER, f"· no verifier · {why}", f"No verifier: {why}.")
+    status = verdict.status
+    if verdict.verdict is None and verdict.unjudged == REASON_EMPTY_ANSWER:
+        return VerdictWords(status, "✘ not verified · empty answer",
+                            "Not verified: the model produced an empty answer; there is nothing to verify.")
+    if verdict.verdict is None:
+        return VerdictWords(status, "○ out of scope · not one of the verifier's tasks",
+                            "Out of scope: this question starts none of the task instructions the verifier was "
+                            f"built on, so it makes no judgement. {verdict.coverage.sentence()}")
+    short, sentence = _judged_words(verdict, verdict.alpha)
+    mark = {VerdictStatus.VERIFIED: "✔", VerdictStatus.OUT_OF_SCOPE: "○"}.get(status, "✘")
+    return VerdictWords(status, f"{mark} {status.words} · {short}", sentence)

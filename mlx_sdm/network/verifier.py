@@ -32,7 +32,8 @@ from mlx_sdm.errors import ArtifactError, DataError, ModelMismatchError
 from mlx_sdm.resources import default_verifier_dir, resolve_artifact
 from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE, DocumentFeatures, force_decode_batch
 from mlx_sdm.network.encoding import VerificationDocument
-from mlx_sdm.network.verdict import DocumentVerdict, TaskRoute, VerifierCoverage, read_coverage
+from mlx_sdm.network.verdict import DocumentVerdict
+from mlx_sdm.network.coverage import TaskInstruction, TaskRoute, VerifierCoverage, match_instruction, read_coverage
 
 VERIFIER_FORMAT_VERSION = 1
 VERIFIER_MANIFEST = "verifier.json"
@@ -72,15 +73,25 @@ class FeatureRecipe:
     task_names: tuple[str | None, ...] = ()
 
     def route(self, prompt: Any) -> TaskRoute:
-        """The system prompt to generate ``prompt`` (a user message) under, and the task it is routed
-        to when this recipe routes between several tasks (one task: no routing, ``task`` None)."""
-        if isinstance(prompt, str):
-            text = prompt.strip()
-            for i, (prefix, system) in enumerate(self.task_systems):
-                if prefix and text.startswith(prefix):
-                    name = self.task_names[i] if i < len(self.task_names) else None
-                    return TaskRoute(system, name if len(self.task_systems) > 1 else None)
-        return TaskRoute(self.system)
+        """The system prompt to generate ``prompt`` (one turn's user message) under, the task instruction
+        it starts with (:func:`match_instruction`, the one router) and the task's name when this recipe
+        routes between several tasks (one task: no name, ``task`` None)."""
+        index = match_instruction([prefix for prefix, _ in self.task_systems], prompt)
+        if index is None:
+            return TaskRoute(self.system)
+        prefix, system = self.task_systems[index]
+        name = self.task_names[index] if index < len(self.task_names) else None
+        return TaskRoute(system, name if len(self.task_systems) > 1 else None, prefix)
+
+    def task_instructions(self) -> tuple[TaskInstruction, ...]:
+        """The tasks this recipe routes to (what a head trained against this verifier records)."""
+        names = list(self.task_names) + [None] * (len(self.task_systems) - len(self.task_names))
+        return tuple(TaskInstruction(prefix, system, name) for (prefix, system), name in zip(self.task_systems, names))
+
+    @property
+    def routes_tasks(self) -> bool:
+        """The recipe knows its tasks' instructions: a question that starts none of them is not one of its tasks."""
+        return bool(self.task_systems)
 
     def system_for(self, prompt: Any) -> str | None:
         """The system prompt to generate ``prompt`` (a user message) under, so its features match the build."""

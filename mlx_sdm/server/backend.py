@@ -79,7 +79,7 @@ class SessionBackend:
 
     def options(self, max_tokens: int, temperature: float = 0.0, top_logprobs: int = 0):
         """Turn options of a served answer: no session monitor (no P(True), no reflection)."""
-        from mlx_sdm.session.pipeline import TurnOptions
+        from mlx_sdm.session.turn import TurnOptions
 
         return TurnOptions(max_tokens=max_tokens, temperature=temperature, system_prompt=self.config.system_prompt,
                            enable_p_true=False, generate_reflection=False, top_logprobs=top_logprobs)
@@ -107,7 +107,7 @@ class SessionBackend:
     def complete(self, request: ChatRequest, prepared: Prepared, on_token: TokenSink | None = None) -> ServedAnswer:
         """One turn through the pipeline (tokens streamed to ``on_token``), judged and stored."""
         from mlx_sdm.session.escalation import TurnStatus
-        from mlx_sdm.session.pipeline import TurnRequest
+        from mlx_sdm.session.turn import TurnRequest
 
         self.sync_reviews()
         stop = threading.Event()

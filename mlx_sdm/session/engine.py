@@ -34,7 +34,8 @@ from mlx_sdm.session.events import (
     TurnFinishedEvent,
     TurnResult,
 )
-from mlx_sdm.session.pipeline import DEFAULT_MAX_TOKENS, TurnComponents, TurnOptions, TurnOutcome, TurnPipeline, TurnRequest
+from mlx_sdm.session.pipeline import TurnPipeline
+from mlx_sdm.session.turn import DEFAULT_MAX_TOKENS, TurnComponents, TurnOptions, TurnOutcome, TurnRequest
 from mlx_sdm.session.review import DecisionResult, ReviewService
 from mlx_sdm.session.store import AnswerRecord, ChatStore, TaskScope, now_iso
 from mlx_sdm.session.turn_events import EventObserver

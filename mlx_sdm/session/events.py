@@ -22,7 +22,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, ClassVar
 
 from mlx_sdm.monitor.reading import HistoryPoint, MonitorReading
-from mlx_sdm.network.verdict import DocumentVerdict, VerifierCoverage
+from mlx_sdm.network.verdict import DocumentVerdict
+from mlx_sdm.network.coverage import VerifierCoverage
 from mlx_sdm.session.escalation import Escalation
 
 #: The verdict state of an answer no verifier judged.

@@ -24,7 +24,7 @@ import numpy as np
 
 from mlx_sdm.atomic import atomic_write_text
 from mlx_sdm.errors import DataError
-from mlx_sdm.session.pipeline import TurnComponents
+from mlx_sdm.session.turn import TurnComponents, last_user_text
 from mlx_sdm.session.store import ChatStore, SupportPoint, TaskScope
 
 
@@ -204,8 +204,7 @@ class ReviewService:
         verifier = self.components.verifier
         if verifier is None or given_under != self.verifier or message.prompt is None or not hasattr(verifier, "route"):
             return None
-        first_user = next((m.get("content") for m in message.prompt if m.get("role") == "user"), None)
-        return TaskScope(verifier.route(first_user).task)
+        return TaskScope(verifier.route(last_user_text(message.prompt)).task)
 
     def undo(self) -> DecisionResult | None:
         """Undo the most recent decision and take its point out of the support set."""

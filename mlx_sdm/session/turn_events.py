@@ -19,7 +19,7 @@ from mlx_sdm.session.events import (
     TurnFinishedEvent,
     VerdictEvent,
 )
-from mlx_sdm.session.pipeline import TokenPiece, TurnObserver, TurnOutcome
+from mlx_sdm.session.turn import TokenPiece, TurnObserver, TurnOutcome
 
 
 class EventObserver(TurnObserver):

@@ -1,0 +1,184 @@
+"""The typed turn: what goes into one turn (:class:`TurnRequest` with :class:`TurnOptions`), how it is
+planned (:class:`TurnPlan`), what streams out (:class:`TokenPiece` to a :class:`TurnObserver`) and what
+it produced (:class:`TurnOutcome`). :class:`TurnComponents` is everything MLX a turn uses. The
+pipeline that runs a turn is :mod:`mlx_sdm.session.pipeline`; every front end consumes these types.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from mlx_sdm.monitor.reading import MonitorReading
+from mlx_sdm.network.coverage import TaskInstruction, TaskRoute, VerifierCoverage
+from mlx_sdm.network.verdict import DocumentVerdict
+from mlx_sdm.session.escalation import REFLECTION_PROMPT, Escalation, TurnStatus
+from mlx_sdm.session.answer import PrefixCache
+
+DEFAULT_MAX_TOKENS = 256
+DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant. Answer briefly and accurately."
+#: Tool calls are read from the answer in the common ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` form.
+TOOL_CALL_RE = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
+#: The chat-template message shape every caller passes (mlx-lm / OpenAI): {"role", "content"}.
+ChatMessage = dict[str, str]
+
+
+@dataclass
+class TurnComponents:
+    """Everything MLX a turn uses, built on the thread that owns MLX (``mlx_sdm.app.loading``)."""
+
+    lm: Any  # mlx_sdm.lm.loading.LoadedModel
+    verifier: Any | None = None  # mlx_sdm.network.verifier.DocumentVerifier
+    verifier_path: str | None = None
+    unverifiable_reason: str | None = None  # why there is no verifier
+    head: Any | None = None  # hidden -> vocabulary logits (SDM network head)
+    head_path: str | None = None
+    #: the tasks the head was trained on: it decodes only turns routed to one of them (None: its manifest
+    #: names none, and a head the user chose decodes every turn)
+    head_tasks: tuple[TaskInstruction, ...] | None = None
+    embedder: Any | None = None  # TRACER sentence embedder; None = lexical fallback
+    #: task name -> the verifier whose support set holds the review labels of that task (set by the review
+    #: service, :class:`~mlx_sdm.session.review.ReviewService`); None: ``verifier`` judges every task
+    task_support: Callable[[str], Any] | None = None
+
+    @property
+    def coverage(self) -> VerifierCoverage:
+        return self.verifier.coverage if self.verifier is not None else VerifierCoverage()
+
+    def verifier_for(self, task: str | None) -> Any | None:
+        """The verifier that judges questions routed to ``task``: its support set takes only the review
+        labels given under this verifier and that task (``verifier`` itself for unrouted questions)."""
+        if self.verifier is None or task is None or self.task_support is None:
+            return self.verifier
+        return self.task_support(task)
+
+
+@dataclass(frozen=True)
+class TurnOptions:
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    temperature: float = 0.0
+    system_prompt: str | None = None  # None: the verifier's own (its documents' distribution), else the default
+    stop_at_judged_unit: bool = True  # end the answer where the verifier's unit ends (json_close)
+    explain: int = 5  # nearest exemplars kept with the verdict
+    enable_p_true: bool = True
+    semantic_sampling: bool = False
+    generate_reflection: bool = True  # on HIGH, let the model state its uncertainty
+    reflection_max_tokens: int = 96
+    reuse_cache: bool = True
+    top_logprobs: int = 0  # with each token, the k most likely tokens and their log-probs (TokenPiece.top)
+
+
+@dataclass
+class TurnRequest:
+    """The conversation so far (last message = the user's) and how to answer it. A system message is
+    added in front (the verifier's system prompt) unless the conversation has one."""
+
+    messages: list[ChatMessage]
+    options: TurnOptions = field(default_factory=TurnOptions)
+
+
+@dataclass(frozen=True)
+class TurnPlan:
+    """How one turn is answered and judged, decided before generation from its question alone."""
+
+    route: TaskRoute  # where this turn's question goes (route.matched: it is one of the tasks)
+    messages: list[ChatMessage]  # what the model sees (system prompt included)
+    judged: list[ChatMessage]  # what the verifier judges the answer against: a system prompt + this question
+    head: Any | None  # the SDM-network head this turn decodes with; None = the model's own head
+    judge: bool  # the verifier makes an estimator judgement (False: no verifier, or not one of its tasks)
+
+    @property
+    def judged_is_generated(self) -> bool:
+        """The model saw exactly what the verifier judges, so the generation's features are the verdict's."""
+        return self.messages == self.judged
+
+
+@dataclass
+class TokenPiece:
+    text: str
+    token_id: int | None = None
+    logprob: float | None = None
+    phase: str = "answer"  # "answer" | "reflection"
+    top: tuple[tuple[int, float], ...] = ()  # (token id, log-prob), most likely first (TurnOptions.top_logprobs)
+
+
+class TurnObserver:
+    """Streamed progress of a turn; override what you need (the defaults do nothing). Called on the
+    thread running the pipeline, in this order: token* → verdict → monitor → escalation → token*
+    (reflection)."""
+
+    def prefill(self, done: int, total: int) -> None:
+        """``done`` of the answer prompt's ``total`` new tokens are prefilled (called before any token)."""
+
+    def token(self, piece: TokenPiece) -> None: ...
+
+    def verdict(self, verdict: DocumentVerdict | None, unverifiable_reason: str | None) -> None: ...
+
+    def monitor(self, reading: MonitorReading) -> None: ...
+
+    def escalation(self, escalation: Escalation) -> None: ...
+
+
+@dataclass
+class TurnOutcome:
+    """Everything a turn produced. ``judged_text`` is what the verdict covers; ``unverified_tail``
+    any text after it (empty when the answer stopped at the judged unit)."""
+
+    status: TurnStatus
+    text: str
+    judged_text: str
+    unverified_tail: str
+    messages: list[ChatMessage]  # what the model saw (system prompt included)
+    task: str | None = None  # the verifier's task the question was routed to (TaskRoute.task)
+    verdict: DocumentVerdict | None = None
+    unverifiable_reason: str | None = None
+    monitor: MonitorReading | None = None
+    escalation: Escalation = field(default_factory=Escalation)
+    reflection: str | None = None  # on a HIGH pause: the model's own statement of its uncertainty
+    tool_calls: list[dict] = field(default_factory=list)
+    finish_reason: str = "stop"
+    tokens: list[str] = field(default_factory=list)  # decoded piece per generated token
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    features: np.ndarray | None = None
+    first_token_s: float | None = None
+    generation_s: float = 0.0
+    prompt_tokens: int = 0
+    reused_tokens: int = 0
+    truncated_prompt_tokens: int = 0
+    prefix: PrefixCache | None = field(default=None, repr=False)  # reusable by this conversation's next turn
+
+    @property
+    def reflection_shown(self) -> str | None:
+        """What the user sees on a HIGH pause: the model's statement, else the reflection prompt."""
+        return (self.reflection or REFLECTION_PROMPT) if self.escalation.reflect else None
+
+    @property
+    def verdict_reason(self) -> str | None:
+        """The verdict's reason code, or why there is no verdict."""
+        return self.verdict.reason if self.verdict is not None else self.unverifiable_reason
+
+
+def parse_tool_calls(text: str) -> list[dict]:
+    """Tool calls proposed in an answer (``<tool_call>{json}</tool_call>``); malformed blocks are ignored."""
+    calls = []
+    for block in TOOL_CALL_RE.findall(text):
+        try:
+            obj = json.loads(block)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("name"), str) and obj["name"]:
+            args = obj.get("arguments", {})
+            calls.append({"name": obj["name"], "arguments": args if isinstance(args, (dict, str)) else {}})
+    return calls
+
+
+def last_user_text(messages: list[ChatMessage]) -> str:
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            return message.get("content", "")
+    return ""

@@ -1,0 +1,101 @@
+"""Every sentence a verdict shows is true of the numbers behind it (network/verdict.verdict_words):
+a property test over many generated verdicts, and the stored form reads back to the same words."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mlx_sdm.calibration.verdict import Exemplar, Verdict
+from mlx_sdm.network.coverage import VerifierCoverage, VerifierTask
+from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, verdict_words
+
+COVERAGE = VerifierCoverage(tasks=(VerifierTask("bbc_topic", "Topic of a news article"), VerifierTask("fever")))
+OPENINGS = {VerdictStatus.VERIFIED: "Verified:", VerdictStatus.NOT_VERIFIED: "Not verified:",
+            VerdictStatus.OUT_OF_SCOPE: "Out of scope:", VerdictStatus.NO_VERIFIER: "No verifier:"}
+MARKS = {VerdictStatus.VERIFIED: "✔", VerdictStatus.NOT_VERIFIED: "✘", VerdictStatus.OUT_OF_SCOPE: "○",
+         VerdictStatus.NO_VERIFIER: "·"}
+
+exemplars = st.lists(st.builds(Exemplar, id=st.text(min_size=1, max_size=8), label=st.integers(0, 1),
+                               prediction=st.integers(0, 1), distance=st.floats(0, 50), text=st.none()), max_size=5)
+
+
+@st.composite
+def verdicts(draw) -> DocumentVerdict:
+    """Verdicts as the estimator makes them: admitted ones have p_lower >= 0.95 and q >= 1; a reason
+    only when not admitted; out of distribution means q = 0 or d = 0."""
+    prediction = draw(st.integers(0, 1))
+    admitted = draw(st.booleans())
+    q = draw(st.integers(1, 300)) if admitted else draw(st.integers(0, 300))
+    d = draw(st.floats(0.0, 1.0))
+    if admitted:
+        reason = None
+    elif q == 0 or d == 0.0:
+        reason = "out_of_distribution"
+    else:
+        reason = draw(st.sampled_from(["below_threshold", "index_flipped"]))
+    verdict = Verdict(prediction=prediction, p_lower=draw(st.floats(0.95, 1.0)) if admitted else None,
+                      admitted=admitted, q=q, d=d, q_bin=draw(st.integers(0, 9)), reason=reason,
+                      exemplars=draw(exemplars))
+    return DocumentVerdict(verdict, coverage=COVERAGE, task=draw(st.sampled_from([None, "bbc_topic"])))
+
+
+def numbers_in(text: str) -> set[str]:
+    return set(re.findall(r"\d+\.\d{3}", text))
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(verdicts())
+def test_each_sentence_is_true_of_its_numbers(judged: DocumentVerdict):
+    v, words = judged.verdict, verdict_words(judged)
+    sentence, badge = words.sentence, words.badge
+    assert words.status is judged.status
+    assert sentence.startswith(OPENINGS[judged.status]) and badge.startswith(MARKS[judged.status])
+    assert judged.status.words in badge
+    # every three-decimal number it prints is one of the verdict's own
+    own = {f"{judged.alpha:.2f}0", f"{v.d:.3f}"} | ({f"{v.p_lower:.3f}"} if v.p_lower is not None else set())
+    assert numbers_in(sentence) <= own, (sentence, own)
+    # "judged differently" only when the nearest neighbour that counts was judged otherwise
+    if "judged differently" in sentence:
+        assert v.q == 0 and v.exemplars and v.exemplars[0].prediction != v.prediction
+    if "misjudged" in sentence:
+        assert v.q == 0 and v.exemplars[0].label != v.exemplars[0].prediction
+    # "unlike" / "farther" only when d says so (Eq. 6 quantile 0); never the out-of-scope badge when routed
+    if "unlike" in sentence or "farther" in sentence:
+        assert v.d <= 0.0
+    if judged.task is not None:
+        assert judged.status is not VerdictStatus.OUT_OF_SCOPE and "out of scope" not in badge
+    # "all correct" / "all incorrect" are what q counts: the q nearest answers, correctly judged, with ŷ
+    if "were all correct" in sentence:
+        assert v.admitted and v.prediction == 1 and f"the {v.q} most similar" in sentence and v.q >= 1
+    if "were all incorrect" in sentence:
+        assert v.admitted and v.prediction == 0 and v.q >= 1
+    if v.admitted and v.prediction == 1:
+        assert judged.status is VerdictStatus.VERIFIED and f"{v.p_lower:.3f}" in badge
+    assert ("It covers" in sentence) == (judged.status is VerdictStatus.OUT_OF_SCOPE)
+    # the stored form reads back to the same words
+    again = DocumentVerdict.from_dict(judged.to_dict(), COVERAGE)
+    assert verdict_words(again) == words
+
+
+def test_no_verifier_and_unjudged_turns_have_their_own_words():
+    none = verdict_words(None, no_verifier_reason="verification is off (--verifier none)")
+    assert none.status is VerdictStatus.NO_VERIFIER and "verification is off" in none.sentence
+    empty = verdict_words(DocumentVerdict(None, unjudged="empty_answer"))
+    assert empty.status is VerdictStatus.NOT_VERIFIED and "empty answer" in empty.sentence
+    other = verdict_words(DocumentVerdict(None, coverage=COVERAGE, unjudged="not_a_task"))
+    assert other.status is VerdictStatus.OUT_OF_SCOPE and "not one of the verifier's tasks" in other.badge
+
+
+def test_the_reported_contradictions_are_gone():
+    """Issue 18: "judged differently" above five exemplars that all agree, and "unlike the answers it was
+    built on" for an answer that was exactly the task's JSON (d > 0)."""
+    agree = [Exemplar(f"e{i}", 1, 1, 1.0 + i) for i in range(5)]
+    flipped = DocumentVerdict(Verdict(1, None, False, 12, 0.4, 1, "index_flipped", agree), task="bbc_topic")
+    assert "judged differently" not in flipped.explanation()
+    misjudged = [Exemplar("m", 0, 1, 0.5)] + agree
+    near = DocumentVerdict(Verdict(1, None, False, 0, 0.01, 0, "out_of_distribution", misjudged), task="bbc_topic")
+    assert "unlike" not in near.explanation() and "misjudged" in near.explanation()
+    assert near.status is VerdictStatus.NOT_VERIFIED
