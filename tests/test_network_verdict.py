@@ -90,7 +90,11 @@ def test_exemplar_label_words_one_rule_for_server_and_tui():
     assert exemplar_label_words("0") == "an incorrect answer to a similar question"
     assert exemplar_label_words(None) == "an example labelled None"
     assert exemplar_label_words(7) == "an example labelled 7"
-    assert verdicts.exemplar_label_words is exemplar_label_words is evidence.exemplar_label_words
+    from mlx_sdm.network.evidence import EvidenceItem
+
+    assert verdicts.exemplar_label_words is exemplar_label_words
+    assert EvidenceItem(1, "e", "q", "a", 0, 0, 1.0).label_words == exemplar_label_words(0)
+    assert "evidence_of" in vars(evidence)  # the TUI reads exemplars through the one evidence module
     assert not hasattr(verdicts, "LABEL_WORDS")  # the words live in mlx_sdm/network/verdict.py only
 
 

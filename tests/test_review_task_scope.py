@@ -93,12 +93,13 @@ def test_an_old_store_migrates_and_keeps_its_labels(tmp_path):
 def test_the_recipe_routes_a_question_to_its_task():
     recipe = FeatureRecipe(system="generic", task_systems=(("Claim:", "fact checker"), ("Article:", "topic classifier")),
                            task_names=("fever", "bbc_topic"))
-    assert recipe.route("Claim: Paris is in France.") == TaskRoute("fact checker", "fever")
-    assert recipe.route("  Article: oil prices fall") == TaskRoute("topic classifier", "bbc_topic")
+    assert recipe.route("Claim: Paris is in France.") == TaskRoute("fact checker", "fever", "Claim:")
+    assert recipe.route("  Article: oil prices fall") == TaskRoute("topic classifier", "bbc_topic", "Article:")
     assert recipe.route("What is the capital of Australia?") == TaskRoute("generic", None)
+    assert not recipe.route("What is the capital of Australia?").matched
     assert recipe.system_for("Claim: x") == "fact checker"
     single = FeatureRecipe(task_systems=(("Claim:", "fact checker"),), task_names=("fever",))
-    assert single.route("Claim: x") == TaskRoute("fact checker", None)  # one task: nothing to keep apart
+    assert single.route("Claim: x") == TaskRoute("fact checker", None, "Claim:")  # one task: nothing to keep apart
 
 
 def test_an_older_manifest_names_its_tasks_from_their_example_prompts(tmp_path):

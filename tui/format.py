@@ -7,14 +7,16 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from mlx_sdm.network.verdict import status_from_dict
+from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, VerdictWords, status_from_dict, verdict_words
 
 #: A verdict's reason code -> the words the user reads (mlx_sdm.network.verdict reasons).
 REASON_LABELS: dict[str, str] = {
-    "out_of_distribution": "unlike anything it was built on",
+    "out_of_distribution": "outside what it was built on",
     "below_threshold": "not confident enough",
-    "index_flipped": "similar answers were judged differently",
+    "index_flipped": "its evidence reverses its prediction",
     "predicted_unacceptable": "likely wrong",
+    "not_a_task": "not one of its tasks",
+    "empty_answer": "empty answer",
 }
 
 #: Review-queue reasons that are not verdicts but escalations by the session monitor.
@@ -27,9 +29,8 @@ ESCALATION_REASON_LABELS: dict[str, str] = {
 #: AUQ levels in order of severity (monitoring spec § 2.5).
 LEVELS: tuple[str, ...] = ("low", "medium", "high", "critical")
 
-VERIFIED, NOT_VERIFIED, OUT_OF_SCOPE = "verified", "not_verified", "out_of_scope"
-UNVERIFIABLE, PENDING = "unverifiable", "pending"
-STATES = (VERIFIED, NOT_VERIFIED, OUT_OF_SCOPE, UNVERIFIABLE)
+#: The badge's state while the answer is still streaming (not a verdict state).
+PENDING = "pending"
 
 
 def reason_label(reason: str | None) -> str:
@@ -47,12 +48,15 @@ def reason_label(reason: str | None) -> str:
 
 
 def verdict_status(verdict: Mapping[str, Any] | None, status: str | None = None) -> str:
-    """``verified`` / ``not_verified`` / ``out_of_scope`` / ``unverifiable``: the engine's status when
-    given, else read off a stored verdict dict by the one rule (None = no verifier judged it)."""
-    if status in STATES:
-        return status
-    state = status_from_dict(verdict)
-    return UNVERIFIABLE if state is None else state.value
+    """A ``VerdictStatus`` value: the engine's status when given, else read off a stored verdict dict by
+    the one rule (None = no verifier judged it)."""
+    state = VerdictStatus.read(status) or status_from_dict(verdict) or VerdictStatus.NO_VERIFIER
+    return state.value
+
+
+def stored_verdict_words(verdict: Mapping[str, Any] | None, reason: str | None = None) -> VerdictWords:
+    """The one badge and sentence (network/verdict.verdict_words) of a stored verdict dict."""
+    return verdict_words(DocumentVerdict.from_dict(verdict), no_verifier_reason=reason)
 
 
 def format_p(value: float | None) -> str:
@@ -67,19 +71,10 @@ def badge_text(
     reason: str | None = None,
     expanded: bool = False,
 ) -> str:
-    """The one-line badge under an answer: ``✔ verified · p_lower 0.973`` and so on."""
+    """The one-line badge under an answer (``▸ ✔ verified · p_lower 0.973``): the one rule's badge."""
     arrow = "▾" if expanded else "▸"
-    status = verdict_status(verdict, status)
-    if status == VERIFIED:
-        p_lower = None if verdict is None else verdict.get("p_lower")
-        return f"{arrow} ✔ verified · p_lower {format_p(p_lower)}"
-    if status == NOT_VERIFIED:
-        why = reason or (None if verdict is None else verdict.get("reason"))
-        return f"{arrow} ✘ not verified · {reason_label(why) or 'not confident enough'}"
-    if status == OUT_OF_SCOPE:
-        return f"{arrow} ○ out of scope · unlike what this verifier covers"
-    why = f" · {reason_label(reason)}" if reason else " · no verifier fits this model"
-    return f"? unverifiable{why}"
+    words = stored_verdict_words(verdict, reason)
+    return words.badge if words.status is VerdictStatus.NO_VERIFIER else f"{arrow} {words.badge}"
 
 
 def level_label(level: str | None) -> str:

@@ -303,13 +303,14 @@ def _open_plain_session(store, info, session_id: str | None, title: str | None, 
 
 def _print_turn(result, out, logged: list[str], timing: bool) -> bool:
     """The lines after an answer: verdict and why, unverified text, monitor, escalation. True when paused."""
+    from mlx_sdm.network.verdict import verdict_words
     from mlx_sdm.session.export import monitor_line, verdict_line
 
     out()
     verdict = result.verdict.to_dict() if result.verdict is not None else None
     out(f"[{verdict_line(result.verdict_status, verdict, result.verdict_reason)}]")
-    if result.verdict is not None:
-        out(f"[{result.verdict.explanation()}]")
+    if result.verdict_status is not None:
+        out(f"[{verdict_words(result.verdict, no_verifier_reason=result.verdict_reason).sentence}]")
     if result.unverified_tail.strip():
         out(f"[unverified: the verdict covers only {result.judged_text.strip()!r}; the rest was not checked]")
     out(f"[{monitor_line(result.monitor)}]")

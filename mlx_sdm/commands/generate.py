@@ -12,6 +12,7 @@ import threading
 import warnings
 
 from mlx_sdm.errors import MlxSdmError
+from mlx_sdm.network.verdict import verdict_words
 
 DEFAULT_MAX_TOKENS = 128
 DEFAULT_EXPLAIN = 3
@@ -63,21 +64,29 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def format_verdict(judged) -> str:
-    """A :class:`~mlx_sdm.network.verdict.DocumentVerdict` as text: the state and why, then the numbers."""
-    verdict = judged.verdict
+def format_verdict(judged, no_verifier_reason: str | None = None) -> str:
+    """A verdict as text: the state and its one sentence (network/verdict.verdict_words), the numbers,
+    then the nearest exemplars by what tells them apart (network/evidence.py)."""
+    from mlx_sdm.network.evidence import evidence_of
+
+    words = verdict_words(judged, no_verifier_reason=no_verifier_reason)
+    lines = [f"verdict: {words.status.words.upper()}", words.sentence]
+    verdict = judged.verdict if judged is not None else None
+    if verdict is None:
+        return "\n".join(lines)
     label = {0: "not acceptable", 1: "acceptable"}.get(verdict.prediction, str(verdict.prediction))
     p_lower = (f"{verdict.p_lower:.4f} (>= alpha' {judged.alpha})" if verdict.p_lower is not None
                else f"— (below alpha' {judged.alpha})")
-    lines = [f"verdict: {judged.status.words.upper()}", judged.explanation(),
-             f"prediction: {verdict.prediction} ({label})", f"p_lower: {p_lower}",
-             f"q: {verdict.q}   d: {verdict.d:.4f}   q_bin: {verdict.q_bin}"]
-    if verdict.exemplars:
-        lines.append("nearest exemplars:")
-        for i, ex in enumerate(verdict.exemplars, 1):
-            text = (ex.text or ex.id).replace("\n", " ")
-            text = text if len(text) <= 160 else text[:157] + "..."
-            lines.append(f"  {i}. [label {ex.label}, predicted {ex.prediction}, distance {ex.distance:.3f}] {text}")
+    lines += [f"prediction: {verdict.prediction} ({label})", f"p_lower: {p_lower}",
+              f"q: {verdict.q}   d: {verdict.d:.4f}   q_bin: {verdict.q_bin}"]
+    evidence = evidence_of(verdict.exemplars)
+    if evidence.items:
+        lines.append("nearest exemplars" + (f" (each a question starting {evidence.instruction!r}):" if evidence.instruction else ":"))
+        for item in evidence.items:
+            question = item.question if len(item.question) <= 100 else item.question[:97] + "..."
+            lines.append(f"  {item.rank}. {question} => {item.answer}\n     {item.label_words} "
+                         f"(judged {'acceptable' if item.prediction == 1 else 'not acceptable'}, distance "
+                         f"{item.distance:.3f}, id {item.id})")
     return "\n".join(lines)
 
 
@@ -89,9 +98,9 @@ def _payload(args, components, outcome) -> dict:
         "unverified_tail": outcome.unverified_tail,
         "model": components.lm.name,
         "verifier": components.verifier_path if components.verifier is not None else None,
-        "head": components.head_path if components.head is not None else None,
+        "head": components.head_path if outcome.decoded_with_head else None,
         "unverifiable_reason": outcome.unverifiable_reason,
-        "status": outcome.verdict.status.value if outcome.verdict is not None else "unverifiable",
+        "status": verdict_words(outcome.verdict).status.value,
         "verdict": outcome.verdict.to_dict() if outcome.verdict is not None else None,
         "generation": {"tokens": outcome.token_ids, "finish_reason": outcome.finish_reason,
                        "prompt_tokens": outcome.prompt_tokens,
@@ -105,14 +114,12 @@ def _print_report(components, outcome) -> None:
     print("-" * 60)
     if outcome.truncated_prompt_tokens:
         print(f"note: the prompt was left-truncated by {outcome.truncated_prompt_tokens} tokens to fit the context")
-    if outcome.verdict is None:
-        print(f"verdict: UNVERIFIABLE ({outcome.unverifiable_reason})")
-    else:
-        print(format_verdict(outcome.verdict))
+    print(format_verdict(outcome.verdict, outcome.unverifiable_reason))
+    if outcome.verdict is not None and outcome.verdict.verdict is not None:
         if outcome.unverified_tail.strip():
             print(f"note: the verdict covers {outcome.judged_text.strip()!r} only; the rest was not checked")
-    if components.head is not None:
-        print(f"decoded with the SDM-network head {components.head_path}")
+    if outcome.decoded_with_head:
+        print(f"decoded with the SDM-network head {components.head_path} (the question is one of its tasks)")
     rate = len(outcome.tokens) / outcome.generation_s if outcome.generation_s else 0.0
     print(f"({len(outcome.tokens)} tokens, {rate:.1f} tokens/s, finish: {outcome.finish_reason})")
 

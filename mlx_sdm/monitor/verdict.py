@@ -19,34 +19,27 @@ right, so after agent step t the forecast is ``p_t = prod_{s <= t} pi_s``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any, Mapping, Sequence
 
 from types import SimpleNamespace
 
 from mlx_sdm.monitor.scoring import EPS
 from mlx_sdm.network.verdict import ACCEPTABLE as LABEL_ACCEPTABLE
-from mlx_sdm.network.verdict import status_of
+from mlx_sdm.network.verdict import LEGACY_NO_VERIFIER, VerdictStatus, status_of
 #: Turn success rate of a status before any labelled session was seen (no information either way).
 PRIOR_TURN_RATE = 0.5
 #: Laplace smoothing of the fitted per-status rates: (correct + 1) / (turns + 2).
 RATE_SMOOTHING = 1.0
 
 
-class VerdictStatus(str, Enum):
-    VERIFIED = "verified"
-    NOT_VERIFIED = "not_verified"
-    OUT_OF_SCOPE = "out_of_scope"
-    NONE = "none"
-
-
 def verdict_status(admitted: bool | None, prediction: int | None, reason: str | None,
-                   task: str | None = None) -> VerdictStatus:
+                   task: str | None = None, d: float | None = None) -> VerdictStatus:
     """The status word of a verdict: THE rule of :func:`mlx_sdm.network.verdict.status_of` (``task``: the
-    verifier's task the question was routed to); NONE without a verdict."""
+    verifier's task the question was routed to); NO_VERIFIER without a verdict."""
     if admitted is None and prediction is None and reason is None:
-        return VerdictStatus.NONE
-    judged = SimpleNamespace(admitted=bool(admitted), prediction=-1 if prediction is None else int(prediction), reason=reason)
+        return VerdictStatus.NO_VERIFIER
+    judged = SimpleNamespace(admitted=bool(admitted), prediction=-1 if prediction is None else int(prediction), reason=reason,
+                             d=0.0 if d is None else d)  # rows without d: out of distribution read as before
     return VerdictStatus(status_of(judged, routed=task is not None).value)
 
 
@@ -65,12 +58,12 @@ class TurnVerdict:
     def from_dict(cls, data: Mapping[str, Any] | None) -> "TurnVerdict":
         """From ``Verdict.to_dict()``, a stored verdict, or a ``VerifierOutput.to_dict()``; None -> no verdict."""
         if not data:
-            return cls(VerdictStatus.NONE)
+            return cls(VerdictStatus.NO_VERIFIER)
         admitted = data.get("admitted")
         prediction = data.get("prediction")
         status = data.get("status")
-        status = VerdictStatus(status) if status in {s.value for s in VerdictStatus} else \
-            verdict_status(admitted, prediction, data.get("reason"), data.get("task"))
+        status = VerdictStatus.read(status) or \
+            verdict_status(admitted, prediction, data.get("reason"), data.get("task"), data.get("d"))
         return cls(status, data.get("p_lower"), data.get("q"), data.get("d"), bool(admitted),
                    None if prediction is None else int(prediction))
 
@@ -84,6 +77,11 @@ class VerdictMonitorParams:
     """Turn success rate per status, for turns whose verdict carries no calibrated probability."""
 
     status_rate: Mapping[str, float] = field(default_factory=lambda: {s.value: PRIOR_TURN_RATE for s in VerdictStatus})
+
+    def __post_init__(self) -> None:  # older files spell "no verifier" as "none" / "unverifiable"
+        rates = {(VerdictStatus.NO_VERIFIER.value if k in LEGACY_NO_VERIFIER else k): float(v)
+                 for k, v in dict(self.status_rate).items()}
+        object.__setattr__(self, "status_rate", rates)
 
 
 def turn_success_probability(verdict: TurnVerdict, params: VerdictMonitorParams) -> float:

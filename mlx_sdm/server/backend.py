@@ -92,7 +92,7 @@ class SessionBackend:
         from mlx_sdm.lm.prompt import render_prompt
 
         chat = [{"role": m.role, "content": m.content} for m in messages]
-        ids = render_prompt(self.lm.tokenizer, self.pipeline.with_system(chat, self.options(1)))
+        ids = render_prompt(self.lm.tokenizer, self.pipeline.plan(chat, self.options(1)).messages)
         room = self.max_context - len(ids)
         if room < 1:
             raise ApiError(400, f"messages are {len(ids)} tokens, longer than the model's context of "
@@ -117,8 +117,7 @@ class SessionBackend:
         outcome = self.pipeline.run(TurnRequest(prepared.messages, options), observer=observer, stop=stop, prefix=prefix)
         self._prefix = outcome.prefix
         cancelled = outcome.status is TurnStatus.CANCELLED
-        verdict = (verdicts.without_verdict(verdicts.CANCELLED, "the answer was stopped before it was finished")
-                   if cancelled else self._served(outcome.verdict, outcome.unverifiable_reason))
+        verdict = verdicts.cancelled() if cancelled else self._served(outcome.verdict, outcome.unverifiable_reason)
         finish = "cancelled" if cancelled else ("length" if outcome.finish_reason == "length" else "stop")
         answer = ServedAnswer(text=outcome.text, finish_reason=finish, prompt_tokens=outcome.prompt_tokens,
                               completion_tokens=len(outcome.tokens), verdict=verdict, logprobs=observer.items,
@@ -138,22 +137,19 @@ class SessionBackend:
                            f"tokens) exceed the model's context of {self.max_context} tokens", param="completion",
                            code="context_length_exceeded")
         options = self.options(1)
-        features = self.pipeline.features_for(prepared.messages, request.completion, options)
-        task = self.pipeline.route(prepared.messages).task
-        judged, why = self.pipeline.verify(features, request.completion, options, task=task)
+        plan = self.pipeline.plan(prepared.messages, options)  # judged as the chat judges that turn
+        features = self.pipeline.features_for(prepared.messages, request.completion, options) if plan.judge else None
+        judged, why = self.pipeline.judge(plan, features, request.completion, options)
         answer = ServedAnswer(text=request.completion, finish_reason="stop", prompt_tokens=prepared.prompt_tokens,
                               completion_tokens=completion_tokens, verdict=self._served(judged, why))
-        self._store_turn(request.conversation, request.messages, self.pipeline.with_system(prepared.messages, options),
-                         answer, features, tokens=None, source="verify", task=task)
+        self._store_turn(request.conversation, request.messages, plan.messages, answer, features, tokens=None,
+                         source="verify", task=plan.route.task)
         return answer
 
     # ------------------------------------------------------------------ verdicts and review decisions
 
     def _served(self, judged: Any, why: str | None) -> ServedVerdict:
-        if judged is not None:
-            return verdicts.from_document(judged, self.verifier_name)
-        code = verdicts.NO_VERIFIER if self.components.verifier is None else verdicts.EMPTY_ANSWER
-        return verdicts.without_verdict(code, why or "no verifier judged this answer")
+        return verdicts.from_document(judged, self.verifier_name, why)
 
     def sync_reviews(self) -> bool:
         """The support sets = the base verifier + the active review decisions given under it (per task of a

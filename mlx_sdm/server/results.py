@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlx_sdm.network.verdict import VerdictStatus
 from mlx_sdm.server.wire import TokenLogprob, usage_object
 
-#: The three states a verdict can be in (the verification issue's words; `status` on the wire).
-VERIFIED, NOT_VERIFIED, OUT_OF_SCOPE = "verified", "not_verified", "out_of_scope"
 
 
 @dataclass(frozen=True)
@@ -28,10 +27,11 @@ class ServedExemplar:
 
 @dataclass(frozen=True)
 class ServedVerdict:
-    """What the verifier says about one answer: ``status`` in three states, the reason in words,
-    the calibrated numbers (None when no verifier judged it) and the nearest exemplars."""
+    """What the verifier says about one answer: ``status`` (a VerdictStatus value), its badge and sentence
+    (network/verdict.verdict_words), the calibrated numbers (None when no verifier judged it) and the
+    nearest exemplars."""
 
-    status: str  # VERIFIED | NOT_VERIFIED | OUT_OF_SCOPE
+    status: str  # a VerdictStatus value
     reason: str  # one plain sentence
     reason_code: str | None  # below_threshold | index_flipped | out_of_distribution | predicted_unacceptable | no_verifier | None
     p_lower: float | None = None
@@ -39,17 +39,19 @@ class ServedVerdict:
     d: float | None = None
     q_bin: int | None = None
     prediction: int | None = None
+    badge: str = ""
     exemplars: tuple[ServedExemplar, ...] = ()
     verifier: str | None = None
     judged: Any = field(default=None, compare=False, repr=False)  # the session layer's DocumentVerdict (None: no verdict)
 
     @property
     def verified(self) -> bool:
-        return self.status == VERIFIED
+        return self.status == VerdictStatus.VERIFIED.value
 
     def to_json(self) -> dict[str, Any]:
         return {
             "status": self.status, "verified": self.verified, "reason": self.reason, "reason_code": self.reason_code,
+            "badge": self.badge,
             "p_lower": self.p_lower, "q": self.q, "d": self.d, "q_bin": self.q_bin, "prediction": self.prediction,
             "exemplars": [e.to_json() for e in self.exemplars], "verifier": self.verifier,
         }

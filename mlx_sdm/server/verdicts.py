@@ -1,42 +1,47 @@
-"""A verdict as the server sends it: the session layer's :class:`DocumentVerdict` (the ONE rule for
-verified / not verified / out of scope, and its plain-word explanation) with the numbers and the
-nearest exemplars, or the reason there is no verdict."""
+"""A verdict as the server sends it: the session layer's :class:`DocumentVerdict` with the one badge and
+sentence (:func:`mlx_sdm.network.verdict.verdict_words`), the numbers and the nearest exemplars, or the
+reason there is no verdict."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from mlx_sdm.network.verdict import DocumentVerdict, exemplar_label_words
-from mlx_sdm.server.results import NOT_VERIFIED, OUT_OF_SCOPE, ServedExemplar, ServedVerdict
+from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, exemplar_label_words, verdict_words
+from mlx_sdm.server.results import ServedExemplar, ServedVerdict
 
-NO_VERIFIER, EMPTY_ANSWER, CANCELLED = "no_verifier", "empty_answer", "cancelled"
+CANCELLED = "cancelled"
 
 
-def from_document(judged: DocumentVerdict, verifier: str | None) -> ServedVerdict:
-    verdict = judged.verdict
+def from_document(judged: DocumentVerdict | None, verifier: str | None, why: str | None = None) -> ServedVerdict:
+    """``judged`` None: no verifier judged the answer (``why`` says why)."""
+    words = verdict_words(judged, no_verifier_reason=why)
+    verdict = judged.verdict if judged is not None else None
+    if verdict is None:
+        code = judged.reason if judged is not None else VerdictStatus.NO_VERIFIER.value
+        return ServedVerdict(status=words.status.value, reason=words.sentence, reason_code=code, badge=words.badge,
+                             verifier=verifier, judged=judged)
     exemplars = tuple(
         ServedExemplar(id=str(e.id), label=int(e.label), label_text=exemplar_label_words(e.label),
                        text=e.text, distance=float(e.distance))
         for e in verdict.exemplars
     )
     return ServedVerdict(
-        status=judged.status.value, reason=judged.explanation(), reason_code=judged.reason,
+        status=words.status.value, reason=words.sentence, reason_code=judged.reason, badge=words.badge,
         p_lower=None if verdict.p_lower is None else float(verdict.p_lower), q=int(verdict.q), d=float(verdict.d),
         q_bin=int(verdict.q_bin), prediction=int(verdict.prediction), exemplars=exemplars, verifier=verifier,
         judged=judged,
     )
 
 
-def without_verdict(code: str, why: str) -> ServedVerdict:
-    """No verifier judged the answer: out of scope when none is loaded, not verified otherwise."""
-    if code == NO_VERIFIER:
-        return ServedVerdict(status=OUT_OF_SCOPE, reason=f"Out of scope: {why}.", reason_code=code)
-    return ServedVerdict(status=NOT_VERIFIED, reason=f"Not verified: {why}.", reason_code=code)
+def cancelled() -> ServedVerdict:
+    """The answer was stopped before it was finished: nothing was judged."""
+    return ServedVerdict(status=VerdictStatus.NOT_VERIFIED.value, reason_code=CANCELLED, badge="✘ not verified · stopped",
+                         reason="Not verified: the answer was stopped before it was finished.")
 
 
 def store_status(verdict: ServedVerdict) -> str:
-    """The stored state (the store's VERDICT_STATES): the verdict's own, or "unverifiable" without one."""
-    return verdict.status if verdict.judged is not None else "unverifiable"
+    """The stored state (a VerdictStatus value)."""
+    return verdict.status
 
 
 def store_dict(verdict: ServedVerdict) -> dict[str, Any] | None:

@@ -40,6 +40,7 @@ from mlx_sdm.session.review import DecisionResult, ReviewService
 from mlx_sdm.session.store import AnswerRecord, ChatStore, TaskScope, now_iso
 from mlx_sdm.session.turn_events import EventObserver
 from mlx_sdm.session.worker import MlxWorker
+from mlx_sdm.network.verdict import verdict_words
 
 ComponentsFactory = Callable[["EngineConfig"], TurnComponents]
 
@@ -47,7 +48,7 @@ ComponentsFactory = Callable[["EngineConfig"], TurnComponents]
 @dataclass
 class EngineConfig:
     """How the engine loads and runs. ``verifier=None`` = the default verifier shipped for the model
-    (answers are "unverifiable" when none fits); ``"none"`` turns verification off."""
+    (no verifier judges answers when none fits); ``"none"`` turns verification off."""
 
     model: str | None = None
     verifier: str | None = None
@@ -317,7 +318,7 @@ class ChatEngine:
             return record
         escalation = outcome.escalation
         record.features, record.feature_model = outcome.features, self._review.feature_model
-        record.verdict_status = outcome.verdict.status.value if outcome.verdict is not None else "unverifiable"
+        record.verdict_status = verdict_words(outcome.verdict).status.value
         record.verdict = outcome.verdict.to_dict() if outcome.verdict is not None else None
         record.verifier = self._info.verifier_path if self._info else None
         record.task = TaskScope(outcome.task)
@@ -347,7 +348,7 @@ def _result(session_id: str, turn: int, user_id: int, outcome: TurnOutcome, mess
     cancelled = outcome.status is TurnStatus.CANCELLED
     return TurnResult(
         session_id=session_id, turn=turn, status=outcome.status.value, text=outcome.text, message_id=message_id,
-        verdict_status=None if cancelled else (verdict.status.value if verdict is not None else "unverifiable"),
+        verdict_status=None if cancelled else verdict_words(verdict).status.value,
         verdict=verdict, monitor=outcome.monitor, review_id=review_id,
         verdict_reason=None if cancelled else outcome.verdict_reason, reflection=outcome.reflection_shown,
         explanation=outcome.escalation.explanation, user_message_id=user_id,

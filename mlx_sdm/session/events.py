@@ -4,7 +4,7 @@ future resolves to). Dataclasses holding typed values (no MLX), so the UI can im
 Events arrive on the ENGINE's thread, in this order for one turn::
 
     TokenEvent*  (phase "answer")
-    VerdictEvent                     a DocumentVerdict (verified / not_verified / out_of_scope) or unverifiable
+    VerdictEvent                     a DocumentVerdict (verified / not_verified / out_of_scope) or none (no_verifier)
     MonitorEvent                     a MonitorReading: AUQ level + cumulative confidence, TRACER prefix risk
     EscalationEvent?                 an Escalation: proceed_with_log (MEDIUM), pause_for_human (HIGH /
                                      irreversible tool) or abort (CRITICAL)
@@ -22,12 +22,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, ClassVar
 
 from mlx_sdm.monitor.reading import HistoryPoint, MonitorReading
-from mlx_sdm.network.verdict import DocumentVerdict
+from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, VerdictWords, verdict_words
 from mlx_sdm.network.coverage import VerifierCoverage
 from mlx_sdm.session.escalation import Escalation
-
-#: The verdict state of an answer no verifier judged.
-UNVERIFIABLE = "unverifiable"
 
 
 @dataclass
@@ -67,14 +64,18 @@ class PrefillEvent(EngineEvent):
 @dataclass
 class VerdictEvent(EngineEvent):
     kind: ClassVar[str] = "verdict"
-    verdict: DocumentVerdict | None = None  # None: unverifiable (no verifier fits, or nothing to verify)
+    verdict: DocumentVerdict | None = None  # None: no verifier judged it (unverifiable_reason says why)
     unverifiable_reason: str | None = None
     verifier: str | None = None  # the verifier's path / name
 
     @property
-    def status(self) -> str:
-        """"verified" | "not_verified" | "out_of_scope" | "unverifiable"."""
-        return self.verdict.status.value if self.verdict is not None else UNVERIFIABLE
+    def status(self) -> VerdictStatus:
+        return self.words.status
+
+    @property
+    def words(self) -> VerdictWords:
+        """The badge and sentence a person reads (the one rule, network/verdict.verdict_words)."""
+        return verdict_words(self.verdict, no_verifier_reason=self.unverifiable_reason)
 
     @property
     def reason(self) -> str | None:
@@ -158,7 +159,7 @@ class TurnResult:
     status: str  # "done" | "paused" | "aborted" | "cancelled" | "error"
     text: str
     message_id: int | None
-    verdict_status: str | None  # "verified" | "not_verified" | "out_of_scope" | "unverifiable"; None if cancelled
+    verdict_status: str | None  # a VerdictStatus value; None if cancelled
     verdict: DocumentVerdict | None
     monitor: MonitorReading | None
     review_id: int | None = None

@@ -21,27 +21,28 @@ from mlx_sdm.monitor.session_file import (
     write_sessions_jsonl,
 )
 from mlx_sdm.monitor.reading import MonitorReading
-from mlx_sdm.network.verdict import VerdictStatus, status_from_dict
+from mlx_sdm.network.verdict import DocumentVerdict, VerdictWords, verdict_words
 from mlx_sdm.session.store import ChatStore, MessageRecord
 
 EXPORT_FORMATS = ("markdown", "jsonl")
 
 
+def stored_words(verdict: Mapping | None, reason: str | None = None) -> VerdictWords:
+    """The words of a stored verdict dict (None: no verifier judged it; ``reason`` says why)."""
+    return verdict_words(DocumentVerdict.from_dict(verdict), no_verifier_reason=reason)
+
+
 def verdict_line(status: str | None, verdict: Mapping | None, reason: str | None = None) -> str:
-    """One line naming the verdict's state, as the plain chat prints it (``verdict``: a stored verdict
-    dict; ``reason``: why unverifiable, if known)."""
+    """One line naming the verdict's state and badge, as the plain chat prints it (``verdict``: a stored
+    verdict dict; ``reason``: why no verifier judged it, if known), with the numbers when there are any."""
     if status is None:
         return "verdict: none"
-    state = status_from_dict(verdict)
-    if status == "unverifiable" or state is None:
-        return f"verdict: UNVERIFIABLE ({reason or 'no verifier fits this model'})"
-    core = f"p_lower={_num(verdict.get('p_lower'))} q={verdict.get('q')} d={_num(verdict.get('d'))} q_bin={verdict.get('q_bin')}"
-    if state is VerdictStatus.VERIFIED:
-        return f"verdict: VERIFIED {core}"
-    if state is VerdictStatus.OUT_OF_SCOPE:
-        return f"verdict: OUT OF SCOPE {core}"
-    code = verdict.get("reason") or ("predicted_unacceptable" if verdict.get("admitted") else "below_threshold")
-    return f"verdict: NOT VERIFIED ({str(code).replace('_', ' ')}) {core}"
+    words = stored_words(verdict, reason)
+    line = f"verdict: {words.status.words.upper()} · {words.short.split(' · ', 1)[-1]}"
+    if verdict and verdict.get("q") is not None:
+        line += (f" · p_lower={_num(verdict.get('p_lower'))} q={verdict.get('q')} d={_num(verdict.get('d'))} "
+                 f"q_bin={verdict.get('q_bin')}")
+    return line
 
 
 def monitor_line(monitor: MonitorReading | Mapping | None) -> str:

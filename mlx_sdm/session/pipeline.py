@@ -135,7 +135,7 @@ class TurnPipeline:
         outcome = TurnOutcome(
             status=TurnStatus.CANCELLED if gen.cancelled else TurnStatus.DONE, text=gen.text,
             judged_text=gen.judged_text, unverified_tail=gen.unverified_tail, messages=messages,
-            task=plan.route.task,
+            task=plan.route.task, decoded_with_head=plan.head is not None,
             finish_reason=gen.finish_reason, tokens=gen.tokens, token_ids=gen.token_ids, logprobs=gen.logprobs, features=gen.features,
             first_token_s=first_token_s, generation_s=generation_s, prompt_tokens=gen.prompt_tokens,
             reused_tokens=gen.reused_tokens, truncated_prompt_tokens=gen.truncated_prompt_tokens,
@@ -171,7 +171,7 @@ class TurnPipeline:
             return None, self.components.unverifiable_reason or "no verifier is loaded"
         if not plan.judge:
             return DocumentVerdict(None, coverage=verifier.coverage, unjudged=REASON_NOT_A_TASK), None
-        if features is None and text.strip():
+        if features is None and text:
             features = self._force_decode(plan.judged, text)
         return self.verify(features, text, options, task=plan.route.task)
 
@@ -182,7 +182,7 @@ class TurnPipeline:
         verifier = self.components.verifier_for(task)
         if verifier is None:
             return None, self.components.unverifiable_reason or "no verifier is loaded"
-        if features is None or not text.strip():
+        if features is None or not text:
             return DocumentVerdict(None, coverage=verifier.coverage, task=task, unjudged=REASON_EMPTY_ANSWER), None
         return verifier.judge(np.asarray(features, dtype=np.float32), explain=options.explain, task=task), None
 

@@ -12,10 +12,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from mlx_sdm.errors import DataError
+from mlx_sdm.network.verdict import LEGACY_NO_VERIFIER, VerdictStatus
 
-#: A stored answer's verdict state: the three of ``mlx_sdm.network.verdict.VerdictStatus``, or
-#: "unverifiable" when no verifier judged it.
-VERDICT_STATES = ("verified", "not_verified", "out_of_scope", "unverifiable")
+#: A stored answer's verdict state: a value of ``mlx_sdm.network.verdict.VerdictStatus`` (rows written
+#: before it had "no_verifier" say "unverifiable"; ``VerdictStatus.read`` reads both).
+VERDICT_STATES = tuple(s.value for s in VerdictStatus) + LEGACY_NO_VERIFIER[:1]
 
 LABEL_ACCEPTABLE = 1
 LABEL_UNACCEPTABLE = 0

@@ -134,6 +134,7 @@ class TurnOutcome:
     unverified_tail: str
     messages: list[ChatMessage]  # what the model saw (system prompt included)
     task: str | None = None  # the verifier's task the question was routed to (TaskRoute.task)
+    decoded_with_head: bool = False  # this turn decoded with the SDM-network head (a question of its tasks)
     verdict: DocumentVerdict | None = None
     unverifiable_reason: str | None = None
     monitor: MonitorReading | None = None

@@ -92,7 +92,7 @@ class ChatScreen(Screen):
                 parts.append(note)
             self.query_one("#status-line", Static).update(" · ".join(parts))
             return
-        parts = [f"model {info.model}", f"verifier {info.verifier or 'none: answers are unverifiable'}"]
+        parts = [f"model {info.model}", f"verifier {info.verifier or 'none: no verifier judges answers'}"]
         if info.head:
             parts.append(f"head {info.head}")
         if info.support_size is not None:

@@ -11,11 +11,12 @@ from textual.widgets import Markdown
 HELP_TEXT = """\
 # mlx-sdm chat
 
-Every answer is checked by the SDM verifier of the model. The badge under it says
-**verified** (the verifier vouches for it: calibrated `p_lower` ≥ α′ = 0.95), **not verified** (the
-question is in scope but the verifier cannot vouch for the answer: not confident enough, similar answers
-judged differently, or likely wrong), **out of scope** (unlike anything the verifier was built on; it says
-what it covers instead), or **unverifiable** (no verifier fits this model).
+A question that starts one of the verifier's task instructions (the command palette inserts them) is
+answered and judged as that task alone, with the SDM-network head when one was trained on it; every other
+question is answered by the plain model with the whole conversation. The badge under each answer says
+**verified** (the verifier vouches for it: calibrated `p_lower` ≥ α′ = 0.95), **not verified** (one of its
+tasks, but it cannot vouch for the answer; the sentence says why, from the numbers), **out of scope** (not
+one of the verifier's tasks; it says what it covers instead), or **no verifier** (none fits this model).
 Click the badge, or focus it and press enter, to see the evidence: q, d, ⌊q̃⌋ and the
 nearest training exemplars with their labels.
 

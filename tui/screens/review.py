@@ -137,7 +137,7 @@ class ReviewScreen(Screen):
             parts.append(Text("evidence: the exemplars that drove the verdict", style="bold underline"))
             parts.append(evidence_renderable(item.verdict))
         else:
-            parts.append(Text("no verdict (unverifiable, or the turn was aborted before verification)", style="italic"))
+            parts.append(Text("no verdict (no verifier judged it, or the turn was aborted before verification)", style="italic"))
         detail.update(Group(*parts))
 
     # ----- events -------------------------------------------------------------------------------

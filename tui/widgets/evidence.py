@@ -9,51 +9,50 @@ from rich.console import Group
 from rich.text import Text
 from textual.widgets import Static
 
-from mlx_sdm.network.verdict import exemplar_label_words
-from tui.format import format_p, reason_label, shorten, verdict_status
+from mlx_sdm.network.evidence import evidence_of
+from tui.format import format_p, shorten, stored_verdict_words
 
 EXEMPLAR_TEXT_WIDTH = 72
-
-
-def _why(verdict: Mapping[str, Any], status: str) -> str:
-    if verdict.get("explanation"):
-        return str(verdict["explanation"])
-    if status == "verified":
-        return "Verified: the verifier vouches for this answer."
-    why = reason_label(verdict.get("reason"))
-    return f"{status.replace('_', ' ').capitalize()}" + (f": {why}." if why else ".")
+#: Ids are cut in the inline panel; the full evidence screen (a wide ``text_width``) shows them whole.
+INLINE_ID_WIDTH = 24
 
 
 def evidence_renderable(verdict: Mapping[str, Any], *, text_width: int = EXEMPLAR_TEXT_WIDTH) -> Group:
-    """A Rich renderable for a stored verdict dict: the state and why, then the nearest exemplars'
-    text with their label in words, then the numbers for those who want them."""
-    status = verdict_status(verdict)
-    why = _why(verdict, status)  # it opens with the state in words ("Out of scope: ...")
-    state, _, rest = why.partition(":")
+    """A Rich renderable for a stored verdict dict: the state and its one sentence (the one rule), the
+    shared instruction once, each exemplar by what tells it apart (question, answer, label in words),
+    then the numbers for those who want them."""
+    words = stored_verdict_words(verdict)
+    state, _, rest = words.sentence.partition(":")
     head = Text()
     head.append(state + ":", style="bold")
     head.append(rest)
     parts: list[Any] = [head]
-    exemplars = list(verdict.get("exemplars") or [])
-    if exemplars:
-        parts.append(Text("The most similar examples the verifier was built on:", style="italic"))
-        for rank, ex in enumerate(exemplars, start=1):
-            line = Text(f"{rank}. ")
-            line.append(shorten(ex.get("text") or "(no text stored)", text_width))
-            line.append(f"\n   {exemplar_label_words(ex.get('label'))}", style="bold")
-            line.append(f" (distance {float(ex.get('distance', 0.0)):.3f}, id {shorten(str(ex.get('id', '')), 24)})",
-                        style="dim")
+    evidence = evidence_of(list(verdict.get("exemplars") or []))
+    whole_ids = text_width > EXEMPLAR_TEXT_WIDTH
+    if evidence.items:
+        title = "The most similar examples the verifier was built on"
+        parts.append(Text(title + (f", each a question starting “{shorten(evidence.instruction, text_width)}”:"
+                                   if evidence.instruction else ":"), style="italic"))
+        for item in evidence.items:
+            line = Text(f"{item.rank}. ")
+            line.append(shorten(item.question, text_width))
+            if item.answer:
+                line.append(f"\n   answer {shorten(item.answer, text_width)}")
+            line.append(f"\n   {item.label_words}", style="bold")
+            item_id = item.id if whole_ids else shorten(item.id, INLINE_ID_WIDTH)
+            line.append(f" (distance {item.distance:.3f}, id {item_id})", style="dim")
             parts.append(line)
-    else:
+    elif verdict.get("q") is not None:
         parts.append(Text("no exemplars were stored with this verdict", style="italic"))
-    d = verdict.get("d")
-    numbers = Text(style="dim")
-    numbers.append(f"prediction {verdict.get('prediction')}   p_lower {format_p(verdict.get('p_lower'))}   "
-                   f"q {verdict.get('q')}   d {'—' if d is None else f'{float(d):.3f}'}   ⌊q̃⌋ {verdict.get('q_bin')}")
-    softmax = verdict.get("softmax") or []
-    if softmax:
-        numbers.append("   softmax " + " ".join(f"{float(p):.3f}" for p in softmax))
-    parts.append(numbers)
+    if verdict.get("q") is not None:
+        d = verdict.get("d")
+        numbers = Text(style="dim")
+        numbers.append(f"prediction {verdict.get('prediction')}   p_lower {format_p(verdict.get('p_lower'))}   "
+                       f"q {verdict.get('q')}   d {'—' if d is None else f'{float(d):.3f}'}   ⌊q̃⌋ {verdict.get('q_bin')}")
+        softmax = verdict.get("softmax") or []
+        if softmax:
+            numbers.append("   softmax " + " ".join(f"{float(p):.3f}" for p in softmax))
+        parts.append(numbers)
     return Group(*parts)
 
 

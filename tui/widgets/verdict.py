@@ -1,5 +1,5 @@
 """The verdict badge under each answer: verified (with p_lower), not verified (why), out of scope (neutral),
-or unverifiable."""
+or no verifier."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ class VerdictBadge(Static, can_focus=True):
     def set_verdict(
         self, verdict: Mapping[str, Any] | None, *, status: str | None = None, reason: str | None = None
     ) -> None:
-        """Show the final verdict (None = no verifier fits the model: unverifiable)."""
+        """Show the final verdict (None = no verifier judged it)."""
         self.verdict = verdict
         self.status = verdict_status(verdict, status)
         self.reason = reason
