@@ -13,8 +13,8 @@ from tui.format import (
     verdict_status,
 )
 
-VERIFIED = {"admitted": True, "prediction": 1, "p_lower": 0.97349, "reason": None}
-BELOW = {"admitted": False, "prediction": 1, "p_lower": 0.41, "reason": "below_threshold"}
+VERIFIED = {"admitted": True, "prediction": 1, "p_lower": 0.97349, "reason": None, "q": 12, "d": 0.5}
+BELOW = {"admitted": False, "prediction": 1, "p_lower": 0.41, "reason": "below_threshold", "q": 3, "d": 0.4}
 OOD = {"admitted": False, "prediction": 0, "p_lower": None, "reason": "out_of_distribution", "q": 5, "d": 0.0}
 NOT_A_TASK = {"status": "out_of_scope", "reason": "not_a_task", "q": None, "prediction": None}
 

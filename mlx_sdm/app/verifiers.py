@@ -19,11 +19,6 @@ from mlx_sdm.network.verdict import DocumentVerdict
 from mlx_sdm.network.verifier import VERIFIER_MANIFEST, DocumentVerifier, FeatureRecipe, document_features, labelled_set
 
 
-def _state(verdict) -> dict:
-    judged = DocumentVerdict(verdict)
-    return {"status": judged.status.value, "verified": judged.verified}
-
-
 #: Documents per cache file: an interrupted extraction keeps every finished chunk.
 CACHE_CHUNK = 100
 
@@ -137,21 +132,41 @@ def labelled_text_rows(verifier_dir: str | Path, input_path: str | Path, *, mode
 
 def verify_text_rows(verifier_dir: str | Path, input_path: str | Path, *, model: str | None = None,
                      quantized: bool = False, explain: int = 0) -> list[dict]:
-    """``mlx-sdm verify`` on ``{"prompt", "completion"}`` rows: one verdict dict per row, in order."""
+    """``mlx-sdm verify`` on ``{"prompt", "completion"}`` rows: one verdict dict per row, in order, judged
+    exactly as the chat and ``/v1/verify`` judge that question and answer (the pipeline's plan: the
+    routed task's system prompt unless the row names its own, out of scope for a question that starts
+    none of a routing verifier's tasks), with the same status, badge and sentence."""
+    import dataclasses
+
     from mlx_sdm.network.encoding import read_text_jsonl
+    from mlx_sdm.network.verdict import REASON_NOT_A_TASK
+    from mlx_sdm.session.pipeline import TurnPipeline
+    from mlx_sdm.session.turn import TurnComponents
 
     read_text_jsonl(input_path, require_label=False)  # every row checked before any model work
     lm = model_for_verifier(verifier_dir, model, quantized)
     verifier = DocumentVerifier.load(verifier_dir, expect_fingerprint=lm.fingerprint)
-    # rows without their own system prompt get the one the verifier was built with
-    documents = read_text_jsonl(input_path, require_label=False, default_system=verifier.recipe.system)
-    feats = cached_document_features(lm, documents, delimiter=verifier.recipe.delimiter, cache_dir=None, desc="rows")
+    pipeline = TurnPipeline(TurnComponents(lm=lm, verifier=verifier, verifier_path=str(verifier_dir)))
+    documents = read_text_jsonl(input_path, require_label=False, default_system=None)
+    plans = [pipeline.plan([{"role": "user", "content": doc.prompt}]) for doc in documents]
+    judged = []
+    for doc, plan in zip(documents, plans):
+        system = plan.judged[0]["content"] if plan.judged and plan.judged[0].get("role") == "system" else None
+        judged.append(doc if doc.system is not None else dataclasses.replace(doc, system=system))
+    index = [i for i, plan in enumerate(plans) if plan.judge]
+    feats = cached_document_features(lm, [judged[i] for i in index], delimiter=verifier.recipe.delimiter,
+                                     cache_dir=None, desc="rows")
+    # the nearest exemplar is kept even with explain=0: the sentence names it as the chat's does
+    verdicts = dict(zip(index, verifier.verify_batch(feats, explain=max(explain, 1)))) if index else {}
     out = []
-    for doc, verdict in zip(documents, verifier.verify_batch(feats, explain=explain)):
-        row = {"id": doc.id, "prediction": verdict.prediction, "p_lower": verdict.p_lower, "admitted": verdict.admitted,
-               "q": verdict.q, "d": verdict.d, "q_bin": verdict.q_bin, "reason": verdict.reason,
-               **_state(verdict)}
+    for i, (doc, plan) in enumerate(zip(documents, plans)):
+        made = verdicts.get(i)
+        judged_verdict = DocumentVerdict(made, alpha=verifier.estimator.alpha, coverage=verifier.coverage,
+                                         task=plan.route.task, unjudged=None if made is not None else REASON_NOT_A_TASK)
+        data = judged_verdict.to_dict()
+        row = {"id": doc.id, **{k: data[k] for k in ("prediction", "p_lower", "admitted", "q", "d", "q_bin", "reason",
+                                                       "status", "verified", "explanation", "badge", "task")}}
         if explain > 0:
-            row["exemplars"] = [e.to_dict() for e in verdict.exemplars]
+            row["exemplars"] = data["exemplars"]
         out.append(row)
     return out

