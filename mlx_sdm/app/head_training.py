@@ -162,7 +162,7 @@ def split_task_documents(documents: Sequence, config: FinetuneConfig, where: str
 def run_finetune(config: FinetuneConfig):
     """Load the model and verifier, fine-tune (Alg. 4), save the head; returns (FinetuneResult, head path)."""
     import mlx.core as mx
-    from tqdm.auto import tqdm
+    from mlx_sdm.progress import progress_bar
 
     from mlx_sdm.lm.loading import load_model
     from mlx_sdm.network.heads import HeadManifest, VocabularyHeads, load_head, save_head
@@ -180,7 +180,7 @@ def run_finetune(config: FinetuneConfig):
     else:
         heads = VocabularyHeads.from_model(lm.model)
     show = config.args.progress and group.rank() == 0
-    progress = (lambda items: tqdm(items, desc="generate", unit="doc", leave=False)) if show else None
+    progress = (lambda items: progress_bar(items, desc="generate", unit="doc", leave=False)) if show else None
     scorer = LMScorer.from_verifier(lm, verifier, progress=progress)
     args = dataclasses.replace(config.args, checkpoint_path=str(config.checkpoint_path))
     verifier_info = {"path": str(verifier_dir), "model_fingerprint": verifier.model_fingerprint, "feature": verifier.manifest()["feature"]}
