@@ -134,9 +134,42 @@ MIGRATIONS: tuple[Migration, ...] = (
         ALTER TABLE decisions ADD COLUMN task_recorded INTEGER NOT NULL DEFAULT 0;
         """,
     ),
+    Migration(
+        6,
+        "a session created without a title is titled from its first user message once that exists",
+        """
+        ALTER TABLE sessions ADD COLUMN title_pending INTEGER NOT NULL DEFAULT 0;
+        UPDATE sessions SET title_pending = 1
+            WHERE title GLOB 'Chat [0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]'
+            AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id AND m.role = 'user');
+        """,
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
+
+#: A session titled from its first message gets at most this many of its words (and characters).
+TITLE_WORDS = 6
+TITLE_CHARS = 48
+
+
+def placeholder_title(stamp: str) -> str:
+    """The title of a session created without one, until its first user message exists."""
+    return f"Chat {stamp[:16].replace('T', ' ')}"
+
+
+def title_from_message(text: str) -> str | None:
+    """A short one-line title from a user message: the first words of its first non-empty line
+    ("…" where cut); None for a message with no words."""
+    line = next((ln for ln in text.splitlines() if ln.strip()), "")
+    words = line.split()
+    if not words:
+        return None
+    title = " ".join(words[:TITLE_WORDS])
+    cut = len(words) > TITLE_WORDS or len(text.strip()) > len(line.strip())
+    if len(title) > TITLE_CHARS:
+        title, cut = title[: TITLE_CHARS - 1].rstrip(), True
+    return title + "…" if cut else title
 
 
 def now_iso() -> str:

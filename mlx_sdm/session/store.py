@@ -47,6 +47,8 @@ from mlx_sdm.session.schema import (  # noqa: F401  (re-exported: the store's re
     _session,
     _split_sql,
     now_iso,
+    placeholder_title,
+    title_from_message,
 )
 
 #: How long a writer waits for another process's write lock before giving up (milliseconds).
@@ -144,11 +146,12 @@ class ChatStore(ReviewQueueStore):
     def create_session(self, title: str | None = None, *, model: str | None = None, verifier: str | None = None) -> SessionInfo:
         session_id = uuid.uuid4().hex[:12]
         stamp = now_iso()
-        title = (title or "").strip() or f"Chat {stamp[:16].replace('T', ' ')}"
-        with self._tx() as conn:
+        title = (title or "").strip()
+        with self._tx() as conn:  # untitled: a placeholder until the first user message names it
             conn.execute(
-                "INSERT INTO sessions(id, title, created_at, updated_at, model, verifier) VALUES (?, ?, ?, ?, ?, ?)",
-                (session_id, title, stamp, stamp, model, verifier),
+                "INSERT INTO sessions(id, title, created_at, updated_at, model, verifier, title_pending) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (session_id, title or placeholder_title(stamp), stamp, stamp, model, verifier, int(not title)),
             )
         return self.get_session(session_id)
 
@@ -174,7 +177,8 @@ class ChatStore(ReviewQueueStore):
         if not title:
             raise DataError("a session title cannot be empty", field="title")
         with self._tx() as conn:
-            cur = conn.execute("UPDATE sessions SET title = ?, updated_at = ? WHERE id = ?", (title, now_iso(), session_id))
+            cur = conn.execute("UPDATE sessions SET title = ?, title_pending = 0, updated_at = ? WHERE id = ?",
+                               (title, now_iso(), session_id))
             if cur.rowcount == 0:
                 raise DataError(f"no session with id {session_id!r}", path=str(self.path), field="session")
         return self.get_session(session_id)
@@ -214,6 +218,8 @@ class ChatStore(ReviewQueueStore):
                 (session_id, role, kind, text, status, stamp, stamp, _dumps(metadata)),
             )
             conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (stamp, session_id))
+            if role == "user" and kind == "chat":
+                _title_from_first_message(conn, session_id, text)
             return int(cur.lastrowid)
 
     def add_guidance(self, session_id: str, paused_message_id: int, text: str) -> int:
@@ -251,6 +257,7 @@ class ChatStore(ReviewQueueStore):
                 "VALUES (?, 'user', 'chat', ?, 'done', ?, ?, ?)",
                 (record.session_id, user_text, stamp, stamp, _dumps(user_metadata)),
             )
+            _title_from_first_message(conn, record.session_id, user_text)
             return int(cur.lastrowid), _write_answer(conn, record, stamp)
 
     def messages(self, session_id: str) -> list[MessageRecord]:
@@ -281,6 +288,14 @@ class ChatStore(ReviewQueueStore):
         if not rows:
             raise DataError(f"no message with id {message_id}", path=str(self.path), field="message")
         return _message(rows[0])
+
+
+def _title_from_first_message(conn: sqlite3.Connection, session_id: str, text: str) -> None:
+    """Inside a caller's transaction: a session still on its placeholder title is named after this message."""
+    title = title_from_message(text)
+    if title is not None:
+        conn.execute("UPDATE sessions SET title = ?, title_pending = 0 WHERE id = ? AND title_pending = 1",
+                     (title, session_id))
 
 
 def _insert_answer(conn: sqlite3.Connection, r: AnswerRecord, stamp: str) -> int:
