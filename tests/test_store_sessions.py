@@ -167,7 +167,7 @@ def test_an_untitled_session_is_named_after_its_first_user_message(tmp_path):
 
 
 def test_title_from_message_is_one_short_line():
-    from mlx_sdm.session.schema import TITLE_CHARS, title_from_message
+    from mlx_sdm.session.titles import TITLE_CHARS, title_from_message
 
     assert title_from_message("  \n hi there \n") == "hi there"
     assert title_from_message("hi\nthere") == "hi…"  # more lines than the title shows

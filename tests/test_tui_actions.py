@@ -73,6 +73,29 @@ async def test_escape_stops_the_answer_and_autoscroll_follows_only_at_the_bottom
         engine.shutdown()
 
 
+async def test_a_reopened_session_shows_an_interrupted_answer_and_says_so(tmp_path, verifier_dir):
+    db = tmp_path / "chat.db"
+    writer = ChatStore(db)
+    session = writer.create_session()
+    _, answer_id = writer.begin_turn(session.id, "Tell me a story.")
+    writer.update_partial(answer_id, "Once upon a time", force=True)
+    with writer._tx() as conn:  # as a process killed mid-answer leaves it: its writer is gone
+        conn.execute("UPDATE messages SET metadata_json = '{\"writer_pid\": -1}' WHERE id = ?", (answer_id,))
+    writer.close()
+    store = ChatStore(db)
+    engine = make_engine(store, verifier_dir)
+    try:
+        app = SdmChatApp(engine=engine, store=store, session_id=session.id)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause(0.2)
+            bubble = answers(app)[-1]
+            assert bubble.text == "Once upon a time"
+            assert str(bubble.badge.render()).startswith("✘ interrupted")
+    finally:
+        engine.shutdown()
+        store.close()
+
+
 async def test_medium_is_logged_and_the_turn_goes_on(store, verifier_dir):
     engine = make_engine(store, verifier_dir, **MEDIUM_EVERYWHERE)
     try:

@@ -148,30 +148,6 @@ MIGRATIONS: tuple[Migration, ...] = (
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
 
-#: A session titled from its first message gets at most this many of its words (and characters).
-TITLE_WORDS = 6
-TITLE_CHARS = 48
-
-
-def placeholder_title(stamp: str) -> str:
-    """The title of a session created without one, until its first user message exists."""
-    return f"Chat {stamp[:16].replace('T', ' ')}"
-
-
-def title_from_message(text: str) -> str | None:
-    """A short one-line title from a user message: the first words of its first non-empty line
-    ("…" where cut); None for a message with no words."""
-    line = next((ln for ln in text.splitlines() if ln.strip()), "")
-    words = line.split()
-    if not words:
-        return None
-    title = " ".join(words[:TITLE_WORDS])
-    cut = len(words) > TITLE_WORDS or len(text.strip()) > len(line.strip())
-    if len(title) > TITLE_CHARS:
-        title, cut = title[: TITLE_CHARS - 1].rstrip(), True
-    return title + "…" if cut else title
-
-
 def now_iso() -> str:
     """UTC timestamp with microseconds; ISO strings sort like the times they name."""
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -276,7 +252,7 @@ class MessageRecord:
     role: str  # "user" | "assistant" | "system"
     kind: str  # "chat" | "reflection" | "guidance" | "explanation"
     text: str
-    status: str  # "done" | "cancelled" | "paused" | "resumed" | "aborted" | "error"
+    status: str  # "done" | "cancelled" | "paused" | "resumed" | "aborted" | "error" | "in_progress" | "interrupted"
     created_at: str
     finished_at: str | None
     token_count: int | None = None
