@@ -197,6 +197,34 @@ async def test_review_decisions_grow_the_support_set_with_notes_edits_undo_and_f
         engine.shutdown()
 
 
+async def test_status_line_and_review_footer_follow_each_label_of_a_task_question(store, tmp_path):
+    """A multi-task verifier: a label given under a task joins that task's set (the toast's "now N
+    points"); the status line and the review footer count it too, and drop it again on undo."""
+    from tests.test_review_task_scope import TASK_A, multi_task_verifier
+
+    engine = make_engine(store, multi_task_verifier(tmp_path / "suite"), generate_reflection=False)
+    try:
+        app = SdmChatApp(engine=engine, store=store)
+        async with app.run_test(size=SIZE) as pilot:
+            await send(pilot, app, TASK_A + " Is Paris the capital of France?")
+            base = engine.info().support_size
+            status = app.chat.query_one("#status-line")
+            assert f"support {base}" in str(status.render())
+            await pilot.press("ctrl+r")
+            await wait_until(pilot, lambda: isinstance(app.screen, ReviewScreen))
+            review = app.screen
+            assert review.query_one(ReviewList).current_item is not None, "the task answer was not queued"
+            await pilot.press("a")
+            footer = review.query_one("#review-status")
+            await wait_until(pilot, lambda: f"support set {base + 1} points" in str(footer.render()))
+            assert f"support {base + 1}" in str(status.render())
+            await pilot.press("z")
+            await wait_until(pilot, lambda: f"support set {base} points" in str(footer.render()))
+            assert f"support {base} " in str(status.render()) + " "
+    finally:
+        engine.shutdown()
+
+
 async def test_sessions_rename_open_and_delete(store, verifier_dir):
     engine = make_engine(store, verifier_dir)
     try:
