@@ -48,7 +48,9 @@ def available_commands() -> dict[str, tuple[str, str]]:
 
 
 def _usage() -> str:
-    rows = "\n".join(f"  {name:<14}{summary}" for name, (_, summary) in available_commands().items())
+    commands = available_commands()
+    width = max(len(name) for name in commands) + 2  # the longest name still gets two spaces before its help
+    rows = "\n".join(f"  {name:<{width}}{summary}" for name, (_, summary) in commands.items())
     return USAGE.format(commands=rows)
 
 

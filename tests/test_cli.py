@@ -12,6 +12,14 @@ def test_help_lists_every_command(capsys):
         assert name in out, name
 
 
+def test_help_separates_every_name_from_its_summary(capsys):
+    assert cli.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for name, (_, summary) in cli.COMMANDS.items():
+        row = next(line for line in out.splitlines() if line.strip().startswith(name + " "))
+        assert row.split(None, 1) == [name, summary], row
+
+
 def test_unknown_command_fails_with_usage(capsys):
     assert cli.main(["frobnicate"]) == 2
     assert "unknown command" in capsys.readouterr().err

@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 #: Bottom to top. A module's layer is the longest prefix of its dotted name listed here.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("platform", ("mlx_sdm", "mlx_sdm.errors", "mlx_sdm.atomic", "mlx_sdm.blas", "mlx_sdm.jsonl", "mlx_sdm.resources")),
+    ("platform", ("mlx_sdm", "mlx_sdm.errors", "mlx_sdm.atomic", "mlx_sdm.blas", "mlx_sdm.jsonl", "mlx_sdm.resources",
+                  "mlx_sdm.progress")),
     ("calibration", ("mlx_sdm.calibration",)),
     ("datasets", ("mlx_sdm.datasets",)),  # shipped data sets, loaded as the calibration layer's LabelledSet
     ("lm", ("mlx_sdm.lm",)),

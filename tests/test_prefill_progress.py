@@ -39,8 +39,13 @@ def test_long_prompt_prefill_is_reported_to_the_observer():
     assert recorder.tokens_before_prefill_done == 0
 
 
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
 def test_prefill_bar_only_for_long_prompts():
-    out = io.StringIO()
+    out = Terminal()
     short = PrefillProgress(min_tokens=1000, file=out)
     short(0, 10), short(9, 10)
     assert out.getvalue() == "" and short.bar is None
@@ -51,6 +56,14 @@ def test_prefill_bar_only_for_long_prompts():
     assert long.calls == [(0, 4096), (2048, 4096), (4095, 4096), (4096, 4096)]
     long(0, 4096)  # the next turn's long prompt draws its own bar
     assert long.bar is not None
+
+
+def test_prefill_bar_prints_nothing_when_piped():
+    out = io.StringIO()  # not a terminal: the transient bar would only be redraws in a log
+    bar = PrefillProgress(min_tokens=1000, file=out)
+    for done in (0, 2048, 4095, 4096):
+        bar(done, 4096)
+    assert out.getvalue() == "" and bar.bar is None
 
 
 def test_engine_event_observer_sends_prefill_events_only_for_long_prompts():

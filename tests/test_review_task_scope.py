@@ -167,7 +167,8 @@ def test_a_label_under_one_task_never_reaches_another_task_of_the_verifier(suite
     result = engine.decide(first.review_id, int(first.verdict.to_dict()["prediction"])).result(60)
     assert result.applied and result.support_size == base + 1 and "task task_a" in result.message
     assert store.decision(result.decision_id).task == TaskScope("task_a")
-    assert engine.info().support_size == base  # unrouted questions: untouched
+    assert engine.call(lambda c: c.verifier.estimator.support_size).result(60) == base  # unrouted questions: untouched
+    assert engine.info().support_size == base + 1  # the status line counts every label of the verifier
 
     support_id = f"review-{first.review_id}-decision-{result.decision_id}"
     assert _review_exemplars(_ask(engine, TASK_A + claim)) == [support_id]  # the same task sees it
@@ -185,10 +186,12 @@ def test_a_label_under_one_task_never_reaches_another_task_of_the_verifier(suite
     decided_b = engine.decide(b_after.review_id, int(b_after.verdict.to_dict()["prediction"])).result(60)
     assert decided_b.applied and decided_b.support_size == base + 1 and decided_b.saved_to != result.saved_to
     assert DocumentVerifier.load(decided_b.saved_to).estimator.support_size == base + 1
+    assert engine.info().support_size == base + 2
     assert _review_exemplars(_ask(engine, TASK_A + claim)) == [support_id]
     # undo takes B's point out of B's set (and its saved copy); A keeps its own
     undone = engine.undo_decision().result(60)
     assert undone.decision_id == decided_b.decision_id and undone.support_size == base
+    assert engine.info().support_size == base + 1
     assert DocumentVerifier.load(undone.saved_to).estimator.support_size == base
     assert _review_exemplars(_ask(engine, TASK_B + claim)) == []
     assert _review_exemplars(_ask(engine, TASK_A + claim)) == [support_id]

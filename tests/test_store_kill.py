@@ -77,3 +77,79 @@ def test_sigkill_mid_write_loses_nothing_committed(tmp_path):
     # and the store takes new writes
     store.add_message(session_id, "user", "after the crash")
     assert store.messages(session_id)[-1].text == "after the crash"
+
+
+PARTIAL_WRITER = r"""
+import sys
+from mlx_sdm.session.store import ChatStore
+
+store = ChatStore(sys.argv[1])
+session = store.create_session()
+user_id, answer_id = store.begin_turn(session.id, "tell me a long story")
+print("session", session.id, answer_id, flush=True)
+text = ""
+i = 0
+while True:
+    text += f"word{i} "
+    if store.update_partial(answer_id, text, force=True):
+        print("partial", text.strip(), flush=True)
+    i += 1
+"""
+
+
+def test_sigkill_mid_answer_keeps_the_partial_text_marked_interrupted(tmp_path):
+    db = tmp_path / "chat.db"
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PARTIAL_WRITER, str(db)], stdout=subprocess.PIPE, text=True, cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    seen, session_id, answer_id = "", None, None
+    deadline = time.monotonic() + 30
+    try:
+        for line in proc.stdout:
+            kind, _, rest = line.rstrip("\n").partition(" ")
+            if kind == "session":
+                session_id, answer_id = rest.split()[0], int(rest.split()[1])
+            elif kind == "partial":
+                seen = rest
+            if seen.count("word") >= 20 or time.monotonic() > deadline:
+                break
+        proc.send_signal(signal.SIGKILL)  # mid-answer
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL and seen.count("word") >= 20
+
+    store = ChatStore(db)  # opening marks what the dead process was writing
+    assert store.integrity_check() == "ok"
+    user, answer = store.messages(session_id)
+    assert user.text == "tell me a long story" and answer.id == answer_id
+    assert answer.status == "interrupted" and answer.finished_at is not None
+    assert answer.text.startswith(seen)  # every committed word; maybe one more update after the last we saw
+    assert store.get_session(session_id).title == "tell me a long story"
+
+
+def test_a_live_writers_answer_is_not_marked_interrupted_and_finishes_in_place(tmp_path):
+    db = tmp_path / "chat.db"
+    writer = ChatStore(db)
+    session = writer.create_session()
+    writer.add_message(session.id, "user", "hello")
+    answer_id = writer.begin_answer(session.id)
+    assert writer.update_partial(answer_id, "Hel") and not writer.update_partial(answer_id, "Hell")  # throttled
+    assert writer.update_partial(answer_id, "Hello", force=True)
+    reader = ChatStore(db)  # another open while this process still writes
+    assert reader.messages(session.id)[-1].status == "in_progress" and reader.messages(session.id)[-1].text == "Hello"
+    mid = writer.finish_answer(answer_id, AnswerRecord(
+        session.id, "Hello there.", tokens=["Hello", " there."], token_logprobs=[-0.1, -0.2],
+        verdict_status="not_verified", verdict={"p_lower": 0.2, "reason": "below_threshold"},
+        review_reasons=["below_threshold"]))
+    answer = reader.messages(session.id)[-1]
+    assert mid == answer_id and answer.status == "done" and answer.text == "Hello there." and answer.token_count == 2
+    assert answer.verdict_status == "not_verified" and answer.review_id is not None
+    import pytest
+
+    from mlx_sdm.errors import DataError
+    with pytest.raises(DataError, match="not an answer being written"):
+        writer.update_partial(answer_id, "late", force=True)
+

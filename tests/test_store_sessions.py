@@ -140,3 +140,54 @@ def test_add_turn_writes_question_and_answer_in_one_transaction(tmp_path, monkey
     with pytest.raises(RuntimeError):
         store.add_turn("A second question?", AnswerRecord(session.id, "lost"))
     assert [m.text for m in ChatStore(tmp_path / "turn.db").messages(session.id)] == ["Capital of France?", "Paris."]
+
+
+def test_an_untitled_session_is_named_after_its_first_user_message(tmp_path):
+    store = ChatStore(tmp_path / "chat.db")
+    engine_style = store.create_session()  # the engine writes the question, then the answer
+    assert engine_style.title.startswith("Chat ")  # the placeholder until a question exists
+    store.add_message(engine_style.id, "system", "a monitor note")  # not a user question: still the placeholder
+    assert store.get_session(engine_style.id).title.startswith("Chat ")
+    store.add_message(engine_style.id, "user", "What is the capital of Australia?")
+    store.add_message(engine_style.id, "user", "And of New Zealand, please?")
+    assert store.get_session(engine_style.id).title == "What is the capital of Australia?"
+
+    server_style = store.create_session()  # the server writes a whole turn at once
+    store.add_turn("Give me three tips for sleeping better tonight\nthanks",
+                   AnswerRecord(server_style.id, "1. ..."))
+    assert store.get_session(server_style.id).title == "Give me three tips for sleeping…"
+
+    named = store.create_session("my chat")  # a title given, or a rename, is never replaced
+    store.add_message(named.id, "user", "hello there")
+    assert store.get_session(named.id).title == "my chat"
+    renamed = store.create_session()
+    store.rename_session(renamed.id, "kept")
+    store.add_message(renamed.id, "user", "hello there")
+    assert store.get_session(renamed.id).title == "kept"
+
+
+def test_title_from_message_is_one_short_line():
+    from mlx_sdm.session.titles import TITLE_CHARS, title_from_message
+
+    assert title_from_message("  \n hi there \n") == "hi there"
+    assert title_from_message("hi\nthere") == "hi…"  # more lines than the title shows
+    assert title_from_message("Classify the topic of the following news article. Respond") == \
+        "Classify the topic of the following…"
+    assert len(title_from_message("x" * 500)) == TITLE_CHARS
+    assert title_from_message(" \n ") is None
+
+
+def test_old_stores_title_their_empty_placeholder_sessions_on_upgrade(tmp_path):
+    path = tmp_path / "chat.db"
+    old = ChatStore(path, target_version=5)
+    with old._tx() as conn:
+        conn.execute("INSERT INTO sessions(id, title, created_at, updated_at) VALUES "
+                     "('e', 'Chat 2026-01-02 03:04', 'x', 'x'), ('u', 'Chat 2026-01-02 03:05', 'x', 'x'), "
+                     "('n', 'Chat about cats', 'x', 'x')")
+        conn.execute("INSERT INTO messages(session_id, role, text, created_at) VALUES ('u', 'user', 'earlier', 'x')")
+    old.close()
+    store = ChatStore(path)
+    for sid in ("e", "u", "n"):
+        store.add_message(sid, "user", "new question here")
+    titles = {s.id: s.title for s in store.list_sessions()}
+    assert titles == {"e": "new question here", "u": "Chat 2026-01-02 03:05", "n": "Chat about cats"}

@@ -73,6 +73,29 @@ async def test_escape_stops_the_answer_and_autoscroll_follows_only_at_the_bottom
         engine.shutdown()
 
 
+async def test_a_reopened_session_shows_an_interrupted_answer_and_says_so(tmp_path, verifier_dir):
+    db = tmp_path / "chat.db"
+    writer = ChatStore(db)
+    session = writer.create_session()
+    _, answer_id = writer.begin_turn(session.id, "Tell me a story.")
+    writer.update_partial(answer_id, "Once upon a time", force=True)
+    with writer._tx() as conn:  # as a process killed mid-answer leaves it: its writer is gone
+        conn.execute("UPDATE messages SET metadata_json = '{\"writer_pid\": -1}' WHERE id = ?", (answer_id,))
+    writer.close()
+    store = ChatStore(db)
+    engine = make_engine(store, verifier_dir)
+    try:
+        app = SdmChatApp(engine=engine, store=store, session_id=session.id)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause(0.2)
+            bubble = answers(app)[-1]
+            assert bubble.text == "Once upon a time"
+            assert str(bubble.badge.render()).startswith("✘ interrupted")
+    finally:
+        engine.shutdown()
+        store.close()
+
+
 async def test_medium_is_logged_and_the_turn_goes_on(store, verifier_dir):
     engine = make_engine(store, verifier_dir, **MEDIUM_EVERYWHERE)
     try:
@@ -170,6 +193,34 @@ async def test_review_decisions_grow_the_support_set_with_notes_edits_undo_and_f
             review.query_one("#filter-status", Select).value = "pending"
             await pilot.pause(0.2)
             assert table.items == []
+    finally:
+        engine.shutdown()
+
+
+async def test_status_line_and_review_footer_follow_each_label_of_a_task_question(store, tmp_path):
+    """A multi-task verifier: a label given under a task joins that task's set (the toast's "now N
+    points"); the status line and the review footer count it too, and drop it again on undo."""
+    from tests.test_review_task_scope import TASK_A, multi_task_verifier
+
+    engine = make_engine(store, multi_task_verifier(tmp_path / "suite"), generate_reflection=False)
+    try:
+        app = SdmChatApp(engine=engine, store=store)
+        async with app.run_test(size=SIZE) as pilot:
+            await send(pilot, app, TASK_A + " Is Paris the capital of France?")
+            base = engine.info().support_size
+            status = app.chat.query_one("#status-line")
+            assert f"support {base}" in str(status.render())
+            await pilot.press("ctrl+r")
+            await wait_until(pilot, lambda: isinstance(app.screen, ReviewScreen))
+            review = app.screen
+            assert review.query_one(ReviewList).current_item is not None, "the task answer was not queued"
+            await pilot.press("a")
+            footer = review.query_one("#review-status")
+            await wait_until(pilot, lambda: f"support set {base + 1} points" in str(footer.render()))
+            assert f"support {base + 1}" in str(status.render())
+            await pilot.press("z")
+            await wait_until(pilot, lambda: f"support set {base} points" in str(footer.render()))
+            assert f"support {base} " in str(status.render()) + " "
     finally:
         engine.shutdown()
 

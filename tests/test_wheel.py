@@ -120,6 +120,17 @@ def test_installed_wheel_resolves_a_shipped_verifier_by_its_readme_spelling(inst
     assert all(Path(p).resolve().is_relative_to(venv.resolve()) for p in paths)
 
 
+def test_installed_wheel_resolves_the_fine_tune_examples_packaged_data(installed, tmp_path):
+    """examples/finetune.yaml says `data: package:fever`: the wheel carries that data and resolves it."""
+    venv, env = installed
+    code = ("from mlx_sdm.app.head_training import build_config, task_documents; "
+            "t, c = task_documents(build_config({'data': 'package:fever'}, {}), {'pool_size': 100, 'test_size': 0}); "
+            "import mlx_sdm.network.tasks.registry as r; print(len(t), len(c), r.DATA_DIR)")
+    count_train, count_calibration, where = _run([str(venv / "bin" / "python"), "-c", code], tmp_path, env).stdout.split()
+    assert (count_train, count_calibration) == ("50", "50")
+    assert Path(where).resolve().is_relative_to(venv.resolve())
+
+
 def test_sdist_carries_the_weights(tmp_path):
     """python -m build makes the wheel from the sdist: the sdist must hold weights/ and setup.py."""
     _require_build_backend()

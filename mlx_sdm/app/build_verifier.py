@@ -96,12 +96,12 @@ class BuildResult:
 
 
 class _Progress:
-    """One tqdm bar over every answer of the build (shows the time left); counts cached vs generated."""
+    """One progress bar over every answer of the build (shows the time left); counts cached vs generated."""
 
     def __init__(self, total: int, enabled: bool):
-        from tqdm import tqdm
+        from mlx_sdm.progress import progress_bar
 
-        self.bar = tqdm(total=total, desc="answers", unit="answer", dynamic_ncols=True, disable=not enabled)
+        self.bar = progress_bar(total=total, desc="answers", unit="answer", disable=not enabled)
         self.generated = self.cached = 0
 
     def __call__(self, from_cache: bool) -> None:

@@ -21,6 +21,8 @@ from mlx_sdm.errors import DataError
 from mlx_sdm.network.trainer import FinetuneArgs
 
 DEFAULT_ADAPTER_PATH = "sdm-head"
+#: ``data: package:fever``: a task shipped inside mlx-sdm (works from a wheel install, any folder).
+PACKAGE_PREFIX = "package:"
 
 
 @dataclass
@@ -28,7 +30,8 @@ class FinetuneConfig:
     model: str | None = field(default=None, metadata={"help": "model: 'smollm2' (embedded, default), a folder, a .gguf or a hub id"})
     quantized: bool = field(default=False, metadata={"help": "load the frozen base 4-bit"})
     verifier: str | None = field(default=None, metadata={"help": "document verifier folder (default: the shipped one for SmolLM2)"})
-    data: str | None = field(default=None, metadata={"help": "folder with train.jsonl + valid.jsonl (calibration), or a BIG-bench task.json"})
+    data: str | None = field(default=None, metadata={"help": "folder with train.jsonl + valid.jsonl (calibration), a BIG-bench "
+                                                     "task.json, or package:fever (FEVER claims shipped with mlx-sdm)"})
     pool_size: int | None = field(default=None, metadata={"help": "with a task.json: train ∪ calibration pool (default: the verifier's)"})
     test_size: int | None = field(default=None, metadata={"help": "with a task.json: held-out documents after the pool (default: the verifier's)"})
     train_size: int | None = field(default=None, metadata={"help": "with a task.json: leading part of the pool's training half to use"})
@@ -114,7 +117,11 @@ def load_documents(config: FinetuneConfig, tokenizer, verifier_info: dict[str, A
     from mlx_sdm.network.data import from_verification_documents, read_documents_jsonl
 
     if config.data is None:
-        raise DataError("no data; set `data:` to a folder with train.jsonl and valid.jsonl, or to a BIG-bench task.json", field="data")
+        raise DataError("no data; set `data:` to a folder with train.jsonl and valid.jsonl, a BIG-bench task.json, "
+                        "or package:fever", field="data")
+    if config.data.startswith(PACKAGE_PREFIX) or Path(config.data).suffix == ".json":
+        train, calibration = task_documents(config, verifier_info or {})
+        return from_verification_documents(train, tokenizer), from_verification_documents(calibration, tokenizer)
     path = Path(config.data)
     if path.is_dir():
         train_file, valid_file = path / "train.jsonl", path / "valid.jsonl"
@@ -127,13 +134,24 @@ def load_documents(config: FinetuneConfig, tokenizer, verifier_info: dict[str, A
                     field="data",
                 )
         return read_documents_jsonl(train_file), read_documents_jsonl(valid_file)
-    if path.suffix == ".json":
-        from mlx_sdm.network.encoding import encode_task
+    raise DataError("expected a folder with train.jsonl + valid.jsonl, a BIG-bench task.json, or package:fever",
+                    path=str(path), field="data")
 
-        documents = encode_task(path)
-        train, calibration = split_task_documents(documents, config, str(path), verifier_info or {})
-        return from_verification_documents(train, tokenizer), from_verification_documents(calibration, tokenizer)
-    raise DataError("expected a folder with train.jsonl + valid.jsonl, or a BIG-bench task.json", path=str(path), field="data")
+
+def task_documents(config: FinetuneConfig, verifier_info: dict[str, Any]) -> tuple[list, list]:
+    """(train, calibration) VerificationDocuments of a BIG-bench task: a task.json, or one shipped in the
+    package (``package:NAME``, the same examples as its task.json, so the same documents)."""
+    from mlx_sdm.network.encoding import encode_examples, encode_task, task_format_for
+
+    data = str(config.data)
+    if data.startswith(PACKAGE_PREFIX):
+        from mlx_sdm.network.tasks.registry import packaged_bigbench_examples
+
+        name, examples = packaged_bigbench_examples(data[len(PACKAGE_PREFIX):])
+        documents = encode_examples(name, examples, task_format_for(name, examples), path=data)
+    else:
+        documents = encode_task(data)
+    return split_task_documents(documents, config, data, verifier_info)
 
 
 def split_task_documents(documents: Sequence, config: FinetuneConfig, where: str, verifier_info: dict[str, Any]) -> tuple[list, list]:
@@ -162,12 +180,12 @@ def split_task_documents(documents: Sequence, config: FinetuneConfig, where: str
 def run_finetune(config: FinetuneConfig):
     """Load the model and verifier, fine-tune (Alg. 4), save the head; returns (FinetuneResult, head path)."""
     import mlx.core as mx
-    from tqdm.auto import tqdm
 
     from mlx_sdm.lm.loading import load_model
     from mlx_sdm.network.heads import HeadManifest, VocabularyHeads, load_head, save_head
     from mlx_sdm.network.trainer import LMScorer, train_positive_head
     from mlx_sdm.network.verifier import DEFAULT_VERIFIER_DIR, DocumentVerifier
+    from mlx_sdm.progress import progress_bar
 
     group = mx.distributed.init()
     lm = load_model(config.model, quantized=config.quantized)
@@ -180,7 +198,7 @@ def run_finetune(config: FinetuneConfig):
     else:
         heads = VocabularyHeads.from_model(lm.model)
     show = config.args.progress and group.rank() == 0
-    progress = (lambda items: tqdm(items, desc="generate", unit="doc", leave=False)) if show else None
+    progress = (lambda items: progress_bar(items, desc="generate", unit="doc", leave=False)) if show else None
     scorer = LMScorer.from_verifier(lm, verifier, progress=progress)
     args = dataclasses.replace(config.args, checkpoint_path=str(config.checkpoint_path))
     verifier_info = {"path": str(verifier_dir), "model_fingerprint": verifier.model_fingerprint, "feature": verifier.manifest()["feature"]}

@@ -13,7 +13,7 @@ DEFAULT_PREFILL_PROGRESS_TOKENS = LONG_PREFILL_TOKENS
 
 
 class PrefillProgress:
-    """Call with (done, total) as the prompt prefills; a tqdm bar opens for a long prompt and closes at the end."""
+    """Call with (done, total) as the prompt prefills; a progress bar opens for a long prompt and closes at the end."""
 
     def __init__(self, *, min_tokens: int = DEFAULT_PREFILL_PROGRESS_TOKENS, file: TextIO | None = None):
         self.min_tokens, self.file = min_tokens, file
@@ -28,10 +28,10 @@ class PrefillProgress:
         if total < self.min_tokens or self.finished:
             return
         if self.bar is None:
-            from tqdm import tqdm
+            from mlx_sdm.progress import progress_bar
 
-            self.bar = tqdm(total=int(total), desc="reading the prompt", unit="tok", dynamic_ncols=True,
-                            file=self.file or sys.stderr, leave=False)
+            self.bar = progress_bar(total=int(total), desc="reading the prompt", unit="tok",
+                                    file=self.file or sys.stderr, leave=False)
         self.bar.update(int(done) - self.bar.n)
         if done >= total - 1:  # mlx-lm prefills all but the last token before the first step
             self.finished = True

@@ -26,18 +26,18 @@ CACHE_CHUNK = 100
 def cached_document_features(lm, documents: Sequence[VerificationDocument], *, delimiter: str,
                              cache_dir: str | Path | None, desc: str = "features",
                              max_batch_tokens: int = 4096) -> np.ndarray:
-    """``document_features`` with a tqdm bar and an on-disk cache (chunks of ``CACHE_CHUNK``
+    """``document_features`` with a progress bar and an on-disk cache (chunks of ``CACHE_CHUNK``
     documents) keyed by model fingerprint, delimiter rule and the exact documents."""
     import hashlib
     import io
-
-    from tqdm import tqdm
 
     from mlx_sdm.atomic import atomic_write_bytes
 
     width = 2 * lm.hidden_size
     out = np.zeros((len(documents), width), dtype=np.float32)
-    with tqdm(total=len(documents), desc=desc, unit="doc", dynamic_ncols=True) as bar:
+    from mlx_sdm.progress import progress_bar
+
+    with progress_bar(total=len(documents), desc=desc, unit="doc") as bar:
         for start in range(0, len(documents), CACHE_CHUNK):
             chunk = documents[start : start + CACHE_CHUNK]
             key = hashlib.sha256(json.dumps([lm.fingerprint["head_sha256"], delimiter]).encode())

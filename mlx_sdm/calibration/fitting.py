@@ -151,14 +151,14 @@ def fit_manifest(input_dim: int, config: FitConfig, source: dict | None, num_cla
 
 
 def _progress(progress: Progress, config: FitConfig):
-    """(callback, tqdm bar or None): iteration j of J, epoch, loss, balanced q, time left."""
+    """(callback, progress bar or None): iteration j of J, epoch, loss, balanced q, time left."""
     if progress is None or progress is False:
         return None, None
     if callable(progress):
         return progress, None
-    from tqdm import tqdm
+    from mlx_sdm.progress import progress_bar
 
-    bar = tqdm(total=config.iterations * config.epochs, desc="Alg. 1", unit="epoch", dynamic_ncols=True)
+    bar = progress_bar(total=config.iterations * config.epochs, desc="Alg. 1", unit="epoch")
 
     def callback(info: dict) -> None:
         bar.set_description(f"iteration {info['iteration']}/{info['iterations']}")

@@ -188,12 +188,12 @@ class _Run:
     """One Alg. 4 run's plumbing: progress bars, the checkpoint, the per-epoch steps."""
 
     def __init__(self, args: FinetuneArgs, group, scorer: Scorer, calibration_documents, callback):
-        from tqdm.auto import tqdm
+        from mlx_sdm.progress import progress_bar
 
         self.args, self.group, self.scorer, self.callback = args, group, scorer, callback
         self.calibration_documents = calibration_documents
         self.show = args.progress and group.rank() == 0
-        self.bar = (lambda it, **kw: tqdm(it, leave=False, **kw)) if self.show else (lambda it, **kw: it)
+        self.bar = (lambda it, **kw: progress_bar(it, leave=False, **kw)) if self.show else (lambda it, **kw: it)
         self.checkpoint_path = Path(args.checkpoint_path) if args.checkpoint_path else None
 
     def admitted_now(self, heads: VocabularyHeads) -> int:

@@ -67,8 +67,14 @@ class ReviewService:
     # -- what is loaded -------------------------------------------------------------------------
     @property
     def support_size(self) -> int | None:
-        """The support set of unrouted questions (a single-task verifier's only one)."""
-        return self.support_size_for(None)
+        """The points this verifier holds over all its support sets: the ones it was built on plus every
+        active label given under it, whatever task it was given for (a single-task verifier: its one
+        set). This is the status line's "support N": it moves with every decision and undo, where the
+        unrouted set alone (:meth:`support_size_for` None) stays put when a task's question is labelled."""
+        unrouted = self.support_size_for(None)
+        if unrouted is None or self.components.verifier_path is None:
+            return unrouted  # no folder to load task sets from: every label went into the one set
+        return unrouted - len(self.points()) + len(self.all_points())
 
     def support_size_for(self, task: str | None) -> int | None:
         verifier = self.verifier_for_task(task)

@@ -135,10 +135,19 @@ MIGRATIONS: tuple[Migration, ...] = (
         ALTER TABLE decisions ADD COLUMN task_recorded INTEGER NOT NULL DEFAULT 0;
         """,
     ),
+    Migration(
+        6,
+        "a session created without a title is titled from its first user message once that exists",
+        """
+        ALTER TABLE sessions ADD COLUMN title_pending INTEGER NOT NULL DEFAULT 0;
+        UPDATE sessions SET title_pending = 1
+            WHERE title GLOB 'Chat [0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]'
+            AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id AND m.role = 'user');
+        """,
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version
-
 
 def now_iso() -> str:
     """UTC timestamp with microseconds; ISO strings sort like the times they name."""
@@ -244,7 +253,7 @@ class MessageRecord:
     role: str  # "user" | "assistant" | "system"
     kind: str  # "chat" | "reflection" | "guidance" | "explanation"
     text: str
-    status: str  # "done" | "cancelled" | "paused" | "resumed" | "aborted" | "error"
+    status: str  # "done" | "cancelled" | "paused" | "resumed" | "aborted" | "error" | "in_progress" | "interrupted"
     created_at: str
     finished_at: str | None
     token_count: int | None = None

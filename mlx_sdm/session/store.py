@@ -25,6 +25,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from mlx_sdm.errors import ArtifactError, DataError
+from mlx_sdm.session.partial_answers import PartialAnswerStore
 from mlx_sdm.session.review_queue import ReviewQueueStore
 from mlx_sdm.session.schema import (  # noqa: F401  (re-exported: the store's records and schema)
     LABEL_ACCEPTABLE,
@@ -48,12 +49,13 @@ from mlx_sdm.session.schema import (  # noqa: F401  (re-exported: the store's re
     _split_sql,
     now_iso,
 )
+from mlx_sdm.session.titles import placeholder_title, title_from_first_message
 
 #: How long a writer waits for another process's write lock before giving up (milliseconds).
 BUSY_TIMEOUT_MS = 10_000
 
 
-class ChatStore(ReviewQueueStore):
+class ChatStore(ReviewQueueStore, PartialAnswerStore):
     """SQLite chat store. Safe to share between threads (one connection behind a lock); several
     processes may open the same file (WAL)."""
 
@@ -75,6 +77,9 @@ class ChatStore(ReviewQueueStore):
         self._conn.execute("PRAGMA synchronous = FULL")
         self._conn.execute("PRAGMA foreign_keys = ON")
         self._migrate(SCHEMA_VERSION if target_version is None else target_version)
+        self._partial_written: dict[int, float] = {}
+        if self.schema_version == SCHEMA_VERSION:
+            self.mark_interrupted()  # answers a killed process was writing
 
     # ------------------------------------------------------------------ plumbing
 
@@ -144,11 +149,12 @@ class ChatStore(ReviewQueueStore):
     def create_session(self, title: str | None = None, *, model: str | None = None, verifier: str | None = None) -> SessionInfo:
         session_id = uuid.uuid4().hex[:12]
         stamp = now_iso()
-        title = (title or "").strip() or f"Chat {stamp[:16].replace('T', ' ')}"
-        with self._tx() as conn:
+        title = (title or "").strip()
+        with self._tx() as conn:  # untitled: a placeholder until the first user message names it
             conn.execute(
-                "INSERT INTO sessions(id, title, created_at, updated_at, model, verifier) VALUES (?, ?, ?, ?, ?, ?)",
-                (session_id, title, stamp, stamp, model, verifier),
+                "INSERT INTO sessions(id, title, created_at, updated_at, model, verifier, title_pending) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (session_id, title or placeholder_title(stamp), stamp, stamp, model, verifier, int(not title)),
             )
         return self.get_session(session_id)
 
@@ -174,7 +180,8 @@ class ChatStore(ReviewQueueStore):
         if not title:
             raise DataError("a session title cannot be empty", field="title")
         with self._tx() as conn:
-            cur = conn.execute("UPDATE sessions SET title = ?, updated_at = ? WHERE id = ?", (title, now_iso(), session_id))
+            cur = conn.execute("UPDATE sessions SET title = ?, title_pending = 0, updated_at = ? WHERE id = ?",
+                               (title, now_iso(), session_id))
             if cur.rowcount == 0:
                 raise DataError(f"no session with id {session_id!r}", path=str(self.path), field="session")
         return self.get_session(session_id)
@@ -214,6 +221,8 @@ class ChatStore(ReviewQueueStore):
                 (session_id, role, kind, text, status, stamp, stamp, _dumps(metadata)),
             )
             conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (stamp, session_id))
+            if role == "user" and kind == "chat":
+                title_from_first_message(conn, session_id, text)
             return int(cur.lastrowid)
 
     def add_guidance(self, session_id: str, paused_message_id: int, text: str) -> int:
@@ -251,7 +260,11 @@ class ChatStore(ReviewQueueStore):
                 "VALUES (?, 'user', 'chat', ?, 'done', ?, ?, ?)",
                 (record.session_id, user_text, stamp, stamp, _dumps(user_metadata)),
             )
+            title_from_first_message(conn, record.session_id, user_text)
             return int(cur.lastrowid), _write_answer(conn, record, stamp)
+
+    def _finish_answer_row(self, conn: sqlite3.Connection, message_id: int, record: AnswerRecord, stamp: str) -> int:
+        return _write_answer(conn, record, stamp, message_id)
 
     def messages(self, session_id: str) -> list[MessageRecord]:
         """All messages of a session in order, answers with their verdicts and monitor snapshots."""
@@ -283,25 +296,39 @@ class ChatStore(ReviewQueueStore):
         return _message(rows[0])
 
 
-def _insert_answer(conn: sqlite3.Connection, r: AnswerRecord, stamp: str) -> int:
-    """The answer's message row (log-prob summary included); returns its id."""
+def _answer_columns(r: AnswerRecord, stamp: str) -> dict[str, Any]:
+    """The answer's message-row columns (log-prob summary included), but its session, role and creation time."""
     logprobs = None if r.token_logprobs is None else [float(x) for x in r.token_logprobs]
     finite = [x for x in (logprobs or []) if np.isfinite(x)]
-    cur = conn.execute(
-        "INSERT INTO messages(session_id, role, kind, text, status, created_at, finished_at, token_count, "
-        "logprob_mean, logprob_min, prompt_json, tokens_json, logprobs_json, features, feature_model, metadata_json) "
-        "VALUES (?, 'assistant', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (r.session_id, r.kind, r.text, r.status, r.created_at or stamp, stamp,
-         None if logprobs is None else len(logprobs), float(np.mean(finite)) if finite else None,
-         float(np.min(finite)) if finite else None, _dumps(r.prompt), _dumps(r.tokens), _dumps(logprobs),
-         _features_blob(r.features), r.feature_model, _dumps(r.metadata)),
-    )
+    return {"kind": r.kind, "text": r.text, "status": r.status, "finished_at": stamp,
+            "token_count": None if logprobs is None else len(logprobs),
+            "logprob_mean": float(np.mean(finite)) if finite else None,
+            "logprob_min": float(np.min(finite)) if finite else None, "prompt_json": _dumps(r.prompt),
+            "tokens_json": _dumps(r.tokens), "logprobs_json": _dumps(logprobs), "features": _features_blob(r.features),
+            "feature_model": r.feature_model, "metadata_json": _dumps(r.metadata)}
+
+
+def _insert_answer(conn: sqlite3.Connection, r: AnswerRecord, stamp: str) -> int:
+    """The answer's message row; returns its id."""
+    columns = {"session_id": r.session_id, "role": "assistant", "created_at": r.created_at or stamp,
+               **_answer_columns(r, stamp)}
+    cur = conn.execute(f"INSERT INTO messages({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                       tuple(columns.values()))
     return int(cur.lastrowid)
 
 
-def _write_answer(conn: sqlite3.Connection, record: AnswerRecord, stamp: str) -> int:
-    """Inside a caller's transaction: the answer's message, verdict, monitor snapshot and review entry."""
-    message_id = _insert_answer(conn, record, stamp)
+def _update_answer(conn: sqlite3.Connection, message_id: int, r: AnswerRecord, stamp: str) -> int:
+    """An answer row begun earlier (``begin_answer``) rewritten whole; its creation time stays."""
+    columns = _answer_columns(r, stamp)
+    conn.execute(f"UPDATE messages SET {', '.join(f'{name} = ?' for name in columns)} WHERE id = ?",
+                 (*columns.values(), message_id))
+    return message_id
+
+
+def _write_answer(conn: sqlite3.Connection, record: AnswerRecord, stamp: str, message_id: int | None = None) -> int:
+    """Inside a caller's transaction: the answer's message (new, or the begun row ``message_id``), verdict,
+    monitor snapshot and review entry."""
+    message_id = _insert_answer(conn, record, stamp) if message_id is None else _update_answer(conn, message_id, record, stamp)
     if record.verdict_status is not None:
         verdict = record.verdict or {}
         conn.execute(

@@ -13,6 +13,8 @@ STATUS_TEXT = {
     "paused": "‖ paused for guidance",
     "aborted": "✘ aborted by the session monitor",
     "error": "✘ failed",
+    "interrupted": "✘ interrupted: the app stopped before this answer was finished",
+    "in_progress": "… still being written (by another process)",
     "done": "no verdict",
 }
 

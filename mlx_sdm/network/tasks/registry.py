@@ -52,6 +52,26 @@ def read_vendored(name: str) -> tuple[list[SourceExample], list[SourceExample]]:
     return main, shift
 
 
+#: Shipped tasks a fine-tune config names as ``data: package:NAME``: their vendored rows given back as
+#: the BIG-bench examples they were converted from (same ids, inputs and target_scores, so they encode
+#: to the same documents as that task.json): name -> (BIG-bench task, its true and its false target).
+PACKAGED_BIGBENCH = {"fever": ("fact_checker_fever", "true", "false"),
+                     "sports_understanding": ("sports_understanding", "plausible", "implausible")}
+
+
+def packaged_bigbench_examples(name: str) -> tuple[str, list[dict]]:
+    """(BIG-bench task name, examples ``{"id", "input", "target_scores"}``) of a shipped task; see
+    :data:`PACKAGED_BIGBENCH`. The data is the package's own (``data/<name>.jsonl.gz``), no checkout needed."""
+    if name not in PACKAGED_BIGBENCH:
+        raise DataError(f"no shipped BIG-bench task {name!r}; shipped: {', '.join(PACKAGED_BIGBENCH)} "
+                        "(or give a task.json or a folder with train.jsonl + valid.jsonl)", field="data")
+    task, true_word, false_word = PACKAGED_BIGBENCH[name]
+    main, _ = read_vendored(name)
+    prefix = f"{name}-"
+    return task, [{"id": ex.id[len(prefix):] if ex.id.startswith(prefix) else ex.id, "input": ex.text,
+                   "target_scores": {true_word: int(bool(ex.gold)), false_word: int(not ex.gold)}} for ex in main]
+
+
 def _plain(fmt: TaskFormat):
     return lambda ex, view: fmt.user_message(ex.text)
 

@@ -1,0 +1,119 @@
+"""An answer written while it is generated, as part of :class:`~mlx_sdm.session.store.ChatStore`.
+
+:meth:`begin_answer` (or :meth:`begin_turn`, the question with it) commits an empty answer row with
+status ``in_progress``; :meth:`update_partial` commits the text so far, at most every
+``PARTIAL_WRITE_SECONDS``; :meth:`finish_answer` writes the whole answer with its verdict over that
+row, in one transaction. A process killed in between (``kill -9``, a power cut) leaves the row with
+the text of its last update; the next open of the store marks such rows ``interrupted`` (when the
+process that wrote them is gone), so a reopened session shows the partial answer and that it was cut.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from typing import Any, Sequence
+
+from mlx_sdm.errors import DataError
+from mlx_sdm.session.schema import _dumps, _loads, now_iso
+from mlx_sdm.session.titles import title_from_first_message
+
+#: The partial text of an answer being generated is committed at most this often (each is an fsync).
+PARTIAL_WRITE_SECONDS = 1.0
+
+IN_PROGRESS = "in_progress"
+INTERRUPTED = "interrupted"
+
+
+def _process_alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+class PartialAnswerStore:
+    """Mixed into ChatStore (uses its ``_tx`` and ``_query``; ChatStore provides ``_finish_answer_row``)."""
+
+    _partial_written: dict[int, float]  # message id -> when its partial text was last committed (monotonic)
+
+    def _tx(self) -> Any: ...  # provided by ChatStore
+
+    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]: ...  # provided by ChatStore
+
+    def begin_answer(self, session_id: str, *, kind: str = "chat", created_at: str | None = None) -> int:
+        """An empty answer row, status ``in_progress`` (committed); returns its message id."""
+        stamp = created_at or now_iso()
+        with self._tx() as conn:
+            return _insert_in_progress(conn, session_id, kind, stamp)
+
+    def begin_turn(self, session_id: str, user_text: str, *, user_metadata: dict | None = None) -> tuple[int, int]:
+        """The user's message and an empty ``in_progress`` answer to it, in one transaction.
+        Returns (user message id, answer message id)."""
+        stamp = now_iso()
+        with self._tx() as conn:
+            cur = conn.execute(
+                "INSERT INTO messages(session_id, role, kind, text, status, created_at, finished_at, metadata_json) "
+                "VALUES (?, 'user', 'chat', ?, 'done', ?, ?, ?)",
+                (session_id, user_text, stamp, stamp, _dumps(user_metadata)),
+            )
+            title_from_first_message(conn, session_id, user_text)
+            return int(cur.lastrowid), _insert_in_progress(conn, session_id, "chat", stamp)
+
+    def update_partial(self, message_id: int, text: str, *, force: bool = False) -> bool:
+        """Commit the text generated so far, unless the last update of this answer was less than
+        ``PARTIAL_WRITE_SECONDS`` ago (``force``: write now). Returns whether it wrote."""
+        written = self._partial_written
+        now = time.monotonic()
+        if not force and now - written.get(message_id, -float("inf")) < PARTIAL_WRITE_SECONDS:
+            return False
+        with self._tx() as conn:
+            cur = conn.execute("UPDATE messages SET text = ? WHERE id = ? AND status = ?", (text, message_id, IN_PROGRESS))
+            if cur.rowcount == 0:
+                raise DataError(f"message {message_id} is not an answer being written", field="message")
+        written[message_id] = now
+        return True
+
+    def finish_answer(self, message_id: int, record: Any) -> int:
+        """The whole answer (an ``AnswerRecord``, as :meth:`add_answer` writes it) over its ``in_progress``
+        row, with its verdict, monitor reading and review entry, in one transaction."""
+        stamp = now_iso()
+        with self._tx() as conn:
+            row = conn.execute("SELECT status, session_id FROM messages WHERE id = ?", (message_id,)).fetchone()
+            if row is None or row["status"] != IN_PROGRESS or row["session_id"] != record.session_id:
+                raise DataError(f"message {message_id} is not an answer being written in session "
+                                f"{record.session_id!r}", field="message")
+            self._partial_written.pop(message_id, None)
+            return self._finish_answer_row(conn, message_id, record, stamp)
+
+    def _finish_answer_row(self, conn: sqlite3.Connection, message_id: int, record: Any, stamp: str) -> int: ...
+
+    def mark_interrupted(self) -> int:
+        """Answers left ``in_progress`` by a process that is gone become ``interrupted`` (their partial
+        text kept). Runs when the store opens; returns how many it marked."""
+        rows = self._query("SELECT id, metadata_json FROM messages WHERE status = ?", (IN_PROGRESS,))
+        dead = [int(r["id"]) for r in rows if not _process_alive((_loads(r["metadata_json"]) or {}).get("writer_pid"))]
+        if not dead:
+            return 0
+        stamp = now_iso()
+        with self._tx() as conn:
+            for message_id in dead:
+                conn.execute("UPDATE messages SET status = ?, finished_at = ? WHERE id = ? AND status = ?",
+                             (INTERRUPTED, stamp, message_id, IN_PROGRESS))
+        return len(dead)
+
+
+def _insert_in_progress(conn: sqlite3.Connection, session_id: str, kind: str, stamp: str) -> int:
+    cur = conn.execute(
+        "INSERT INTO messages(session_id, role, kind, text, status, created_at, metadata_json) "
+        "VALUES (?, 'assistant', ?, '', ?, ?, ?)",
+        (session_id, kind, IN_PROGRESS, stamp, _dumps({"writer_pid": os.getpid()})),
+    )
+    conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (stamp, session_id))
+    return int(cur.lastrowid)

@@ -1,0 +1,39 @@
+"""Session titles: a session created without one shows a placeholder until its first user message
+exists, then is named after that message's first words (in the store, so the engine and the server
+alike get it through ``add_message`` / ``add_turn``)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+
+#: A session titled from its first message gets at most this many of its words (and characters).
+TITLE_WORDS = 6
+TITLE_CHARS = 48
+
+
+def placeholder_title(stamp: str) -> str:
+    """The title of a session created without one, until its first user message exists."""
+    return f"Chat {stamp[:16].replace('T', ' ')}"
+
+
+def title_from_message(text: str) -> str | None:
+    """A short one-line title from a user message: the first words of its first non-empty line
+    ("…" where cut); None for a message with no words."""
+    line = next((ln for ln in text.splitlines() if ln.strip()), "")
+    words = line.split()
+    if not words:
+        return None
+    title = " ".join(words[:TITLE_WORDS])
+    cut = len(words) > TITLE_WORDS or len(text.strip()) > len(line.strip())
+    if len(title) > TITLE_CHARS:
+        title, cut = title[: TITLE_CHARS - 1].rstrip(), True
+    return title + "…" if cut else title
+
+
+def title_from_first_message(conn: sqlite3.Connection, session_id: str, text: str) -> None:
+    """Inside a caller's transaction: a session still on its placeholder title is named after this message."""
+    title = title_from_message(text)
+    if title is not None:
+        conn.execute("UPDATE sessions SET title = ?, title_pending = 0 WHERE id = ? AND title_pending = 1",
+                     (title, session_id))

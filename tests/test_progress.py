@@ -1,0 +1,69 @@
+"""Progress bars: tqdm on a terminal; piped, a few plain lines and no carriage-return redraws."""
+
+from __future__ import annotations
+
+import io
+
+from mlx_sdm.calibration.fit_config import FitConfig
+from mlx_sdm.calibration.fitting import _progress
+from mlx_sdm.progress import PlainProgress, progress_bar
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_terminal_gets_a_tqdm_bar():
+    from tqdm import tqdm
+
+    out = Terminal()
+    bar = progress_bar(total=10, desc="work", file=out)
+    assert isinstance(bar, tqdm)
+    bar.update(10)
+    bar.close()
+    assert "\r" in out.getvalue()
+
+
+def test_piped_output_is_at_most_a_line_per_quarter():
+    out = io.StringIO()
+    bar = progress_bar(total=1000, desc="answers", unit="answer", file=out)
+    assert isinstance(bar, PlainProgress)
+    for i in range(1000):
+        bar.set_postfix(loss=f"{i:.1f}")
+        bar.update(1)
+    bar.close()
+    lines = out.getvalue().splitlines()
+    assert "\r" not in out.getvalue()
+    assert [line.split(" answer ")[0] for line in lines] == ["answers: 250/1000", "answers: 500/1000",
+                                                             "answers: 750/1000", "answers: 1000/1000"]
+    assert lines[-1].endswith("(loss=999.0)") and " 100%," in lines[-1]
+
+
+def test_piped_transient_and_disabled_bars_print_nothing_but_still_iterate():
+    out = io.StringIO()
+    assert list(progress_bar(range(5), desc="batches", leave=False, file=out)) == list(range(5))
+    bar = progress_bar(total=4, disable=True, file=out)
+    bar.update(4)
+    bar.close()
+    assert out.getvalue() == ""
+
+
+def test_a_bar_that_shrinks_reports_its_end():
+    out = io.StringIO()
+    bar = progress_bar(total=100, desc="answers", file=out)
+    bar.update(10)
+    bar.total -= 90  # the rest of the work was skipped
+    bar.refresh()
+    assert out.getvalue().splitlines()[-1].startswith("answers: 10/10 it 100%")
+
+
+def test_alg1_progress_is_plain_when_piped(capsys):
+    callback, bar = _progress(True, FitConfig(iterations=2, epochs=50))
+    for j in (1, 2):
+        for epoch in range(1, 51):
+            callback({"iteration": j, "iterations": 2, "epoch": epoch, "loss": 0.5, "balanced_q": 3.0})
+    bar.close()
+    err = capsys.readouterr().err
+    assert "\r" not in err and len(err.splitlines()) == 4
+    assert err.splitlines()[-1].startswith("iteration 2/2: 100/100 epoch 100%")
