@@ -1,101 +1,115 @@
-"""scripts/session_corpus.py on the tiny model: deterministic plan, labelled sessions, resume after a kill;
-and eval-monitor's held-out table on the shipped corpus."""
+"""The session corpus (mlx_sdm/app/corpus.py, corpus_plan.py; scripts/session_corpus.py) on the tiny
+model: a deterministic plan that mixes everyday questions, task questions and follow-ups; labels;
+sessions through the chat's own turn with provenance; resume after a kill; shards merged in plan
+order; and eval-monitor's held-out table on the shipped corpus."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
+from mlx_sdm.app.corpus_plan import (
+    EVERYDAY, EverydayPrompt, PlannedTurn, check_everyday, everyday_prompts, label_turn, plan_sessions, session_success,
+)
 from mlx_sdm.network.verdict import status_from_dict
 
-ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.filterwarnings("ignore::mlx_sdm.monitor.tracer.MonitorWarning")
 
-
-def _script():
-    spec = importlib.util.spec_from_file_location("session_corpus", ROOT / "scripts" / "session_corpus.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["session_corpus"] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
+EVERYDAY_TINY = [EverydayPrompt("e0", "arithmetic", "What is 12 times 7?", {"type": "number", "value": 84}),
+                 EverydayPrompt("e1", "trivia", "What is the capital of Australia?", {"type": "contains", "any": ["Canberra"]}),
+                 EverydayPrompt("e2", "greeting", "Hello!", {"type": "words", "min": 1})]
 
 
 @pytest.fixture(scope="module")
 def corpus_setup(tmp_path_factory):
+    from mlx_sdm.app.corpus import setup_from
     from mlx_sdm.network.tasks import load_task
-    from mlx_sdm.network.verifier import DocumentVerifier
-    from tests.tiny_verifier import build_tiny_verifier, tiny_loaded_model
+    from tests.tiny_verifier import build_tiny_verifier, tiny_components
 
     tmp = tmp_path_factory.mktemp("corpus")
     capitals = tmp / "capitals.jsonl"
     capitals.write_text("".join(json.dumps({"prompt": f"Is city {i} a capital? Reply {{\"correctness\": bool}}.",
                                             "answer": {"correctness": i % 2 == 0}}) + "\n" for i in range(10)))
-    colours = tmp / "colours.jsonl"
-    colours.write_text("".join(json.dumps({"prompt": f"Colour of thing {i}? Reply {{\"colour\": str}}.",
-                                           "answer": {"colour": ["red", "blue"][i % 2]}}) + "\n" for i in range(10)))
-    sc = _script()
-    lm = tiny_loaded_model()
-    verifier = DocumentVerifier.load(build_tiny_verifier(tmp / "verifier"))
-    tasks = {t.name: t for t in (load_task(str(capitals)), load_task(str(colours)))}
-    return sc, sc.CorpusComponents(lm, verifier, None, tasks, split="pool", max_tokens=4), tmp
+    tasks = {t.name: t for t in (load_task(str(capitals)),)}
+    components = tiny_components(build_tiny_verifier(tmp / "verifier"))(None)
+    return setup_from(components, tasks, max_tokens=4, split="pool", everyday=EVERYDAY_TINY), tmp
 
 
-def test_plan_is_deterministic_and_mixes_tasks():
-    sc = _script()
-    a = sc.plan_sessions({"x": 5, "y": 7, "z": 3}, 40, seed=3)
-    assert a == sc.plan_sessions({"x": 5, "y": 7, "z": 3}, 40, seed=3)
-    assert a != sc.plan_sessions({"x": 5, "y": 7, "z": 3}, 40, seed=4)
-    kinds = {t.kind for p in a for t in p.turns}
-    assert kinds == {"ask", "sure", "next"}
-    assert any(len({t.task for t in p.turns}) > 1 for p in a)
+def test_plan_is_deterministic_and_mixes_everyday_task_and_follow_ups():
+    a = plan_sessions({"x": 5, "y": 7}, 30, 60, seed=3)
+    assert a == plan_sessions({"x": 5, "y": 7}, 30, 60, seed=3) and a != plan_sessions({"x": 5, "y": 7}, 30, 60, seed=4)
+    assert {t.kind for p in a for t in p.turns} == {"everyday", "task", "sure", "why"}
+    assert any({t.task for t in p.turns} >= {EVERYDAY, "x"} or {t.task for t in p.turns} >= {EVERYDAY, "y"} for p in a)
     for p in a:
-        assert p.turns[0].kind == "ask"
+        assert 2 <= len(p.turns) <= 5 and p.turns[0].kind in ("everyday", "task")
         for prev, t in zip(p.turns, p.turns[1:]):
-            if t.kind in ("sure", "next"):
-                assert t.task == prev.task
-            if t.kind == "sure":
-                assert t.item_index == prev.item_index
+            if t.kind in ("sure", "why"):  # a follow-up is about the question just asked
+                assert (t.task, t.item_index) == (prev.task, prev.item_index)
 
 
-def test_corpus_resumes_after_a_kill(corpus_setup):
+def test_the_shipped_everyday_prompts_cover_every_kind():
+    prompts = everyday_prompts()
+    assert len(prompts) >= 30 and {p.kind for p in prompts} == {"greeting", "arithmetic", "howto", "trivia",
+                                                               "writing", "translation"}
+    for p in prompts:
+        check_everyday(p.check, "")  # every check is one the labeller knows
+
+
+def test_labels():
+    ask = PlannedTurn("everyday", EVERYDAY, 0)
+    assert label_turn(ask, "12 times 7 is 84.", check={"type": "number", "value": 84}).correct
+    wrong = label_turn(ask, "12 times 7 is 72.", check={"type": "number", "value": 84})  # issue 18's answer
+    assert not wrong.correct and wrong.why == "84 does not appear"
+    broken = label_turn(ask, '{"{" "{" " " " " " " " "', check={"type": "words", "min": 1})
+    assert not broken.correct and broken.why.startswith("degenerate: ")
+    assert label_turn(ask, "The capital is canberra.", check={"type": "contains", "any": ["Canberra"]}).correct
+    why = PlannedTurn("why", EVERYDAY, 0)
+    assert label_turn(why, "Because it is the product of the two numbers.").correct and not label_turn(why, "OK.").correct
+    turns = [{"kind": "everyday", "task": EVERYDAY, "item": "e0", "correct": False},
+             {"kind": "sure", "task": EVERYDAY, "item": "e0", "correct": True}]
+    assert session_success(turns)  # the follow-up's answer replaces the first
+    assert not session_success(turns + [{"kind": "why", "task": EVERYDAY, "item": "e0", "correct": False}])
+
+
+def test_corpus_runs_the_chat_turn_resumes_after_a_kill_and_merges_shards(corpus_setup):
+    from mlx_sdm.app.corpus import completed_sessions, merge_shards, run_corpus
     from mlx_sdm.monitor.session_file import read_sessions_jsonl
 
-    sc, components, tmp = corpus_setup
+    setup, tmp = corpus_setup
     whole = tmp / "whole.jsonl"
-    assert sc.run_corpus(whole, components, 4, seed=1, progress=False) == 4
-    killed = tmp / "killed.jsonl"
-    calls = []
+    assert run_corpus(whole, setup, 4, seed=1) == 4
+    killed, calls = tmp / "killed.jsonl", []
 
-    def kill_at_fourth_step(n):
+    def kill_at_sixth_turn(n):
         calls.append(n)
-        if len(calls) == 4:
+        if len(calls) == 6:  # sessions have 2-5 turns: at least one written, not all four
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        sc.run_corpus(killed, components, 4, seed=1, progress=False, on_step=kill_at_fourth_step)
-    done_before = sc.completed_sessions(killed)
+        run_corpus(killed, setup, 4, seed=1, on_step=kill_at_sixth_turn)
+    done_before = completed_sessions(killed)
     assert 0 < len(done_before) < 4
     with open(killed, "a") as handle:  # a block torn by the kill
         handle.write('{"record": "session", "session_id": "corpus-1-0003", "metadata": {"n_steps": 4}}\n{"record": "st')
-    written = sc.run_corpus(killed, components, 4, seed=1, progress=False)
-    assert written == 4 - len(done_before)
+    assert run_corpus(killed, setup, 4, seed=1) == 4 - len(done_before)
     assert killed.read_text() == whole.read_text()
-    sessions = read_sessions_jsonl(killed)
+    shards = [tmp / f"shard-{i}.jsonl" for i in range(2)]
+    for i, shard in enumerate(shards):
+        run_corpus(shard, setup, 4, seed=1, shard=(i, 2))
+    assert merge_shards(shards, tmp / "merged.jsonl") == 4
+    assert (tmp / "merged.jsonl").read_text() == whole.read_text()
+    sessions = read_sessions_jsonl(whole)
     assert [s.session_id for s in sessions] == [f"corpus-1-{i:04d}" for i in range(4)]
     for s in sessions:
+        assert s.provenance == setup.provenance and s.provenance.verifier.sha256
         turns = s.metadata["turns"]
         assert len(turns) == len(s.agent_steps()) == s.metadata["n_steps"] // 2
         for t, step in zip(turns, s.agent_steps()):
-            assert t["step_id"] == step.step_id and t["verdict"]["status"] in ("verified", "not_verified", "out_of_scope")
-            # the stored word is the one rule's (network/verdict.py) on the stored fields, not a second copy of it
+            assert t["step_id"] == step.step_id and isinstance(t["correct"], bool)
             fields = {k: v for k, v in t["verdict"].items() if k != "status"}
             assert status_from_dict(fields).value == t["verdict"]["status"]
             assert step.token_logprobs is not None and step.auq.p_true_confidence is not None and step.tracer is not None
-        final = {}
-        for t in turns:
-            final[t["item"]] = t["correct"]
-        assert s.outcome == ("success" if all(final.values()) else "failure")
+            assert t["fused_p"] is not None and t["action"]
+        assert s.outcome == ("success" if session_success(turns) else "failure")
 
 
 def test_eval_monitor_heldout_on_the_shipped_corpus(capsys):

@@ -49,7 +49,7 @@ def test_p_true_drives_auq_and_tracer_reads_the_log_probs():
     assert snap["tracer"]["U"] == pytest.approx(1.0) and snap["step_risk"] == pytest.approx(1.0)
     assert snap["tracer_risk"] == pytest.approx(1.0)  # user step r = 0 (no log-probs, no agent before it)
     assert "history" not in snap  # the history lives in the session monitor, not in each reading
-    assert m.history == [HistoryPoint(1, "medium", pytest.approx(0.70), pytest.approx(1.0))]
+    assert m.history == [HistoryPoint(1, "medium", pytest.approx(0.70), pytest.approx(1.0), snap["extra"]["fused"]["p"])]
     plan = plan_escalation(reading, [], VERIFIED)
     assert (plan.status.value, plan.action, plan.review_reasons, plan.reflect) == (
         "done", EscalationAction.PROCEED_WITH_LOG, [], False)
@@ -149,7 +149,7 @@ def test_a_stored_reading_does_not_grow_with_the_session(tmp_path):
 
     store = ChatStore(tmp_path / "c.db")
     s = store.create_session()
-    m = monitor()
+    m = monitor(forecast_pause=False)  # a paused turn stores its ForecastPause (a fixed size, not the history)
     for i in range(200):
         store.add_message(s.id, "user", f"question {i}")
         m.observe_user(f"question {i}")

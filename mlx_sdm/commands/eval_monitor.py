@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-heldout", action="store_true", help="print only the table of the forecasts as logged")
     parser.add_argument("--plot-sessions", type=int, default=DEFAULT_PLOT_SESSIONS, help="sessions drawn in the plot (default %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the table as one JSON object")
+    parser.add_argument("--mix-provenance", action="store_true",
+                        help="score sessions made by different products (model, verifier, head, embedder, version) "
+                             "together; by default such an input is refused")
     return parser
 
 
@@ -121,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         if not sessions:
             print("mlx-sdm eval-monitor: no sessions in the input", file=sys.stderr)
             return 1
+        groups = checked_provenance(sessions, args.mix_provenance)
         config = TracerConfig(alpha=args.alpha, beta=args.beta, gamma=args.gamma, k=args.k, w=args.w)
         embedder = make_embedder(args.embedder)
         report = evaluate_sessions(sessions, tracer_config=config, embedder=embedder, weights=args.weights,
@@ -141,8 +145,11 @@ def main(argv: list[str] | None = None) -> int:
                               "tps_log": _num(r.tps_log), "tps_brier": _num(r.tps_brier), "auroc": _num(r.auroc),
                               "auarc": _num(r.auarc), "notes": r.notes} for r in report.rows],
                 "heldout": heldout_to_dict(heldout) if heldout is not None else {"note": heldout_note},
+                "provenance": [{"sessions": g.sessions, "provenance": g.provenance.to_dict() if g.provenance else None}
+                               for g in groups],
             }, indent=2))
         else:
+            print(provenance_lines(groups))
             print("As logged (no fitting):")
             print(format_table(report))
             print()
@@ -159,6 +166,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mlx-sdm eval-monitor: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def checked_provenance(sessions: list, mix: bool) -> list:
+    """The input's provenance groups; more than one raises MixedProvenanceError unless ``mix``."""
+    from mlx_sdm.monitor.provenance import check_single_provenance, provenance_groups
+
+    groups = provenance_groups(sessions)
+    if not mix:
+        check_single_provenance(groups)
+    return groups
+
+
+def provenance_lines(groups: list) -> str:
+    from mlx_sdm.monitor.provenance import describe
+
+    lines = ["Made by" + (" (several products, --mix-provenance):" if len(groups) > 1 else ":")]
+    lines += [f"  {g.sessions} sessions: {describe(g.provenance)}" for g in groups]
+    return "\n".join(lines) + "\n"
 
 
 def _num(x: float) -> float | None:

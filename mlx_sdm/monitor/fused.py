@@ -5,7 +5,8 @@ The parameters (TRACER weights, verdict rates, the stacked Platt model of :mod:`
 are fitted on the whole shipped session corpus and shipped as ``mlx_sdm/datasets/fused_monitor.json``
 (:func:`build_shipped_params`; its held-out quality is the cross-fitted table of ``mlx-sdm eval-monitor
 shipped-corpus``). The forecast is calibrated to that corpus (SmolLM2-135M, mixed tasks, 10 % of sessions
-fully right): it is shown and stored, not used to escalate.
+fully right). The file also holds the chat's pause policy, a threshold on p_t chosen on that corpus at a
+stated pause rate (:mod:`mlx_sdm.monitor.policy`, :mod:`mlx_sdm.monitor.policy_choice`).
 """
 
 from __future__ import annotations
@@ -146,8 +147,14 @@ def _prob(x: Any) -> float:
     return NEUTRAL_CONFIDENCE if x is None else float(x)
 
 
-if __name__ == "__main__":  # rebuild the shipped parameters: python -m mlx_sdm.monitor.fused
-    from mlx_sdm.atomic import atomic_write_text
+if __name__ == "__main__":  # rebuild the shipped parameters and pause policy: python -m mlx_sdm.monitor.fused [RATE]
+    import sys
 
-    atomic_write_text(datasets_dir() / PARAMS_FILE, json.dumps(build_shipped_params(), indent=1, sort_keys=True) + "\n")
+    from mlx_sdm.atomic import atomic_write_text
+    from mlx_sdm.monitor.policy_choice import DEFAULT_PAUSE_RATE, format_choice, shipped_params_with_policy
+
+    rate = float(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_PAUSE_RATE
+    params, choice = shipped_params_with_policy(datasets_dir() / "session_corpus.jsonl.gz", rate)
+    atomic_write_text(datasets_dir() / PARAMS_FILE, json.dumps(params, indent=1, sort_keys=True) + "\n")
+    print(format_choice(choice))
     print(f"wrote {datasets_dir() / PARAMS_FILE}")

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
 from mlx_sdm.monitor.auq import EscalationAction, UncertaintyLevel
+from mlx_sdm.monitor.degenerate import DegenerateAnswer
 
 
 @dataclass
@@ -34,12 +35,15 @@ class MonitorReading:
     tracer: dict[str, Any] = field(default_factory=dict)  # TracerOutput.to_dict()
     p_true: dict[str, Any] | None = None  # how much of the KV cache P(True) reused
     extra: dict[str, Any] = field(default_factory=dict)  # other monitors, by name
+    degenerate: DegenerateAnswer | None = None  # why the answer is unusable (loop, quotes and braces), if it is
+    forecast_pause: "ForecastPause | None" = None  # the measured policy paused this turn on the fused forecast
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["level"], out["action"] = self.level.value, self.action.value
-        if out["p_true"] is None:
-            del out["p_true"]
+        for key in ("p_true", "degenerate", "forecast_pause"):
+            if out[key] is None:
+                del out[key]
         return out
 
     @classmethod
@@ -53,7 +57,39 @@ class MonitorReading:
         values["action"] = EscalationAction(values.get("action") or "proceed")
         for key in ("auq", "tracer", "extra"):
             values[key] = dict(values.get(key) or {})
+        values["degenerate"] = DegenerateAnswer.from_dict(values.get("degenerate"))
+        values["forecast_pause"] = ForecastPause.from_dict(values.get("forecast_pause"))
         return cls(**values)
+
+    @property
+    def fused_p(self) -> float | None:
+        """The fused forecast p_t of this turn (None when the fused monitor did not run)."""
+        fused = self.extra.get("fused") or {}
+        return None if fused.get("p") is None else float(fused["p"])
+
+
+@dataclass(frozen=True)
+class ForecastPause:
+    """The measured escalation policy paused a turn: its fused forecast ``p`` fell below ``threshold``,
+    the threshold chosen on a session corpus to pause about ``pause_rate`` of turns."""
+
+    p: float
+    threshold: float
+    pause_rate: float
+
+    @property
+    def reason(self) -> str:
+        return (f"the fused forecast {100 * self.p:.0f}% is below the measured threshold {100 * self.threshold:.0f}% "
+                f"(chosen to pause about {100 * self.pause_rate:.0f}% of turns)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "ForecastPause | None":
+        if not data:
+            return None
+        return cls(float(data["p"]), float(data["threshold"]), float(data["pause_rate"]))
 
 
 @dataclass(frozen=True)
@@ -64,7 +100,11 @@ class HistoryPoint:
     level: str
     cumulative_confidence: float | None
     tracer_risk: float | None
+    fused_p: float | None = None  # the fused forecast p_t (the panel's ok% column)
 
     @classmethod
     def of(cls, turn: int, reading: MonitorReading) -> "HistoryPoint":
-        return cls(turn, reading.level.value, reading.cumulative_confidence, reading.tracer_risk)
+        return cls(turn, reading.level.value, reading.cumulative_confidence, reading.tracer_risk, reading.fused_p)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

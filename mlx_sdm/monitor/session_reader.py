@@ -13,6 +13,7 @@ from typing import Any
 
 from mlx_sdm.errors import DataError
 from mlx_sdm.jsonl import iter_jsonl_objects
+from mlx_sdm.monitor.provenance import Provenance
 from mlx_sdm.monitor.session_records import (
     ACTORS,
     AUQ_ACTIONS,
@@ -37,7 +38,7 @@ _STEP_KEYS = {
 }
 _SESSION_KEYS = {
     "record", "format_version", "session_id", "outcome", "termination", "horizon", "pi", "model",
-    "created_at", "metadata",
+    "created_at", "metadata", "provenance",
 }
 
 
@@ -247,7 +248,17 @@ def parse_session_header(raw: dict, path: str = "<memory>", line: int | None = N
         model=raw.get("model"),
         created_at=raw.get("created_at"),
         metadata=metadata,
+        provenance=_provenance(ctx, raw.get("provenance")),
     )
+
+
+def _provenance(ctx: Any, raw: Any) -> Provenance | None:
+    if raw is None:
+        return None
+    try:
+        return Provenance.from_dict(raw, "provenance")
+    except ValueError as exc:
+        raise ctx.error("provenance", f"{exc}; fix or remove the field (sessions without it read as provenance unknown)") from None
 
 
 def validate_session(session: Session, path: str, line: int | None) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlx_sdm.monitor.provenance import Provenance
+
 FORMAT_VERSION = 1
 
 ACTORS = ("agent", "user")
@@ -171,6 +173,7 @@ class Session:
     created_at: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
+    provenance: Provenance | None = None  # the product that made it (None: unknown, an older file)
 
     @property
     def success(self) -> int | None:
@@ -193,5 +196,7 @@ class Session:
             "created_at": self.created_at,
             "metadata": self.metadata,
         }
+        if self.provenance is not None:
+            out["provenance"] = self.provenance.to_dict()
         return out
 

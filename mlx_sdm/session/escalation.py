@@ -23,6 +23,8 @@ REFLECTION_PROMPT = (
 REASON_ESCALATED_HIGH = "escalated_high"
 REASON_ESCALATED_CRITICAL = "escalated_critical"
 REASON_ESCALATED_IRREVERSIBLE = "escalated_irreversible"
+REASON_DEGENERATE = "degenerate_answer"  # a loop, runs of quotes and braces (mlx_sdm.monitor.degenerate)
+REASON_ESCALATED_FORECAST = "escalated_forecast"  # the fused forecast fell below the measured threshold
 
 
 class TurnStatus(str, Enum):
@@ -80,37 +82,62 @@ def verdict_review_reasons(verdict: DocumentVerdict | None) -> list[str]:
     return [verdict.reason or "not_verified"]
 
 
+def _why(reading: MonitorReading) -> str:
+    """What the measured policy adds to the AUQ ladder, in words ("" when nothing)."""
+    parts = [reading.degenerate.reason] if reading.degenerate is not None else []
+    if reading.forecast_pause is not None:
+        parts.append(reading.forecast_pause.reason)
+    return "; ".join(parts)
+
+
+def _policy_reasons(reading: MonitorReading) -> list[str]:
+    return ([REASON_DEGENERATE] if reading.degenerate is not None else []) + \
+        ([REASON_ESCALATED_FORECAST] if reading.forecast_pause is not None else [])
+
+
 def plan_escalation(reading: MonitorReading | None, tool_names: list[str],
                     verdict: DocumentVerdict | None) -> Escalation:
     """The escalation ladder for one answer: MEDIUM logs, HIGH pauses (with a reflection), CRITICAL
-    aborts, an irreversible tool call pauses already at MEDIUM."""
+    aborts, an irreversible tool call pauses already at MEDIUM; the measured policy
+    (:func:`mlx_sdm.monitor.policy.apply_policy`) has already raised a degenerate answer to at least
+    MEDIUM and paused a turn whose fused forecast is below its threshold: the message says why."""
     reasons = verdict_review_reasons(verdict)
     if reading is None:
         return Escalation(review_reasons=reasons, tool_names=tool_names)
     common = dict(level=reading.level, irreversible=reading.irreversible, tool_names=tool_names,
                   confidence=reading.cumulative_confidence)
     confidence = _fmt(reading.cumulative_confidence)
+    why, policy = _why(reading), _policy_reasons(reading)
     if reading.action is EscalationAction.ABORT:
         explanation = (
             f"Aborted: the session's cumulative confidence {confidence} fell below the CRITICAL floor "
             f"({_fmt(reading.critical_below)}); the answer is kept for review but not used. "
-            "Rephrase the question or start a new chat."
+            + (f"Also: {why}. " if why else "") + "Rephrase the question or start a new chat."
         )
         return Escalation(EscalationAction.ABORT, message=explanation, explanation=explanation,
-                          review_reasons=reasons + [REASON_ESCALATED_CRITICAL], **common)
+                          review_reasons=reasons + [REASON_ESCALATED_CRITICAL] + policy, **common)
     if reading.action is EscalationAction.PAUSE_FOR_HUMAN:
-        by_tool = reading.irreversible and reading.level is not UncertaintyLevel.HIGH
-        message = (
-            f"Paused at {reading.level.value.upper()} uncertainty (cumulative confidence {confidence})"
-            + (f" before the irreversible tool call(s) {', '.join(tool_names)}" if reading.irreversible else "")
-            + ". Give guidance to resume."
-        )
-        reflect = reading.level is UncertaintyLevel.HIGH and reading.inject_reflection  # § 2.6: HIGH only
-        return Escalation(EscalationAction.PAUSE_FOR_HUMAN, message=message, reflect=reflect,
-                          review_reasons=reasons + [REASON_ESCALATED_IRREVERSIBLE if by_tool else REASON_ESCALATED_HIGH],
-                          **common)
+        return _pause(reading, tool_names, reasons, policy, why, common)
     if reading.action is EscalationAction.PROCEED_WITH_LOG:
-        return Escalation(EscalationAction.PROCEED_WITH_LOG,
-                          message=f"MEDIUM uncertainty logged (cumulative confidence {confidence})",
-                          review_reasons=reasons, **common)
+        message = (f"Logged: {why} (cumulative confidence {confidence})" if why
+                   else f"MEDIUM uncertainty logged (cumulative confidence {confidence})")
+        return Escalation(EscalationAction.PROCEED_WITH_LOG, message=message, review_reasons=reasons + policy, **common)
     return Escalation(review_reasons=reasons, **common)
+
+
+def _pause(reading: MonitorReading, tool_names: list[str], reasons: list[str], policy: list[str], why: str,
+           common: dict) -> Escalation:
+    by_auq = reading.level in (UncertaintyLevel.HIGH, UncertaintyLevel.CRITICAL) or reading.irreversible
+    by_tool = reading.irreversible and reading.level is not UncertaintyLevel.HIGH
+    confidence = _fmt(reading.cumulative_confidence)
+    if by_auq:
+        message = (f"Paused at {reading.level.value.upper()} uncertainty (cumulative confidence {confidence})"
+                   + (f" before the irreversible tool call(s) {', '.join(tool_names)}" if reading.irreversible else "")
+                   + (f"; {why}" if why else "") + ". Give guidance to resume.")
+        auq_reason = [REASON_ESCALATED_IRREVERSIBLE if by_tool else REASON_ESCALATED_HIGH]
+    else:
+        message = f"Paused: {why}. Give guidance to resume."
+        auq_reason = []
+    reflect = reading.level is UncertaintyLevel.HIGH and reading.inject_reflection  # § 2.6: HIGH only
+    return Escalation(EscalationAction.PAUSE_FOR_HUMAN, message=message, reflect=reflect,
+                      review_reasons=reasons + auq_reason + policy, **common)

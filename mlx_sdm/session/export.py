@@ -3,6 +3,7 @@ read by ``mlx-sdm eval-monitor``) for scoring. Reads the store only; no MLX."""
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Mapping
@@ -20,6 +21,7 @@ from mlx_sdm.monitor.session_file import (
     write_session_jsonl,
     write_sessions_jsonl,
 )
+from mlx_sdm.monitor.provenance import Provenance
 from mlx_sdm.monitor.reading import MonitorReading
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictWords, verdict_words
 from mlx_sdm.session.store import ChatStore, MessageRecord
@@ -160,7 +162,28 @@ def session_to_format(store: ChatStore, session_id: str) -> Session:
         turn += 1
     return Session(session_id=info.id, steps=steps, model=info.model, created_at=info.created_at,
                    outcome=outcome, termination=termination,
-                   metadata={"title": info.title, "verifier": info.verifier, "exported_by": "mlx-sdm chat"})
+                   metadata={"title": info.title, "verifier": info.verifier, "exported_by": "mlx-sdm chat"},
+                   provenance=store_provenance(info.model, info.verifier))
+
+
+@functools.lru_cache(maxsize=16)  # one export checksums each verifier folder and asks git once
+def store_provenance(model: str | None, verifier: str | None) -> Provenance:
+    """What the chat store records of the product that made a session: the model's name and the
+    verifier folder (checksummed now, at export, when it is still there). The store does not record
+    the head, the embedder or the model's checksum: they read as unknown."""
+    from mlx_sdm.monitor.provenance import UNKNOWN, Artifact, product_commit, verifier_sha256
+
+    import mlx_sdm
+
+    folder = Path(verifier) if verifier else None
+    if folder is None:
+        verifier_part = Artifact(None)
+    elif folder.is_dir():
+        verifier_part = Artifact(folder.name, verifier_sha256(folder))
+    else:
+        verifier_part = Artifact(folder.name)  # moved or deleted since: no checksum
+    return Provenance(Artifact(model), verifier_part, Artifact(UNKNOWN), Artifact(UNKNOWN), mlx_sdm.__version__,
+                      product_commit(), {"recorded": "at export, from the chat store"})
 
 
 def export_all_sessions(store: ChatStore, path: str | os.PathLike) -> int:

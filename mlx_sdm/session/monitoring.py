@@ -22,6 +22,7 @@ from mlx_sdm.monitor.auq import (
     UncertaintyLevel,
     UncertaintyPolicy,
 )
+from mlx_sdm.monitor.policy import apply_policy
 from mlx_sdm.monitor.reading import HistoryPoint, MonitorReading
 from mlx_sdm.monitor.tracer import TracerConfig, TracerMonitor
 from mlx_sdm.network.verdict import ACCEPTABLE, DocumentVerdict
@@ -47,6 +48,7 @@ class MonitorConfig:
     inject_reflection_on_high: bool = True
     enable_semantic_sampling: bool = False  # System 2 (spec § 2.3): extra samples, only inside the trigger zone
     cap_with_verifier: bool = True  # spec § 5.4 v1: s'_t = min(s_t, v_t) with v_t = the verifier's p_lower
+    forecast_pause: bool = True  # pause a turn whose fused forecast is below the shipped measured threshold
     tracer: TracerConfig = field(default_factory=TracerConfig)
 
     def policy(self) -> UncertaintyPolicy:
@@ -69,6 +71,8 @@ class SessionMonitor:
         self.auq.start(session_id)
         self.tracer = TracerMonitor(config.tracer, embedder, session_id=session_id)
         self.fused = _fused_monitor()  # the fused forecast p_t and the signal that moved it (reading.extra["fused"])
+        # the measured pause threshold on p_t (mlx_sdm.monitor.policy); degenerate answers are caught either way
+        self.pause_policy = _pause_policy() if config.forecast_pause and self.fused is not None else None
         self.history: list[HistoryPoint] = []  # per answered turn: level, cumulative confidence, TRACER prefix risk
 
     # -- state -----------------------------------------------------------------------------------
@@ -161,6 +165,7 @@ class SessionMonitor:
         if self.fused is not None:
             reading.extra["fused"] = self.fused.observe_answer(
                 tracer_out.to_dict(), auq, judged.to_dict() if judged is not None else None).to_dict()
+        apply_policy(reading, answer, self.pause_policy)  # degenerate answers log, a low fused forecast pauses
         self.history.append(HistoryPoint.of(len(self.history) + 1, reading))
         return reading
 
@@ -185,6 +190,16 @@ def _fused_monitor() -> Any:
 
     try:
         return OnlineFusedMonitor(FusedParams.shipped())
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _pause_policy() -> Any:
+    """The measured pause policy shipped with the fused monitor (None if there is none)."""
+    from mlx_sdm.monitor.policy import PausePolicy
+
+    try:
+        return PausePolicy.shipped()
     except (OSError, ValueError, KeyError):
         return None
 

@@ -247,8 +247,7 @@ class ChatScreen(Screen):
             self.active.set_monitor(reading)
         panel = self.query_one(MonitorPanel)
         if event.history:
-            panel.show_history([{"turn": h.turn, "level": h.level, "cumulative_confidence": h.cumulative_confidence,
-                                 "tracer_risk": h.tracer_risk} for h in event.history])
+            panel.show_history([h.to_dict() for h in event.history], latest=reading)
         else:
             panel.add_turn(number, reading)
 

@@ -94,6 +94,9 @@ class MessageBubble(Vertical, can_focus=True):
         action = monitor.get("action")
         if action:
             line += f" · {str(action).lower().replace('_', ' ')}"
+        for why in ((monitor.get("degenerate") or {}).get("reason"), _pause_reason(monitor.get("forecast_pause"))):
+            if why:  # what the measured policy saw (mlx_sdm.monitor.policy)
+                line += f" · {why}"
         for widget in self.query(".monitor-line"):
             widget.update(line)
             for lvl in ("low", "medium", "high", "critical"):
@@ -102,3 +105,10 @@ class MessageBubble(Vertical, can_focus=True):
     def toggle_evidence(self, expanded: bool) -> None:
         if self.evidence is not None:
             self.evidence.display = expanded
+
+
+def _pause_reason(pause: Mapping[str, Any] | None) -> str | None:
+    from mlx_sdm.monitor.reading import ForecastPause
+
+    found = ForecastPause.from_dict(pause)
+    return None if found is None else found.reason

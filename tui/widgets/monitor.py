@@ -49,18 +49,25 @@ class MonitorPanel(VerticalScroll, can_focus=False):
         self.rows.sort(key=lambda r: r["turn"])
         self._render_rows()
 
-    def show_history(self, history: list[Mapping[str, Any]]) -> None:
-        """The engine's whole-session history (``[{turn, level, cumulative_confidence, tracer_risk}]``)."""
+    def show_history(self, history: list[Mapping[str, Any]], latest: Mapping[str, Any] | None = None) -> None:
+        """The engine's whole-session history (``HistoryPoint.to_dict()``: turn, level, cumulative_confidence,
+        tracer_risk, fused_p); ``latest``: the newest turn's whole reading, whose fused forecast also says
+        what moved it."""
         self.rows = []
         for entry in history:
+            fused_p = entry.get("fused_p")
             self.rows.append(
                 {
                     "turn": entry.get("turn"),
                     "level": entry.get("level"),
                     "confidence": entry.get("cumulative_confidence"),
                     "risk": entry.get("tracer_risk"),
+                    "fused": None if fused_p is None else {"p": fused_p},
                 }
             )
+        newest = (latest.get("extra") or {}).get("fused") if latest else None
+        if newest and self.rows:
+            self.rows[-1]["fused"] = newest
         self._render_rows()
 
     def _render_rows(self) -> None:
@@ -88,7 +95,7 @@ class MonitorPanel(VerticalScroll, can_focus=False):
             )
         latest = next((r["fused"] for r in reversed(self.rows) if r.get("fused")), None)
         body = table
-        if latest is not None:  # the signal that moved the fused forecast most at the latest turn
+        if latest is not None and latest.get("message"):  # the signal that moved the fused forecast most
             body = Group(table, Text(f"ok {_percent(latest.get('p'))}: {latest['message']}", style="dim"))
         self.query_one("#monitor-table", Static).update(body)
 

@@ -1,0 +1,43 @@
+"""Pilot test: the monitor panel's ok% column (the fused forecast) fills during a live chat, turn by
+turn, with the same numbers a reopened session shows (issue 18 item 6)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.test_tui_flows import SIZE, make_engine, plain, send, verifier_dir  # noqa: F401  (fixture)
+from mlx_sdm.session.store import ChatStore
+from tui.app import SdmChatApp
+
+pytestmark = pytest.mark.asyncio
+
+
+def _ok_column(panel) -> list[str]:
+    """The ok% cell of each row of the panel's table, as shown."""
+    text = plain(panel.query_one("#monitor-table").content)
+    lines = [line.split() for line in text.splitlines() if line.strip() and line.split()[0].isdigit()]
+    return [cells[4] for cells in lines]
+
+
+async def test_the_ok_column_fills_live_and_matches_the_reopened_session(tmp_path, verifier_dir):  # noqa: F811
+    store = ChatStore(tmp_path / "chat.db")
+    engine = make_engine(store, verifier_dir)
+    try:
+        app = SdmChatApp(engine=engine, store=store)
+        async with app.run_test(size=SIZE) as pilot:
+            await send(pilot, app, "Paris is the capital of France. Is this claim true or false?")
+            await send(pilot, app, "Why did you pick that?")
+            panel = app.chat.query_one("#monitor")
+            stored = [m for m in store.messages(app.chat.session_id) if m.role == "assistant"]
+            live = [r["fused"]["p"] for r in panel.rows]
+            assert live == pytest.approx([m.monitor["extra"]["fused"]["p"] for m in stored])
+            shown = _ok_column(panel)
+            assert shown == [f"{100 * p:.0f}%" for p in live] and "—" not in shown
+            session_id = app.chat.session_id
+            await app.chat.open_session(None)
+            await app.chat.open_session(session_id)  # reopened: the same column from the store
+            await pilot.pause(0.1)
+            assert _ok_column(app.chat.query_one("#monitor")) == shown
+    finally:
+        engine.shutdown()
+        store.close()
