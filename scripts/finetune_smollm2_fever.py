@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     # The generation budget (longest completion + 2 tokens) comes from the whole pool, not the subset.
     budget = {d.id: d.max_generation_tokens for d in from_verification_documents(pool + test + shifted, lm.tokenizer)}
 
-    # Each task's own § 14 answer rule (from_verification_documents knows only the BIG-bench formats).
+    # Each task's own answer rule (docs/method.md § 14; from_verification_documents knows only the BIG-bench formats).
     formats = {fmt.name: fmt for fmt in (*TASK_FORMATS.values(), TOPIC)}
 
     def subset(docs, n):

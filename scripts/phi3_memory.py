@@ -3,7 +3,7 @@ laptop estimate for the full 32-layer model with a 4-bit frozen base.
 
 A randomly initialised mlx-lm ``phi3`` model with Phi-3.5-mini's width and vocabulary (hidden 3072,
 vocabulary 32064, intermediate 8192, 32 heads) is built with 1, 2, ... layers; its base is
-quantized to 4 bits (group 64) and frozen; the three vocabulary heads (§ 16: reference/negative
+quantized to 4 bits (group 64) and frozen; the three vocabulary heads (docs/method.md § 16: reference/negative
 frozen, positive trainable, float32) are cloned from the float ``lm_head`` before quantization.
 For each depth the script records (``mx.reset_peak_memory`` / ``mx.get_peak_memory``):
 

@@ -3,7 +3,7 @@
 the review queue.
 
 It runs the real app headless (Textual's ``run_test``) on the embedded SmolLM2 and its default
-verifier, asks fact-check questions in the verifier's own format (spec § 14: a claim, answer with
+verifier, asks fact-check questions in the verifier's own format (docs/method.md § 14: a claim, answer with
 ``{"correctness": bool}``) until one answer is verified, expands that answer's evidence and saves the
 screen; the answers that were not verified or escalated on the way fill the review queue, which is saved
 next. Nothing is staged: every badge, number and exemplar on the pictures comes from the model and

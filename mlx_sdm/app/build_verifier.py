@@ -2,7 +2,7 @@
 
 1. The model answers each task's prompts itself (greedy, the task's system prompt, answers stop at the
    JSON unit's closing brace); the features ``[mean(h); h_delimiter]`` are taken in the same pass
-   (spec § 15.3), and each answer is labelled against the gold with the § 14 parser: y = 1 iff the
+   (docs/method.md § 15.3), and each answer is labelled against the gold with the § 14 parser: y = 1 iff the
    parsed answer is the gold one (a parse error is a wrong answer).
 2. A task whose first ``EARLY_CHECK`` answers never parse is left out with one line saying so (there
    is nothing to learn about answers the model never gives).

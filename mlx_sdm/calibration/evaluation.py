@@ -1,4 +1,4 @@
-"""Table-1 style evaluation (sdm-spec § 19.1): class- and prediction-conditional accuracy of the
+"""Table-1 style evaluation (the paper's Table 1; docs/method.md § 19): class- and prediction-conditional accuracy of the
 admitted set with the admitted proportion per stratum, for no-reject, the plain softmax ≥ α′
 baseline and the estimator's p̂_lower; plus the reliability plot of ``mlx-sdm report --plot``."""
 

@@ -9,7 +9,7 @@ from mlx_sdm.errors import MlxSdmError
 from mlx_sdm.app.head_training import CONFIG_KEYS, DEFAULT_ADAPTER_PATH
 from mlx_sdm.network.trainer import FinetuneArgs
 
-#: The paper's values (§ 15.4), as FinetuneArgs holds them.
+#: The paper's values (docs/method.md § 15.4), as FinetuneArgs holds them.
 DEFAULT_EPOCHS = FinetuneArgs.epochs
 DEFAULT_BATCH_SIZE = FinetuneArgs.batch_size
 DEFAULT_LEARNING_RATE = FinetuneArgs.learning_rate
