@@ -32,13 +32,12 @@ from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-import mlx_sdm  # noqa: E402,F401  (BLAS before mlx)
+import mlx_sdm  # noqa: F401  (BLAS before mlx)
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from mlx_sdm.resources import default_verifier_dir, source_weights_dir  # noqa: E402
+from mlx_sdm.resources import default_verifier_dir, source_weights_dir
 
 DEFAULT_OUT = ROOT / "build" / "sdm-head-suite"
 #: Training / calibration documents per task (leading part of each pool half); BBC topic, where the
@@ -92,7 +91,7 @@ def finetune_documents(lm, task, documents: list) -> list:
 
 def suite_sets(lm, tasks, verifier, args) -> tuple[list, list, list]:
     """(training, calibration, [(task, split, documents)]) from the verifier's own seeded pool halves."""
-    from scripts.build_suite_verifier import evaluation_documents, pool_halves
+    from mlx_sdm.app.suite_verifier import evaluation_documents, pool_halves
 
     seed = int(verifier.info.get("seed", 0))
     sizes = verifier.info.get("pool_sizes", {})
@@ -113,7 +112,7 @@ def table(scorer, tests, models) -> tuple[list[str], list[dict]]:
     """Table 1 rows (own answers, y = 1 when correct) per task, split and model."""
     from tqdm.auto import tqdm
 
-    from scripts.report_verifier import table_rows
+    from mlx_sdm.calibration.evaluation import markdown_rows
 
     lines = ["| task, split | model | estimator | y=0 | y=1 | ŷ=0 | ŷ=1 | marginal | task accuracy | verified |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -127,7 +126,7 @@ def table(scorer, tests, models) -> tuple[list[str], list[dict]]:
             admitted = np.array([o.admitted for o in outcomes], dtype=bool)
             verified = admitted & (predictions == 1)
             extra = f" {labels.mean():.3f} | {verified.mean():.3f} ({int((verified & (labels == 1)).sum())}/{int(verified.sum())} right) |"
-            for row in table_rows(f"{task.name} {split} ({len(docs)})", labels, predictions, admitted):
+            for row in markdown_rows(f"{task.name} {split} ({len(docs)})", labels, predictions, admitted):
                 lines.append(_with_model(row, model_name) + extra)
             records.append({"task": task.name, "split": split, "model": model_name, "n": len(docs),
                             "task_accuracy": float(labels.mean()), "admitted": int(admitted.sum()),

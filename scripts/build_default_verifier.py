@@ -20,9 +20,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-import mlx_sdm  # noqa: E402,F401  (BLAS before mlx)
+import mlx_sdm  # noqa: F401  (BLAS before mlx)
 
 
 #: Most useful first: a build cut short still has the tasks the 135M model answers in JSON.

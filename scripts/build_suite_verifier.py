@@ -25,13 +25,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-import mlx_sdm  # noqa: E402,F401  (BLAS before mlx)
+import mlx_sdm  # noqa: F401  (BLAS before mlx)
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from mlx_sdm.resources import source_weights_dir  # noqa: E402
+from mlx_sdm.resources import source_weights_dir
 
 DEFAULT_OUT = source_weights_dir() / "smollm2-suite"
 DEFAULT_CACHE = ROOT / "build" / "features"
@@ -42,7 +41,6 @@ DEFAULT_CACHE = ROOT / "build" / "features"
 DEFAULT_SIZES = {"bbc_topic": 1600}
 DEFAULT_PER_TASK = 40
 DEFAULT_TEST_PER_TASK = 40
-MAX_SHOWN_LETTERS = 4  # truthful_qa shows at most 4 options (registry.MAX_CHOICES)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,40 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def constructed_documents(task, items, *, seed: int) -> list:
-    """§ 14 documents: gold completion (y = 1) or, by Bernoulli(0.5), another answer (y = 0)."""
-    from mlx_sdm.network.encoding import NEGATIVE_PROBABILITY, VerificationDocument
-
-    fmt = task.answer_format
-    answers = fmt.answers[:MAX_SHOWN_LETTERS] if task.name == "truthful_qa" else fmt.answers
-    rng = np.random.default_rng([seed, sum(map(ord, task.name))])
-    documents = []
-    for item in items:
-        negative = bool(rng.random() < NEGATIVE_PROBABILITY)  # construct_negative ~ Bernoulli(0.5)
-        others = [a for a in answers if a != item.gold]
-        given = others[int(rng.integers(len(others)))] if negative else item.gold
-        documents.append(VerificationDocument(
-            id=f"{task.name}-{item.id}", prompt=item.prompt, completion=fmt.completion(given),
-            label=0 if negative else 1, system=task.system, task_label=item.gold, construct_negative=negative,
-            task=task.name, document=None))
-    return documents
-
-
-def pool_halves(task, size: int | None, *, seed: int) -> tuple[list, list]:
-    """The task's constructed pool documents split as the verifier is fitted on them: (D_tr, D_ca)."""
-    pool = constructed_documents(task, task.split("pool", size=size), seed=seed)
-    half = len(pool) // 2
-    return pool[:half], pool[half:]
-
-
-def evaluation_documents(task, split: str, size: int, *, seed: int) -> list:
-    """The task's ``held_out`` or ``shifted`` documents, constructed with their own seed (seed + 1)."""
-    return constructed_documents(task, task.split(split, size=size), seed=seed + 1)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from mlx_sdm.app.build_verifier import REPORT_PLOT
+    from mlx_sdm.app.suite_verifier import evaluation_documents, pool_halves
     from mlx_sdm.app.verifiers import cached_document_features
     from mlx_sdm.calibration.estimator import FitConfig
     from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE
@@ -150,7 +118,7 @@ def report(lm, verifier, tests, args) -> tuple[str, dict, list]:
     from mlx_sdm.app.verifiers import cached_document_features
     from mlx_sdm.calibration.evaluation import evaluate
     from mlx_sdm.network.verifier import labelled_set
-    from scripts.report_verifier import table_rows
+    from mlx_sdm.calibration.evaluation import markdown_rows
 
     lines = [f"Verifier `{args.out.name}` (SmolLM2-135M-Instruct document features, α′ = {verifier.estimator.alpha}); "
              "§ 14 constructed documents (gold answer y = 1, or by Bernoulli(0.5) another answer y = 0), each task "
@@ -162,7 +130,7 @@ def report(lm, verifier, tests, args) -> tuple[str, dict, list]:
                                          desc=f"{task.name} {split}"[:24])
         arrays = verifier.estimator.predict_arrays(feats)
         labels = np.array([d.label for d in docs])
-        lines += table_rows(f"{task.name} {split} ({len(docs)})", labels, arrays["prediction"], arrays["admitted"])
+        lines += markdown_rows(f"{task.name} {split} ({len(docs)})", labels, arrays["prediction"], arrays["admitted"])
         records.append({"task": task.name, "split": split, "n": len(docs), "admitted": int(arrays["admitted"].sum()),
                         "admitted_correct": int((arrays["admitted"] & (arrays["prediction"] == labels)).sum()),
                         "admitted_y1": int((arrays["admitted"] & (labels == 1)).sum())})
@@ -173,7 +141,7 @@ def report(lm, verifier, tests, args) -> tuple[str, dict, list]:
         data = labelled_set(docs, np.concatenate(feats))
         arrays = verifier.estimator.predict_arrays(data.embeddings)
         labels = np.array([d.label for d in docs])
-        lines += table_rows(f"all tasks {split} ({len(docs)})", labels, arrays["prediction"], arrays["admitted"])
+        lines += markdown_rows(f"all tasks {split} ({len(docs)})", labels, arrays["prediction"], arrays["admitted"])
         evaluations.append(evaluate(verifier.estimator, data, name=f"suite {split}"))
     training = verifier.estimator.manifest["training"]
     lines += ["", f"Pool sizes {verifier.info['pool_sizes']} (halves: D_tr / D_ca); calibration accuracy "

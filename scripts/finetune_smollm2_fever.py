@@ -36,9 +36,8 @@ from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-import mlx_sdm  # noqa: E402,F401
+import mlx_sdm  # noqa: F401
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "bigbench"
 DEFAULT_OUT = ROOT / "build" / "sdm-head-{task}"
@@ -191,8 +190,8 @@ def task_sets(args: argparse.Namespace, info: dict) -> tuple[list, list, tuple[s
     if args.task == "bbc-topic":
         import tempfile
 
-        from scripts.build_topic_verifier import topic_sets
-        from scripts.embed_bbc import find_wheel, read_articles
+        from build_topic_verifier import topic_sets
+        from embed_bbc import find_wheel, read_articles
 
         with tempfile.TemporaryDirectory() as tmp:
             articles = read_articles(find_wheel(args.wheel, Path(tmp)))

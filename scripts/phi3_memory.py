@@ -27,19 +27,17 @@ import gc
 import json
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import mlx_sdm  # noqa: F401,E402  (BLAS before mlx)
 
-import mlx.core as mx  # noqa: E402
-import mlx.nn as nn  # noqa: E402
-import numpy as np  # noqa: E402
-from mlx_lm.models import phi3  # noqa: E402
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+from mlx_lm.models import phi3
 
-from mlx_sdm.network.heads import VocabularyHeads  # noqa: E402
-from mlx_sdm.network.trainer import build_train_step, make_optimizer  # noqa: E402
+from mlx_sdm.network.heads import VocabularyHeads
+from mlx_sdm.network.trainer import build_train_step, make_optimizer
 
 PHI35 = dict(hidden_size=3072, intermediate_size=8192, num_attention_heads=32, num_key_value_heads=32, vocab_size=32064)
 PHI35_LAYERS = 32

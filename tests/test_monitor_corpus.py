@@ -1,24 +1,16 @@
-"""scripts/session_corpus.py on the tiny model: deterministic plan, labelled sessions, resume after a kill;
-and eval-monitor's held-out table on the shipped corpus."""
+"""The session corpus (mlx_sdm.app.session_corpus) on the tiny model: deterministic plan, labelled
+sessions, resume after a kill; and eval-monitor's held-out table on the shipped corpus."""
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 from mlx_sdm.network.verdict import status_from_dict
 
-ROOT = Path(__file__).resolve().parents[1]
+def _corpus():
+    from mlx_sdm.app import session_corpus
 
-
-def _script():
-    spec = importlib.util.spec_from_file_location("session_corpus", ROOT / "scripts" / "session_corpus.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["session_corpus"] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
+    return session_corpus
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +26,7 @@ def corpus_setup(tmp_path_factory):
     colours = tmp / "colours.jsonl"
     colours.write_text("".join(json.dumps({"prompt": f"Colour of thing {i}? Reply {{\"colour\": str}}.",
                                            "answer": {"colour": ["red", "blue"][i % 2]}}) + "\n" for i in range(10)))
-    sc = _script()
+    sc = _corpus()
     lm = tiny_loaded_model()
     verifier = DocumentVerifier.load(build_tiny_verifier(tmp / "verifier"))
     tasks = {t.name: t for t in (load_task(str(capitals)), load_task(str(colours)))}
@@ -42,7 +34,7 @@ def corpus_setup(tmp_path_factory):
 
 
 def test_plan_is_deterministic_and_mixes_tasks():
-    sc = _script()
+    sc = _corpus()
     a = sc.plan_sessions({"x": 5, "y": 7, "z": 3}, 40, seed=3)
     assert a == sc.plan_sessions({"x": 5, "y": 7, "z": 3}, 40, seed=3)
     assert a != sc.plan_sessions({"x": 5, "y": 7, "z": 3}, 40, seed=4)

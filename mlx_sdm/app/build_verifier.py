@@ -204,11 +204,6 @@ def build_verifier(args: BuildVerifierArgs, *, sampler_for: SamplerFor | None = 
 
 
 # ------------------------------------------------------------------------------------------ report
-def _cell(stratum) -> str:
-    acc = "N/A" if stratum.accuracy is None else f"{stratum.accuracy:.3f}"
-    return f"{acc} / {stratum.fraction:.3f}"
-
-
 def _rows(verifier: DocumentVerifier, name: str, answered: list[AnsweredItem]) -> tuple[list[str], dict, Evaluation]:
     documents = [a.document() for a in answered]
     data = _labelled(documents, answered)
@@ -216,7 +211,7 @@ def _rows(verifier: DocumentVerifier, name: str, answered: list[AnsweredItem]) -
     lines, record = [], {"name": name, "size": len(answered)}
     for label, mask in (("no-reject", np.ones(len(answered), bool)), ("p̂ lower", ev.admitted)):
         row = table_row(label, ev.labels, ev.predictions, mask, 2)
-        lines.append(f"| {name} ({len(answered)}) | {label} | " + " | ".join(_cell(s) for s in row.strata()) + " |")
+        lines.append(f"| {name} ({len(answered)}) | {label} | " + " | ".join(s.markdown() for s in row.strata()) + " |")
         record[label] = [{"accuracy": s.accuracy, "admitted": s.admitted, "total": s.total} for s in row.strata()]
     record["calibrated"] = table_row("p", ev.labels, ev.predictions, ev.admitted, 2).calibrated(verifier.estimator.alpha)
     return lines, record, ev
