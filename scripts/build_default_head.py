@@ -2,8 +2,8 @@
 """Train (Alg. 4) and report the SDM-network positive head of the embedded SmolLM2 over the task suite.
 
 The head is fine-tuned against the suite verifier (default: the shipped default verifier) on the
-same docs/method.md § 14 constructed documents that verifier was built from (scripts/build_suite_verifier.py's
-seeded pool halves: D_tr gives the training documents, D_ca the calibration ones), a leading subset
+same docs/method.md § 14 constructed documents that verifier was built from (its recipe's seeded pool
+halves, mlx_sdm.app.suite_verifier.pool_halves: D_tr gives the training documents, D_ca the calibration ones), a leading subset
 per task because the machine has 2 cores. Each training document's q and d come from the verifier
 applied to the model's own greedy answer (§ 15.5); after every epoch the model answers the
 calibration prompts and Alg. 4 keeps the epoch with the most answers that are admitted (ŷ = 1,

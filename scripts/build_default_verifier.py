@@ -3,7 +3,7 @@
 
 This was the first attempt at the default verifier (its report is kept as
 weights/smollm2-suite/report-own-answers.md); it admits nothing, because the 135M model is rarely right.
-The shipped default is built the paper's way, from constructed documents: scripts/build_suite_verifier.py.
+The shipped default is built the paper's way, from constructed documents: `mlx-sdm build-verifier --recipe weights/smollm2-suite/recipe.json`.
 It is `mlx-sdm build-verifier` with these settings: the model answers each task's prompts itself, answers are labelled against the gold
 (docs/method.md § 14), features come from the same pass, and the SDM estimator is fitted on every task whose answers
 the model gives in the task's JSON format. Answers and features are cached in build/suite-cache
