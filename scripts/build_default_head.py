@@ -15,7 +15,8 @@ paper's Table 1 layout with y = 1 when the model's own answer is correct (cells:
 verifier's ŷ within the stratum among admitted answers / admitted fraction), plus the task accuracy
 of the answers and the fraction a user sees as "verified" (ŷ = 1 and admitted).
 
-With ``--ship NAME`` the kept head is also written, compressed to a low-rank change of the model's
+The training run alone is `mlx-sdm finetune --config weights/smollm2-suite-head/finetune.yaml` (the same
+documents and settings; tests/test_head_recipe.py checks the data hash). With ``--ship NAME`` the kept head is also written, compressed to a low-rank change of the model's
 own head (``--rank``), to weights/NAME, and the "after" rows are measured with that compressed head.
 
     nice -n 5 .venv/bin/python scripts/build_default_head.py --ship smollm2-suite-head > build/head.log 2>&1 &
@@ -24,11 +25,9 @@ own head (``--rank``), to weights/NAME, and the "after" rows are measured with t
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
-from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,21 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def finetune_documents(lm, task, documents: list) -> list:
-    """VerificationDocuments -> FinetuneDocuments parsed with the task's own answer rule; the generation
-    budget is the task's longest answer in tokens + 2 (§ 14)."""
-    from mlx_sdm.network.data import from_verification_documents
-    from mlx_sdm.network.encoding import parse_answer
-
-    fmt = task.answer_format
-    budget = max(len(lm.tokenizer.encode(fmt.completion(a), add_special_tokens=False)) for a in fmt.answers) + 2
-    return [dataclasses.replace(f, max_generation_tokens=budget, parse=partial(parse_answer, fmt=fmt))
-            for f in from_verification_documents(documents, lm.tokenizer)]
-
-
 def suite_sets(lm, tasks, verifier, args) -> tuple[list, list, list]:
     """(training, calibration, [(task, split, documents)]) from the verifier's own seeded pool halves."""
-    from mlx_sdm.app.suite_verifier import evaluation_documents, pool_halves
+    from mlx_sdm.app.suite_verifier import evaluation_documents, finetune_documents, pool_halves
 
     seed = int(verifier.info.get("seed", 0))
     sizes = verifier.info.get("pool_sizes", {})
@@ -100,11 +87,11 @@ def suite_sets(lm, tasks, verifier, args) -> tuple[list, list, list]:
         tr, ca = pool_halves(task, int(sizes.get(task.name, 0)) or None, seed=seed)
         n_train, n_cal = ((args.bbc_train, args.bbc_calibration) if task.name == "bbc_topic"
                           else (args.train_per_task, args.calibration_per_task))
-        train += finetune_documents(lm, task, tr[:n_train])
-        calibration += finetune_documents(lm, task, ca[:n_cal])
+        train += finetune_documents(task, tr[:n_train], lm.tokenizer)
+        calibration += finetune_documents(task, ca[:n_cal], lm.tokenizer)
         for split in ("held_out", "shifted"):
             docs = evaluation_documents(task, split, args.test_per_task, seed=seed)
-            tests.append((task, split, finetune_documents(lm, task, docs)))
+            tests.append((task, split, finetune_documents(task, docs, lm.tokenizer)))
     return train, calibration, tests
 
 

@@ -11,6 +11,7 @@ the build's settings; ``mlx-sdm build-verifier --recipe`` runs :func:`build_from
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
@@ -163,3 +164,32 @@ def suite_report(lm, verifier: DocumentVerifier, tests, cache_dir: Path, name: s
               f"threshold_succeeded={verifier.estimator.manifest['threshold_succeeded']}.",
               f"Reproduce: `mlx-sdm build-verifier --recipe {name}/{RECIPE_FILE} --out DIR`"]
     return "\n".join(lines), {"rows": records}, evaluations
+
+
+def finetune_documents(task, documents: list, tokenizer=None) -> list:
+    """VerificationDocuments -> FinetuneDocuments read with the task's own answer rule; the generation
+    budget is the task's longest answer in tokens + 2 (docs/method.md § 14; needs ``tokenizer``)."""
+    from functools import partial
+
+    from mlx_sdm.network.data import from_verification_documents
+    from mlx_sdm.network.encoding import parse_answer
+
+    fmt = task.answer_format
+    out = [dataclasses.replace(f, parse=partial(parse_answer, fmt=fmt)) for f in from_verification_documents(documents)]
+    if tokenizer is not None:
+        budget = max(len(tokenizer.encode(fmt.completion(a), add_special_tokens=False)) for a in fmt.answers) + 2
+        out = [dataclasses.replace(f, max_generation_tokens=budget) for f in out]
+    return out
+
+
+def recipe_finetune_documents(recipe: VerifierRecipe, train_sizes: dict[str, int], calibration_sizes: dict[str, int],
+                              tokenizer=None) -> tuple[list, list]:
+    """(train, calibration) FinetuneDocuments for Alg. 4 on the verifier's own pool halves: per task the
+    leading ``train_sizes[task]`` documents of D_tr and ``calibration_sizes[task]`` of D_ca (all when a
+    task is missing), in the recipe's task order."""
+    train, calibration = [], []
+    for task in load_tasks(list(recipe.tasks)):
+        tr, ca = pool_halves(task, recipe.pool_size(task.name), seed=recipe.seed)
+        train += finetune_documents(task, tr[:train_sizes.get(task.name, len(tr))], tokenizer)
+        calibration += finetune_documents(task, ca[:calibration_sizes.get(task.name, len(ca))], tokenizer)
+    return train, calibration
