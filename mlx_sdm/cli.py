@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("mlx_sdm.commands.verify", "verify JSONL rows (embeddings or prompt+completion) in batch"),
     "report": ("mlx_sdm.commands.report", "Table-1 style calibration report on labelled JSONL, with plots"),
     "finetune": ("mlx_sdm.commands.finetune", "SDM-network fine-tuning of the positive vocabulary head (Alg. 4)"),
+    "compress-head": ("mlx_sdm.commands.compress_head", "store a fine-tuned head as its low-rank change (the form that ships)"),
     "eval-monitor": ("mlx_sdm.commands.eval_monitor", "score logged sessions: TPS, AUROC, AUARC per monitor"),
 }
 

@@ -13,7 +13,7 @@ from pathlib import Path
 DEFAULT_VERIFIER_NAME = "smollm2-suite"
 TOPIC_VERIFIER_NAME = "smollm2-bbc-topic"  # the shipped verifier with signal (BBC News topics)
 #: The SDM-network head shipped for the embedded model (a folder under weights/, usually the compact form of
-#: scripts/compress_head.py); generate/chat/serve decode with it unless --head says otherwise (app/loading.py).
+#: mlx-sdm compress-head); generate/chat/serve decode with it unless --head says otherwise (app/loading.py).
 DEFAULT_HEAD_NAME: str | None = "smollm2-suite-head"  # scripts/build_default_head.py (Alg. 4 kept epoch 2)
 
 

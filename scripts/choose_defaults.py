@@ -25,15 +25,14 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-import mlx_sdm  # noqa: E402,F401  (BLAS preload before mlx)
+import mlx_sdm  # noqa: F401  (BLAS preload before mlx)
 
-from mlx_sdm.calibration import constants as K  # noqa: E402
-from mlx_sdm.calibration.data import LabelledSet  # noqa: E402
-from mlx_sdm.calibration.estimator import FitConfig, SDMEstimator  # noqa: E402
-from mlx_sdm.calibration.evaluation import evaluate  # noqa: E402
-from mlx_sdm.datasets.spam import spam_splits  # noqa: E402
+from mlx_sdm.calibration import constants as K
+from mlx_sdm.calibration.data import LabelledSet
+from mlx_sdm.calibration.estimator import FitConfig, SDMEstimator
+from mlx_sdm.calibration.evaluation import evaluate
+from mlx_sdm.datasets.spam import spam_splits
 
 DATASETS = ROOT / "mlx_sdm" / "datasets"
 KEYS = {"lr": "learning_rate", "epochs": "epochs", "iterations": "iterations", "batch": "batch_size",

@@ -34,25 +34,21 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
+import mlx_sdm  # noqa: F401  (BLAS preload before mlx)
 
-import mlx_sdm  # noqa: E402,F401  (BLAS preload before mlx)
+from choose_defaults import LOADERS
 
-from choose_defaults import LOADERS  # noqa: E402
-
-from mlx_sdm.calibration import constants as K  # noqa: E402
-from mlx_sdm.calibration.estimator import FitConfig, SDMEstimator  # noqa: E402
-from mlx_sdm.calibration.evaluation import table_row  # noqa: E402
+from mlx_sdm.calibration import constants as K
+from mlx_sdm.calibration.estimator import FitConfig, SDMEstimator
+from mlx_sdm.calibration.evaluation import table_row
 
 STUB_MLX_LM = "def load(*a, **k):\n    raise RuntimeError('stub')\n\ndef generate(*a, **k):\n    raise RuntimeError('stub')\n"
 
 # Runs inside the reference's Python: load the trained model and its global statistics exactly as
-# utils_test.test does, then record ŷ and the p̂_lower admission flag for every row of a JSONL file.
+# utils_test.test does, then record ŷ and the p̂_lower admission flag for every row of a JSONL file
+# (the reference's code folder comes first on its PYTHONPATH).
 REF_PREDICT = r"""
 import json, sys
-sys.path.insert(0, sys.argv[1])
 import torch, constants, utils_model, utils_preprocess
 model_dir, data_file, out_file = sys.argv[2:5]
 model = utils_model.load_model_torch(model_dir, torch.device("cpu"), load_for_inference=True)
@@ -138,7 +134,8 @@ def run_reference(args, workdir: Path, files: dict[str, Path]) -> dict:
     for view in ("test", "shift"):
         out = workdir / f"ref_{view}.json"
         subprocess.run([args.ref_python, str(helper), str(code), str(model_dir), str(files[view]), str(out)],
-                       cwd=code, env=env, check=True, stdout=subprocess.DEVNULL)
+                       cwd=code, env=dict(env, PYTHONPATH=os.pathsep.join([str(code), str(stubs)])), check=True,
+                       stdout=subprocess.DEVNULL)
         result["views"][view] = json.loads(out.read_text())
     return result
 

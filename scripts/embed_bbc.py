@@ -30,9 +30,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-import mlx_sdm  # noqa: E402,F401  (BLAS preload before mlx)
+import mlx_sdm  # noqa: F401  (BLAS preload before mlx)
 
 TOPICS = ("business", "entertainment", "politics", "sports", "tech")
 DEFAULT_OUT = ROOT / "mlx_sdm" / "datasets" / "bbc_minilm.npz"

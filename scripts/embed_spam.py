@@ -26,9 +26,8 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-import mlx_sdm  # noqa: E402,F401  (BLAS preload before mlx)
+import mlx_sdm  # noqa: F401  (BLAS preload before mlx)
 
 DEFAULT_OUT = ROOT / "mlx_sdm" / "datasets" / "spam_minilm.npz"
 GROUPS = (("easy-ham-1", 0, 500), ("spam-1", 1, 500), ("easy-ham-2", 0, 250), ("spam-2", 1, 250))

@@ -36,9 +36,8 @@ from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-import mlx_sdm  # noqa: E402,F401
+import mlx_sdm  # noqa: F401
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "bigbench"
 DEFAULT_OUT = ROOT / "build" / "sdm-head-{task}"
@@ -118,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     # The generation budget (longest completion + 2 tokens) comes from the whole pool, not the subset.
     budget = {d.id: d.max_generation_tokens for d in from_verification_documents(pool + test + shifted, lm.tokenizer)}
 
-    # Each task's own § 14 answer rule (from_verification_documents knows only the BIG-bench formats).
+    # Each task's own answer rule (docs/method.md § 14; from_verification_documents knows only the BIG-bench formats).
     formats = {fmt.name: fmt for fmt in (*TASK_FORMATS.values(), TOPIC)}
 
     def subset(docs, n):
@@ -191,8 +190,8 @@ def task_sets(args: argparse.Namespace, info: dict) -> tuple[list, list, tuple[s
     if args.task == "bbc-topic":
         import tempfile
 
-        from scripts.build_topic_verifier import topic_sets
-        from scripts.embed_bbc import find_wheel, read_articles
+        from build_topic_verifier import topic_sets
+        from embed_bbc import find_wheel, read_articles
 
         with tempfile.TemporaryDirectory() as tmp:
             articles = read_articles(find_wheel(args.wheel, Path(tmp)))

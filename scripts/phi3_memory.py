@@ -3,7 +3,7 @@ laptop estimate for the full 32-layer model with a 4-bit frozen base.
 
 A randomly initialised mlx-lm ``phi3`` model with Phi-3.5-mini's width and vocabulary (hidden 3072,
 vocabulary 32064, intermediate 8192, 32 heads) is built with 1, 2, ... layers; its base is
-quantized to 4 bits (group 64) and frozen; the three vocabulary heads (§ 16: reference/negative
+quantized to 4 bits (group 64) and frozen; the three vocabulary heads (docs/method.md § 16: reference/negative
 frozen, positive trainable, float32) are cloned from the float ``lm_head`` before quantization.
 For each depth the script records (``mx.reset_peak_memory`` / ``mx.get_peak_memory``):
 
@@ -27,19 +27,17 @@ import gc
 import json
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import mlx_sdm  # noqa: F401,E402  (BLAS before mlx)
 
-import mlx.core as mx  # noqa: E402
-import mlx.nn as nn  # noqa: E402
-import numpy as np  # noqa: E402
-from mlx_lm.models import phi3  # noqa: E402
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+from mlx_lm.models import phi3
 
-from mlx_sdm.network.heads import VocabularyHeads  # noqa: E402
-from mlx_sdm.network.trainer import build_train_step, make_optimizer  # noqa: E402
+from mlx_sdm.network.heads import VocabularyHeads
+from mlx_sdm.network.trainer import build_train_step, make_optimizer
 
 PHI35 = dict(hidden_size=3072, intermediate_size=8192, num_attention_heads=32, num_key_value_heads=32, vocab_size=32064)
 PHI35_LAYERS = 32

@@ -19,14 +19,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-import mlx_sdm  # noqa: E402,F401
+import mlx_sdm  # noqa: F401
 
-import numpy as np  # noqa: E402
+import numpy as np
 
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "bigbench"
-from mlx_sdm.resources import default_verifier_dir  # noqa: E402
+from mlx_sdm.resources import default_verifier_dir
 
 DEFAULT_VERIFIER = default_verifier_dir()
 DEFAULT_CACHE = ROOT / "build" / "features"
@@ -43,23 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def cell(correct: np.ndarray, mask: np.ndarray, total: int) -> str:
-    n = int(mask.sum())
-    if n == 0:
-        return "N/A / 0."
-    return f"{correct[mask].mean():.3f} / {n / total:.3f}"
-
-
-def table_rows(name: str, labels: np.ndarray, predictions: np.ndarray, admitted: np.ndarray) -> list[str]:
-    total = len(labels)
-    correct = predictions == labels
-    rows = []
-    for estimator, keep in (("no-reject", np.ones(total, dtype=bool)), ("p̂ lower", admitted)):
-        cells = [cell(correct, keep & (labels == 0), total), cell(correct, keep & (labels == 1), total),
-                 cell(correct, keep & (predictions == 0), total), cell(correct, keep & (predictions == 1), total),
-                 cell(correct, keep, total)]
-        rows.append(f"| {name} | {estimator} | " + " | ".join(cells) + " |")
-    return rows
+from mlx_sdm.calibration.evaluation import markdown_rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         feats = cached_document_features(lm, docs, delimiter=verifier.recipe.delimiter, cache_dir=args.cache_dir, desc=name[:24])
         arrays = verifier.estimator.predict_arrays(feats)
         labels = np.array([d.label for d in docs])
-        lines += table_rows(f"{name} ({len(docs)})", labels, arrays["prediction"], arrays["admitted"])
+        lines += markdown_rows(f"{name} ({len(docs)})", labels, arrays["prediction"], arrays["admitted"])
     training = verifier.estimator.manifest["training"]
     lines += ["", f"Built on {info.get('pool_size')} FEVER documents (Alg. 1 split into D_tr/D_ca); calibration-set "
               f"accuracy {training['calibration_accuracy']:.3f} (logistic regression on the same features "

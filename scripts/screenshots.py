@@ -3,7 +3,7 @@
 the review queue.
 
 It runs the real app headless (Textual's ``run_test``) on the embedded SmolLM2 and its default
-verifier, asks fact-check questions in the verifier's own format (spec § 14: a claim, answer with
+verifier, asks fact-check questions in the verifier's own format (docs/method.md § 14: a claim, answer with
 ``{"correctness": bool}``) until one answer is verified, expands that answer's evidence and saves the
 screen; the answers that were not verified or escalated on the way fill the review queue, which is saved
 next. Nothing is staged: every badge, number and exemplar on the pictures comes from the model and
@@ -23,9 +23,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
-import mlx_sdm  # noqa: E402,F401  (BLAS before mlx)
+import mlx_sdm  # noqa: F401  (BLAS before mlx)
 
 DEFAULT_OUT_DIR = ROOT / "docs" / "screenshots"
 DEFAULT_SIZE = "120x40"
@@ -46,6 +45,21 @@ CLAIMS = [
     "Berlin is the capital of Spain.",
     "The Nile is a river in Africa.",
 ]
+
+
+def repository_tests():
+    """The tests/ package of this repository checkout (its fixtures are not part of the installed package),
+    imported as ``tests`` so that its own ``from tests.… import`` lines resolve."""
+    import importlib.util
+
+    if "tests" not in sys.modules:
+        folder = Path(__file__).resolve().parents[1] / "tests"
+        spec = importlib.util.spec_from_file_location("tests", folder / "__init__.py",
+                                                      submodule_search_locations=[str(folder)])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["tests"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["tests"]
 
 
 def fact_check_prompt(claim: str) -> str:
@@ -73,6 +87,7 @@ def make_engine(args: argparse.Namespace, store):
     config = EngineConfig(model=args.model, verifier=args.verifier, max_tokens=args.max_tokens)
     components = chat_components
     if args.tiny:
+        repository_tests()
         from tests.tiny_verifier import build_tiny_verifier, tiny_components
 
         config = EngineConfig(max_tokens=args.max_tokens, embedder="none")

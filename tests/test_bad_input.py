@@ -1,4 +1,4 @@
-"""Bad input that used to end in a traceback (issue 11, item 4): each gets one line naming the file,
+"""Bad input ends in one clear line, not a traceback: each gets one line naming the file,
 line or field and the fix, nothing of the user's is renamed or replaced, and gzipped JSONL is read."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hand-computed cases for the SDM estimator's building blocks (sdm-spec § 3–12, § 23)."""
+"""Hand-computed cases for the SDM estimator's building blocks (docs/method.md § 3–12, § 23)."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Size limits that keep the code readable (issue 12): no module over 400 lines and no function over
+"""Size limits that keep the code readable: no module over 400 lines and no function over
 60 lines anywhere in mlx_sdm/ and tui/ (NOT_CHECKED_YET, the list of exceptions, is empty). A function
 written for the test shows the check fires."""
 

@@ -1,4 +1,4 @@
-"""Verification encoding (spec § 14): BIG-bench task.json and user JSONL -> documents; parsing rule."""
+"""Verification encoding (docs/method.md § 14): BIG-bench task.json and user JSONL -> documents; parsing rule."""
 
 from __future__ import annotations
 

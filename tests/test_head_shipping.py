@@ -1,4 +1,4 @@
-"""Shipping an SDM-network head: the compact low-rank form (compress_head, scripts/compress_head.py) and
+"""Shipping an SDM-network head: the compact low-rank form (compress_head, mlx-sdm compress-head) and
 the default head that generate / chat / serve load for the embedded model (``--head none`` turns it off)."""
 
 from __future__ import annotations
@@ -156,8 +156,8 @@ def tiny_models(monkeypatch):
     monkeypatch.setattr("mlx_sdm.lm.loading.load_model", lambda name=None, quantized=False: tiny_loaded_model(seeds[name]))
 
 
-def test_script_loads_the_model_the_manifest_names(tmp_path, lm, tiny_models, capsys):
-    from scripts.compress_head import DEFAULT_RANK, main
+def test_command_loads_the_model_the_manifest_names(tmp_path, lm, tiny_models, capsys):
+    from mlx_sdm.commands.compress_head import DEFAULT_RANK, main
 
     full_dir, _ = _save(tmp_path / "full", lm, _dense_head(lm))
     assert main(["--head", str(full_dir), "--rank", "3", "--out", str(tmp_path / "small")]) == 0

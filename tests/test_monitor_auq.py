@@ -1,4 +1,4 @@
-"""AUQ (monitoring spec section 2): worked example 2.10, propagation, levels, escalation, spans, resume."""
+"""AUQ (docs/monitoring.md, AUQ): the worked example, propagation, levels, escalation, spans, resume."""
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider

@@ -1,4 +1,4 @@
-"""Verdict monitor, cross-fitted fusion and the held-out report (monitoring spec § 4.7, § 5.4 v2)."""
+"""Verdict monitor, cross-fitted fusion and the held-out report (docs/monitoring.md, Platt recalibration, docs/monitoring.md, combining with the verifier, the v2 fusion)."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""TPS, censored TPS, AUROC, AUARC, T-ECE and Platt recalibration (monitoring spec section 4 / 3.10)."""
+"""TPS, censored TPS, AUROC, AUARC, T-ECE and Platt recalibration (docs/monitoring.md, TPS; TRACER evaluation)."""
 
 import math
 
@@ -23,7 +23,7 @@ from mlx_sdm.monitor.scoring import (
 )
 
 P = (0.8, 0.6, 0.3)
-# spec 4.4 table: schedule -> (Y=0 log, brier, beta; Y=1 log, brier, beta)
+# docs/monitoring.md, TPS table: schedule -> (Y=0 log, brier, beta; Y=1 log, brier, beta)
 TABLE = {
     "linear-front": (-1.169595, -0.455000, -0.013462, -0.482509, -0.155000, -0.002816),
     "uniform": (-0.960801, -0.363333, -0.011442, -0.645981, -0.230000, -0.005141),

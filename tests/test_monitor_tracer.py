@@ -1,4 +1,4 @@
-"""TRACER (monitoring spec section 3): worked example 3.12, surprisal filter, repetition, gaps, properties."""
+"""TRACER (docs/monitoring.md, TRACER): the worked example, surprisal filter, repetition, gaps, properties."""
 
 import numpy as np
 import pytest
@@ -20,7 +20,7 @@ from mlx_sdm.monitor.tracer import (
 )
 from mlx_sdm.monitor.session_file import Session, SessionStep, ToolCall
 
-# spec 3.12: (actor, U, Da, DoA, DoU)
+# docs/monitoring.md, TRACER worked example: (actor, U, Da, DoA, DoU)
 EXAMPLE = [
     ("agent", 0.40, 0.00, 0, 0),
     ("user", 0.90, 0, 0, 0.35),

@@ -1,6 +1,6 @@
 """The Phi-3.5 path: a randomly initialised mlx-lm ``phi3`` model with Phi-3.5-mini's width and
 vocabulary (hidden 3072, vocabulary 32064) but 2 layers, and one fine-tuning step of the full
-32064 × 3072 positive head (no low-rank adaptor, § 16). The 4-bit frozen base is measured in
+32064 × 3072 positive head (no low-rank adaptor, docs/method.md § 16). The 4-bit frozen base is measured in
 ``scripts/phi3_memory.py`` (MLX's 4-bit matmul on CPU is too slow for the test budget)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The review-loop promise (scripts/review_loop.py): labelling answers of a task the verifier has never
+"""The review-loop promise (mlx_sdm.app.review_loop): labelling answers of a task the verifier has never
 seen, through add_support (as the review service does), keeps every admitted stratum of that task's
 held-out answers >= alpha' at every step, or admits nothing; and reviews make some of them verifiable."""
 
@@ -9,7 +9,7 @@ import numpy as np
 import mlx_sdm  # noqa: F401
 from mlx_sdm.calibration.data import LabelledSet
 from mlx_sdm.calibration.estimator import FitConfig, SDMEstimator
-from scripts.review_loop import Labelled, decision_latency, review_steps
+from mlx_sdm.app.review_loop import Labelled, decision_latency, review_steps
 
 D = 12
 
@@ -71,7 +71,7 @@ def test_the_labels_of_a_run_are_scoped_to_the_task_its_questions_route_to():
     import pytest
 
     from mlx_sdm.network.verifier import FeatureRecipe
-    from scripts.review_loop import label_scope
+    from mlx_sdm.app.review_loop import label_scope
 
     class Verifier:  # the route surface of a DocumentVerifier
         recipe = FeatureRecipe(task_systems=(("Claim:", "checker"), ("Tweet:", "sentiment")),

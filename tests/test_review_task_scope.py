@@ -1,4 +1,4 @@
-"""Issue 10 § 4: a review label joins only the verifier AND the task (of a multi-task verifier) it was
+"""A review label joins only the verifier AND the task (of a multi-task verifier) it was
 given under. The store keeps the routed task with each verdict and decision (schema 5); old stores
 migrate and keep their labels, which count for every task of their verifier."""
 

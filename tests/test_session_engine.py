@@ -15,7 +15,7 @@ from mlx_sdm.session.turn import parse_tool_calls
 from mlx_sdm.session.store import ChatStore
 from tests.tiny_verifier import build_tiny_verifier, tiny_components
 
-# AUQ floors (LOW, MEDIUM, HIGH) that put any cumulative confidence in one tier (spec § 2.5 thresholds are config)
+# AUQ floors (LOW, MEDIUM, HIGH) that put any cumulative confidence in one tier (docs/monitoring.md, AUQ levels and actions thresholds are config)
 ALWAYS_HIGH = (1.0, 0.9999, 0.0)
 ALWAYS_CRITICAL = (1.0, 0.9999, 0.9998)
 ALWAYS_MEDIUM = (1.0, 1e-9, 0.0)

@@ -110,7 +110,7 @@ def test_default_store_location(monkeypatch, tmp_path):
 
 
 def test_session_outcome_follows_the_verdicts_and_review_labels(tmp_path):
-    """Monitoring spec § 5.4: success = ends with a verified, accepted answer and no negative feedback."""
+    """docs/monitoring.md, combining with the verifier: success = ends with a verified, accepted answer and no negative feedback."""
     from mlx_sdm.session.export import session_to_format
 
     store = ChatStore(tmp_path / "o.db")

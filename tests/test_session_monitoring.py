@@ -1,5 +1,5 @@
 """The chat's monitor glue (AUQ + TRACER per session) and the escalation ladder it drives,
-including the irreversible-tool override (monitoring spec § 2.5) and replay from the store."""
+including the irreversible-tool override (docs/monitoring.md, AUQ levels and actions) and replay from the store."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::mlx_sdm.monitor.tracer.MonitorW
 
 SEND = [{"name": "send_email_to_client", "arguments": {"to": "x@y"}}]
 TOKENS = ["I", " booked", " flight", " 1234", " the", " Paris"]
-LOGPROBS = [-0.01, -1.20, -0.80, -2.0, -0.50, -0.03]  # spec § 3.3 example: content = {booked, flight}, U = 1.0
+LOGPROBS = [-0.01, -1.20, -0.80, -2.0, -0.50, -0.03]  # docs/monitoring.md, TRACER surprisal example: content = {booked, flight}, U = 1.0
 
 
 def verdict(prediction=1, p_lower=0.99, reason=None):
@@ -76,7 +76,7 @@ def test_low_irreversible_proceeds_and_high_reflects():
     assert snap["level"] == "high" and snap["inject_reflection"]
     plan = plan_escalation(reading, [], verdict(reason="out_of_distribution"))
     assert plan.reflect and plan.review_reasons == ["out_of_distribution", "escalated_high"]
-    # the user moves on without resuming; the next answer is scored (EMA carries P_t, spec § 2.4)
+    # the user moves on without resuming; the next answer is scored (EMA carries P_t, docs/monitoring.md, AUQ propagation)
     reading2, snap2 = score(high, answer="sure", tokens=None, logprobs=None, tool_calls=[], p_true=1.0)
     assert snap2["cumulative_confidence"] == pytest.approx(0.55 * 0.90 + 0.45 * 0.50)
 

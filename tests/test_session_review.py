@@ -114,8 +114,8 @@ def test_a_reviewed_copy_passed_as_the_verifier_is_not_given_its_points_twice(en
 
 
 def test_a_label_joins_only_the_verifier_it_was_given_under(engine, tmp_path):
-    """Issue 10 § 4: labels given under one verifier never reach another verifier on the same model
-    (the store used to select support points by feature model only)."""
+    """Labels given under one verifier never reach another verifier on the same model
+    (support points are selected by verifier, not by feature model alone)."""
     from mlx_sdm.session.review import verifier_key
 
     first = _ask(engine, "under A")

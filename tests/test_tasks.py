@@ -1,4 +1,4 @@
-"""The task suite (mlx_sdm/network/tasks): vendored data, deterministic disjoint splits, § 14 labelling,
+"""The task suite (mlx_sdm/network/tasks): vendored data, deterministic disjoint splits, docs/method.md § 14 labelling,
 the user's JSONL tasks and their errors. No model needed."""
 
 from __future__ import annotations

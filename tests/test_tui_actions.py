@@ -21,7 +21,7 @@ from tui.widgets.review_list import ReviewList
 pytestmark = pytest.mark.asyncio
 
 #: AUQ floors that put every cumulative confidence below 0.9998 at CRITICAL, or in [1e-4, 1) at MEDIUM
-#: (monitoring spec § 2.5).
+#: (docs/monitoring.md, AUQ levels and actions).
 CRITICAL_EVERYWHERE = {"auq_thresholds": (1.0, 0.9999, 0.9998)}
 MEDIUM_EVERYWHERE = {"auq_thresholds": (1.0, 1e-4, 5e-5)}
 

@@ -236,7 +236,7 @@ async def test_reopening_a_session_shows_it_as_it_was(store, engine):
         assert len([m for m in store.messages(session_id) if m.role == "assistant"]) == 2
 
 
-#: AUQ floors (LOW, MEDIUM, HIGH) on the cumulative confidence (monitoring spec § 2.5) that put every turn
+#: AUQ floors (LOW, MEDIUM, HIGH) on the cumulative confidence (docs/monitoring.md, AUQ levels and actions) that put every turn
 #: at LOW, or every turn in [0, 0.9999) at HIGH.
 LOW_EVERYWHERE = (1e-6, 5e-7, 0.0)
 HIGH_EVERYWHERE: dict = {"auq_thresholds": (1.0, 0.9999, 0.0)}

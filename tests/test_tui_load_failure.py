@@ -1,5 +1,5 @@
-"""The chat UI says why the model or verifier could not be loaded, instead of hanging on "loading…"
-(issue 11): a verifier folder with a truncated estimator.safetensors, as a user's disk might leave it."""
+"""The chat UI says why the model or verifier could not be loaded, instead of hanging on "loading…",
+for a verifier folder with a truncated estimator.safetensors, as a user's disk might leave it."""
 
 from __future__ import annotations
 

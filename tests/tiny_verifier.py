@@ -1,7 +1,7 @@
 """A tiny document verifier that fits the tiny test LM (``tests/tiny_lm.py``), for session and UI tests.
 
 Real code paths only: the tiny llama force-decodes a few dozen synthetic verification documents
-(spec § 14 encoding: a claim, then ``{"correctness": true|false}``; negatives invert the answer),
+(docs/method.md § 14 encoding: a claim, then ``{"correctness": true|false}``; negatives invert the answer),
 an :class:`~mlx_sdm.calibration.estimator.SDMEstimator` is fitted on those features, and it is
 wrapped in the project's :class:`~mlx_sdm.network.verifier.DocumentVerifier` with the tiny model's
 fingerprint, so it refuses any other model.
@@ -32,7 +32,7 @@ COUNTRIES = ["France", "Italy", "Germany", "Spain", "Portugal", "Austria", "Norw
 
 def tiny_documents() -> list[tuple[str, str, int]]:
     """(prompt, completion, label): 48 claims, half true, half false; each gets the correct answer
-    (label 1) or the inverted one (label 0), unpaired (spec § 14)."""
+    (label 1) or the inverted one (label 0), unpaired (docs/method.md § 14)."""
     docs = []
     rng = np.random.default_rng(0)
     for i, (city, country) in enumerate(zip(SUBJECTS, COUNTRIES)):

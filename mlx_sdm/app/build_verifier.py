@@ -2,7 +2,7 @@
 
 1. The model answers each task's prompts itself (greedy, the task's system prompt, answers stop at the
    JSON unit's closing brace); the features ``[mean(h); h_delimiter]`` are taken in the same pass
-   (spec § 15.3), and each answer is labelled against the gold with the § 14 parser: y = 1 iff the
+   (docs/method.md § 15.3), and each answer is labelled against the gold with the § 14 parser: y = 1 iff the
    parsed answer is the gold one (a parse error is a wrong answer).
 2. A task whose first ``EARLY_CHECK`` answers never parse is left out with one line saying so (there
    is nothing to learn about answers the model never gives).
@@ -204,11 +204,6 @@ def build_verifier(args: BuildVerifierArgs, *, sampler_for: SamplerFor | None = 
 
 
 # ------------------------------------------------------------------------------------------ report
-def _cell(stratum) -> str:
-    acc = "N/A" if stratum.accuracy is None else f"{stratum.accuracy:.3f}"
-    return f"{acc} / {stratum.fraction:.3f}"
-
-
 def _rows(verifier: DocumentVerifier, name: str, answered: list[AnsweredItem]) -> tuple[list[str], dict, Evaluation]:
     documents = [a.document() for a in answered]
     data = _labelled(documents, answered)
@@ -216,7 +211,7 @@ def _rows(verifier: DocumentVerifier, name: str, answered: list[AnsweredItem]) -
     lines, record = [], {"name": name, "size": len(answered)}
     for label, mask in (("no-reject", np.ones(len(answered), bool)), ("p̂ lower", ev.admitted)):
         row = table_row(label, ev.labels, ev.predictions, mask, 2)
-        lines.append(f"| {name} ({len(answered)}) | {label} | " + " | ".join(_cell(s) for s in row.strata()) + " |")
+        lines.append(f"| {name} ({len(answered)}) | {label} | " + " | ".join(s.markdown() for s in row.strata()) + " |")
         record[label] = [{"accuracy": s.accuracy, "admitted": s.admitted, "total": s.total} for s in row.strata()]
     record["calibrated"] = table_row("p", ev.labels, ev.predictions, ev.admitted, 2).calibrated(verifier.estimator.alpha)
     return lines, record, ev

@@ -31,11 +31,15 @@ class FinetuneConfig:
     quantized: bool = field(default=False, metadata={"help": "load the frozen base 4-bit"})
     verifier: str | None = field(default=None, metadata={"help": "document verifier folder (default: the shipped one for SmolLM2)"})
     data: str | None = field(default=None, metadata={"help": "folder with train.jsonl + valid.jsonl (calibration), a BIG-bench "
-                                                     "task.json, or package:fever (FEVER claims shipped with mlx-sdm)"})
+                                                     "task.json, package:fever (FEVER claims shipped with mlx-sdm), or a "
+                                                     "verifier recipe (a recipe.json, or a verifier folder or shipped name "
+                                                     "holding one)"})
     pool_size: int | None = field(default=None, metadata={"help": "with a task.json: train ∪ calibration pool (default: the verifier's)"})
     test_size: int | None = field(default=None, metadata={"help": "with a task.json: held-out documents after the pool (default: the verifier's)"})
     train_size: int | None = field(default=None, metadata={"help": "with a task.json: leading part of the pool's training half to use"})
     calibration_size: int | None = field(default=None, metadata={"help": "with a task.json: leading part of the pool's calibration half"})
+    task_train_sizes: dict[str, int] | None = field(default=None, metadata={"help": "with a recipe: per task, the leading part of its D_tr to train on (train_size for the others)"})
+    task_calibration_sizes: dict[str, int] | None = field(default=None, metadata={"help": "with a recipe: per task, the leading part of its D_ca (calibration_size for the others)"})
     adapter_path: str = field(default=DEFAULT_ADAPTER_PATH, metadata={"help": "output folder of the positive head"})
     resume_adapter_file: str | None = field(default=None, metadata={"help": "start from this trained head folder"})
     args: FinetuneArgs = field(default_factory=FinetuneArgs)  # epochs, batch_size, learning_rate, seed, beta, resume, ...
@@ -80,6 +84,11 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 def _checked(name: str, value: Any, default: Any, source: str) -> Any:
     """``value`` for a key whose default is ``default``, type-checked (a DataError names the key)."""
     kind = type(default) if default is not None else None
+    if name in ("task_train_sizes", "task_calibration_sizes") and value is not None:
+        if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+                                                  and v >= 0 for k, v in value.items()):
+            raise DataError(f"must map task names to whole numbers ≥ 0, got {value!r}", path=source, field=name)
+        return dict(value)
     if name in ("train_size", "calibration_size", "pool_size", "test_size") and value is not None:
         kind = int
     if kind is bool and not isinstance(value, bool):
@@ -119,10 +128,13 @@ def load_documents(config: FinetuneConfig, tokenizer, verifier_info: dict[str, A
     if config.data is None:
         raise DataError("no data; set `data:` to a folder with train.jsonl and valid.jsonl, a BIG-bench task.json, "
                         "or package:fever", field="data")
-    if config.data.startswith(PACKAGE_PREFIX) or Path(config.data).suffix == ".json":
+    path = Path(config.data)
+    recipe = recipe_path(config.data)
+    if recipe is not None:
+        return recipe_documents_for(config, recipe, tokenizer)
+    if config.data.startswith(PACKAGE_PREFIX) or path.suffix == ".json":
         train, calibration = task_documents(config, verifier_info or {})
         return from_verification_documents(train, tokenizer), from_verification_documents(calibration, tokenizer)
-    path = Path(config.data)
     if path.is_dir():
         train_file, valid_file = path / "train.jsonl", path / "valid.jsonl"
         for file in (train_file, valid_file):
@@ -152,6 +164,32 @@ def task_documents(config: FinetuneConfig, verifier_info: dict[str, Any]) -> tup
     else:
         documents = encode_task(data)
     return split_task_documents(documents, config, data, verifier_info)
+
+
+def recipe_path(data: str) -> Path | None:
+    """The verifier recipe ``data`` names (a recipe.json, or a verifier folder or shipped name with one), or None."""
+    from mlx_sdm.app.verifier_recipe import RECIPE_FILE
+    from mlx_sdm.resources import resolve_artifact
+
+    path = resolve_artifact(data)
+    if path.is_dir() and (path / RECIPE_FILE).is_file():
+        return path / RECIPE_FILE
+    return path if path.name == RECIPE_FILE and path.is_file() else None
+
+
+def recipe_documents_for(config: FinetuneConfig, recipe: Path, tokenizer) -> tuple[list, list]:
+    """(train, calibration) on the recipe's pool halves: per task ``task_*_sizes`` or else ``*_size`` leading
+    documents (all of a half when neither is set)."""
+    from mlx_sdm.app.suite_verifier import recipe_finetune_documents
+    from mlx_sdm.app.verifier_recipe import read_recipe
+
+    read = read_recipe(recipe)
+    def sizes(per_task: dict[str, int] | None, default: int | None) -> dict[str, int]:
+        base = {name: default for name in read.tasks} if default is not None else {}
+        return {**base, **(per_task or {})}
+
+    return recipe_finetune_documents(read, sizes(config.task_train_sizes, config.train_size),
+                                     sizes(config.task_calibration_sizes, config.calibration_size), tokenizer)
 
 
 def split_task_documents(documents: Sequence, config: FinetuneConfig, where: str, verifier_info: dict[str, Any]) -> tuple[list, list]:
@@ -186,10 +224,11 @@ def run_finetune(config: FinetuneConfig):
     from mlx_sdm.network.trainer import LMScorer, train_positive_head
     from mlx_sdm.network.verifier import DEFAULT_VERIFIER_DIR, DocumentVerifier
     from mlx_sdm.progress import progress_bar
+    from mlx_sdm.resources import resolve_artifact
 
     group = mx.distributed.init()
     lm = load_model(config.model, quantized=config.quantized)
-    verifier_dir = Path(config.verifier) if config.verifier else DEFAULT_VERIFIER_DIR
+    verifier_dir = resolve_artifact(config.verifier) if config.verifier else DEFAULT_VERIFIER_DIR
     verifier = DocumentVerifier.load(verifier_dir, expect_fingerprint=lm.fingerprint)
     train, calibration = load_documents(config, lm.tokenizer, verifier.info)
     heads = None

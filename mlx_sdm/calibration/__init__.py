@@ -1,4 +1,4 @@
-"""The SDM calibration estimator (arXiv 2502.20167 § 2–13) on any fixed-width embeddings.
+"""The SDM calibration estimator (arXiv 2502.20167; docs/method.md § 2–13) on any fixed-width embeddings.
 
 Public entry points: :class:`~mlx_sdm.calibration.estimator.SDMEstimator`,
 :class:`~mlx_sdm.calibration.estimator.FitConfig`, :class:`~mlx_sdm.calibration.data.LabelledSet`

@@ -57,7 +57,7 @@ def sdm_rank_keys(logits: np.ndarray, q: np.ndarray | float, d: np.ndarray | flo
     ranks over these keys as over the outputs themselves, in exact arithmetic. Unlike the outputs, the
     keys do not round to 1.0 (or 0.0) once τ·(z'_ŷ − z'_c) exceeds ~37 (float64) or ~17 (float32):
     with rounded outputs, every confident calibration point ties at 1.0 and gets v = 1 (the
-    saturation rule), which made a well-separated class unreachable (ψ_c → 1, issue 9).
+    saturation rule), which made a well-separated class unreachable (ψ_c → 1).
     Computed as τz'_c − logsumexp_{j≠c}(τz'_j) (no cancellation)."""
     tau = np.atleast_1d(sdm_temperature(q, d)).astype(np.float64)
     z = np.asarray(logits, dtype=np.float64)
@@ -82,7 +82,7 @@ def softmax_numpy(x: np.ndarray, axis: int = -1) -> np.ndarray:
 
 
 def flipped(probs: np.ndarray, predictions: np.ndarray) -> np.ndarray:
-    """Prediction-flip rule (§ 6.3): True where the transformed vector's argmax is not ŷ.
+    """Prediction-flip rule (docs/method.md § 6.3): True where the transformed vector's argmax is not ŷ.
 
     Exact ties count as flips (the symmetric choice § 6.3 allows), so a uniform output (d = 0)
     is always a flip, whatever ŷ is.

@@ -1,4 +1,4 @@
-"""The exemplar adaptor (§ 2): scalar normalisation, CNN g as ``nn.Linear(D, M)``, ``nn.Linear(M, C)``."""
+"""The exemplar adaptor (docs/method.md § 2): scalar normalisation, CNN g as ``nn.Linear(D, M)``, ``nn.Linear(M, C)``."""
 
 from __future__ import annotations
 

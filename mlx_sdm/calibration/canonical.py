@@ -1,6 +1,6 @@
 """The canonical SDM estimator (SDM activations, arXiv 2509.12760; "v2"), the second estimator kind.
 
-Map of the differences from the v1 estimator (``/work/shared/docs/sdm-v2-delta.md``): no quantile
+Map of the differences from the v1 estimator (docs/method.md § 22): no quantile
 vector v, no rescaler W'', no offsets, no Alg. 3 / Eq. 28 and no prediction-flip rule (ŷ = argmax z′
 always). Instead:
 

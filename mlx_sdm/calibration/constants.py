@@ -1,4 +1,4 @@
-"""Paper constants, named once (arXiv 2502.20167; sdm-spec § 0–13).
+"""Paper constants, named once (arXiv 2502.20167; docs/method.md § 0–13).
 
 Values that this project changes by default (because the paper's settings under-train the adaptor
 on a few thousand points, see ``training.py``) keep their paper value here as ``PAPER_*``.

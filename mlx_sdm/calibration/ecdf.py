@@ -1,4 +1,4 @@
-"""Empirical CDFs with the boundary conventions of sdm-spec § 7 (Listing 4, A.5).
+"""Empirical CDFs with the boundary conventions of docs/method.md § 7 (Listing 4, A.5).
 
 Every eCDF is a class-keyed, ascending ``float`` array S_c of length n_c, and every lookup starts
 from ``idx = searchsorted(S_c, x, side="left")`` (the number of stored values strictly below x).

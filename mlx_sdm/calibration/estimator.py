@@ -1,5 +1,5 @@
 """The SDM estimator: fit (Alg. 1–3 + Eqs. 26–27, fitting.py), predict (Eq. 28 and the test-time
-procedure of § 13, prediction.py), explain by exemplar, add support points without retraining, save
+procedure of docs/method.md § 13, prediction.py), explain by exemplar, add support points without retraining, save
 and load (persistence.py).
 
 The names other code imports from here (FitConfig and its defaults, Verdict, Exemplar, the folder

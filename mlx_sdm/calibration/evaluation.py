@@ -1,4 +1,4 @@
-"""Table-1 style evaluation (sdm-spec § 19.1): class- and prediction-conditional accuracy of the
+"""Table-1 style evaluation (the paper's Table 1; docs/method.md § 19): class- and prediction-conditional accuracy of the
 admitted set with the admitted proportion per stratum, for no-reject, the plain softmax ≥ α′
 baseline and the estimator's p̂_lower; plus the reliability plot of ``mlx-sdm report --plot``."""
 
@@ -24,6 +24,11 @@ class Stratum:
     def cell(self) -> str:
         acc = "N/A" if self.accuracy is None else f"{self.accuracy:.3f}"
         return f"{acc}/{self.fraction:.2f}"
+
+    def markdown(self) -> str:
+        """``accuracy / admitted fraction`` as the markdown reports print a cell (N/A: nothing admitted)."""
+        acc = "N/A" if self.accuracy is None else f"{self.accuracy:.3f}"
+        return f"{acc} / {self.fraction:.3f}"
 
 
 @dataclass
@@ -54,6 +59,17 @@ def table_row(name: str, labels: np.ndarray, predictions: np.ndarray, admitted: 
     return Row(name, [stratum(labels == c) for c in range(num_classes)],
                [stratum(predictions == c) for c in range(num_classes)], stratum(np.ones(n, dtype=bool)),
                int(np.sum(admitted & ~correct)))
+
+
+def markdown_rows(name: str, labels: np.ndarray, predictions: np.ndarray, admitted: np.ndarray,
+                  num_classes: int = 2) -> list[str]:
+    """One data set's two report rows, ``| name | no-reject | y=0 | y=1 | ŷ=0 | ŷ=1 | marginal |`` and the
+    same for ``p̂ lower`` (the ``admitted`` rows)."""
+    rows = []
+    for estimator, keep in (("no-reject", np.ones(len(labels), dtype=bool)), ("p̂ lower", admitted)):
+        row = table_row(estimator, labels, predictions, keep, num_classes)
+        rows.append(f"| {name} | {estimator} | " + " | ".join(s.markdown() for s in row.strata()) + " |")
+    return rows
 
 
 @dataclass

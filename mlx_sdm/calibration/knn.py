@@ -1,4 +1,4 @@
-"""Exact support index over exemplar vectors h' (§ 3): q (Eq. 5) and d_nearest.
+"""Exact support index over exemplar vectors h' (docs/method.md § 3): q (Eq. 5) and d_nearest.
 
 Distances are plain L2 everywhere (never squared), in the stored eCDFs and at query time.
 

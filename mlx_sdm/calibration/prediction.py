@@ -1,4 +1,4 @@
-"""The test-time procedure on the adaptor's outputs: § 13 steps 2–8 for the paper's estimator (v1,
+"""The test-time procedure on the adaptor's outputs: docs/method.md § 13 steps 2–8 for the paper's estimator (v1,
 ending in Eq. 28) and SDM_HR^lower for the canonical one (v2, canonical.py). Both return the same
 per-row arrays (prediction, q, d, p_lower, admitted, ...)."""
 

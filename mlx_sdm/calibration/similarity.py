@@ -29,7 +29,7 @@ def q_from_neighbours(query_prediction: int, neighbour_labels: Sequence[int], ne
 
 
 def class_distance_cdfs(d_nearest: np.ndarray, labels: np.ndarray, q: np.ndarray, num_classes: int) -> list[np.ndarray]:
-    """Per true class c: the ascending d_nearest of points with y = c and q > 0 (§ 4)."""
+    """Per true class c: the ascending d_nearest of points with y = c and q > 0 (docs/method.md § 4)."""
     keep = np.asarray(q) > 0
     return [np.sort(np.asarray(d_nearest, dtype=np.float64)[keep & (np.asarray(labels) == c)]) for c in range(num_classes)]
 

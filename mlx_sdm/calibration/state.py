@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 #: What the stored outCDFs (Eq. 9) hold: the log-odds of sdm(z')_c (activation.sdm_rank_keys). Folders without the manifest key hold
-#: sdm(z')_c itself (before issue 9) and are read that way.
+#: sdm(z')_c itself (the earlier format) and are read that way.
 OUTCDF_SCALE = "log_odds"
 
 

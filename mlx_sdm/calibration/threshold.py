@@ -1,5 +1,5 @@
 """Alg. 3: the high-probability region threshold q̃_min and the class thresholds ψ, plus the
-per-(ŷ, ⌊q̃⌋) medians that feed Eq. 27 (§ 11)."""
+per-(ŷ, ⌊q̃⌋) medians that feed Eq. 27 (docs/method.md § 11)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Alg. 1: train the exemplar adaptor with the sdm loss over J shuffled splits, re-estimating q and
-d after every epoch and keeping the epoch with the best balanced median q on D_ca (§ 8).
+d after every epoch and keeping the epoch with the best balanced median q on D_ca (docs/method.md § 8).
 
 Each iteration ends with the rescaler (Alg. 2), the threshold search (Alg. 3) and the per-bucket
 medians that the robust offsets (Eqs. 26–27) are computed from across iterations.

@@ -33,8 +33,14 @@ your own task: a JSONL file, one row per prompt:
   {"prompt": "... Respond using the following JSON: {\\"city\\": str}. ...", "answer": {"city": "Paris"}}
   (optional "id", "split": "shifted" for rows of a shifted set, and "system" on the first row)
 
+A recipe (--recipe FILE) builds from constructed documents instead, the paper's way: each task's
+prompts with the gold answer (y = 1) or, by a seeded Bernoulli(0.5) draw, another answer (y = 0).
+The file holds every setting of the build (model, tasks, pool and test sizes, seed, fit settings)
+and is kept beside the weights as recipe.json, so the build can be run again from any install.
+
 examples:
   mlx-sdm build-verifier --out my-verifier                                # embedded SmolLM2, whole suite
+  mlx-sdm build-verifier --recipe weights/smollm2-suite/recipe.json --out suite   # the shipped default
   mlx-sdm build-verifier --model phi-3.5 --per-task 300 --out phi35-verifier
   mlx-sdm build-verifier --model path/to/mlx_model --tasks sentiment,my_task.jsonl --out v
   mlx-sdm chat --model phi-3.5 --verifier phi35-verifier
@@ -64,7 +70,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--estimator", choices=("v1", "v2"), default=None,
                    help="v1 = the paper's estimator, v2 = the canonical one (default: mlx-sdm train's default)")
     p.add_argument("--no-plot", action="store_true", help="skip reliability.png")
+    p.add_argument("--recipe", type=Path, default=None, metavar="FILE",
+                   help="build from constructed documents with the settings in FILE (a recipe.json, or a verifier "
+                        "folder holding one); the other build options then come from the file")
     return p
+
+
+#: Options a recipe holds; giving one beside --recipe is refused rather than silently ignored.
+RECIPE_HOLDS = ("model", "tasks", "per_task", "eval_size", "max_tokens", "quantized", "seed", "iterations", "epochs",
+                "estimator")
+
+
+def run_recipe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from mlx_sdm.app.suite_verifier import build_from_recipe
+    from mlx_sdm.app.verifier_recipe import read_recipe
+
+    given = [k for k in RECIPE_HOLDS if getattr(args, k) != parser.get_default(k)]
+    if given:
+        print(f"mlx-sdm build-verifier: the recipe holds --{given[0].replace('_', '-')}; edit the recipe file "
+              "instead", file=sys.stderr)
+        return 2
+    try:
+        build_from_recipe(read_recipe(args.recipe), args.out, cache_dir=args.cache_dir, plot_png=not args.no_plot,
+                          say=lambda line: print(line, file=sys.stderr))
+    except MlxSdmError as exc:
+        print(f"mlx-sdm build-verifier: {exc}", file=sys.stderr)
+        return 1
+    print(f"wrote {args.out} (recipe.json, report.md, report.json{'' if args.no_plot else ', reliability.png'}); "
+          f"try it: mlx-sdm generate --verifier {args.out} --list-tasks")
+    return 0
 
 
 def parse_args(argv: list[str] | None) -> BuildVerifierArgs:
@@ -77,6 +111,10 @@ def parse_args(argv: list[str] | None) -> BuildVerifierArgs:
 
 
 def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    namespace = parser.parse_args(argv)
+    if namespace.recipe is not None:
+        return run_recipe(namespace, parser)
     args = parse_args(argv)
     if args.max_tokens < 4 or args.eval_size < 0:
         print("mlx-sdm build-verifier: --max-tokens must be at least 4 and --eval-size at least 0", file=sys.stderr)

@@ -61,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
 def load_bbc(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
-        raise DataError("not found; run `.venv/bin/python scripts/embed_bbc.py` to build it", path=str(path))
+        raise DataError("not found: the embedded BBC data set is missing from this install; reinstall mlx-sdm, "
+                        "or give --data a .npz file with the same arrays", path=str(path))
     with np.load(path, allow_pickle=False) as z:
         return {k: z[k] for k in z.files}
 

@@ -9,7 +9,7 @@ from mlx_sdm.errors import MlxSdmError
 from mlx_sdm.app.head_training import CONFIG_KEYS, DEFAULT_ADAPTER_PATH
 from mlx_sdm.network.trainer import FinetuneArgs
 
-#: The paper's values (§ 15.4), as FinetuneArgs holds them.
+#: The paper's values (docs/method.md § 15.4), as FinetuneArgs holds them.
 DEFAULT_EPOCHS = FinetuneArgs.epochs
 DEFAULT_BATCH_SIZE = FinetuneArgs.batch_size
 DEFAULT_LEARNING_RATE = FinetuneArgs.learning_rate
@@ -29,7 +29,9 @@ Config keys (YAML; mlx-lm lora_config.yaml names where the meaning is the same):
   {", ".join(CONFIG_KEYS)}
 Command-line flags override the file. Data: a folder with train.jsonl + valid.jsonl (calibration),
 rows {{"prompt", "completion", "label", "task_label"}} (+ "system", "id", "max_generation_tokens"),
-or a BIG-bench task.json (encoded as in the paper; see --train-size/--calibration-size).
+or a BIG-bench task.json (encoded as in the paper; see --train-size/--calibration-size), or a verifier
+recipe: the verifier's own pool halves (train_size / calibration_size per task, task_train_sizes /
+task_calibration_sizes for single tasks). The shipped head's config is weights/smollm2-suite-head/finetune.yaml.
 
 Output: ADAPTER_PATH/positive_head.safetensors + manifest.json (base model fingerprint, verifier,
 data hash, epochs, best epoch, counts); a checkpoint after every epoch in ADAPTER_PATH.checkpoint/
@@ -38,6 +40,7 @@ data hash, epochs, best epoch, counts); a checkpoint after every epoch in ADAPTE
 examples:
   mlx-sdm finetune --config examples/finetune.yaml
   mlx-sdm finetune --config examples/finetune.yaml --epochs 2 --resume
+  mlx-sdm finetune --config weights/smollm2-suite-head/finetune.yaml    # the shipped head (~29 min on 2 cores)
   mlx-sdm generate --head sdm-head "Was this claim true or false? ..."
   mlx.launch --backend ring --hosts mac1,mac2 -- mlx-sdm finetune --config finetune.yaml   # data parallel
 """
@@ -54,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="'smollm2' (embedded, default), a local mlx-lm folder, a .gguf file or a hub id")
     p.add_argument("--quantized", action="store_true", default=None, help="load the frozen base 4-bit")
     p.add_argument("--verifier", metavar="DIR", help="document verifier built on this model (default: the shipped SmolLM2 one)")
-    p.add_argument("--data", metavar="PATH", help="folder with train.jsonl + valid.jsonl, or a BIG-bench task.json")
+    p.add_argument("--data", metavar="PATH", help="folder with train.jsonl + valid.jsonl, a BIG-bench task.json, or a "
+                   "verifier recipe (a recipe.json, or a verifier folder holding one, e.g. smollm2-suite)")
     p.add_argument("--train-size", type=int, help="with a task.json: training documents (default: half of the rest)")
     p.add_argument("--calibration-size", type=int, help="with a task.json: calibration documents")
     p.add_argument("--test-size", type=int, help="with a task.json: documents held out first, never used (default 0)")

@@ -1,4 +1,4 @@
-"""The verifier's input for one document (spec § 15.3, § 15.8):
+"""The verifier's input for one document (docs/method.md § 15.3, § 15.8):
 
     x = [ mean(h_0 .. h_k) ; h_k ]        (dim 2·hidden)
 

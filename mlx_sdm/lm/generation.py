@@ -1,7 +1,7 @@
 """Streaming generation that keeps what verification needs, in ONE decoding pass.
 
 ``HiddenCapture`` wraps an mlx-lm model for ``mlx_lm.generate.generate_step``: its ``__call__``
-runs ``model.model(...)`` (the final RMSNorm output, spec § 15.3), stashes those hidden states, and
+runs ``model.model(...)`` (the final RMSNorm output, docs/method.md § 15.3), stashes those hidden states, and
 returns logits of the last position from a pluggable ``head`` (default: the model's own output
 projection). ``layers``/``make_cache`` are exposed so mlx-lm builds the KV cache as usual.
 
@@ -13,7 +13,7 @@ the last chunk carries a ``GenerationResult`` with the document feature vector
 Head API (for the SDM network's joint heads): ``head(hidden: mx.array[..., D]) -> mx.array[..., V]``
 or ``[..., 2V]`` (negative half first, then positive). A ``2V`` head is folded to ``V`` with an
 elementwise max of the two halves, so greedy decoding equals ``argmax([z_neg; z_pos]) mod V``
-(spec § 15.1/§ 15.7); reported log-probs are the log-softmax of the folded logits.
+(docs/method.md § 15.1/§ 15.7); reported log-probs are the log-softmax of the folded logits.
 """
 
 from __future__ import annotations

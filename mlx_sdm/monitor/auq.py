@@ -1,15 +1,15 @@
-"""AUQ monitor: dual-process step confidence, propagation and escalation (monitoring spec section 2).
+"""AUQ monitor: dual-process step confidence, propagation and escalation (docs/monitoring.md, AUQ).
 
 Per agent step (2.1):
 
 1. System 1: verbalized confidence ``c_v`` and P(True) ``c_p``, calibration biases, fusion -> ``f_t``;
 2. System 2 (opt-in, trigger zone only): adaptive semantic entropy -> ``c_se``; ``s_t = min(f_t, c_se)``;
-   with a verifier probability ``v_t`` (spec 5.4 v1): ``s'_t = min(s_t, v_t)``;
+   with a verifier probability ``v_t`` (docs/monitoring.md, combining with the verifier, the v1 cap): ``s'_t = min(s_t, v_t)``;
 3. propagation ``P_t = w(type) * s_t + (1 - w(type)) * P_{t-1}`` (``propagate_ema``);
 4. escalation: level/action from ``P_t``, irreversible-tool override, reflection + pause on HIGH,
    abort with :class:`UncertaintyError` on CRITICAL.
 
-Every value the spec marks [RESOLVED] is a field of :class:`UncertaintyPolicy` or
+Every choice the AUQ method leaves open (docs/monitoring.md, AUQ configuration) is a field of :class:`UncertaintyPolicy` or
 :class:`EstimatorConfig` with that default.
 """
 
@@ -53,7 +53,7 @@ from mlx_sdm.monitor.auq_escalation import (  # noqa: F401
 from mlx_sdm.monitor.auq_propagation import STEP_TYPE_WEIGHTS, UNKNOWN_STEP_WEIGHT, propagate_ema, step_weight  # noqa: F401
 from mlx_sdm.monitor.session_file import STEP_ID_PREFIX, normalize_step_type
 
-# belief state (spec 2.7)
+# belief state (docs/monitoring.md, AUQ belief state)
 
 
 @dataclass
@@ -147,7 +147,7 @@ class AUQMonitor:
 
     @property
     def p_true_enabled(self) -> bool:
-        """[RESOLVED] P(True) runs only if both the policy and the estimator enable it."""
+        """P(True) runs only if both the policy and the estimator enable it."""
         return self.policy.enable_p_true and self.estimator.enable_p_true
 
     # -- scoring -------------------------------------------------------------------------------
@@ -165,7 +165,7 @@ class AUQMonitor:
     ) -> StepUncertainty:
         """Score one agent step. ``p_true`` is a value or a zero-argument callable (run only if enabled);
         ``sampler`` draws System 2 samples; ``tool_names`` are the calls this step proposes (gate them
-        on the returned action before executing); ``verifier_p`` is the verifier's p_lower (spec 5.4 v1)."""
+        on the returned action before executing); ``verifier_p`` is the verifier's p_lower (docs/monitoring.md, combining with the verifier, the v1 cap)."""
         state = self.belief(session_id)
         if state.status is SessionStatus.WAITING_FOR_HUMAN:
             raise MonitorStateError(f"session {session_id!r} is waiting for human guidance; call resume() first")
@@ -180,7 +180,7 @@ class AUQMonitor:
         if verifier_p is not None:
             if not 0.0 <= float(verifier_p) <= 1.0:
                 raise ValueError(f"step {step_id}: verifier_p must be in [0, 1], got {verifier_p}")
-            s = min(s, float(verifier_p))  # spec 5.4 v1
+            s = min(s, float(verifier_p))  # docs/monitoring.md, combining with the verifier, the v1 cap
 
         # propagation and escalation
         P = propagate_ema(state.cumulative_confidence, s, stype, self.estimator)

@@ -1,4 +1,4 @@
-"""AUQ step confidence (monitoring spec 2.2, 2.3, 2.9): the estimator's configuration, System 1
+"""AUQ step confidence (docs/monitoring.md, AUQ System 1 signals; AUQ System 2 sampling; AUQ configuration): the estimator's configuration, System 1
 (verbalized confidence, P(True), calibration, fusion) and System 2 (adaptive semantic entropy)."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from typing import Protocol, Sequence
 
 from mlx_sdm.monitor.auq_propagation import STEP_TYPE_WEIGHTS, UNKNOWN_STEP_WEIGHT
 
-# Constants of spec 2.9 that are not config fields in [DOC] (exposed as EstimatorConfig defaults too).
+# AUQ constants (docs/monitoring.md, AUQ configuration) that the AUQ documentation does not make config fields
+# (exposed as EstimatorConfig defaults too).
 SAMPLING_TEMPERATURE = 0.8
 CLUSTER_JACCARD = 0.40
 
@@ -23,24 +24,24 @@ class EstimatorConfig:
     p_true_weight: float = 0.6
     verbalized_calibration_bias: float = 0.25
     p_true_calibration_bias: float = 0.10
-    calibration_mode: str = "subtract"  # [RESOLVED] "subtract" | "none" | "platt"
+    calibration_mode: str = "subtract"  # "subtract" | "none" | "platt"
     verbalized_platt: tuple[float, float] | None = None  # (a, b): c' = sigma(a + b*logit(c)) in "platt" mode
     p_true_platt: tuple[float, float] | None = None
-    missing_confidence_default: float = 0.5  # [RESOLVED] no signal -> 0.5 (HIGH: gets reviewed)
+    missing_confidence_default: float = 0.5  # no signal -> 0.5 (HIGH: gets reviewed)
     min_samples: int = 2
     max_samples: int = 5
     semantic_trigger_low: float = 0.50
-    semantic_trigger_high: float = 0.72  # [RESOLVED] both bounds inclusive
+    semantic_trigger_high: float = 0.72  # both bounds inclusive
     early_stop_jaccard: float = 0.60
-    cluster_jaccard: float = CLUSTER_JACCARD  # [RESOLVED] connected components at >= 0.40
+    cluster_jaccard: float = CLUSTER_JACCARD  # connected components at >= 0.40
     sampling_temperature: float = SAMPLING_TEMPERATURE
     sampling_timeout_s: float | None = None  # past it, System 2 counts as failed (samples_used = 0)
     step_type_weights: dict[str, float] = field(default_factory=lambda: dict(STEP_TYPE_WEIGHTS))
     unknown_step_weight: float = UNKNOWN_STEP_WEIGHT
-    initial_confidence: float | None = None  # [RESOLVED] P_0: None means P_1 = s_1 (no prior)
-    trigger_inclusive: bool = True  # [RESOLVED] trigger zone bounds inclusive
-    cluster_method: str = "components"  # [RESOLVED] "components" (single linkage) | "greedy" (first match)
-    entropy_normalizer: str = "log_n"  # [RESOLVED] "log_n" | "log_k" (number of clusters)
+    initial_confidence: float | None = None  # P_0: None means P_1 = s_1 (no prior)
+    trigger_inclusive: bool = True  # trigger zone bounds inclusive
+    cluster_method: str = "components"  # "components" (single linkage) | "greedy" (first match)
+    entropy_normalizer: str = "log_n"  # "log_n" | "log_k" (number of clusters)
     eps: float = 1e-6
 
     def __post_init__(self) -> None:
@@ -59,7 +60,7 @@ class EstimatorConfig:
 
 
 # ----------------------------------------------------------------------------------------------
-# System 1 (spec 2.2)
+# System 1 (docs/monitoring.md, AUQ System 1 signals)
 
 _NUMBER = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(%?)"
 _JSON_KEY = re.compile(r'"confidence"\s*:\s*"?\s*' + _NUMBER, re.IGNORECASE)
@@ -93,7 +94,7 @@ def _sigmoid(x: float) -> float:
 
 
 def calibrate(c: float | None, bias: float, config: EstimatorConfig, platt: tuple[float, float] | None) -> float | None:
-    """[RESOLVED] subtractive bias with clamp: c' = clip(c - bias, 0, 1); or none; or a Platt map."""
+    """subtractive bias with clamp: c' = clip(c - bias, 0, 1); or none; or a Platt map."""
     if c is None:
         return None
     if config.calibration_mode == "none":
@@ -118,13 +119,13 @@ def fuse(c_v: float | None, c_p: float | None, config: EstimatorConfig) -> float
 
 
 # ----------------------------------------------------------------------------------------------
-# System 2 (spec 2.3)
+# System 2 (docs/monitoring.md, AUQ System 2 sampling)
 
 _TOKEN_SPLIT = re.compile(r"[^0-9a-z]+")
 
 
 def auq_jaccard(a: str, b: str) -> float:
-    """[RESOLVED] lowercase, split on non-alphanumerics, token sets; J(empty, empty) = 1."""
+    """lowercase, split on non-alphanumerics, token sets; J(empty, empty) = 1."""
     sa = {t for t in _TOKEN_SPLIT.split(a.lower()) if t}
     sb = {t for t in _TOKEN_SPLIT.split(b.lower()) if t}
     if not sa and not sb:
@@ -170,7 +171,7 @@ def cluster_samples(samples: Sequence[str], threshold: float = CLUSTER_JACCARD, 
 
 
 def entropy_confidence(cluster_sizes: Sequence[int], normalizer: str = "log_n") -> float:
-    """c_se = 1 - H/log(n), H = -sum (n_k/n) log(n_k/n) (spec 2.3 step 5; [RESOLVED] normaliser log n;
+    """c_se = 1 - H/log(n), H = -sum (n_k/n) log(n_k/n) (docs/monitoring.md, AUQ System 2 sampling step 5; normaliser log n;
     ``log_k`` divides by the log of the number of clusters instead, c_se = 1 for a single cluster)."""
     n = sum(cluster_sizes)
     if n < 2:
@@ -229,5 +230,5 @@ def adaptive_semantic_entropy(sampler: ResponseSampler, config: EstimatorConfig)
 
 
 # ----------------------------------------------------------------------------------------------
-# propagation and escalation (spec 2.4, 2.5)
+# propagation and escalation (docs/monitoring.md, AUQ propagation; AUQ levels and actions)
 

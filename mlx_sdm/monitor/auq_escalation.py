@@ -1,4 +1,4 @@
-"""AUQ escalation ladder (monitoring spec 2.5, 2.6, 2.9): uncertainty levels, actions, the policy
+"""AUQ escalation ladder (docs/monitoring.md, AUQ levels and actions; AUQ reflection; AUQ configuration): uncertainty levels, actions, the policy
 that sets their thresholds, and the level -> action rule with the irreversible-tool override."""
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class MonitorStateError(MlxSdmError):
 
 
 # ----------------------------------------------------------------------------------------------
-# configuration (spec 2.9)
+# configuration (docs/monitoring.md, AUQ configuration)
 
 
 @dataclass
@@ -77,11 +77,11 @@ class UncertaintyPolicy:
     enable_semantic_sampling: bool = False
     irreversible_tool_names: list[str] = field(default_factory=list)
     inject_reflection_on_high: bool = True
-    reset_on_resume: bool = False  # [RESOLVED] resuming keeps P_t
+    reset_on_resume: bool = False  # resuming keeps P_t
     reflection_text: str = REFLECTION_TEXT
-    reflection_step_types: tuple[str, ...] = LLM_STEP_TYPES  # [RESOLVED] reflection on HIGH "LLM steps" only
-    escalate_span_on_override: bool = True  # [RESOLVED] a MEDIUM step paused by the override emits escalate
-    high_uncertainty_levels: tuple[str, ...] = ("high", "critical")  # [RESOLVED] counted in high_uncertainty_steps
+    reflection_step_types: tuple[str, ...] = LLM_STEP_TYPES  # reflection on HIGH "LLM steps" only
+    escalate_span_on_override: bool = True  # a MEDIUM step paused by the override emits escalate
+    high_uncertainty_levels: tuple[str, ...] = ("high", "critical")  # counted in high_uncertainty_steps
 
     def __post_init__(self) -> None:
         if not (1.0 >= self.low_threshold > self.medium_threshold > self.high_threshold >= 0.0):
@@ -95,7 +95,7 @@ class UncertaintyPolicy:
 
 
 def level_for(confidence: float, policy: UncertaintyPolicy) -> UncertaintyLevel:
-    """Thresholds are floors on P_t (the tier table of [DOC])."""
+    """Thresholds are floors on P_t (the tier table of the AUQ documentation; docs/monitoring.md, AUQ levels and actions)."""
     if confidence >= policy.low_threshold:
         return UncertaintyLevel.LOW
     if confidence >= policy.medium_threshold:

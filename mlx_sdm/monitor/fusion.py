@@ -1,17 +1,17 @@
-"""Fitted monitors and their fusion, cross-fitted by session (monitoring spec § 4.7 and § 5.4 v2).
+"""Fitted monitors and their fusion, cross-fitted by session (docs/monitoring.md, Platt recalibration and docs/monitoring.md, combining with the verifier, the v2 fusion).
 
 Nothing here is ever tuned on the sessions it scores: :func:`crossfit` splits sessions into ``k``
 folds (stratified by outcome; within each outcome sessions sorted by id and dealt round-robin, so
-``k = 2`` is the spec's two halves), fits on the other ``k - 1`` folds and scores the held-out one.
+``k = 2`` is two halves, as the Platt recalibration of docs/monitoring.md asks), fits on the other ``k - 1`` folds and scores the held-out one.
 
 What is fitted on the training folds (:func:`fit_monitors`):
 
-1. TRACER's weights ``(alpha, gamma, k, w)`` on a grid (spec 3.8; ``beta`` weighs the tool
+1. TRACER's weights ``(alpha, gamma, k, w)`` on a grid (docs/monitoring.md, TRACER weights; ``beta`` weighs the tool
    action-observation gap, absent in chat sessions), maximising the training folds' AUROC;
 2. the verdict monitor's per-status turn success rates (:mod:`mlx_sdm.monitor.verdict`);
-3. a weighted Platt map (spec 4.7: logit feature, weighted standardisation, L2 on the slope,
+3. a weighted Platt map (docs/monitoring.md, Platt recalibration: logit feature, weighted standardisation, L2 on the slope,
    monotone fallback) per single monitor: AUQ ``P_t``, TRACER ``exp(-R_t)``, the verdict forecast;
-4. the fusion, a stacked logistic model ``p_t = sigma(b0 + sum_j b_j z_j)`` (spec 5.4 v2) over the
+4. the fusion, a stacked logistic model ``p_t = sigma(b0 + sum_j b_j z_j)`` (docs/monitoring.md, combining with the verifier, the v2 fusion) over the
    standardised features logit(verdict p_t), logit(c_p), logit(P_t), -R_t, -U_t, with every
    coefficient >= 0 (confidence features raise p_t, risk features lower it), fitted by weighted log
    loss with the TPS step weights (the negated TPS_log), L2 penalty ``0.5*lambda*|b|^2`` with
@@ -42,7 +42,7 @@ DEFAULT_FOLDS = 5
 #: sessions accumulate. Spec 4.7's lambda = 1 on the normalised NLL shrinks even a strong slope to ~0.3
 #: whatever the data size; the single-monitor Platt maps here use the same per-session penalty.
 STACKER_L2 = 1.0
-#: TRACER grid (spec 3.8 optimiser grid, thinned to what runs in seconds on a laptop).
+#: TRACER grid (docs/monitoring.md, TRACER weights optimiser grid, thinned to what runs in seconds on a laptop).
 TRACER_GRID = {"alpha": (0.0, 0.5, 1.0, 2.0, 4.0, 8.0), "gamma": (0.0, 0.5, 1.0, 2.0, 5.0, 8.0),
                "k": (0.1, 0.26, 0.5, 1.0), "w": (0.0, 0.2)}
 #: Fusion features: name -> what the stacker reads (orientation: larger = more likely success).
@@ -63,7 +63,7 @@ T = TypeVar("T")
 
 
 def session_folds(ids: Sequence[str], y: Sequence[int], k: int = DEFAULT_FOLDS) -> np.ndarray:
-    """Fold of each session: within each outcome, sort by id and deal round-robin (k = 2: spec 4.7 step 1)."""
+    """Fold of each session: within each outcome, sort by id and deal round-robin (k = 2: docs/monitoring.md, Platt recalibration step 1)."""
     if k < 2:
         raise ValueError(f"cross-fitting needs k >= 2 folds, got {k}")
     fold = np.zeros(len(ids), dtype=np.int64)
@@ -90,7 +90,7 @@ def crossfit(items: Sequence[T], ids: Sequence[str], y: Sequence[int], fit: Call
 
 
 # ----------------------------------------------------------------------------------------------
-# stacked weighted Platt (spec 5.4 v2)
+# stacked weighted Platt (docs/monitoring.md, combining with the verifier, the v2 fusion)
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ def _logit(p) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------------
-# TRACER weights (spec 3.8), fitted on training sessions only
+# TRACER weights (docs/monitoring.md, TRACER weights), fitted on training sessions only
 
 
 def tune_tracer(signals: Sequence[SessionSignals], grid: dict[str, Sequence[float]] | None = None) -> TracerConfig:

@@ -3,11 +3,11 @@
 ``heldout_report(sessions)`` cross-fits every monitor of :mod:`mlx_sdm.monitor.fusion` (k folds by
 session) and scores the out-of-fold forecasts, per monitor and for the base rate:
 
-- TPS_log and TPS_brier (spec 4.4, linear-front weights by default; mean over sessions, larger is better);
+- TPS_log and TPS_brier (docs/monitoring.md, TPS, linear-front weights by default; mean over sessions, larger is better);
 - censored TPS_log: every session cut at an administrative budget of ``censor_budget`` agent steps
-  (spec 4.5; sessions longer than the budget are censored at it, horizon = the budget, scored with the
+  (docs/monitoring.md, censored TPS; sessions longer than the budget are censored at it, horizon = the budget, scored with the
   simple pessimistic approximation pi = 0, a declared approximation); shorter sessions score as complete;
-- AUROC (failure positive) and AUARC (spec 3.10) of the ranking scalar 1 - weighted-mean forecast (spec 4.6);
+- AUROC (failure positive) and AUARC (docs/monitoring.md, TRACER evaluation) of the ranking scalar 1 - weighted-mean forecast (docs/monitoring.md, ranking diagnostics);
 - T-ECE of the weighted-mean forecast (10 tie-aware quantile bins, a diagnostic only).
 
 Intervals: percentile bootstrap over sessions (``n_boot`` resamples from ``numpy.random.default_rng(seed)``,

@@ -1,4 +1,4 @@
-"""P(True) from a local mlx-lm model, reusing the conversation's KV cache (spec 2.2).
+"""P(True) from a local mlx-lm model, reusing the conversation's KV cache (docs/monitoring.md, AUQ System 1 signals).
 
 After the response is generated, the conversation's prompt cache holds the tokens of the prompt and
 the response. The P(True) prompt is the same conversation plus one USER question with two answer

@@ -1,4 +1,4 @@
-"""What the session monitor says about ONE answer (monitoring spec § 2.5-2.7, § 3.6): a typed value
+"""What the session monitor says about ONE answer (docs/monitoring.md, AUQ levels and actions, docs/monitoring.md, TRACER risk): a typed value
 that crosses from the monitors to the turn pipeline, the store, the UI and the server.
 
 A reading holds its own turn only; the per-session history (for sparklines) is kept by whoever
@@ -24,9 +24,9 @@ class MonitorReading:
 
     level: UncertaintyLevel = UncertaintyLevel.LOW
     action: EscalationAction = EscalationAction.PROCEED
-    cumulative_confidence: float | None = None  # P_t (spec § 2.4)
-    step_confidence: float | None = None  # s_t after fusion (and the verifier cap, § 5.4)
-    tracer_risk: float | None = None  # prefix risk R_t (spec § 3.6)
+    cumulative_confidence: float | None = None  # P_t (docs/monitoring.md, AUQ propagation)
+    step_confidence: float | None = None  # s_t after fusion (and the verifier cap, docs/monitoring.md, combining with the verifier)
+    tracer_risk: float | None = None  # prefix risk R_t (docs/monitoring.md, TRACER risk)
     step_risk: float | None = None  # r_t
     irreversible: bool = False  # an irreversible tool call was proposed
     inject_reflection: bool = False  # HIGH on an llm/decision step: ask the model to state its uncertainty

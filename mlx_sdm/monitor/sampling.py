@@ -1,4 +1,4 @@
-"""System 2 samples from a local mlx-lm model (spec 2.3, 5.1).
+"""System 2 samples from a local mlx-lm model (docs/monitoring.md, AUQ System 2 sampling; signals of the local model).
 
 :class:`MLXResponseSampler` draws fresh responses to the step's prompt at temperature 0.8, capped at
 about 1.5x the original response length. The prompt (all but its last token) is prefilled once into
@@ -19,7 +19,7 @@ from mlx_lm.sample_utils import make_sampler
 
 from mlx_sdm.monitor.auq import SAMPLING_TEMPERATURE
 
-LENGTH_FACTOR = 1.5  # cap each sample at about 1.5x the original length (spec 5.1)
+LENGTH_FACTOR = 1.5  # cap each sample at about 1.5x the original length (docs/monitoring.md, signals of the local model)
 MIN_SAMPLE_TOKENS = 8
 
 

@@ -1,4 +1,4 @@
-"""Trajectory proper scores and ranking diagnostics (monitoring spec section 4, and 3.10).
+"""Trajectory proper scores and ranking diagnostics (docs/monitoring.md, TPS; TRACER evaluation).
 
 Orientation: TPS scores *success* probabilities ``p_t = P(Y = 1 | H_t)`` and is reward-oriented
 (larger is better, <= 0). AUROC treats *failure* as the positive class. AUARC follows the TRACER
@@ -14,10 +14,10 @@ from typing import Sequence
 import numpy as np
 from scipy import optimize, special
 
-EPS = 1e-6  # clip for log / logit (spec conventions)
-STD_FLOOR = 1e-6  # [RESOLVED] Platt feature std floor (spec 4.7)
-PLATT_L2 = 1.0  # [RESOLVED] lambda of the 0.5*lambda*b^2 slope penalty (spec 4.7)
-AUARC_COVERAGES = np.linspace(1.0, 0.05, 20)  # spec 3.10
+EPS = 1e-6  # clip for log / logit (docs/monitoring.md, Platt recalibration)
+STD_FLOOR = 1e-6  # Platt feature std floor (docs/monitoring.md, Platt recalibration)
+PLATT_L2 = 1.0  # lambda of the 0.5*lambda*b^2 slope penalty (docs/monitoring.md, Platt recalibration)
+AUARC_COVERAGES = np.linspace(1.0, 0.05, 20)  # docs/monitoring.md, TRACER evaluation
 AUARC_MIN_EPISODES = 10
 ECE_BINS = 10
 
@@ -26,7 +26,7 @@ SCHEDULES = ("linear-front", "uniform", "exp-front", "linear-back")
 
 
 # ----------------------------------------------------------------------------------------------
-# binary scores (spec 4.2)
+# binary scores (docs/monitoring.md, TPS binary scores)
 
 
 def binary_score(p, y, score: str = "log", *, a: float = 2.0, b: float = 4.0, eps: float = EPS) -> np.ndarray:
@@ -50,7 +50,7 @@ def binary_score(p, y, score: str = "log", *, a: float = 2.0, b: float = 4.0, ep
 
 
 def beta24_closed_form(p, y) -> np.ndarray:
-    """Beta(2,4) closed forms of spec 4.2 (used to cross-check the betainc form)."""
+    """Beta(2,4) closed forms of docs/monitoring.md, TPS binary scores (used to cross-check the betainc form)."""
     p = np.asarray(p, dtype=np.float64)
     s1 = -((1 - p) ** 5 / 5 - (1 - p) ** 6 / 6)
     s0 = -(p**3 / 3 - 3 * p**4 / 4 + 3 * p**5 / 5 - p**6 / 6)
@@ -58,7 +58,7 @@ def beta24_closed_form(p, y) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------------
-# weight schedules (spec 4.3)
+# weight schedules (docs/monitoring.md, TPS weight schedules)
 
 
 def step_weights(horizon: int, schedule: str = "linear-front") -> np.ndarray:
@@ -80,7 +80,7 @@ def step_weights(horizon: int, schedule: str = "linear-front") -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------------
-# TPS (spec 4.4) and censored TPS (spec 4.5)
+# TPS (docs/monitoring.md, TPS) and censored TPS (docs/monitoring.md, censored TPS)
 
 
 def _check_probs(p: Sequence[float], name: str = "p") -> np.ndarray:
@@ -102,7 +102,7 @@ def trajectory_proper_score(
     *,
     eps: float = EPS,
 ) -> float:
-    """TPS_S(p_1..T, Y) = sum_t w_t S(p_t, Y) (spec 4.4); T = len(p); larger is better."""
+    """TPS_S(p_1..T, Y) = sum_t w_t S(p_t, Y) (docs/monitoring.md, TPS); T = len(p); larger is better."""
     arr = _check_probs(p)
     if y not in (0, 1):
         raise ValueError(f"y must be 0 (failure) or 1 (success), got {y!r}")
@@ -123,7 +123,7 @@ def censored_trajectory_score(
     b: float = 4.0,
     eps: float = EPS,
 ) -> float:
-    """Censored TPS (spec 4.5). Weights come from the full-horizon schedule, not renormalised.
+    """Censored TPS (docs/monitoring.md, censored TPS). Weights come from the full-horizon schedule, not renormalised.
 
     ``complete=True``: the ordinary TPS of the observed prefix with horizon weights (needs ``y``).
     ``complete=False``: exact reduced score with ``pi = P(Y=1 | stopped prefix)`` when ``pi`` is
@@ -169,7 +169,7 @@ def _average_ranks(x: np.ndarray) -> np.ndarray:
 
 
 def auarc(risk: Sequence[float], success: Sequence[int]) -> float:
-    """Area under the accuracy-rejection curve, TRACER reference algorithm (spec 3.10).
+    """Area under the accuracy-rejection curve, TRACER reference algorithm (docs/monitoring.md, TRACER evaluation).
 
     Episodes are sorted most uncertain first; at each coverage c the ``ceil(c*N)`` lowest-risk
     episodes are kept and their success rate recorded; trapezoid over coverage 0.05..1.0.
@@ -210,7 +210,7 @@ EARLY_WARNING_CUTS = tuple(range(10, 100, 10))
 
 @dataclass(frozen=True)
 class EarlyWarning:
-    """Detection times (percent of the trajectory) on failed episodes (spec 3.10)."""
+    """Detection times (percent of the trajectory) on failed episodes (docs/monitoring.md, TRACER evaluation)."""
 
     times: tuple[float, ...]
     mean: float
@@ -240,7 +240,7 @@ def early_warning(prefix_series: Sequence[Sequence[float]], threshold: float) ->
 
 
 def trajectory_ece(scores: Sequence[float], y: Sequence[int], bins: int = ECE_BINS) -> float:
-    """Tie-aware quantile-binned ECE (spec 4.6): equal-count bins from quantiles, ties never split.
+    """Tie-aware quantile-binned ECE (docs/monitoring.md, ranking diagnostics): equal-count bins from quantiles, ties never split.
 
     ``ECE = sum_b (n_b/N) * |mean(Y_b) - mean(s_b)|``.
     """
@@ -264,7 +264,7 @@ def weighted_mean_forecast(p: Sequence[float], weights: str = "linear-front") ->
 
 
 # ----------------------------------------------------------------------------------------------
-# recalibration (spec 4.7): cross-fitted weighted Platt
+# recalibration (docs/monitoring.md, Platt recalibration): cross-fitted weighted Platt
 
 
 @dataclass(frozen=True)
@@ -286,7 +286,7 @@ def fit_weighted_platt(
     p: Sequence[float], y: Sequence[int], weights: Sequence[float], *, lam: float = PLATT_L2,
     eps: float = EPS, std_floor: float = STD_FLOOR,
 ) -> PlattMap:
-    """P(Y=1) = sigma(a + b*z_std), weighted ML with 0.5*lam*b^2 on the slope (spec 4.7 steps 2-4)."""
+    """P(Y=1) = sigma(a + b*z_std), weighted ML with 0.5*lam*b^2 on the slope (docs/monitoring.md, Platt recalibration steps 2-4)."""
     p = np.asarray(p, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     w = np.asarray(weights, dtype=np.float64)
@@ -328,7 +328,7 @@ def crossfit_platt(
     ids: Sequence[str], forecasts: Sequence[Sequence[float]], y: Sequence[int], *,
     weights: str = "linear-front", lam: float = PLATT_L2, eps: float = EPS, std_floor: float = STD_FLOOR,
 ) -> tuple[list[np.ndarray], tuple[PlattMap, PlattMap]]:
-    """Cross-fitted weighted Platt recalibration of per-step forecasts (spec 4.7 steps 1-5).
+    """Cross-fitted weighted Platt recalibration of per-step forecasts (docs/monitoring.md, Platt recalibration steps 1-5).
 
     Returns the recalibrated forecasts (same shapes) and the maps fitted on half 0 and half 1.
     The half-0 map is applied to half 1 and vice versa. Refit whenever the schedule changes.

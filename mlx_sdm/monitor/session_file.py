@@ -14,9 +14,9 @@ records, one JSON object per line::
      "auq": {"propagated_confidence": 0.61, "level": "medium", ...},
      "tracer": {"U": 0.8, "Da": 0.1, "r": 0.8, "prefix_risk": 0.8, "embedder": "...", ...}}
 
-Step fields follow monitoring spec section 1 (``step_id, actor, step_type, text, tool_calls,
+Step fields follow docs/monitoring.md, session data model (``step_id, actor, step_type, text, tool_calls,
 observations, token_logprobs, tokens, hidden``), plus the per-step outputs of the verifier, AUQ
-(spec 2.7), TRACER (spec 3) and the TPS forecast ``p_t`` (spec 4.1).
+(docs/monitoring.md, AUQ belief state), TRACER (docs/monitoring.md, TRACER) and the TPS forecast ``p_t`` (docs/monitoring.md, TPS forecasts).
 
 Reading is strict about what would silently corrupt scores (probabilities outside [0, 1], NaN,
 log-probs > 0, misaligned tokens, steps without a session) and raises :class:`DataError` naming

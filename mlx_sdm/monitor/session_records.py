@@ -27,7 +27,7 @@ class SessionFormatWarning(UserWarning):
 
 
 def step_id_for(step_type: str | None, actor: str, index: int) -> str:
-    """``f"{prefix}_{i}"`` (spec section 1): prefix from the step type, ``user`` for user steps."""
+    """``f"{prefix}_{i}"`` (docs/monitoring.md, session data model): prefix from the step type, ``user`` for user steps."""
     if actor == "user":
         return f"user_{index}"
     return f"{STEP_ID_PREFIX.get(normalize_step_type(step_type) or '', 'llm')}_{index}"
@@ -76,7 +76,7 @@ class VerifierOutput:
 
 @dataclass
 class AUQOutput:
-    """Per-step AUQ belief (monitoring spec 2.7). Levels/actions are lower-case strings."""
+    """Per-step AUQ belief (docs/monitoring.md, AUQ belief state). Levels/actions are lower-case strings."""
 
     verbalized_confidence: float | None = None
     p_true_confidence: float | None = None
@@ -102,7 +102,7 @@ class AUQOutput:
 
 @dataclass
 class TracerOutput:
-    """Per-step TRACER features (monitoring spec 3): surprisal U, repetition Da, gaps DoA/DoU,
+    """Per-step TRACER features (docs/monitoring.md, TRACER): surprisal U, repetition Da, gaps DoA/DoU,
     step risk r, prefix score R_t; ``embedder`` names the sentence embedder used (None = Jaccard
     fallback); ``surprisal_source`` is "logprobs" or "missing" (U set to 0, situational signals only)."""
 

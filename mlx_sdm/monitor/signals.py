@@ -1,7 +1,7 @@
 """Per-step signals of a logged session, in the arrays the fitted monitors read (no fitting here).
 
-For every agent step of a session: the AUQ cumulative confidence ``P_t`` and P(True) ``c_p`` (spec 2),
-the content surprisal ``U_t`` (spec 3.3), the verifier's :class:`~mlx_sdm.monitor.verdict.TurnVerdict`
+For every agent step of a session: the AUQ cumulative confidence ``P_t`` and P(True) ``c_p`` (docs/monitoring.md, AUQ),
+the content surprisal ``U_t`` (docs/monitoring.md, TRACER surprisal), the verifier's :class:`~mlx_sdm.monitor.verdict.TurnVerdict`
 and, where the session carries it, whether that step's answer was right (``metadata["turns"]`` of the
 session corpus, ``scripts/session_corpus.py``). For every step (agent and user) the TRACER components
 ``U, Da, DoA, DoU`` (config-free, so TRACER's weights can be refitted without re-embedding).
@@ -17,7 +17,7 @@ from mlx_sdm.monitor.tracer import TracerConfig, prefix_scores, step_risk, trace
 from mlx_sdm.monitor.verdict import TurnVerdict
 from mlx_sdm.monitor.session_file import Session
 
-NEUTRAL_CONFIDENCE = 0.5  # AUQ's own missing-signal default (spec 2.2) when a step has no AUQ belief
+NEUTRAL_CONFIDENCE = 0.5  # AUQ's own missing-signal default (docs/monitoring.md, AUQ System 1 signals) when a step has no AUQ belief
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class SessionSignals:
         return tracer_score(r, config.k, config.w)
 
     def tracer_prefix(self, config: TracerConfig) -> np.ndarray:
-        """R_t at each agent step under ``config`` (prefix over all steps, spec 3.7)."""
+        """R_t at each agent step under ``config`` (prefix over all steps, docs/monitoring.md, TRACER risk)."""
         r = [step_risk(*row, config) for row in self.tracer_parts]
         return np.asarray(prefix_scores(r, config.k, config.w), dtype=np.float64)[self.agent_index]
 

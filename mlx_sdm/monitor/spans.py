@@ -1,4 +1,4 @@
-"""OpenTelemetry spans of the AUQ monitor (spec 2.8): ``uncertainty.estimate`` (every step),
+"""OpenTelemetry spans of the AUQ monitor (docs/monitoring.md, AUQ spans): ``uncertainty.estimate`` (every step),
 ``uncertainty.semantic`` (when System 2 ran), ``uncertainty.escalate`` (HIGH, CRITICAL, or a MEDIUM
 step paused by the irreversible override).
 

@@ -1,14 +1,14 @@
-"""Import tau2-bench ``Results`` JSON (monitoring spec section 6) as sessions.
+"""Import tau2-bench ``Results`` JSON (docs/monitoring.md, tau2-bench import) as sessions.
 
 A Results file has ``timestamp``, ``info``, ``tasks`` and ``simulations[]``; each simulation has
 ``id, task_id, trial, termination_reason, reward_info{reward}, messages[]`` with messages of role
 ``system / assistant / user / tool`` (``content``, ``tool_calls[{id, name, arguments}]``; tool
 messages carry ``id`` and ``requestor``).
 
-Mapping (spec 3.2): assistant messages are agent steps (``tool_call`` if they call tools, else
+Mapping (docs/monitoring.md, TRACER steps): assistant messages are agent steps (``tool_call`` if they call tools, else
 ``llm_call``), user messages are user steps; tool messages are attached as observations to the
 message that requested them; system messages are not steps. Outcome: success iff
-``reward == 1.0`` (spec 3.10). Termination: ``user_stop`` / ``agent_stop`` -> complete,
+``reward == 1.0`` (docs/monitoring.md, TRACER evaluation). Termination: ``user_stop`` / ``agent_stop`` -> complete,
 ``max_steps`` -> censored (administrative budget), ``too_many_errors`` -> error.
 
 The released reference runs carry no log-probs, so TRACER runs on situational signals only; a

@@ -1,4 +1,4 @@
-"""TRACER trajectory risk (monitoring spec section 3).
+"""TRACER trajectory risk (docs/monitoring.md, TRACER).
 
 Per step: content-aware surprisal ``U`` (3.3), agent repetition ``Da`` (3.4), coherence gaps
 ``DoA`` / ``DoU`` (3.5); MAX-composite step risk ``r`` and the tail aggregation (3.7):
@@ -46,7 +46,7 @@ class MonitorWarning(UserWarning):
 
 @dataclass
 class TracerConfig:
-    """Reference defaults (spec 3.8): (alpha, beta, gamma, k, w) = (4, 4, 5, 0.26, 0.2), tuned on
+    """Reference defaults (docs/monitoring.md, TRACER weights): (alpha, beta, gamma, k, w) = (4, 4, 5, 0.26, 0.2), tuned on
     tau2 with text-embedding-004; re-tune for a local embedder."""
 
     alpha: float = 4.0

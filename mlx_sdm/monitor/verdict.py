@@ -9,7 +9,7 @@ Every answer the chat verifies gets a verdict from the SDM verifier (``calibrati
 - ``out_of_scope``: the answer lies outside the verifier's support (``reason == "out_of_distribution"``);
 - ``none``: no verdict for this turn (no verifier loaded).
 
-The verdict monitor (monitoring spec § 5.4, the verifier's probability ``v_t``) gives each verified turn
+The verdict monitor (docs/monitoring.md, combining with the verifier, the verifier's probability ``v_t``) gives each verified turn
 ``pi_s = p_lower``, each admitted-unacceptable turn ``pi_s = 1 - p_lower`` and every other turn the
 turn success rate of its status, fitted on labelled sessions (:func:`fit_verdict_params`; cross-fitted
 by ``monitor.crossfit``, never on the sessions it scores). A session succeeds only if every answer is

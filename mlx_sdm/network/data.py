@@ -1,5 +1,5 @@
 """Fine-tuning data: documents, next-token targets with cached hidden states, greedy joint
-generation and the task-answer parser (spec § 14, § 15.5, § 15.8).
+generation and the task-answer parser (docs/method.md § 14, § 15.5, § 15.8).
 
 A document is a chat prompt, a completion (the JSON answer), its verification label y and,
 optionally, the task label. Only y = 1 documents give next-token targets: the completion's tokens
@@ -28,7 +28,7 @@ DEFAULT_MAX_GENERATION_TOKENS = 16
 
 @dataclass
 class FinetuneDocument:
-    """A verification document (spec § 14) as the fine-tuning loop needs it.
+    """A verification document (docs/method.md § 14) as the fine-tuning loop needs it.
 
     ``prompt`` is the user message (or a list of chat messages), rendered with the model's chat
     template and ``system`` exactly as :func:`mlx_sdm.lm.generation.render_prompt` does for

@@ -1,4 +1,4 @@
-"""Universal verification encoding (spec § 14, Table 8, Listing 2).
+"""Universal verification encoding (docs/method.md § 14, Table 8, Listing 2).
 
 A task instance becomes a chat prompt that asks for a one-field JSON answer, and a completion.
 For every source instance ``construct_negative ~ Bernoulli(0.5)`` (seeded): if false the completion

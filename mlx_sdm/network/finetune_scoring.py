@@ -1,4 +1,4 @@
-"""Scoring for Alg. 4 (spec § 15.5): the outcome of one generated completion, the scorer that
+"""Scoring for Alg. 4 (docs/method.md § 15.5): the outcome of one generated completion, the scorer that
 generates with a decoding head and verifies (:class:`LMScorer`), and the admitted-count metric."""
 
 from __future__ import annotations

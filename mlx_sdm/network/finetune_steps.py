@@ -1,4 +1,4 @@
-"""The training step of Alg. 4 in mlx-lm's shape (spec § 15.4): token batches, the Eq. 32 batch
+"""The training step of Alg. 4 in mlx-lm's shape (docs/method.md § 15.4): token batches, the Eq. 32 batch
 loss, the token targets gathered across ranks, the compiled optimizer step and the optimizer."""
 
 from __future__ import annotations

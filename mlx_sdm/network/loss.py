@@ -10,7 +10,7 @@ Per token n with document-level Similarity q_n and Distance quantile d_n (consta
     loss                    = NLL + β r'
 
 The mask i is 1 except at argmax z_ref, argmax z_ref + |V|, argmax z_neg, argmax z_pos + |V| and
-the shifted target (§ 15.2). The reference computes r with PyTorch ``PairwiseDistance`` (which adds
+the shifted target (docs/method.md § 15.2). The reference computes r with PyTorch ``PairwiseDistance`` (which adds
 1e-6 to the difference) and takes its batch mean; the reference term has no gradient.
 """
 

@@ -1,4 +1,4 @@
-"""SDM-network fine-tuning of the positive vocabulary head (Alg. 4, spec § 15.4–15.6).
+"""SDM-network fine-tuning of the positive vocabulary head (Alg. 4, docs/method.md § 15.4–15.6).
 
 The loop has mlx-lm's trainer shape (``mlx_lm.tuner.trainer.train``): a dataclass of arguments,
 an injectable loss and batch iterator, ``nn.value_and_grad`` + ``mx.compile`` over the module and

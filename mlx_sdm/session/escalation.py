@@ -1,4 +1,4 @@
-"""The escalation ladder (monitoring spec § 2.5-2.6) applied to one answer: what the turn does with
+"""The escalation ladder (docs/monitoring.md, AUQ levels and actions) applied to one answer: what the turn does with
 its monitor reading. ONE vocabulary: the monitor's :class:`EscalationAction` (proceed /
 proceed_with_log / pause_for_human / abort); the stored answer's status follows from it
 (:meth:`TurnStatus.after`).
@@ -13,7 +13,7 @@ from mlx_sdm.monitor.auq import EscalationAction, UncertaintyLevel
 from mlx_sdm.monitor.reading import MonitorReading
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
 
-#: Monitoring spec § 2.6: the reflection injected on HIGH (keeps the phrase "NOT confident").
+#: docs/monitoring.md, AUQ reflection: the reflection injected on HIGH (keeps the phrase "NOT confident").
 REFLECTION_PROMPT = (
     "Stop and state your uncertainty explicitly before going on. List each point in your current reasoning "
     "that you are NOT confident about. For every point give (1) what you already know, (2) what you do not "
@@ -49,7 +49,7 @@ class TurnStatus(str, Enum):
 @dataclass
 class Escalation:
     """What a turn does with its monitor reading: the action, one line for the user, why the answer
-    goes to review, and whether to ask the model for a reflection (HIGH only, § 2.6)."""
+    goes to review, and whether to ask the model for a reflection (HIGH only, docs/monitoring.md, AUQ reflection)."""
 
     action: EscalationAction = EscalationAction.PROCEED
     level: UncertaintyLevel = UncertaintyLevel.LOW

@@ -104,7 +104,7 @@ def _message_markdown(m: MessageRecord) -> list[str]:
 
 
 def session_outcome(messages: list[MessageRecord], decisions: dict) -> tuple[str | None, str | None]:
-    """(outcome, termination) of a chat session, monitoring spec § 5.4: success when the session ends
+    """(outcome, termination) of a chat session, docs/monitoring.md, combining with the verifier: success when the session ends
     with a verified answer that the user accepted (or an answer a reviewer marked acceptable) and no
     answer of the session was marked unacceptable; failure when one was, or when the last answer was
     not verified (or out of scope) or aborted; a session left at a pause is abandoned (no outcome); an

@@ -1,9 +1,9 @@
 """Per-session monitoring glue for the chat engine: AUQ (confidence, level, escalation action;
-monitoring spec § 2) and TRACER (trajectory risk; § 3) over one conversation, fed by what a turn
+docs/monitoring.md, AUQ) and TRACER (trajectory risk; docs/monitoring.md, TRACER) over one conversation, fed by what a turn
 produced, with P(True) read from the local model reusing the conversation's KV cache.
 
 The monitors themselves live in :mod:`mlx_sdm.monitor`; this module only maps a chat turn onto
-their steps (spec § 5.2: each user message is a user step, each answer an agent step, ``llm_call``
+their steps (docs/monitoring.md, what a step is: each user message is a user step, each answer an agent step, ``llm_call``
 or ``tool_call`` when it proposes tool calls) and rebuilds their state from the store when a
 session is reopened.
 """
@@ -30,15 +30,15 @@ from mlx_sdm.monitor.session_file import SessionStep, ToolCall
 
 __all__ = ["ChatSampler", "MonitorConfig", "SessionMonitor"]
 
-#: Monitoring spec § 5.1: cap each semantic sample at about 1.5x the original answer's length.
+#: docs/monitoring.md, signals of the local model: cap each semantic sample at about 1.5x the original answer's length.
 SAMPLE_LENGTH_FACTOR = 1.5
 MIN_SAMPLE_TOKENS = 8
 
 
 @dataclass
 class MonitorConfig:
-    """AUQ thresholds (floors on the cumulative confidence P_t, spec § 2.5), the irreversible tool
-    names, P(True) on/off and the TRACER weights (spec § 3.8 reference defaults)."""
+    """AUQ thresholds (floors on the cumulative confidence P_t, docs/monitoring.md, AUQ levels and actions), the irreversible tool
+    names, P(True) on/off and the TRACER weights (docs/monitoring.md, TRACER weights reference defaults)."""
 
     low_threshold: float = 0.80
     medium_threshold: float = 0.60
@@ -46,8 +46,8 @@ class MonitorConfig:
     irreversible_tool_names: tuple[str, ...] = ()
     enable_p_true: bool = True
     inject_reflection_on_high: bool = True
-    enable_semantic_sampling: bool = False  # System 2 (spec § 2.3): extra samples, only inside the trigger zone
-    cap_with_verifier: bool = True  # spec § 5.4 v1: s'_t = min(s_t, v_t) with v_t = the verifier's p_lower
+    enable_semantic_sampling: bool = False  # System 2 (docs/monitoring.md, AUQ System 2 sampling): extra samples, only inside the trigger zone
+    cap_with_verifier: bool = True  # docs/monitoring.md, combining with the verifier, the v1 cap: s'_t = min(s_t, v_t) with v_t = the verifier's p_lower
     forecast_pause: bool = True  # pause a turn whose fused forecast is below the shipped measured threshold
     tracer: TracerConfig = field(default_factory=TracerConfig)
 
@@ -205,8 +205,8 @@ def _pause_policy() -> Any:
 
 
 class ChatSampler:
-    """System 2's response sampler (spec § 2.3): fresh answers to the same chat at temperature 0.8,
-    each capped at ~1.5x the original answer's length (§ 5.1). Called by AUQ only inside the trigger zone."""
+    """System 2's response sampler (docs/monitoring.md, AUQ System 2 sampling): fresh answers to the same chat at temperature 0.8,
+    each capped at ~1.5x the original answer's length (docs/monitoring.md, signals of the local model). Called by AUQ only inside the trigger zone."""
 
     def __init__(self, lm: Any, messages: list[dict], answer_tokens: int, *, head: Any = None,
                  temperature: float = SAMPLING_TEMPERATURE):

@@ -1,5 +1,5 @@
 """The session monitor panel: per turn the AUQ level, cumulative confidence P_t and TRACER risk R_t,
-with sparklines over turns (monitoring spec §§ 2.4–2.5, 3.8)."""
+with sparklines over turns (docs/monitoring.md, AUQ propagation; TRACER weights)."""
 
 from __future__ import annotations
 

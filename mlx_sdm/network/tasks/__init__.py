@@ -1,4 +1,4 @@
-"""The task suite: tasks in the universal verification encoding (spec § 14) that a model answers itself.
+"""The task suite: tasks in the universal verification encoding (docs/method.md § 14) that a model answers itself.
 
 A :class:`Task` is a name, a plain-words description, an example prompt a user can send, the answer
 format (one JSON field, :class:`~mlx_sdm.network.encoding.TaskFormat`), an optional system prompt,

@@ -1,4 +1,4 @@
-"""A model answers a task's prompts itself; each answer is labelled against the gold (§ 14 parser) and
+"""A model answers a task's prompts itself; each answer is labelled against the gold (docs/method.md § 14 parser) and
 its document features are taken in the same generation pass (``lm.generation``), with an on-disk cache.
 
 The cache holds one file per chunk of ``CACHE_CHUNK`` items, written atomically when the chunk is

@@ -41,7 +41,8 @@ def read_vendored(name: str) -> tuple[list[SourceExample], list[SourceExample]]:
     """(main, shift) examples of a vendored ``data/<name>.jsonl.gz``."""
     path = DATA_DIR / f"{name}.jsonl.gz"
     if not path.is_file():
-        raise DataError(f"the task data is missing from this install; rebuild it with scripts/vendor_task_data.py",
+        raise DataError("the task data is missing from this install; reinstall mlx-sdm (the wheel ships "
+                        "mlx_sdm/network/tasks/data/)",
                         path=str(path))
     main, shift = [], []
     with gzip.open(path, "rt", encoding="utf-8") as handle:

@@ -1,13 +1,11 @@
-#!/usr/bin/env python
-"""Compress an SDM-network positive head (``mlx-sdm finetune``'s output) into the compact form that ships.
+"""``mlx-sdm compress-head``: an SDM-network positive head (``mlx-sdm finetune``'s output) in the compact
+form that ships.
 
 A full float32 positive head for SmolLM2 is 49,152 x 576 x 4 B = 113 MB. The compact form stores only its
 change from the model's own output head as two float16 factors, ``W_pos = W_ref + U @ V`` (truncated SVD
 of ``W_pos - W_ref``; about (|V| + D) x r x 2 B, 6.4 MB at rank 64 for SmolLM2). Its manifest records the
 rank and the relative Frobenius error (``low_rank.relative_error``); ``generate``/``chat``/``serve --head
 DIR`` load both forms. Check the error before shipping: Adam's updates need not be low-rank.
-
-    .venv/bin/python scripts/compress_head.py --head sdm-head --out weights/NAME [--rank 64] [--model smollm2]
 """
 
 from __future__ import annotations
@@ -16,16 +14,19 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import mlx_sdm  # noqa: E402,F401  (BLAS before mlx)
+from mlx_sdm.errors import MlxSdmError
 
 DEFAULT_RANK = 64
 
+EXAMPLES = """
+example:
+  mlx-sdm compress-head --head sdm-head --out weights/NAME --rank 64
+"""
+
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="mlx-sdm compress-head", description="Store a fine-tuned SDM-network head as its low-rank change from the model's own head.",
+                                epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--head", required=True, help="the full head folder mlx-sdm finetune wrote")
     p.add_argument("--out", required=True, help="folder for the compressed head (written atomically)")
     p.add_argument("--rank", type=int, default=DEFAULT_RANK, help="rank r of U @ V (default %(default)s)")
@@ -37,7 +38,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from mlx_sdm.errors import MlxSdmError
     from mlx_sdm.network.heads import LOW_RANK_WEIGHTS_FILE, compress_head
 
     try:
@@ -48,14 +48,10 @@ def main(argv: list[str] | None = None) -> int:
             model = load_model(args.model).model
         manifest = compress_head(args.head, args.out, args.rank, model=model, force=args.force)
     except MlxSdmError as exc:
-        print(f"compress_head: {exc}", file=sys.stderr)
+        print(f"mlx-sdm compress-head: {exc}", file=sys.stderr)
         return 1
     info = manifest["low_rank"]
     size = (Path(args.out) / LOW_RANK_WEIGHTS_FILE).stat().st_size
     print(f"wrote {args.out}: rank {info['rank']}, {size / 1e6:.1f} MB, relative error {info['relative_error']:.4g} of the "
           f"change (truncation alone {info['truncation_error']:.4g}), {info['relative_error_of_head']:.4g} of the head")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
