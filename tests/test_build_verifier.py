@@ -88,6 +88,8 @@ def test_build_on_tiny_folder_writes_verifier_tasks_and_report_then_reuses_the_c
     assert "| capitals held-out (16) | no-reject |" in report and "| capitals shifted (16) | p̂ lower |" in report
     rows = json.loads((args.out / "report.json").read_text())["rows"]
     assert all(r["calibrated"] for r in rows)  # the promise on held-out and shifted answers (or nothing admitted)
+    assert "| dataset | adaptor accuracy | logistic-regression reference |" in report  # issue 19, beside Table 1
+    assert all(0 <= r["adaptor_accuracy"] <= 1 and 0 <= r["logistic_accuracy"] <= 1 for r in rows)
     labels = [a.label.label for a in result.outcomes[0].pool]
     assert 0 < sum(labels) < len(labels)  # both labels came from the model's states
     verifier = DocumentVerifier.load(args.out)

@@ -214,7 +214,16 @@ def _rows(verifier: DocumentVerifier, name: str, answered: list[AnsweredItem]) -
         lines.append(f"| {name} ({len(answered)}) | {label} | " + " | ".join(s.markdown() for s in row.strata()) + " |")
         record[label] = [{"accuracy": s.accuracy, "admitted": s.admitted, "total": s.total} for s in row.strata()]
     record["calibrated"] = table_row("p", ev.labels, ev.predictions, ev.admitted, 2).calibrated(verifier.estimator.alpha)
+    record["adaptor_accuracy"], record["logistic_accuracy"] = ev.adaptor_accuracy, ev.logistic_regression_accuracy
     return lines, record, ev
+
+
+def accuracy_lines(records: list[dict]) -> list[str]:
+    """The adaptor's accuracy beside the logistic-regression reference's on each row set (issue 19:
+    the adaptor should learn at least what a linear probe learns from the same features)."""
+    lines = ["", "| dataset | adaptor accuracy | logistic-regression reference |", "|---|---|---|"]
+    return lines + [f"| {r['name']} ({r['size']}) | {r['adaptor_accuracy']:.3f} | {r['logistic_accuracy']:.3f} |"
+                    for r in records]
 
 
 def write_report(verifier: DocumentVerifier, outcomes: list[TaskOutcome], out: Path, *, plot_png: bool = True
@@ -240,6 +249,7 @@ def write_report(verifier: DocumentVerifier, outcomes: list[TaskOutcome], out: P
             lines += rows
             records.append(record)
             evaluations.append(ev)
+    lines += accuracy_lines(records)
     lines += ["", "| task | answers in the expected JSON (pool) | model accuracy (pool) | in the verifier |",
               "|---|---|---|---|"]
     for o in outcomes:

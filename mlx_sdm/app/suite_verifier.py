@@ -148,7 +148,9 @@ def suite_report(lm, verifier: DocumentVerifier, tests, cache_dir: Path, name: s
         lines += markdown_rows(f"{task.name} {split} ({len(docs)})", labels, arrays["prediction"], arrays["admitted"])
         records.append({"task": task.name, "split": split, "n": len(docs), "admitted": int(arrays["admitted"].sum()),
                         "admitted_correct": int((arrays["admitted"] & (arrays["prediction"] == labels)).sum()),
-                        "admitted_y1": int((arrays["admitted"] & (labels == 1)).sum())})
+                        "admitted_y1": int((arrays["admitted"] & (labels == 1)).sum()),
+                        "adaptor_accuracy": float(np.mean(arrays["prediction"] == labels)),
+                        "logistic_accuracy": float(np.mean(verifier.estimator.logistic_regression_predict(feats) == labels))})
         pooled[split][0].extend(docs)
         pooled[split][1].append(feats)
     evaluations = []
@@ -157,6 +159,9 @@ def suite_report(lm, verifier: DocumentVerifier, tests, cache_dir: Path, name: s
         arrays = verifier.estimator.predict_arrays(data.embeddings)
         lines += markdown_rows(f"all tasks {split} ({len(docs)})", data.labels, arrays["prediction"], arrays["admitted"])
         evaluations.append(evaluate(verifier.estimator, data, name=f"suite {split}"))
+    lines += ["", "| Dataset | adaptor accuracy | logistic-regression reference |", "|---|---|---|"]
+    lines += [f"| {r['task']} {r['split']} ({r['n']}) | {r['adaptor_accuracy']:.3f} | {r['logistic_accuracy']:.3f} |"
+              for r in records]
     training = verifier.estimator.manifest["training"]
     lines += ["", f"Pool sizes {verifier.info['pool_sizes']} (halves: D_tr / D_ca); calibration accuracy "
               f"{training['calibration_accuracy']:.3f} (logistic regression "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mlx_sdm.calibration.adaptor import SCALING_NONE, SCALING_PER_DIMENSION, SCALINGS
 from mlx_sdm.calibration.canonical import KIND_V1, KINDS
 from mlx_sdm.calibration.constants import ALPHA_PRIME, EXEMPLAR_DIM, PAPER_BATCH_SIZE, RESCALER_BATCH_SIZE, \
     RESCALER_LEARNING_RATE, RESCALER_MAX_EPOCHS
@@ -25,6 +26,11 @@ class FitConfig:
     learning_rate: float = DEFAULT_LEARNING_RATE
     seed: int = 0
     exemplar_dim: int = EXEMPLAR_DIM
+    #: The adaptor's input scaling, fitted on each iteration's D_tr (adaptor.py): "per_dimension"
+    #: (default; the adaptor then learns what a logistic probe learns under an LM's hidden states,
+    #: issue 19), "scalar" (the paper's and the SDK's two scalars) or "none".
+    input_scaling: str = SCALING_PER_DIMENSION
+    #: False turns input scaling off whatever ``input_scaling`` says (the CLI's --no-normalize).
     normalize: bool = True
     knn_backend: str = "auto"
     rescaler_learning_rate: float = RESCALER_LEARNING_RATE
@@ -41,5 +47,12 @@ def check_fit_config(config: FitConfig) -> None:
         raise ValueError("FitConfig: iterations, epochs, batch_size and exemplar_dim must all be at least 1")
     if not 0.5 < config.alpha < 1.0:
         raise ValueError(f"FitConfig: alpha must be in (0.5, 1), got {config.alpha}")
+    if config.input_scaling not in SCALINGS:
+        raise ValueError(f"FitConfig: input_scaling must be one of {SCALINGS}, got {config.input_scaling!r}")
     if config.estimator not in KINDS:
         raise ValueError(f"FitConfig: estimator must be one of {KINDS}, got {config.estimator!r}")
+
+
+def effective_scaling(config: FitConfig) -> str:
+    """The input scaling a fit applies: ``input_scaling``, or none when ``normalize`` is off."""
+    return config.input_scaling if config.normalize else SCALING_NONE

@@ -11,12 +11,13 @@ from typing import Callable
 
 import numpy as np
 
+from mlx_sdm.calibration.adaptor import Normalization, apply_normalization
 from mlx_sdm.calibration.canonical import KIND_V2
 from mlx_sdm.calibration.constants import Q_BINS
 from mlx_sdm.calibration.data import LabelledSet, check_fit_sets
 from mlx_sdm.calibration.fit_config import FitConfig, check_fit_config
 from mlx_sdm.calibration.offsets import output_offsets, robust_q_tilde_min
-from mlx_sdm.calibration.persistence import FORMAT_VERSION, finite_or_none
+from mlx_sdm.calibration.persistence import finite_or_none, format_version, normalization_manifest
 from mlx_sdm.calibration.state import OUTCDF_SCALE, EstimatorState
 from mlx_sdm.calibration.training import IterationResult, logistic_regression, run_iteration
 
@@ -86,13 +87,14 @@ def robust_threshold_and_offsets(results: list[IterationResult], best: Iteration
     return q_min_robust, offsets
 
 
-def logistic_reference(support: LabelledSet, cal: LabelledSet, normalization: tuple[float, float],
+def logistic_reference(support: LabelledSet, cal: LabelledSet, normalization: Normalization,
                        num_classes: int) -> LogisticReference:
-    """Logistic regression on M*'s D_tr, with its accuracy on D_tr and D_ca (a reference, not used to predict)."""
-    mu, sigma = normalization
-    lr_w, lr_b = logistic_regression((support.embeddings - mu) / sigma, support.labels, num_classes)
-    lr_train = float(np.mean(np.argmax(((support.embeddings - mu) / sigma) @ lr_w + lr_b, 1) == support.labels))
-    lr_cal = float(np.mean(np.argmax(((cal.embeddings - mu) / sigma) @ lr_w + lr_b, 1) == cal.labels))
+    """Logistic regression on M*'s D_tr under the adaptor's input scaling, with its accuracy on D_tr
+    and D_ca (a reference the adaptor is measured against, not used to predict)."""
+    x_tr, x_ca = apply_normalization(support.embeddings, normalization), apply_normalization(cal.embeddings, normalization)
+    lr_w, lr_b = logistic_regression(x_tr, support.labels, num_classes)
+    lr_train = float(np.mean(np.argmax(x_tr @ lr_w + lr_b, 1) == support.labels))
+    lr_cal = float(np.mean(np.argmax(x_ca @ lr_w + lr_b, 1) == cal.labels))
     return LogisticReference(lr_w, lr_b, lr_train, lr_cal)
 
 
@@ -120,7 +122,7 @@ def fit_manifest(input_dim: int, config: FitConfig, source: dict | None, num_cla
     (``sizes`` = support and calibration set sizes of M*)."""
     est = best.state
     return {
-        "format_version": FORMAT_VERSION,
+        "format_version": format_version(best.normalization),
         "estimator": config.estimator,
         "outcdf_scale": OUTCDF_SCALE,
         "input_dim": int(input_dim),
@@ -130,7 +132,7 @@ def fit_manifest(input_dim: int, config: FitConfig, source: dict | None, num_cla
         "iterations": int(config.iterations),
         "source": dict(source or {}),
         "config": asdict(config),
-        "normalization": {"mu": best.normalization[0], "sigma": best.normalization[1]},
+        "normalization": normalization_manifest(best.normalization),
         "q_tilde_min_star": finite_or_none(best.threshold.q_tilde_min),
         "q_tilde_min_robust": finite_or_none(q_min_robust),
         "threshold_succeeded": bool(best.threshold.succeeded),

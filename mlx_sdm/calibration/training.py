@@ -18,11 +18,12 @@ import numpy as np
 from mlx.utils import tree_flatten, tree_unflatten
 
 from mlx_sdm.calibration.activation import flipped, sdm_loss, sdm_numpy, sdm_rank_keys, softmax_numpy
-from mlx_sdm.calibration.adaptor import ExemplarAdaptor, forward_numpy_batches, scalar_normalization
+from mlx_sdm.calibration.adaptor import ExemplarAdaptor, Normalization, forward_numpy_batches, input_normalization
 from mlx_sdm.calibration.constants import ADAM_BETAS, ADAM_EPS, SOFTMAX_D, SOFTMAX_Q
 from mlx_sdm.calibration.canonical import KIND_V1, KIND_V2, balanced_sdm_loss, find_threshold_v2, \
     rescaled_similarity_v2
 from mlx_sdm.calibration.dkw import rescaled_output
+from mlx_sdm.calibration.fit_config import effective_scaling
 from mlx_sdm.calibration.knn import SupportIndex
 from mlx_sdm.calibration.rescaler import quantile_vector, rescaled_similarity, train_rescaler
 from mlx_sdm.calibration.similarity import class_distance_cdfs, distance_quantile
@@ -100,7 +101,7 @@ class IterationResult:
     iteration: int
     epoch: int
     params: dict[str, np.ndarray]
-    normalization: tuple[float, float]
+    normalization: Normalization
     train_index: np.ndarray  # positions in the pool
     calibration_index: np.ndarray
     state: Reestimate
@@ -146,7 +147,7 @@ def run_iteration(iteration: int, pool_h: np.ndarray, pool_y: np.ndarray, num_cl
     start = time.time()
     tr_idx, ca_idx = stratified_halves(pool_y, rng)
     h_tr, y_tr, h_ca, y_ca = pool_h[tr_idx], pool_y[tr_idx], pool_h[ca_idx], pool_y[ca_idx]
-    mu, sigma = scalar_normalization(h_tr, config.normalize)
+    mu, sigma = input_normalization(h_tr, effective_scaling(config))
     mx.random.seed(int(rng.integers(0, 2**31 - 1)))
     adaptor = ExemplarAdaptor(pool_h.shape[1], config.exemplar_dim, num_classes)
     adaptor.set_normalization(mu, sigma)

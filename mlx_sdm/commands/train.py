@@ -16,6 +16,7 @@ from mlx_sdm.calibration.constants import (
     PAPER_RESCALER_BATCH_SIZE,
     PAPER_RESCALER_LEARNING_RATE,
 )
+from mlx_sdm.calibration.adaptor import SCALING_PER_DIMENSION, SCALING_SCALAR, SCALINGS
 from mlx_sdm.calibration.data import LabelledSet, read_embedding_jsonl
 from mlx_sdm.calibration.estimator import (
     DEFAULT_EPOCHS,
@@ -51,7 +52,9 @@ the J iterations is kept, with robust offsets computed across all J.
 Defaults that differ from the paper (measured; see the README): learning rate
 {DEFAULT_LEARNING_RATE:g} (paper {PAPER_LEARNING_RATE:g}), {DEFAULT_EPOCHS} epochs (paper {PAPER_EPOCHS}),
 J = {DEFAULT_ITERATIONS} (paper {PAPER_ITERATIONS}), rescaler batch {RESCALER_BATCH_SIZE} at lr {RESCALER_LEARNING_RATE:g}
-(paper {PAPER_RESCALER_BATCH_SIZE} at {PAPER_RESCALER_LEARNING_RATE:g}). --paper-settings restores the paper's values.
+(paper {PAPER_RESCALER_BATCH_SIZE} at {PAPER_RESCALER_LEARNING_RATE:g}), input scaled per dimension (paper: one scalar mean
+and std; under an LM's hidden states the adaptor then learned less than logistic regression, issue 19).
+--paper-settings restores the paper's values.
 
 example:
   mlx-sdm train --train train.jsonl --calibration cal.jsonl --out my-estimator
@@ -73,14 +76,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--learning-rate", type=float, default=None, help=f"Adam learning rate (default {DEFAULT_LEARNING_RATE:g})")
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="mini-batch size (default %(default)s)")
     p.add_argument("--exemplar-dim", type=int, default=EXEMPLAR_DIM, help="exemplar width M (default %(default)s)")
-    p.add_argument("--no-normalize", action="store_true", help="skip the scalar (mu, sigma) input normalisation")
+    p.add_argument("--input-scaling", choices=SCALINGS, default=SCALING_PER_DIMENSION,
+                   help="the adaptor's input scaling, fitted on D_tr: per_dimension (default), scalar (the paper's "
+                        "one mean and std of all entries) or none")
+    p.add_argument("--no-normalize", action="store_true", help="no input scaling at all (as --input-scaling none)")
     p.add_argument("--knn-backend", choices=("auto", "mlx", "numpy", "faiss"), default=DEFAULT_KNN_BACKEND,
                    help="exact kNN backend (default %(default)s; faiss needs faiss-cpu)")
     p.add_argument("--estimator", choices=("v1", "v2"), default="v1",
                    help="v1 = the paper's estimator (rescaler, Alg. 3, offsets, Eq. 28; default); v2 = the canonical "
                         "estimator of the SDM-activations paper (q' = min(q, (2+q)^sdm), no rescaler, DKW-lowered d)")
     p.add_argument("--paper-settings", action="store_true",
-                   help="use the paper's lr 1e-5, 50 epochs, J=10 and rescaler batch 1 at lr 1e-4 (slow, may under-train)")
+                   help="use the paper's lr 1e-5, 50 epochs, J=10, rescaler batch 1 at lr 1e-4 and scalar input scaling (slow, may under-train)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--force", action="store_true",
                    help="replace an estimator or verifier already saved at --out (never a file or another folder)")
@@ -93,10 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> FitConfig:
     cfg = FitConfig(alpha=args.alpha, seed=args.seed, batch_size=args.batch_size, exemplar_dim=args.exemplar_dim,
                     normalize=not args.no_normalize, knn_backend=args.knn_backend,
+                    input_scaling=getattr(args, "input_scaling", SCALING_PER_DIMENSION),
                     estimator=getattr(args, "estimator", "v1"))
     if getattr(args, "paper_settings", False):
         cfg.learning_rate, cfg.epochs, cfg.iterations = PAPER_LEARNING_RATE, PAPER_EPOCHS, PAPER_ITERATIONS
         cfg.rescaler_learning_rate, cfg.rescaler_batch_size = PAPER_RESCALER_LEARNING_RATE, PAPER_RESCALER_BATCH_SIZE
+        cfg.input_scaling = SCALING_SCALAR
     if args.iterations is not None:
         cfg.iterations = args.iterations
     if args.epochs is not None:

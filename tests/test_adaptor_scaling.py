@@ -1,0 +1,118 @@
+"""The adaptor learns what a logistic probe learns when a few input dimensions are huge (issue 19).
+
+Under an LM's hidden states a few dimensions are 10–40× the typical one. The paper's scalar input
+scaling leaves the informative small dimensions near zero and the adaptor (Adam, a fixed number of
+epochs) stays near chance while logistic regression finds them; per-dimension scaling (the default)
+fixes that. Hand-made data where the cause shows: 16 small informative dimensions, 4 huge noise ones.
+Also: the promise on held-out and shifted data, and folders of both kinds load and predict exactly.
+"""
+
+import json
+from pathlib import Path
+
+import mlx_sdm  # noqa: F401
+import numpy as np
+import pytest
+
+from mlx_sdm.calibration.data import LabelledSet
+from mlx_sdm.calibration.estimator import FitConfig, SDMEstimator
+from mlx_sdm.calibration.evaluation import evaluate
+from mlx_sdm.errors import ArtifactError
+
+SIGNAL, NUISANCE = 16, 4
+OLD_FOLDER = Path(__file__).parent / "fixtures" / "scalar-estimator-v1"
+
+
+def _problem(rng, n, tag, nuisance_mean=0.0):
+    """Two classes told apart by 4 of 16 small dimensions (scale 0.05); 4 noise dimensions of scale 50."""
+    y = rng.integers(0, 2, n)
+    signal = rng.normal(0, 0.05, (n, SIGNAL))
+    signal[:, :4] += np.where(y[:, None] == 1, 0.06, -0.06)
+    noise = rng.normal(nuisance_mean, 50.0, (n, NUISANCE))
+    return LabelledSet([f"{tag}{i}" for i in range(n)], np.concatenate([signal, noise], axis=1), y)
+
+
+def _shifted(rng, n):
+    """Half: the noise dimensions moved by 3σ; half: far out along the class direction with random labels."""
+    moved = _problem(rng, n // 2, "moved", nuisance_mean=150.0)
+    far = _problem(rng, n - n // 2, "far")
+    far.embeddings[:, :4] *= 6.0
+    far.labels = rng.integers(0, 2, len(far))
+    return LabelledSet.concat(moved, far)
+
+
+def _fit(scaling):
+    rng = np.random.default_rng(0)
+    train, cal = _problem(rng, 400, "tr"), _problem(rng, 400, "ca")
+    est = SDMEstimator.fit(train, cal, FitConfig(iterations=1, exemplar_dim=64, seed=0, input_scaling=scaling))
+    return est, _problem(rng, 600, "te"), _shifted(rng, 600)
+
+
+@pytest.fixture(scope="module")
+def per_dimension():
+    return _fit("per_dimension")
+
+
+def _accuracies(est, data):
+    adaptor = float(np.mean(est.predict_arrays(data.embeddings)["prediction"] == data.labels))
+    probe = float(np.mean(est.logistic_regression_predict(data.embeddings) == data.labels))
+    return adaptor, probe
+
+
+def test_scalar_scaling_leaves_the_adaptor_behind_the_probe():
+    est, test, _ = _fit("scalar")
+    adaptor, probe = _accuracies(est, test)
+    assert probe > 0.8 and adaptor < 0.7  # the cause, reproduced: the probe finds the small dimensions
+
+
+def test_per_dimension_scaling_learns_what_the_probe_learns(per_dimension):
+    est, test, _ = per_dimension
+    adaptor, probe = _accuracies(est, test)
+    assert adaptor >= 0.95 and adaptor >= probe - 0.01
+    assert est.manifest["training"]["calibration_accuracy"] >= 0.95
+
+
+def test_promise_held_out_and_shifted(per_dimension):
+    est, test, shifted = per_dimension
+    held = evaluate(est, test, "held out").row("sdm p_lower")
+    assert held.calibrated(0.95) and held.marginal.fraction >= 0.2  # admits, and every stratum ≥ α′
+    shift = evaluate(est, shifted, "shifted")
+    assert shift.row("softmax>=0.95").wrong > 50  # a shift where naive confidence admits wrong answers
+    assert shift.row("sdm p_lower").calibrated(0.95)  # every admitted stratum ≥ α′, or none admitted
+
+
+def test_per_dimension_folder_round_trips_and_refuses_missing_vectors(per_dimension, tmp_path):
+    est, test, _ = per_dimension
+    est.save(tmp_path / "est")
+    manifest = json.loads((tmp_path / "est" / "manifest.json").read_text())
+    assert manifest["format_version"] == 2 and manifest["normalization"]["scaling"] == "per_dimension"
+    loaded = SDMEstimator.load(tmp_path / "est")
+    a, b = est.predict_arrays(test.embeddings), loaded.predict_arrays(test.embeddings)
+    assert all(np.array_equal(a[k], b[k]) for k in ("prediction", "q", "d", "p_lower", "admitted"))
+    from safetensors.numpy import load_file, save_file
+
+    weights = tmp_path / "est" / "estimator.safetensors"
+    tensors = load_file(str(weights))
+    del tensors["normalization.sigma"]
+    save_file(tensors, str(weights))
+    with pytest.raises(ArtifactError, match="per-dimension input scaling"):
+        SDMEstimator.load(tmp_path / "est")
+
+
+def test_folder_saved_before_per_dimension_scaling_predicts_bit_identically(tmp_path):
+    """A folder (and its outputs) written by mlx-sdm before per-dimension scaling; see fixtures/README.md."""
+    expected = np.load(OLD_FOLDER / "expected.npz")
+    est = SDMEstimator.load(OLD_FOLDER / "estimator")
+    assert est.manifest["format_version"] == 1 and "scaling" not in est.manifest["normalization"]
+    got = est.predict_arrays(expected["inputs"])
+    for key in ("prediction", "q", "d", "q_bin", "p_lower", "admitted", "softmax"):
+        assert np.array_equal(got[key], expected[key], equal_nan=True), key
+    assert np.array_equal(est.logistic_regression_predict(expected["inputs"]), expected["lr"])
+    est.save(tmp_path / "again")  # a scalar folder is still written as format_version 1
+    assert json.loads((tmp_path / "again" / "manifest.json").read_text())["format_version"] == 1
+
+
+def test_fit_config_refuses_an_unknown_scaling():
+    rng = np.random.default_rng(1)
+    with pytest.raises(ValueError, match="input_scaling"):
+        SDMEstimator.fit(_problem(rng, 40, "a"), _problem(rng, 40, "b"), FitConfig(input_scaling="global"))
