@@ -169,6 +169,11 @@ class SDMEstimator:
     def support_ids(self) -> list[str]:
         return list(self._state.support_ids)
 
+    @property
+    def has_logistic_reference(self) -> bool:
+        """False for a model read from a .sdmkitmodel package, which holds no such reference."""
+        return bool(np.any(self._state.lr_weight))
+
     def logistic_regression_predict(self, embeddings: np.ndarray) -> np.ndarray:
         """Predictions of the logistic-regression reference stored with the estimator."""
         mu, sigma = self._state.normalization

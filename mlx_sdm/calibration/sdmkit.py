@@ -31,6 +31,9 @@ MANIFEST, WEIGHTS, VECTORS, RECORDS = "manifest.json", "weights.f32", "support.f
 CONFIG_KEYS = ("numberOfClasses", "embeddingDimension", "exemplarDimension", "maxNeighbors", "qOffset", "oodLimit",
                "alphaResolution", "distanceMetric")
 PRODUCER = {"name": "mlx-sdm", "version": "1"}
+#: Our manifest's fields kept in the package's free-form metadata (restored on load).
+MLX_SDM_KEY = "mlxSdm"
+OUR_KEYS = ("alpha", "iterations", "config", "training", "source")
 
 
 def is_sdmkit_path(path: str | Path) -> bool:
@@ -167,6 +170,12 @@ def _state(root: Path, m: dict, flat: np.ndarray, vectors: np.ndarray, records: 
 
 def _our_manifest(root: Path, m: dict, settings: NestedSettings) -> dict:
     cfg = m["configuration"]
+    ours = (m.get("metadata") or {}).get(MLX_SDM_KEY) or {}
+    return {**_kit_manifest(root, m, settings), **{k: ours[k] for k in OUR_KEYS if k in ours}}
+
+
+def _kit_manifest(root: Path, m: dict, settings: NestedSettings) -> dict:
+    cfg = m["configuration"]
     return {"format_version": FORMAT_VERSION, "estimator": KIND_NESTED, "outcdf_scale": "log_odds",
             "input_dim": int(cfg["embeddingDimension"]), "exemplar_dim": int(cfg["exemplarDimension"]),
             "num_classes": int(cfg["numberOfClasses"]), "alpha": ALPHA_PRIME, "nested": settings.to_manifest(),
@@ -203,7 +212,18 @@ def sdmkit_manifest(state: EstimatorState, manifest: dict) -> dict:
         "rescaledSimilarityCDFs": [[float(x) for x in np.asarray(cdf, np.float32)] for cdf in state.calibration_q_tilde],
         "regions": [{"alpha": r.alpha, "minimumRescaledSimilarity": r.min_q_prime,
                      "outputThresholds": list(r.thresholds)} for r in s.regions],
+        "metadata": {**(kit.get("metadata") or {}), MLX_SDM_KEY: _our_record(manifest)},
     }
+
+
+def _our_record(manifest: dict) -> dict:
+    """What our manifest adds (α′, the fit's record), kept under metadata.mlxSdm when it is plain JSON."""
+    record = {k: manifest[k] for k in OUR_KEYS if k in manifest}
+    try:
+        json.dumps(record, allow_nan=False)
+    except (TypeError, ValueError):
+        record = {"alpha": manifest.get("alpha")}
+    return record
 
 
 def save_sdmkit(state: EstimatorState, manifest: dict, path: str | Path) -> None:
