@@ -25,7 +25,9 @@ from mlx_sdm.calibration.threshold import ThresholdResult
 
 KIND_V1 = "v1"
 KIND_V2 = "v2"
-KINDS = (KIND_V1, KIND_V2)
+#: The nested-region kind (nested.py): v2's fit, then regions over an α ladder.
+KIND_NESTED = "nested"
+KINDS = (KIND_V1, KIND_V2, KIND_NESTED)
 
 
 def rescaled_similarity_v2(probs: np.ndarray, predictions: np.ndarray, q: np.ndarray) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""Labelled embedding sets and the JSONL reader (rows ``{"id": str, "label": int, "embedding": [...]}``).
+"""Labelled embedding sets and the JSONL reader (rows ``{"id": str, "label": int, "embedding": [...]}``;
+a path ending in ``.sdmdataset`` is read as that bundle, sdmdataset.py).
 
 Every problem with the input raises :class:`~mlx_sdm.errors.DataError` naming the file, the line and
 the field, and saying how to fix it. Nothing is written before the whole input has been checked.
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mlx_sdm.calibration.sdmdataset import is_sdmdataset_path, read_bundle
 from mlx_sdm.errors import DataError
 from mlx_sdm.jsonl import iter_jsonl_objects
 
@@ -92,6 +94,8 @@ def parse_embedding(value, *, path: str | None, line: int | None, width: int | N
 def read_embedding_jsonl(path: str | Path, require_label: bool = True, expected_dim: int | None = None) -> LabelledSet:
     """Read ``{"id", "label", "embedding", ["text"]}`` rows. Blank lines are skipped; a missing
     ``id`` becomes ``<file name>:<line>``. ``require_label=False`` reads unlabelled rows (label −1)."""
+    if is_sdmdataset_path(path):
+        return read_embedding_bundle(path, require_label, expected_dim)
     path = str(path)
     ids: list[str] = []
     rows: list[list[float]] = []
@@ -123,6 +127,27 @@ def read_embedding_jsonl(path: str | Path, require_label: bool = True, expected_
     if not rows:
         raise DataError("no rows; expected one JSON object per line", path=path)
     return LabelledSet(ids, np.asarray(rows, dtype=np.float32), np.asarray(labels, dtype=np.int64),
+                       texts if any(t is not None for t in texts) else None, path)
+
+
+def read_embedding_bundle(path: str | Path, require_label: bool = True, expected_dim: int | None = None) -> LabelledSet:
+    """The rows of a ``.sdmdataset`` bundle (sdmdataset.py) as a LabelledSet: each row needs an
+    embedding; label −1 is unlabelled (refused where labels are required), ``document`` is the text."""
+    path = str(path)
+    bundle = read_bundle(path)
+    for number, (row, emb) in enumerate(zip(bundle.rows, bundle.embeddings), start=1):
+        if emb is None:
+            raise DataError("this row has no cached embedding (no embeddingRow); embed the data set first",
+                            path=path, line=number, field="embeddingRow")
+        if row["label"] == -99 or (row["label"] == -1 and require_label):
+            raise DataError(f"label {row['label']} here, but every row needs a class label 0..C-1", path=path,
+                            line=number, field="label")
+        if expected_dim is not None and len(emb) != expected_dim:
+            raise DataError(f"has {len(emb)} numbers but {expected_dim} are expected", path=path, line=number,
+                            field="embedding")
+    texts = [r.get("document") if isinstance(r.get("document"), str) else None for r in bundle.rows]
+    return LabelledSet([r["id"] for r in bundle.rows], np.stack(bundle.embeddings),
+                       np.array([r["label"] for r in bundle.rows], np.int64),
                        texts if any(t is not None for t in texts) else None, path)
 
 

@@ -12,14 +12,17 @@ from pathlib import Path
 import numpy as np
 
 from mlx_sdm.calibration.adaptor import ExemplarAdaptor, apply_normalization, forward_numpy_batches
-from mlx_sdm.calibration.canonical import KIND_V1, KIND_V2, KINDS
+from mlx_sdm.calibration.canonical import KIND_NESTED, KIND_V1, KIND_V2, KINDS
 from mlx_sdm.calibration.data import LabelledSet
 from mlx_sdm.calibration.fit_config import DEFAULT_EPOCHS, DEFAULT_ITERATIONS, DEFAULT_LEARNING_RATE, FitConfig
 from mlx_sdm.calibration.fitting import Progress, fit_state
 from mlx_sdm.calibration.knn import SupportIndex
+from mlx_sdm.calibration.nested import NestedSettings, distance_quantile32, nested_q_d, predict_nested, squared32
+from mlx_sdm.calibration.nested_fit import fit_nested
 from mlx_sdm.calibration.persistence import FORMAT_VERSION, MANIFEST, SUPPORT, WEIGHTS, load_estimator, \
     save_estimator
 from mlx_sdm.calibration.prediction import predict_canonical, predict_paper
+from mlx_sdm.calibration.sdmkit import is_sdmkit_path, load_sdmkit, save_sdmkit
 from mlx_sdm.calibration.similarity import distance_quantile
 from mlx_sdm.calibration.state import OUTCDF_SCALE, EstimatorState
 from mlx_sdm.calibration.training import load_params
@@ -44,6 +47,7 @@ class SDMEstimator:
         self.outcdf_scale = str(manifest.get("outcdf_scale", "probability"))
         if self.kind not in KINDS:
             raise ArtifactError(f"manifest estimator kind {self.kind!r} is not one of {KINDS}; use a newer mlx-sdm")
+        self.nested = NestedSettings.from_manifest(manifest["nested"]) if self.kind == KIND_NESTED else None
         self.adaptor = ExemplarAdaptor(self.input_dim, self.exemplar_dim, self.num_classes)
         load_params(self.adaptor, state.params)
         self.adaptor.set_normalization(*state.normalization)
@@ -56,7 +60,8 @@ class SDMEstimator:
             source: dict | None = None, progress: Progress = None) -> "SDMEstimator":
         """Alg. 1 with J iterations over train ∪ calibration, then Eqs. 26–27 across iterations."""
         config = config or FitConfig()
-        state, manifest = fit_state(train, calibration, config, source=source, progress=progress)
+        fit = fit_nested if config.estimator == KIND_NESTED else fit_state
+        state, manifest = fit(train, calibration, config, source=source, progress=progress)
         return cls(state, manifest, knn_backend=config.knn_backend)
 
     # -------------------------------------------------------------------------------------- predict
@@ -73,6 +78,8 @@ class SDMEstimator:
         """The § 13 test-time procedure (v1) or SDM_HR^lower (v2), vectorised. Per-row arrays
         (prediction, q, d, p_lower, admitted, ...)."""
         z, hp = self._forward(embeddings)  # step 1
+        if self.nested is not None:
+            return predict_nested(self._state, self.index, z, hp, self.alpha, self.nested)
         if self.kind == KIND_V2:
             return predict_canonical(self._state, self.index, z, hp, self.alpha)
         return predict_paper(self._state, self.index, z, hp, self.alpha, self.outcdf_scale)
@@ -86,8 +93,12 @@ class SDMEstimator:
             raise ValueError("distance_cdfs must be 'calibration' or 'training'")
         z, hp = self._forward(embeddings)
         yhat = np.argmax(z, axis=1)
-        qd = self.index.q_and_nearest(hp, yhat)
         cdfs = self._state.dcdf_ca if distance_cdfs == "calibration" else self._state.dcdf_tr
+        if self.nested is not None:  # squared-L2 eCDFs, float32 lookups
+            q, d_nearest, _ = nested_q_d(self._state, self.index, hp, yhat, self.nested.max_neighbors)
+            return {"prediction": yhat, "q": q, "d_nearest": d_nearest, "logits": z,
+                    "d": distance_quantile32(squared32(d_nearest), cdfs).astype(np.float64)}
+        qd = self.index.q_and_nearest(hp, yhat)
         return {"prediction": yhat, "q": qd.q, "d_nearest": qd.d_nearest, "d": distance_quantile(qd.d_nearest, cdfs),
                 "logits": z}
 
@@ -158,6 +169,11 @@ class SDMEstimator:
     def support_ids(self) -> list[str]:
         return list(self._state.support_ids)
 
+    @property
+    def has_logistic_reference(self) -> bool:
+        """False for a model read from a .sdmkitmodel package, which holds no such reference."""
+        return bool(np.any(self._state.lr_weight))
+
     def logistic_regression_predict(self, embeddings: np.ndarray) -> np.ndarray:
         """Predictions of the logistic-regression reference stored with the estimator."""
         x = apply_normalization(embeddings, self._state.normalization)
@@ -165,11 +181,17 @@ class SDMEstimator:
 
     # ------------------------------------------------------------------------------------ save/load
     def save(self, directory: str | Path) -> None:
-        """safetensors + manifest.json + support.json, written as one atomic folder."""
+        """safetensors + manifest.json + support.json, written as one atomic folder; a path ending in
+        ``.sdmkitmodel`` gets the portable package instead (nested kind only)."""
+        if is_sdmkit_path(directory):
+            save_sdmkit(self._state, self.manifest, directory)
+            return
         save_estimator(self._state, self.manifest, directory)
 
     @classmethod
     def load(cls, directory: str | Path, knn_backend: str = "auto", expect_input_dim: int | None = None) -> "SDMEstimator":
-        """Load a saved estimator; refuses another format version or dimension with ArtifactError."""
-        state, manifest = load_estimator(directory, expect_input_dim)
+        """Load a saved estimator (a folder of `mlx-sdm train`, or a ``.sdmkitmodel`` package); refuses
+        another format version or dimension with ArtifactError."""
+        load = load_sdmkit if is_sdmkit_path(directory) else load_estimator
+        state, manifest = load(directory, expect_input_dim)
         return cls(state, manifest, knn_backend=knn_backend)

@@ -92,8 +92,9 @@ class Evaluation:
 
 
 def sdm_row_name(estimator) -> str:
-    """"sdm p_lower" for the paper's estimator, "sdm v2 p_lower" for the canonical one."""
-    return "sdm p_lower" if getattr(estimator, "kind", "v1") == "v1" else "sdm v2 p_lower"
+    """"sdm p_lower" for the paper's estimator, "sdm v2 p_lower" for the canonical one, "sdm nested
+    region" for the nested kind (admitted: DKW-lower region α ≥ α′)."""
+    return {"v1": "sdm p_lower", "nested": "sdm nested region"}.get(getattr(estimator, "kind", "v1"), "sdm v2 p_lower")
 
 
 def evaluate(estimator, data: LabelledSet, name: str = "test") -> Evaluation:
@@ -107,8 +108,9 @@ def evaluate(estimator, data: LabelledSet, name: str = "test") -> Evaluation:
         table_row(f"softmax>={alpha:g}", data.labels, yhat, sm_max >= alpha, c),
         table_row(sdm_row_name(estimator), data.labels, yhat, a["admitted"], c),
     ]
-    lr_pred = estimator.logistic_regression_predict(data.embeddings)
-    return Evaluation(name, alpha, c, rows, float(np.mean(yhat == data.labels)), float(np.mean(lr_pred == data.labels)),
+    lr_acc = float(np.mean(estimator.logistic_regression_predict(data.embeddings) == data.labels)) \
+        if getattr(estimator, "has_logistic_reference", True) else float("nan")
+    return Evaluation(name, alpha, c, rows, float(np.mean(yhat == data.labels)), lr_acc,
                       data.labels, yhat, a["admitted"], a["p_lower"], sm_max, a["q_bin"])
 
 
@@ -147,6 +149,11 @@ def format_training(manifest: dict) -> str:
     lr = t.get("logistic_regression", {})
     lines.append(f"  logistic-regression reference: train {lr.get('train_accuracy', float('nan')):.3f}, "
                  f"calibration {lr.get('calibration_accuracy', float('nan')):.3f}")
+    if manifest.get("estimator") == "nested":
+        regions = manifest.get("nested", {}).get("regions", [])
+        lines.append("  regions (alpha: q' >=): " + (", ".join(f"{r['alpha']:g}: {r['min_q_prime']:.2f}" for r in regions)
+                                                   or "none (everything is rejected)"))
+        return "\n".join(lines)
     qmin = manifest.get("q_tilde_min_robust")
     lines.append(f"  q~_min* {manifest.get('q_tilde_min_star')}, robust q~_min {qmin}"
                  + ("" if manifest.get("threshold_succeeded") else "  (Alg. 3 found no threshold: everything is rejected)"))

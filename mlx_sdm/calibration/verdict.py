@@ -35,6 +35,10 @@ class Verdict:
     softmax: list[float] = field(default_factory=list)
     d_nearest: float = 0.0
     q_tilde_lower: float = 0.0
+    #: The nested kind only (None otherwise): the highest α of the ladder whose region the row falls
+    #: in, by the centroid estimate and by the DKW-lower one (0.0: no region).
+    region_alpha: float | None = None
+    region_alpha_lower: float | None = None
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -46,6 +50,7 @@ def verdicts(a: dict[str, np.ndarray], neighbours: list[list[Exemplar]] | None) 
     """One :class:`Verdict` per row of the per-row arrays ``a`` of ``SDMEstimator.predict_arrays``;
     a row not admitted gets the first reason that applies (out of distribution, then flipped)."""
     out = []
+    regions = a.get("region_alpha"), a.get("region_alpha_lower")
     for i in range(len(a["prediction"])):
         if a["admitted"][i]:
             reason = None
@@ -61,5 +66,7 @@ def verdicts(a: dict[str, np.ndarray], neighbours: list[list[Exemplar]] | None) 
             admitted=bool(a["admitted"][i]), q=int(a["q"][i]), d=float(a["d"][i]), q_bin=int(a["q_bin"][i]),
             reason=reason, exemplars=neighbours[i] if neighbours is not None else [],
             softmax=[float(x) for x in a["softmax"][i]], d_nearest=float(a["d_nearest"][i]),
-            q_tilde_lower=float(a["q_tilde_lower"][i])))
+            q_tilde_lower=float(a["q_tilde_lower"][i]),
+            region_alpha=None if regions[0] is None else float(regions[0][i]),
+            region_alpha_lower=None if regions[1] is None else float(regions[1][i])))
     return out

@@ -16,6 +16,8 @@ Prints, for the labelled input rows:
     the admitted proportion (admitted in the stratum / all rows), and the marginal, for
     no-reject, the plain softmax >= alpha' baseline and the SDM estimator's p_lower (one row per
     --estimator: give a v1 and a v2 estimator to compare the two kinds in one table);
+  * for a nested estimator (or a .sdmkitmodel): admission at every alpha of its ladder, by the
+    DKW-lower and the centroid region alpha (with --plot also FILE-ladder-N.png);
   * whether every admitted stratum reaches alpha' (the estimator's promise; rejecting
     everything also keeps it);
   * training accuracy, the epoch chosen in each iteration, and a logistic-regression reference.
@@ -31,7 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mlx-sdm report", description="Table-1 calibration report on labelled rows.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--estimator", required=True, metavar="DIR", action="append",
-                   help="folder written by `mlx-sdm train` (repeat to compare estimators on the same rows)")
+                   help="folder written by `mlx-sdm train` or a .sdmkitmodel package (repeat to compare estimators on the "
+                        "same rows)")
     p.add_argument("input", metavar="IN.jsonl",
                    help="labelled rows {id, label, embedding}, or {prompt, completion, label} for a document verifier")
     p.add_argument("--plot", metavar="FILE.png", help="write the reliability diagram and q~-bin accuracy here")
@@ -57,6 +60,26 @@ def _load(args: argparse.Namespace) -> tuple[list[SDMEstimator], LabelledSet]:
     estimators = [SDMEstimator.load(path) for path in args.estimator]
     data = read_embedding_jsonl(args.input, require_label=True, expected_dim=estimators[0].input_dim)
     return estimators, data
+
+
+def _nested_ladders(args: argparse.Namespace, estimators: list[SDMEstimator], data: LabelledSet) -> None:
+    """For each estimator of the nested kind: admission at every alpha of its ladder (table), and
+    with --plot the same as a plot beside it (FILE-ladder-N.png)."""
+    from pathlib import Path
+
+    from mlx_sdm.calibration.ladder_report import format_ladder, ladder_report, plot_ladder
+
+    for n, (path, est) in enumerate(zip(args.estimator, estimators)):
+        if est.nested is None:
+            continue
+        rep = ladder_report(est, data, name=f"{path} on {args.input}")
+        print()
+        print(format_ladder(rep))
+        if args.plot:
+            target = Path(args.plot)
+            target = target.with_name(f"{target.stem}-ladder-{n}{target.suffix}")
+            plot_ladder([rep], str(target))
+            print(f"wrote {target}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.plot:
             plot([ev], args.plot)
             print(f"wrote {args.plot}")
+        _nested_ladders(args, estimators, data)
     except MlxSdmError as exc:
         print(f"mlx-sdm report: {exc}", file=sys.stderr)
         return 1

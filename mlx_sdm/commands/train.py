@@ -76,15 +76,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--learning-rate", type=float, default=None, help=f"Adam learning rate (default {DEFAULT_LEARNING_RATE:g})")
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="mini-batch size (default %(default)s)")
     p.add_argument("--exemplar-dim", type=int, default=EXEMPLAR_DIM, help="exemplar width M (default %(default)s)")
-    p.add_argument("--input-scaling", choices=SCALINGS, default=SCALING_PER_DIMENSION,
+    p.add_argument("--input-scaling", choices=SCALINGS, default=None,
                    help="the adaptor's input scaling, fitted on D_tr: per_dimension (default), scalar (the paper's "
-                        "one mean and std of all entries) or none")
+                        "one mean and std of all entries; the default for --estimator nested, whose .sdmkitmodel "
+                        "package holds one scale as the SDK does) or none")
     p.add_argument("--no-normalize", action="store_true", help="no input scaling at all (as --input-scaling none)")
     p.add_argument("--knn-backend", choices=("auto", "mlx", "numpy", "faiss"), default=DEFAULT_KNN_BACKEND,
                    help="exact kNN backend (default %(default)s; faiss needs faiss-cpu)")
-    p.add_argument("--estimator", choices=("v1", "v2"), default="v1",
+    p.add_argument("--estimator", choices=("v1", "v2", "nested"), default=None,
                    help="v1 = the paper's estimator (rescaler, Alg. 3, offsets, Eq. 28; default); v2 = the canonical "
-                        "estimator of the SDM-activations paper (q' = min(q, (2+q)^sdm), no rescaler, DKW-lowered d)")
+                        "estimator of the SDM-activations paper (q' = min(q, (2+q)^sdm), no rescaler, DKW-lowered d); "
+                        "nested = v2's fit with regions over an alpha ladder, as the reexpress-sdm SDK (default when "
+                        "--out ends in .sdmkitmodel, the only kind that format holds)")
     p.add_argument("--paper-settings", action="store_true",
                    help="use the paper's lr 1e-5, 50 epochs, J=10, rescaler batch 1 at lr 1e-4 and scalar input scaling (slow, may under-train)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -96,11 +99,31 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def input_scaling_for(args: argparse.Namespace) -> str:
+    """--input-scaling, or its default: scalar for the nested kind (the SDK's package format), else per dimension."""
+    given = getattr(args, "input_scaling", None)
+    if given is not None:
+        return given
+    return SCALING_SCALAR if estimator_kind(args) == "nested" else SCALING_PER_DIMENSION
+
+
+def estimator_kind(args: argparse.Namespace) -> str:
+    """--estimator, or its default: nested for a .sdmkitmodel output, v1 otherwise."""
+    from mlx_sdm.calibration.sdmkit import is_sdmkit_path
+
+    portable = is_sdmkit_path(getattr(args, "out", "") or "")
+    kind = getattr(args, "estimator", None) or ("nested" if portable else "v1")
+    if portable and kind != "nested":
+        raise MlxSdmError(f"--out {args.out}: a .sdmkitmodel package holds the nested kind only; drop "
+                          f"--estimator {kind} or choose a folder name without .sdmkitmodel")
+    return kind
+
+
 def config_from_args(args: argparse.Namespace) -> FitConfig:
     cfg = FitConfig(alpha=args.alpha, seed=args.seed, batch_size=args.batch_size, exemplar_dim=args.exemplar_dim,
                     normalize=not args.no_normalize, knn_backend=args.knn_backend,
-                    input_scaling=getattr(args, "input_scaling", SCALING_PER_DIMENSION),
-                    estimator=getattr(args, "estimator", "v1"))
+                    input_scaling=input_scaling_for(args),
+                    estimator=estimator_kind(args))
     if getattr(args, "paper_settings", False):
         cfg.learning_rate, cfg.epochs, cfg.iterations = PAPER_LEARNING_RATE, PAPER_EPOCHS, PAPER_ITERATIONS
         cfg.rescaler_learning_rate, cfg.rescaler_batch_size = PAPER_RESCALER_LEARNING_RATE, PAPER_RESCALER_BATCH_SIZE

@@ -32,7 +32,7 @@ example:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mlx-sdm verify", description="Calibrated verdicts for embedding rows or (prompt, completion) rows.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--estimator", required=True, metavar="DIR", help="folder written by `mlx-sdm train`")
+    p.add_argument("--estimator", required=True, metavar="DIR", help="folder written by `mlx-sdm train`, or a .sdmkitmodel package")
     p.add_argument("input", metavar="IN.jsonl", help="rows to verify")
     p.add_argument("--out", required=True, metavar="OUT.jsonl", help="verdicts, one JSON object per line (atomic write)")
     p.add_argument("--explain", type=int, default=DEFAULT_EXPLAIN, metavar="K", help="add the K nearest exemplars")
@@ -48,6 +48,8 @@ def verify_rows(estimator: SDMEstimator, rows: LabelledSet, explain: int = 0) ->
     for rid, verdict in zip(rows.ids, estimator.predict(rows.embeddings, explain=explain)):
         row = {"id": rid, "prediction": verdict.prediction, "p_lower": verdict.p_lower, "admitted": verdict.admitted,
                "q": verdict.q, "d": verdict.d, "q_bin": verdict.q_bin, "reason": verdict.reason}
+        if verdict.region_alpha is not None:  # the nested kind
+            row.update(region_alpha=verdict.region_alpha, region_alpha_lower=verdict.region_alpha_lower)
         if explain > 0:
             row["exemplars"] = [e.to_dict() for e in verdict.exemplars]
         out.append(row)

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from mlx_sdm.atomic import atomic_write_text
+from mlx_sdm.calibration.sdmdataset import is_sdmdataset_path, write_bundle
 from mlx_sdm.errors import DataError
 from mlx_sdm.session.schema import (
     LABEL_ACCEPTABLE,
@@ -210,8 +211,14 @@ class ReviewQueueStore:
         return out
 
     def export_training_rows(self, path: str | os.PathLike) -> int:
-        """Write :meth:`training_rows` as JSONL (atomically). Returns the number of rows."""
+        """Write :meth:`training_rows` as JSONL (atomically), or as a ``.sdmdataset`` bundle when the
+        path ends so (rows {id, label, prompt, document}, no embeddings). Returns the number of rows."""
         rows = self.training_rows()
+        if is_sdmdataset_path(path):
+            write_bundle(path, [{"id": f"review-{i}", "label": r["label"], "prompt": r["prompt"],
+                                 "document": r["completion"]} for i, r in enumerate(rows, start=1)],
+                         class_names=["unacceptable", "acceptable"], metadata={"source": "mlx-sdm review decisions"})
+            return len(rows)
         atomic_write_text(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
         return len(rows)
 

@@ -1,0 +1,222 @@
+#!/usr/bin/env python
+"""Side by side with the author's SDK, ``reexpress-sdm`` (PyPI, PyTorch), on the same inputs.
+
+Not a test: the SDK needs torch, which never goes into the project's venv. The script keeps the SDK
+in a venv of its own (``--sdk-venv``, default ``~/.cache/mlx-sdm/reexpress-sdm-venv``), made on
+first use with ``python3 -m venv`` and ``pip install torch==2.13.0 reexpress-sdm==0.4.8``.
+
+    .venv/bin/python scripts/compare_reexpress_sdm.py --dataset spam --dataset bbc
+    .venv/bin/python scripts/compare_reexpress_sdm.py --make-fixture tests/fixtures/reexpress_sdm
+
+For each data set (scripts/choose_defaults.py's splits: train, calibration, held-out test, shift)
+it fits the SDK with its defaults (lr 1e-5, 20 epochs) and tuned (lr 1e-4, 50 epochs), and ours
+(v1, v2, nested with the project defaults; nested with the SDK's tuned settings, J = 1), each as its
+own process under ``/usr/bin/time`` (wall seconds, peak resident memory), then prints one table:
+admitted, wrongly admitted, every class- and prediction-conditional stratum. The SDK admits a row
+when its DKW-lower region α ≥ 0.95 (``lowerRegionAlpha``), as our nested kind does.
+
+Parity, both ways: each SDK model is read by mlx-sdm and scored on the test rows beside ``sdm
+score`` (prediction, q, d, q′, both region α), and our nested model, written as ``.sdmkitmodel``,
+is scored by ``sdm score`` beside mlx-sdm. Differences are counted; q′ is compared to 1e-5
+relative (the logits of MLX and torch matmuls differ in the last float32 bits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from mlx_sdm.calibration.data import LabelledSet  # noqa: E402
+from mlx_sdm.calibration.evaluation import table_row  # noqa: E402
+
+SDK_VERSION, TORCH_VERSION = "0.4.8", "2.13.0"
+DEFAULT_VENV = Path(os.environ.get("MLX_SDM_SDK_VENV", "~/.cache/mlx-sdm/reexpress-sdm-venv")).expanduser()
+ALPHA = 0.95
+FIXTURE_ROWS = 200
+SCORE_FIELDS = ("prediction", "q", "d0", "d", "qPrime", "qPrimeLower", "centroidRegionAlpha", "lowerRegionAlpha", "sdm")
+SDK_RUNS = {"SDK defaults": [], "SDK tuned": ["--learning_rate", "1e-4", "--epochs", "50"]}
+OUR_RUNS = {"ours v1": ["--estimator", "v1"], "ours v2": ["--estimator", "v2"],
+            "ours nested": ["--estimator", "nested"],
+            "ours nested, SDK tuned settings": ["--estimator", "nested", "--iterations", "1", "--epochs", "50",
+                                                "--learning-rate", "1e-4", "--batch-size", "64"]}
+
+
+def ensure_sdk(venv: Path) -> Path:
+    """The ``sdm`` executable of the SDK's own venv, installed there on first use."""
+    sdm = venv / "bin" / "sdm"
+    if sdm.exists():
+        return sdm
+    subprocess.run(["python3", "-m", "venv", str(venv)], check=True)
+    pip = [str(venv / "bin" / "pip"), "install", "--quiet"]
+    subprocess.run(pip + [f"torch=={TORCH_VERSION}"], check=True)  # first, so the SDK does not pull another
+    subprocess.run(pip + [f"reexpress-sdm=={SDK_VERSION}"], check=True)
+    return sdm
+
+
+def write_jsonl(path: Path, data: LabelledSet) -> Path:
+    with open(path, "w", encoding="utf-8") as f:
+        for rid, emb, y in zip(data.ids, data.embeddings, data.labels):
+            f.write(json.dumps({"id": rid, "label": int(y), "embedding": [float(x) for x in emb]}) + "\n")
+    return path
+
+
+def timed(cmd: list[str], log: Path) -> tuple[float, float]:
+    """(wall seconds, peak resident MiB) of one process."""
+    stats = log.with_suffix(".time")
+    with open(log, "w") as out:
+        subprocess.run(["/usr/bin/time", "-f", "%e %M", "-o", str(stats)] + cmd, check=True, stdout=out,
+                       stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    seconds, kib = stats.read_text().split()[-2:]
+    return float(seconds), float(kib) / 1024
+
+
+def sdk_train(sdm: Path, files: dict[str, Path], out: Path, num_classes: int, extra: list[str]) -> tuple[float, float]:
+    return timed([str(sdm), "train", "--training", str(files["train"]), "--calibration", str(files["calibration"]),
+                  "--output", str(out), "--number_of_classes", str(num_classes), "--device", "cpu",
+                  "--report_output", str(out.with_suffix(".report.json"))] + extra, out.with_suffix(".log"))
+
+
+def sdk_score(sdm: Path, model: Path, rows: Path, out: Path) -> list[dict]:
+    subprocess.run([str(sdm), "score", "--model", str(model), "--input", str(rows), "--output", str(out),
+                    "--nearest_exemplars", "0", "--matching_device", "cpu", "--overwrite"], check=True,
+                   stdout=subprocess.DEVNULL)
+    return [{k: r[k] for k in ("id",) + SCORE_FIELDS} for r in map(json.loads, out.read_text().splitlines())]
+
+
+def ours_train(files: dict[str, Path], out: Path, extra: list[str]) -> tuple[float, float]:
+    return timed([sys.executable, "-m", "mlx_sdm", "train", "--train", str(files["train"]), "--calibration",
+                  str(files["calibration"]), "--out", str(out), "--quiet"] + extra, out.with_suffix(".log"))
+
+
+def ours_scores(model: Path, data: LabelledSet) -> dict[str, np.ndarray]:
+    from mlx_sdm.calibration.estimator import SDMEstimator
+
+    return SDMEstimator.load(model).predict_arrays(data.embeddings)
+
+
+def parity(ours: dict[str, np.ndarray], sdk: list[dict]) -> dict[str, int]:
+    """Rows where mlx-sdm and the SDK differ, per quantity (q′ to 1e-5 relative, the rest exactly)."""
+    get = lambda k: np.array([r[k] for r in sdk], dtype=np.float64)  # noqa: E731
+    qp, qp_ours = get("qPrime"), np.asarray(ours["q_tilde"], np.float64)
+    return {"rows": len(sdk),
+            "prediction": int(np.sum(get("prediction") != ours["prediction"])),
+            "q": int(np.sum(get("q") != ours["q"])),
+            "d": int(np.sum(get("d") != np.asarray(ours["d"], np.float64))),
+            "q'": int(np.sum(np.abs(qp - qp_ours) > 1e-5 * np.maximum(1.0, qp))),
+            "q' bits": int(np.sum(qp != qp_ours)),
+            "region alpha": int(np.sum(get("centroidRegionAlpha") != ours["region_alpha"])),
+            "region alpha lower": int(np.sum(get("lowerRegionAlpha") != ours["region_alpha_lower"]))}
+
+
+def row_cells(name: str, data: LabelledSet, prediction: np.ndarray, admitted: np.ndarray, num_classes: int) -> list[str]:
+    r = table_row(name, data.labels, prediction, admitted, num_classes)
+    return [str(r.marginal.admitted), f"{r.marginal.fraction:.1%}", str(r.wrong)] + [s.cell() for s in r.strata()]
+
+
+def run_dataset(sdm: Path, name: str, sets: dict[str, LabelledSet], work: Path) -> tuple[list[list[str]], list[str]]:
+    """The table rows and the parity lines of one data set."""
+    c = int(sets["train"].labels.max()) + 1
+    files = {k: write_jsonl(work / f"{name}-{k}.jsonl", v) for k, v in sets.items()}
+    evals = [k for k in sets if k not in ("train", "calibration")]
+    rows, notes = [], []
+    for run, extra in SDK_RUNS.items():
+        model = work / f"{name}-{run.replace(' ', '_')}.sdmkitmodel"
+        seconds, mib = sdk_train(sdm, files, model, c, extra)
+        for ev in evals:
+            scores = sdk_score(sdm, model, files[ev], work / f"{model.stem}-{ev}.scores.jsonl")
+            pred = np.array([r["prediction"] for r in scores])
+            admitted = np.array([r["lowerRegionAlpha"] for r in scores]) >= ALPHA - 1e-9
+            rows.append([name, ev, run] + row_cells(run, sets[ev], pred, admitted, c) + [f"{seconds:.1f}", f"{mib:.0f}"])
+            notes.append(f"{name} {ev}: {run} read by mlx-sdm vs sdm score: {parity(ours_scores(model, sets[ev]), scores)}")
+    for run, extra in OUR_RUNS.items():
+        model = work / f"{name}-{run.replace(' ', '_').replace(',', '')}"
+        if "nested" in run:
+            model = model.with_suffix(".sdmkitmodel")
+        seconds, mib = ours_train(files, model, extra)
+        for ev in evals:
+            a = ours_scores(model, sets[ev])
+            rows.append([name, ev, run] + row_cells(run, sets[ev], a["prediction"], a["admitted"], c)
+                        + [f"{seconds:.1f}", f"{mib:.0f}"])
+            if "nested" in run:
+                scores = sdk_score(sdm, model, files[ev], work / f"{model.stem}-{ev}.scores.jsonl")
+                notes.append(f"{name} {ev}: {run} read by sdm score vs mlx-sdm: {parity(a, scores)}")
+    return rows, notes
+
+
+def format_rows(rows: list[list[str]], max_classes: int) -> str:
+    head = ["data", "rows", "estimator", "admitted", "share", "wrong"] + [f"y={i}" for i in range(max_classes)] + \
+        [f"ŷ={i}" for i in range(max_classes)] + ["marginal", "fit s", "peak MiB"]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        c = (len(r) - 9) // 2
+        pad = ["–"] * (max_classes - c)
+        out.append("| " + " | ".join(r[:6] + r[6:6 + c] + pad + r[6 + c:6 + 2 * c] + pad + r[6 + 2 * c:]) + " |")
+    return "\n".join(out)
+
+
+def make_fixture(sdm: Path, out: Path) -> None:
+    """Small SDK models (exemplar width 32, 200 training + 200 calibration rows, lr 1e-4, 50 epochs)
+    on the shipped SpamAssassin and BBC embeddings, and the SDK's scores of 100 held-out rows each."""
+    from choose_defaults import LOADERS
+
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("spam", "bbc"):
+        sets = LOADERS[name](0)
+        rng = np.random.default_rng(0)
+        sizes = {"train": FIXTURE_ROWS, "calibration": FIXTURE_ROWS, "test": 100}
+        pick = {k: sets[k].subset(np.sort(rng.permutation(len(sets[k]))[:n])) for k, n in sizes.items()}
+        with tempfile.TemporaryDirectory() as tmp:
+            files = {k: write_jsonl(Path(tmp) / f"{k}.jsonl", v) for k, v in pick.items()}
+            model = out / f"{name}.sdmkitmodel"
+            sdk_train(sdm, files, model, int(sets["train"].labels.max()) + 1,
+                      ["--exemplar_dimension", "32", "--epochs", "50", "--learning_rate", "1e-4", "--seed", "0",
+                       "--overwrite"])
+            model.with_suffix(".report.json").unlink()
+            model.with_suffix(".log").unlink()
+            model.with_suffix(".time").unlink()
+            scores = sdk_score(sdm, model, files["test"], Path(tmp) / "scores.jsonl")
+        (out / f"{name}_expected.jsonl").write_text("".join(json.dumps(r) + "\n" for r in scores))
+        print(f"wrote {model} and {name}_expected.jsonl ({len(scores)} rows)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dataset", action="append", choices=("spam", "bbc"), help="data sets (default: both)")
+    p.add_argument("--sdk-venv", type=Path, default=DEFAULT_VENV)
+    p.add_argument("--work", type=Path, default=None, help="keep the models and scores here (default: a temp folder)")
+    p.add_argument("--make-fixture", type=Path, metavar="DIR", help="write the parity test fixture and stop")
+    args = p.parse_args(argv)
+    sdm = ensure_sdk(args.sdk_venv)
+    if args.make_fixture:
+        make_fixture(sdm, args.make_fixture)
+        return 0
+    from choose_defaults import LOADERS
+
+    work = args.work or Path(tempfile.mkdtemp(prefix="compare-reexpress-"))
+    work.mkdir(parents=True, exist_ok=True)
+    rows, notes = [], []
+    for name in args.dataset or ["spam", "bbc"]:
+        r, n = run_dataset(sdm, name, LOADERS[name](0), work)
+        rows += r
+        notes += n
+        print(format_rows(r, 5 if name == "bbc" else 2), flush=True)
+    print()
+    print(format_rows(rows, 5))
+    print()
+    print("\n".join(notes))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
