@@ -91,7 +91,7 @@ def test_corpus_resumes_after_a_kill(corpus_setup):
 
 
 def test_eval_monitor_heldout_on_the_shipped_corpus(capsys):
-    """The README's claim: on held-out folds the fused monitor beats the base rate's TPS_log with AUROC >= 0.70."""
+    """The claim of docs/monitoring-eval.md: on held-out folds the fused monitor beats the base rate's TPS_log with AUROC >= 0.70."""
     from mlx_sdm.commands.eval_monitor import main
 
     assert main(["shipped-corpus", "--json", "--bootstrap", "100"]) == 0
