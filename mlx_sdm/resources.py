@@ -40,7 +40,7 @@ def shipped(name: str) -> Path:
 
 def resolve_artifact(arg: str | Path) -> Path:
     """A verifier/head argument as a folder: the path itself when it exists, else a shipped artifact
-    of that name, so ``--verifier weights/smollm2-bbc-topic`` (the README's spelling) and
+    of that name, so ``--verifier weights/smollm2-bbc-topic`` (the docs' spelling) and
     ``--verifier smollm2-bbc-topic`` work from an installed wheel too, with no checkout around."""
     path = Path(arg)
     if path.exists() or path.is_absolute():

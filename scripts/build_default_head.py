@@ -36,62 +36,42 @@ import mlx_sdm  # noqa: F401  (BLAS before mlx)
 
 import numpy as np
 
-from mlx_sdm.resources import default_verifier_dir, source_weights_dir
+from mlx_sdm.resources import default_verifier_dir, resolve_artifact, source_weights_dir
 
-DEFAULT_OUT = ROOT / "build" / "sdm-head-suite"
-#: Training / calibration documents per task (leading part of each pool half); BBC topic, where the
-#: verifier admits answers, gets more.
-DEFAULT_TRAIN_PER_TASK = 20
-DEFAULT_CALIBRATION_PER_TASK = 12
-DEFAULT_BBC_TRAIN = 80
-DEFAULT_BBC_CALIBRATION = 60
+#: The training run's settings (documents, sizes, epochs, learning rate): the recipe kept with the head.
+DEFAULT_CONFIG = source_weights_dir() / "smollm2-suite-head" / "finetune.yaml"
 DEFAULT_TEST_PER_TASK = 30
-DEFAULT_EPOCHS = 2
-#: As scripts/finetune_smollm2_fever.py measured: at the paper's 1e-5 a few dozen documents do not move
-#: SmolLM2's head; 1e-2 with Adam does (and Alg. 4 keeps only an epoch that admits more).
-DEFAULT_LEARNING_RATE = 1e-2
-DEFAULT_BATCH_SIZE = 50
-DEFAULT_WARMUP = 0
 DEFAULT_RANK = 64
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--verifier", type=Path, default=None, help="suite verifier (default: the shipped default verifier)")
-    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="full-precision head folder (outside git)")
+    p.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="finetune YAML (default: the shipped head's recipe)")
+    p.add_argument("--verifier", default=None, help="suite verifier (default: the config's)")
+    p.add_argument("--out", type=Path, default=None, help="full-precision head folder (default: the config's adapter_path)")
     p.add_argument("--ship", metavar="NAME", default=None, help="also write the compressed head to weights/NAME")
     p.add_argument("--rank", type=int, default=DEFAULT_RANK, help="rank of the shipped head's change (--ship)")
-    p.add_argument("--train-per-task", type=int, default=DEFAULT_TRAIN_PER_TASK)
-    p.add_argument("--calibration-per-task", type=int, default=DEFAULT_CALIBRATION_PER_TASK)
-    p.add_argument("--bbc-train", type=int, default=DEFAULT_BBC_TRAIN)
-    p.add_argument("--bbc-calibration", type=int, default=DEFAULT_BBC_CALIBRATION)
     p.add_argument("--test-per-task", type=int, default=DEFAULT_TEST_PER_TASK, help="held-out and shifted prompts per task")
-    p.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS)
-    p.add_argument("--learning-rate", type=float, default=DEFAULT_LEARNING_RATE)
-    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
-    p.add_argument("--warmup-epochs", type=int, default=DEFAULT_WARMUP)
+    p.add_argument("--epochs", type=int, default=None, help="override the config's epochs")
     p.add_argument("--resume", action="store_true", help="continue a killed run from its checkpoint")
     p.add_argument("--report-only", action="store_true", help="skip training; report the head in --out against the untuned model")
     p.add_argument("--report-tasks", nargs="*", default=None, help="report only these tasks (default: every task)")
     return p
 
 
-def suite_sets(lm, tasks, verifier, args) -> tuple[list, list, list]:
-    """(training, calibration, [(task, split, documents)]) from the verifier's own seeded pool halves."""
-    from mlx_sdm.app.suite_verifier import evaluation_documents, finetune_documents, pool_halves
+def suite_sets(lm, config, verifier_info: dict, test_per_task: int) -> tuple[list, list, list]:
+    """(training, calibration, [(task, split, documents)]): the config's documents (the verifier's own pool
+    halves) and every task's held-out and shifted documents, constructed as the verifier's were."""
+    from mlx_sdm.app.head_training import load_documents, recipe_path
+    from mlx_sdm.app.suite_verifier import evaluation_documents, finetune_documents
+    from mlx_sdm.app.verifier_recipe import read_recipe
+    from mlx_sdm.network.tasks import load_tasks
 
-    seed = int(verifier.info.get("seed", 0))
-    sizes = verifier.info.get("pool_sizes", {})
-    train, calibration, tests = [], [], []
-    for task in tasks:
-        tr, ca = pool_halves(task, int(sizes.get(task.name, 0)) or None, seed=seed)
-        n_train, n_cal = ((args.bbc_train, args.bbc_calibration) if task.name == "bbc_topic"
-                          else (args.train_per_task, args.calibration_per_task))
-        train += finetune_documents(task, tr[:n_train], lm.tokenizer)
-        calibration += finetune_documents(task, ca[:n_cal], lm.tokenizer)
-        for split in ("held_out", "shifted"):
-            docs = evaluation_documents(task, split, args.test_per_task, seed=seed)
-            tests.append((task, split, finetune_documents(task, docs, lm.tokenizer)))
+    train, calibration = load_documents(config, lm.tokenizer, verifier_info)
+    recipe = read_recipe(recipe_path(config.data))
+    tests = [(task, split, finetune_documents(task, evaluation_documents(task, split, test_per_task, seed=recipe.seed),
+                                              lm.tokenizer))
+             for task in load_tasks(list(recipe.tasks)) for split in ("held_out", "shifted")]
     return train, calibration, tests
 
 
@@ -133,34 +113,34 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from tqdm.auto import tqdm
 
+    from mlx_sdm.app.head_training import build_config, read_config_file
     from mlx_sdm.atomic import atomic_write_text
     from mlx_sdm.lm.loading import load_model
     from mlx_sdm.network.heads import HeadManifest, VocabularyHeads, load_head, save_head
-    from mlx_sdm.network.tasks import load_tasks
-    from mlx_sdm.network.trainer import FinetuneArgs, LMScorer, train_positive_head
+    from mlx_sdm.network.trainer import LMScorer, train_positive_head
     from mlx_sdm.network.verifier import DocumentVerifier
 
     started = time.time()
-    lm = load_model()
-    verifier_dir = args.verifier or default_verifier_dir()
+    overrides = {"verifier": args.verifier, "adapter_path": str(args.out) if args.out else None, "epochs": args.epochs,
+                 "resume": True if args.resume else None}
+    config = build_config(read_config_file(args.config), overrides, source=str(args.config))
+    out = Path(config.adapter_path)
+    lm = load_model(config.model, quantized=config.quantized)
+    verifier_dir = resolve_artifact(config.verifier) if config.verifier else default_verifier_dir()
     verifier = DocumentVerifier.load(verifier_dir, expect_fingerprint=lm.fingerprint)
-    tasks = load_tasks(list(verifier.info.get("tasks") or [t["name"] for t in verifier.tasks]))
-    train, calibration, tests = suite_sets(lm, tasks, verifier, args)
+    train, calibration, tests = suite_sets(lm, config, verifier.info, args.test_per_task)
     if args.report_tasks:
         tests = [t for t in tests if t[0].name in args.report_tasks]
-    print(f"{len(tasks)} tasks: train {len(train)} ({sum(d.label for d in train)} verified), calibration "
-          f"{len(calibration)}, evaluation {sum(len(d) for *_, d in tests)} prompts", flush=True)
+    print(f"train {len(train)} ({sum(d.label for d in train)} verified), calibration {len(calibration)}, "
+          f"evaluation {sum(len(d) for *_, d in tests)} prompts", flush=True)
     scorer = LMScorer.from_verifier(lm, verifier, progress=lambda docs: tqdm(docs, desc="generate", unit="doc", leave=False))
     untuned = VocabularyHeads.from_model(lm.model)
-    report: dict = {"verifier": str(verifier_dir), "args": {k: str(v) for k, v in vars(args).items()}}
+    report: dict = {"verifier": str(verifier_dir), "config": str(args.config), "args": {k: str(v) for k, v in vars(args).items()}}
     if args.report_only:
-        trained, best_epoch = load_head(args.out, lm.model, lm.fingerprint), None
+        trained, best_epoch = load_head(out, lm.model, lm.fingerprint), None
     else:
-        checkpoint = args.out.with_name(args.out.name + ".checkpoint")
-        fit_args = FinetuneArgs(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
-                                warmup_epochs=args.warmup_epochs, checkpoint_path=str(checkpoint), resume=args.resume)
         tic = time.time()
-        result = train_positive_head(lm, train, calibration, scorer, fit_args, run_identity={"verifier": str(verifier_dir)})
+        result = train_positive_head(lm, train, calibration, scorer, config.args, run_identity={"verifier": str(verifier_dir)})
         report.update(train_seconds=round(time.time() - tic, 1), history=result.history, best_epoch=result.best_epoch,
                       calibration_admitted_untuned=result.initial_metric, calibration_admitted_best=result.best_metric)
         # the verifier by folder name (a shipped head must not carry this machine's absolute path)
@@ -168,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                                 tasks=[t.to_dict() for t in verifier.recipe.task_instructions()], data_hash=result.data_hash, epochs=result.epochs_run, best_epoch=result.best_epoch,
                                 metrics={"history": result.history, "calibration_admitted_untuned": result.initial_metric,
                                          "calibration_admitted_best": result.best_metric})
-        save_head(args.out, result.heads, manifest)
+        save_head(out, result.heads, manifest)
         trained, best_epoch = result.heads, result.best_epoch
         print(f"Alg. 4: calibration admitted & correct untuned {result.initial_metric}, per epoch "
               f"{[h['calibration_admitted'] for h in result.history[1:]]}; kept epoch {result.best_epoch}", flush=True)
@@ -177,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         from mlx_sdm.network.heads import compress_head
 
         shipped_dir = source_weights_dir() / args.ship
-        low_rank = compress_head(args.out, shipped_dir, args.rank, model=lm.model, force=True)["low_rank"]
+        low_rank = compress_head(out, shipped_dir, args.rank, model=lm.model, force=True)["low_rank"]
         trained = load_head(shipped_dir, lm.model, lm.fingerprint)
         report["low_rank"] = low_rank
         print(f"shipped {shipped_dir}: rank {args.rank}, relative error of the change {low_rank['relative_error']:.3f}, "
@@ -191,8 +171,8 @@ def main(argv: list[str] | None = None) -> int:
         f"SmolLM2-135M-Instruct answering each task itself, judged by verifier `{verifier_dir.name}` (α′ = "
         f"{verifier.estimator.alpha}); y = 1 when the answer is correct. Cells: accuracy of ŷ / admitted fraction; "
         "'verified' = ŷ = 1 and admitted (what the chat shows as verified).", "", *lines, "",
-        f"Alg. 4: {len(train)} training documents, {len(calibration)} calibration, {args.epochs} epochs, lr "
-        f"{args.learning_rate:g}; calibration admitted & correct untuned {report.get('calibration_admitted_untuned')}, "
+        f"Alg. 4: {len(train)} training documents, {len(calibration)} calibration, {config.args.epochs} epochs, lr "
+        f"{config.args.learning_rate:g}; calibration admitted & correct untuned {report.get('calibration_admitted_untuned')}, "
         f"per epoch {[h['calibration_admitted'] for h in report.get('history', [])[1:]]}, kept epoch {best_epoch}. "
         f"Total {(time.time() - started) / 60:.1f} min.",
         f"Reproduce: `.venv/bin/python scripts/build_default_head.py{' --ship ' + args.ship if args.ship else ''}`"])

@@ -27,7 +27,7 @@ import mlx_sdm  # noqa: F401  (BLAS before mlx)
 #: Most useful first: a build cut short still has the tasks the 135M model answers in JSON.
 SUITE_ORDER = ["sentiment", "bbc_topic", "sports_understanding", "spam", "fever", "strategyqa", "truthful_qa"]
 DEFAULT_PER_TASK = 128
-#: More answers where the 135M model answers in JSON and its states carry signal (measured in the README).
+#: More answers where the 135M model answers in JSON and its states carry signal (measured: docs/verifiers.md).
 PER_TASK_SIZES = {"sentiment": 512, "bbc_topic": 256, "sports_understanding": 256}
 DEFAULT_EVAL_SIZE = 32
 DEFAULT_OUT = ROOT / "build" / "smollm2-own-answers"  # not shipped: it admits nothing

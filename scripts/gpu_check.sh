@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The CUDA checks of issue 11, in one go, on an NVIDIA machine. Run from the checkout with the
+# The CUDA checks (docs/benchmarks.md, "On an NVIDIA H100"), in one go, on an NVIDIA machine. Run from the checkout with the
 # wheels unpacked into $SITE (default /tmp/site: mlx, mlx-cuda-13 and its nvidia-* wheels, mlx-lm,
 # transformers, tokenizers, numpy, scipy, safetensors, textual, ... ; no project install needed):
 #   bash scripts/gpu_check.sh 2>&1 | tee gpu_check.log
 # What to look for:
 #   doctor: a "gpu" line (name, memory) and a GPU matmul TFLOPS line instead of CPU BLAS GFLOPS;
 #   sync-check: the in-graph read well under a millisecond, the .item() read about one step;
-#   bench: "ratio" >= 0.95 for bf16 and 4-bit, tok/s and the bandwidth limit (README's CUDA section);
-#   pytest: the tests the issue saw failing on CUDA, now with MLX_ENABLE_TF32=0 (tests/conftest.py).
+#   bench: "ratio" >= 0.95 for bf16 and 4-bit, tok/s and the bandwidth limit (docs/benchmarks.md);
+#   pytest: the tests once seen failing on CUDA, run with MLX_ENABLE_TF32=0 (tests/conftest.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 SITE=${SITE:-/tmp/site}

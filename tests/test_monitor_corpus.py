@@ -113,7 +113,7 @@ def test_corpus_runs_the_chat_turn_resumes_after_a_kill_and_merges_shards(corpus
 
 
 def test_eval_monitor_heldout_on_the_shipped_corpus(capsys):
-    """The README's claim: on held-out folds the fused monitor beats the base rate's TPS_log with AUROC >= 0.70."""
+    """The claim of docs/monitoring-eval.md: on held-out folds the fused monitor beats the base rate's TPS_log with AUROC >= 0.70."""
     from mlx_sdm.commands.eval_monitor import main
 
     assert main(["shipped-corpus", "--json", "--bootstrap", "100"]) == 0

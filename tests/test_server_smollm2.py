@@ -1,5 +1,5 @@
 """`mlx-sdm serve` on the embedded SmolLM2 with the shipped BBC topic verifier, driven by the `openai`
-client: the README's GM article gets a verified answer that ends at the judged JSON unit, and
+client: the GM article of docs/verifiers.md gets a verified answer that ends at the judged JSON unit, and
 `/v1/verify` rejects a wrong topic made "elsewhere" (the rugby article answered "business")."""
 
 from __future__ import annotations

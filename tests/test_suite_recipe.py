@@ -85,3 +85,27 @@ def test_the_command_refuses_a_setting_the_recipe_holds(capsys, tmp_path):
     assert main(["--recipe", str(SUITE), "--tasks", "fever", "--out", str(tmp_path / "v")]) == 2
     assert "the recipe holds --tasks" in capsys.readouterr().err
     assert not (tmp_path / "v").exists()
+
+
+def test_a_recipe_build_writes_the_verifier_its_recipe_and_report(tmp_path):
+    """build_from_recipe end to end on a tiny random model and a JSONL task: the verifier loads, covers the
+    task, and the folder keeps the recipe it was built from and the Table 1 report."""
+    from mlx_sdm.app.suite_verifier import build_from_recipe
+    from mlx_sdm.network.verifier import DocumentVerifier
+    from tests.test_build_verifier import write_task
+    from tests.test_verifier_commands import save_tiny_folder
+
+    model = save_tiny_folder(tmp_path / "tiny-model", seed=0)
+    task = write_task(tmp_path / "cities.jsonl")
+    recipe = recipe_from_dict({"model": str(model), "tasks": [str(task)], "per_task": 64, "test_per_task": 8,
+                               "fit": {"iterations": 1, "epochs": 4}}, "test")
+    out = tmp_path / "verifier"
+    lines: list[str] = []
+    build_from_recipe(recipe, out, plot_png=False, say=lines.append)
+    assert read_recipe(out) == recipe
+    verifier = DocumentVerifier.load(out)
+    assert [t["name"] for t in verifier.tasks] == ["cities"] and verifier.info["pool_sizes"] == {"cities": 64}
+    report = (out / "report.md").read_text()
+    assert "| cities held_out (8) | p̂ lower |" in report and "build-verifier --recipe" in report
+    assert lines[0] == "cities: pool 64 (y=1 %d)" % sum(d.label for d in recipe_documents(recipe).train
+                                                         + recipe_documents(recipe).calibration)

@@ -10,7 +10,7 @@ from mlx_sdm.calibration.canonical import KIND_V1, KINDS
 from mlx_sdm.calibration.constants import ALPHA_PRIME, EXEMPLAR_DIM, PAPER_BATCH_SIZE, RESCALER_BATCH_SIZE, \
     RESCALER_LEARNING_RATE, RESCALER_MAX_EPOCHS
 
-#: Project defaults for Alg. 1, chosen by measurement (see README "Defaults that differ from the
+#: Project defaults for Alg. 1, chosen by measurement (docs/estimator.md, "Defaults that differ from the
 #: paper"); the paper's values are in constants.PAPER_*.
 DEFAULT_LEARNING_RATE = 3e-4
 DEFAULT_EPOCHS = 40

@@ -49,7 +49,7 @@ the exemplar adaptor with the sdm loss, keeps the epoch with the best balanced m
 calibration half, trains the rescaler (Alg. 2) and searches the threshold (Alg. 3); the best of
 the J iterations is kept, with robust offsets computed across all J.
 
-Defaults that differ from the paper (measured; see the README): learning rate
+Defaults that differ from the paper (measured; docs/estimator.md): learning rate
 {DEFAULT_LEARNING_RATE:g} (paper {PAPER_LEARNING_RATE:g}), {DEFAULT_EPOCHS} epochs (paper {PAPER_EPOCHS}),
 J = {DEFAULT_ITERATIONS} (paper {PAPER_ITERATIONS}), rescaler batch {RESCALER_BATCH_SIZE} at lr {RESCALER_LEARNING_RATE:g}
 (paper {PAPER_RESCALER_BATCH_SIZE} at {PAPER_RESCALER_LEARNING_RATE:g}), input scaled per dimension (paper: one scalar mean

@@ -143,7 +143,7 @@ def _spam(ex: SourceExample, view: str) -> str:
 
 
 #: Each shipped task's system prompt: SmolLM2-135M answers in the task's JSON only when the system prompt
-#: shows the JSON (with a generic one it answers in prose for every task; measured in the README).
+#: shows the JSON (with a generic one it answers in prose for every task).
 SYSTEM_PROMPTS = {
     "bbc_topic": ('You are a news topic classifier. You reply only with JSON of the form {"topic": "business"}, '
                   "where the topic is one of business, entertainment, politics, sports, tech."),
