@@ -14,7 +14,7 @@ README_MAX_LINES = 300
 LOADERS = {"spec_from_file_location", "run_path", "run_module", "import_module", "SourceFileLoader"}
 #: Product files that still name a script in a message, waiting for their owner's change. The list only
 #: shrinks: test_the_pending_list_holds_only_real_offenders fails once a file here is clean.
-PENDING: set[str] = {"mlx_sdm/app/loading.py", "mlx_sdm/network/heads.py"}
+PENDING: set[str] = set()
 
 
 def sys_path_edits(source: str) -> list[int]:

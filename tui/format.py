@@ -26,7 +26,7 @@ ESCALATION_REASON_LABELS: dict[str, str] = {
     "escalated_irreversible": "irreversible tool",
 }
 
-#: AUQ levels in order of severity (monitoring spec § 2.5).
+#: AUQ levels in order of severity (docs/monitoring.md, AUQ levels and actions).
 LEVELS: tuple[str, ...] = ("low", "medium", "high", "critical")
 
 #: The badge's state while the answer is still streaming (not a verdict state).

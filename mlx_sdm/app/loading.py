@@ -40,7 +40,7 @@ def load_verifier(spec: str | None, lm: Any) -> LoadedVerifier:
     path = default_verifier_dir()
     if not (Path(path) / VERIFIER_MANIFEST).is_file():
         return LoadedVerifier(None, None, "no default verifier is installed (weights/); "
-                                          "build one with `mlx-sdm build-verifier`")
+                                          "rebuild it with `mlx-sdm build-verifier --recipe weights/smollm2-suite/recipe.json --out DIR`")
     try:
         return LoadedVerifier(DocumentVerifier.load(path, expect_fingerprint=lm.fingerprint), str(path), None)
     except ModelMismatchError:

@@ -1,6 +1,6 @@
 """``mlx-sdm generate "PROMPT"``: answer one prompt with the local LM, then print the verifier's
 verdict in words (verified / not verified / out of scope), p_lower, q, d and the nearest training
-exemplars (spec § 15.7). One :class:`~mlx_sdm.session.pipeline.TurnPipeline` turn, without a store
+exemplars (docs/method.md § 15.7). One :class:`~mlx_sdm.session.pipeline.TurnPipeline` turn, without a store
 or monitor."""
 
 from __future__ import annotations

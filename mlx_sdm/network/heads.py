@@ -1,4 +1,4 @@
-"""Negative and positive vocabulary heads of the SDM network (spec § 15.1, § 16).
+"""Negative and positive vocabulary heads of the SDM network (docs/method.md § 15.1, § 16).
 
 The reference head W_ref, the negative head W_neg and the positive head W_pos all start as clones of
 the LM's output head (or of the tied input embedding when the model ties them, as SmolLM2 does).
@@ -15,7 +15,7 @@ A trained head is saved as ``positive_head.safetensors`` + ``manifest.json`` (at
 :func:`load_head` refuses it for another base model. A second, compact on-disk form (for shipping a
 head: a full float32 SmolLM2 head is 113 MB) stores only the change from the model's own head,
 ``W_pos = W_ref + U @ V`` (U: |V| x r, V: r x D, float16), from a truncated SVD of ``W_pos - W_ref``
-(:func:`compress_head`, ``scripts/compress_head.py``); its manifest says ``"head_format":
+(:func:`compress_head`, ``mlx-sdm compress-head``); its manifest says ``"head_format":
 "low_rank_delta"`` and records the rank and the relative Frobenius error. :func:`load_head` reads both.
 """
 
@@ -269,7 +269,7 @@ def _file_sha256(path: Path) -> str:
 
 def _low_rank_factors_of(path: Path, reference: mx.array, info: dict[str, Any]) -> tuple[mx.array, mx.array]:
     """U, V in float32 from a :func:`compress_head` file, checked against its manifest entry."""
-    fix = "rebuild it with scripts/compress_head.py"
+    fix = "rebuild it with `mlx-sdm compress-head`"
     try:
         matches = _file_sha256(path) == info.get("sha256")
         arrays = mx.load(str(path)) if matches else {}

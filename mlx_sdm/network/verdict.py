@@ -31,7 +31,7 @@ from mlx_sdm.network.coverage import VerifierCoverage, VerifierTask
 if TYPE_CHECKING:  # no MLX import here: the UI and the store read verdicts without loading MLX
     from mlx_sdm.calibration.estimator import Verdict
 
-#: The class index of an "acceptable" answer (spec § 14: label 1 = the document's answer is correct).
+#: The class index of an "acceptable" answer (docs/method.md § 14: label 1 = the document's answer is correct).
 ACCEPTABLE = 1
 #: Reason codes (the estimator's three, plus an admitted but unacceptable prediction).
 REASON_OUT_OF_DISTRIBUTION = "out_of_distribution"
@@ -71,7 +71,7 @@ class VerdictStatus(str, Enum):
         return self.value.replace("_", " ")
 
 
-#: A training exemplar's label in words (spec § 14: label 1 = the document's answer is correct), the one
+#: A training exemplar's label in words (docs/method.md § 14: label 1 = the document's answer is correct), the one
 #: rule the server and the TUI's evidence view both say it by.
 EXEMPLAR_LABEL_WORDS = {1: "a correct answer to a similar question", 0: "an incorrect answer to a similar question"}
 

@@ -1,4 +1,4 @@
-"""The document-level verifier: an SDM estimator over LM document features (spec § 15.3).
+"""The document-level verifier: an SDM estimator over LM document features (docs/method.md § 15.3).
 
     verifier = DocumentVerifier.fit(lm, train_docs, calibration_docs, FitConfig(...))
     verdict = verifier.verify_features(result.features)      # after generate_with_features

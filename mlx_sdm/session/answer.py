@@ -7,7 +7,7 @@ message, so the KV cache of the previous turn is kept (:class:`PrefixCache`) and
 are prefilled; the first token then comes as fast on turn 20 as on turn 1. The document features
 stay those of the whole conversation: their mean part ``mean(h_0..h_k)`` is recombined from the
 running sum of the cached positions' final hidden states and the mean over the newly fed ones
-(spec § 15.3; equal to a full recompute up to float rounding, which a test checks).
+(docs/method.md § 15.3; equal to a full recompute up to float rounding, which a test checks).
 """
 
 from __future__ import annotations
@@ -207,7 +207,7 @@ def _stream(lm: Any, prompt: Any, config: Any, head: Any, on_token: TokenCallbac
 
 def _feature_vector(result: Any, start: _Start) -> np.ndarray:
     """The document features of the whole conversation: with a reused prefix, the mean part is
-    recombined from the cached positions' sum and the fed positions' mean (spec § 15.3)."""
+    recombined from the cached positions' sum and the fed positions' mean (docs/method.md § 15.3)."""
     vector = np.asarray(result.features.vector, dtype=np.float32).copy()
     if start.base_len:
         hidden = vector.shape[0] // 2

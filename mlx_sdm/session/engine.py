@@ -63,7 +63,7 @@ class EngineConfig:
     embedder: str = "minilm"  # TRACER sentence embedder: "minilm", "hidden" or "none"
     enable_p_true: bool = True
     semantic_sampling: bool = False  # AUQ System 2 (opt-in)
-    auq_thresholds: tuple[float, float, float] = (0.80, 0.60, 0.40)  # floors of LOW / MEDIUM / HIGH on P_t (spec § 2.5)
+    auq_thresholds: tuple[float, float, float] = (0.80, 0.60, 0.40)  # floors of LOW / MEDIUM / HIGH on P_t (docs/monitoring.md, AUQ levels and actions)
     reuse_cache: bool = True  # keep the last session's KV cache: a turn prefills only its new tokens
     reviewed_verifier_dir: str | None = None  # where the verifier with review labels is saved; default beside the store
     stop_at_judged_unit: bool = True  # end answers where the verifier's unit ends (the JSON answer)

@@ -249,7 +249,7 @@ class TurnPipeline:
 
     def _reflect(self, plan: TurnPlan, answer: str, options: TurnOptions, observer: TurnObserver,
                  stop: threading.Event) -> str | None:
-        """Monitoring spec § 2.6: on HIGH the model states what it is NOT confident about."""
+        """docs/monitoring.md, AUQ reflection: on HIGH the model states what it is NOT confident about."""
         if not options.generate_reflection:
             return None
         ask = plan.messages + [{"role": "assistant", "content": answer}, {"role": "system", "content": REFLECTION_PROMPT}]
