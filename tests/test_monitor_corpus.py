@@ -117,7 +117,13 @@ def test_eval_monitor_heldout_on_the_shipped_corpus(capsys):
     from mlx_sdm.commands.eval_monitor import main
 
     assert main(["shipped-corpus", "--json", "--bootstrap", "100"]) == 0
-    data = json.loads(capsys.readouterr().out)["heldout"]
+    out = json.loads(capsys.readouterr().out)
+    data = out["heldout"]
+    policy = out["pause_policy"]  # chosen as the shipped one was: the same threshold, the rate held out
+    from mlx_sdm.monitor.policy import PausePolicy
+
+    assert policy["threshold"] == pytest.approx(PausePolicy.shipped().threshold, rel=1e-6)
+    assert policy["paused"]["low"] <= policy["pause_rate"] <= policy["paused"]["high"]
     assert data["sessions"] == 351 and data["folds"] == 5 and data["best"] == "fused"
     rows = {m["monitor"]: m for m in data["monitors"]}
     assert rows["fused"]["tps_log"]["value"] > rows["base_rate"]["tps_log"]["value"]

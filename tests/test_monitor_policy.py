@@ -119,3 +119,16 @@ def test_the_shipped_threshold_is_the_choice_on_the_shipped_corpus():
     assert choice.threshold == pytest.approx(policy.threshold, rel=1e-6)
     for key in ("paused", "failures_caught", "failed_sessions_paused"):
         assert choice.measured[key].value == pytest.approx(policy.measured[key]["value"], abs=1e-6)
+
+
+def test_risk_coverage_of_a_constant_forecast_is_flat_and_of_a_perfect_one_starts_at_zero():
+    from types import SimpleNamespace
+
+    from mlx_sdm.monitor.plots import risk_coverage
+
+    signals = [SimpleNamespace(success=y) for y in (1, 0, 1, 0, 0)]
+    constant = SimpleNamespace(forecasts=[{"m": np.array([0.3])}] * 5, signals=signals)
+    coverage, risk = risk_coverage(constant, "m")
+    assert np.allclose(coverage, [0.2, 0.4, 0.6, 0.8, 1.0]) and np.allclose(risk, 0.6)
+    perfect = SimpleNamespace(forecasts=[{"m": np.array([0.9 if s.success else 0.1])} for s in signals], signals=signals)
+    assert np.allclose(risk_coverage(perfect, "m")[1], [0, 0, 1 / 3, 0.5, 0.6])

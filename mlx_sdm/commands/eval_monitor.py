@@ -16,6 +16,7 @@ DEFAULT_FOLDS = 5
 DEFAULT_BOOTSTRAP = 1000
 DEFAULT_SEED = 0
 DEFAULT_CENSOR_BUDGET = 2
+DEFAULT_PAUSE_RATE = 0.15  # the shipped policy's rate (mlx_sdm/datasets/fused_monitor.json)
 #: ``mlx-sdm eval-monitor shipped-corpus`` reads the session corpus shipped with the package
 #: (scripts/session_corpus.py, 351 SmolLM2-135M sessions).
 SHIPPED_CORPUS_NAME = "shipped-corpus"
@@ -77,10 +78,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-heldout", action="store_true", help="print only the table of the forecasts as logged")
     parser.add_argument("--plot-sessions", type=int, default=DEFAULT_PLOT_SESSIONS, help="sessions drawn in the plot (default %(default)s)")
     parser.add_argument("--json", action="store_true", help="print the table as one JSON object")
+    _add_product_arguments(parser)
+    return parser
+
+
+def _add_product_arguments(parser: argparse.ArgumentParser) -> None:
+    """The pause policy's rate and the provenance check."""
+    parser.add_argument("--pause-rate", type=float, default=DEFAULT_PAUSE_RATE,
+                        help="with the held-out table, also choose the chat's pause threshold on the fused forecast "
+                             "at this share of turns and measure it cross-fitted (default %(default)s; 0 = skip)")
     parser.add_argument("--mix-provenance", action="store_true",
                         help="score sessions made by different products (model, verifier, head, embedder, version) "
                              "together; by default such an input is refused")
-    return parser
 
 
 def load_sessions(paths: list[str]):
@@ -116,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from mlx_sdm.monitor.embedders import make_embedder
     from mlx_sdm.monitor.evaluate import evaluate_sessions, format_table, plot_series
-    from mlx_sdm.monitor.heldout import format_heldout, heldout_report, heldout_to_dict
+    from mlx_sdm.monitor.heldout import format_heldout, heldout_report
     from mlx_sdm.monitor.tracer import TracerConfig
 
     try:
@@ -136,24 +145,20 @@ def main(argv: list[str] | None = None) -> int:
                                          weights=args.weights, censor_budget=args.censor_budget)
             except ValueError as exc:
                 heldout_note = f"skipped: {exc}"
+        choice = pause_choice(heldout, args)
         if args.json:
-            print(json.dumps({
-                "sessions": report.n_sessions, "labelled": report.n_labelled, "censored": report.censored,
-                "weights": report.weights, "excluded_from_tps": report.excluded_from_tps,
-                "tracer_embedder": report.tracer_embedder, "tracer_missing_logprobs": report.tracer_missing_logprobs,
-                "monitors": [{"monitor": r.monitor, "sessions": r.sessions, "tps_sessions": r.tps_sessions,
-                              "tps_log": _num(r.tps_log), "tps_brier": _num(r.tps_brier), "auroc": _num(r.auroc),
-                              "auarc": _num(r.auarc), "notes": r.notes} for r in report.rows],
-                "heldout": heldout_to_dict(heldout) if heldout is not None else {"note": heldout_note},
-                "provenance": [{"sessions": g.sessions, "provenance": g.provenance.to_dict() if g.provenance else None}
-                               for g in groups],
-            }, indent=2))
+            print(json.dumps(json_report(report, heldout, heldout_note, choice, groups), indent=2))
         else:
             print(provenance_lines(groups))
             print("As logged (no fitting):")
             print(format_table(report))
             print()
             print(format_heldout(heldout) if heldout is not None else f"Held-out table {heldout_note}")
+            if choice is not None:
+                from mlx_sdm.monitor.policy_choice import format_choice
+
+                print()
+                print(format_choice(choice))
         if args.plot and heldout is not None:
             from mlx_sdm.monitor.plots import plot_heldout
 
@@ -166,6 +171,35 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mlx-sdm eval-monitor: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def json_report(report, heldout, heldout_note: str, choice, groups) -> dict:
+    """What ``--json`` prints: the table as logged, the held-out table, the pause policy, the provenance."""
+    from mlx_sdm.monitor.heldout import heldout_to_dict
+
+    return {
+        "sessions": report.n_sessions, "labelled": report.n_labelled, "censored": report.censored,
+        "weights": report.weights, "excluded_from_tps": report.excluded_from_tps,
+        "tracer_embedder": report.tracer_embedder, "tracer_missing_logprobs": report.tracer_missing_logprobs,
+        "monitors": [{"monitor": r.monitor, "sessions": r.sessions, "tps_sessions": r.tps_sessions,
+                      "tps_log": _num(r.tps_log), "tps_brier": _num(r.tps_brier), "auroc": _num(r.auroc),
+                      "auarc": _num(r.auarc), "notes": r.notes} for r in report.rows],
+        "heldout": heldout_to_dict(heldout) if heldout is not None else {"note": heldout_note},
+        "pause_policy": None if choice is None else {"threshold": choice.threshold,
+                                                     "pause_rate": choice.pause_rate, **choice.measured_dict()},
+        "provenance": [{"sessions": g.sessions, "provenance": g.provenance.to_dict() if g.provenance else None}
+                       for g in groups],
+    }
+
+
+def pause_choice(heldout, args):
+    """The pause policy chosen on the held-out report's sessions (None without a held-out table or with
+    --pause-rate 0)."""
+    if heldout is None or not args.pause_rate:
+        return None
+    from mlx_sdm.monitor.policy_choice import choose_policy
+
+    return choose_policy(heldout.signals, args.pause_rate, folds=args.folds, n_boot=args.bootstrap, seed=args.seed)
 
 
 def checked_provenance(sessions: list, mix: bool) -> list:

@@ -1,4 +1,5 @@
-"""``eval-monitor --plot``: reliability of the held-out forecasts and the forecast over turns (PNG)."""
+"""``eval-monitor --plot``: reliability of the held-out forecasts, the forecast over turns and the
+risk–coverage curve (PNG)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,23 @@ def forecast_by_turn(report: HeldOutReport, monitor: str, success: int, max_turn
     return np.arange(1, max_turns + 1)[keep], sums[keep] / counts[keep]
 
 
+def risk_coverage(report: HeldOutReport, monitor: str, weights: str = "linear-front") -> tuple[np.ndarray, np.ndarray]:
+    """(coverage, risk): sessions kept most-confident first by the held-out weighted-mean forecast (the
+    ranking of AUROC / AUARC); risk = the failure rate of the kept sessions, at each count kept (sessions
+    with tied forecasts count at their mean failure rate, so a constant forecast draws a flat line)."""
+    from mlx_sdm.monitor.scoring import weighted_mean_forecast
+
+    summary = np.array([weighted_mean_forecast(f[monitor], weights) for f in report.forecasts])
+    failed = np.array([1 - s.success for s in report.signals], dtype=np.float64)
+    order = np.argsort(-summary, kind="stable")
+    ranked, outcome = summary[order], failed[order]
+    for value in np.unique(ranked):  # tied forecasts: their expected failure rate in any order
+        tied = ranked == value
+        outcome[tied] = outcome[tied].mean()
+    kept = np.arange(1, summary.size + 1)
+    return kept / summary.size, np.cumsum(outcome) / kept
+
+
 def plot_heldout(report: HeldOutReport, path: str) -> None:
     """Left: reliability (held-out p_t vs observed success, equal-count bins). Right: mean p_t over
     agent steps for successful (solid) and failed (dashed) sessions."""
@@ -50,7 +68,7 @@ def plot_heldout(report: HeldOutReport, path: str) -> None:
 
     from mlx_sdm.atomic import atomic_write_bytes
 
-    fig, (ax_rel, ax_turn) = plt.subplots(1, 2, figsize=(11, 4.6))
+    fig, (ax_rel, ax_turn, ax_rc) = plt.subplots(1, 3, figsize=(16, 4.8))
     for m in PLOTTED:
         x, obs, n = reliability_points(report, m)
         ax_rel.plot(x, obs, marker="o", color=COLOURS[m], label=MONITOR_LABELS[m], lw=1.2, ms=4)
@@ -70,6 +88,13 @@ def plot_heldout(report: HeldOutReport, path: str) -> None:
     ax_turn.set_ylabel("mean forecast p_t of session success")
     ax_turn.set_title("Forecast over turns (solid: sessions that succeeded)")
     ax_turn.legend(fontsize=6, loc="upper right")
+    for m in PLOTTED:
+        coverage, risk = risk_coverage(report, m, report.weights)
+        ax_rc.plot(coverage, risk, color=COLOURS[m], label=MONITOR_LABELS[m], lw=1.2)
+    ax_rc.set_xlabel("coverage (share of sessions kept, most confident first)")
+    ax_rc.set_ylabel("failure rate of the kept sessions")
+    ax_rc.set_title("Risk–coverage (out-of-fold)")
+    ax_rc.legend(fontsize=7, loc="lower right")
     fig.suptitle(f"{report.n_sessions} held-out sessions, success rate {report.success_rate:.2f}, "
                  f"{report.folds}-fold cross-fitting", fontsize=10)
     fig.tight_layout()
