@@ -164,8 +164,7 @@ def verify_text_rows(verifier_dir: str | Path, input_path: str | Path, *, model:
         judged_verdict = DocumentVerdict(made, alpha=verifier.estimator.alpha, coverage=verifier.coverage,
                                          task=plan.route.task, unjudged=None if made is not None else REASON_NOT_A_TASK)
         data = judged_verdict.to_dict()
-        row = {"id": doc.id, **{k: data[k] for k in ("prediction", "p_lower", "admitted", "q", "d", "q_bin", "reason",
-                                                       "status", "verified", "explanation", "badge", "task")}}
+        row = {"id": doc.id, **{k: v for k, v in data.items() if k not in ("exemplars", "softmax", "alpha")}}
         if explain > 0:
             row["exemplars"] = data["exemplars"]
         out.append(row)

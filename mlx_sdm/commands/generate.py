@@ -29,7 +29,7 @@ answers the answer ends at the JSON unit, so the verdict covers exactly the text
   p_lower   the calibrated lower probability of the predicted class (only when admitted)
   q, d      similarity (nearest training exemplars that agree) and distance quantile
   exemplars the nearest training documents with their labels
---json prints one object ("head": the SDM-network head folder decoded with, or null); its "verdict" carries "status": "verified" | "not_verified" | "out_of_scope"
+--json prints one object ("head": the SDM-network head folder decoded with, or null); its "verdict" carries "status" (verified, not_verified, out_of_scope; no_verifier without one), "badge"
 beside "reason" and "explanation" (null when no verifier fits the model: see "unverifiable_reason").
 
 examples:

@@ -79,7 +79,7 @@ def verdict_review_reasons(verdict: DocumentVerdict | None) -> list[str]:
     """An answer the verifier did not vouch for goes to the review queue under its reason code."""
     if verdict is None or verdict.status is VerdictStatus.VERIFIED:
         return []
-    return [verdict.reason or "not_verified"]
+    return [verdict.reason or VerdictStatus.NOT_VERIFIED.value]
 
 
 def _why(reading: MonitorReading) -> str:

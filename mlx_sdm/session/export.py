@@ -23,7 +23,7 @@ from mlx_sdm.monitor.session_file import (
 )
 from mlx_sdm.monitor.provenance import Provenance
 from mlx_sdm.monitor.reading import MonitorReading
-from mlx_sdm.network.verdict import DocumentVerdict, VerdictWords, verdict_words
+from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, VerdictWords, verdict_words
 from mlx_sdm.session.store import ChatStore, MessageRecord
 
 EXPORT_FORMATS = ("markdown", "jsonl")
@@ -120,9 +120,9 @@ def session_outcome(messages: list[MessageRecord], decisions: dict) -> tuple[str
         return "success", "complete"
     if last.status == "paused":
         return None, "abandoned"
-    if last.status == "aborted" or last.verdict_status in {"not_verified", "out_of_scope"}:
+    if last.status == "aborted" or VerdictStatus.read(last.verdict_status) in {VerdictStatus.NOT_VERIFIED, VerdictStatus.OUT_OF_SCOPE}:
         return "failure", "complete"
-    if last.verdict_status == "verified":
+    if VerdictStatus.read(last.verdict_status) is VerdictStatus.VERIFIED:
         return "success", "complete"
     return None, None
 
