@@ -173,3 +173,6 @@ def test_a_streaming_answer_keeps_answer_tokens_and_ends_done_or_failed(tmp_path
     failed.on_event(TokenEvent(session_id=session.id, turn=2, text="Part", phase="answer"))
     failed.fail()
     assert (store.message(failed.message_id).text, store.message(failed.message_id).status) == ("Part", "error")
+    failed.fail()  # from an error handler again: nothing more
+    answer.fail()  # a finished answer stays as finished
+    assert store.message(answer.message_id).status == "done"

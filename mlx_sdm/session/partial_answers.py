@@ -118,6 +118,7 @@ class StreamingAnswer:
         self.store, self.session_id, self.created_at = store, session_id, created_at
         self.message_id = store.begin_answer(session_id, created_at=created_at)
         self.pieces: list[str] = []
+        self.finished = False
 
     @property
     def text(self) -> str:
@@ -129,14 +130,24 @@ class StreamingAnswer:
             self.store.update_partial(self.message_id, self.text)
 
     def finish(self, record: Any) -> int:
-        return self.store.finish_answer(self.message_id, record)
+        message_id = self.store.finish_answer(self.message_id, record)
+        self.finished = True
+        return message_id
 
     def fail(self) -> None:
-        """The turn raised: the row keeps what was generated, status "error" (never left in progress)."""
+        """The turn raised: the row keeps what was generated, status "error". Safe to call from the turn's
+        error handler: nothing once finished, and a store that cannot take the write leaves the row in
+        progress (marked interrupted on the next open) rather than hiding the turn's own error."""
         from mlx_sdm.session.schema import AnswerRecord
 
-        self.store.finish_answer(self.message_id, AnswerRecord(self.session_id, self.text, status="error",
-                                                               created_at=self.created_at))
+        if self.finished:
+            return
+        try:
+            self.store.finish_answer(self.message_id, AnswerRecord(self.session_id, self.text, status="error",
+                                                                   created_at=self.created_at))
+        except Exception:  # noqa: BLE001  (the turn's error is the one to report)
+            return
+        self.finished = True
 
 
 def _insert_in_progress(conn: sqlite3.Connection, session_id: str, kind: str, stamp: str) -> int:
