@@ -98,9 +98,9 @@ def parse_embedding(value, *, path: str | None, line: int | None, width: int | N
 
 def read_embedding_jsonl(path: str | Path, require_label: bool = True, expected_dim: int | None = None,
                         expected_by: str | None = None) -> LabelledSet:
-    """Read ``{"id", "label", "embedding", ["text"]}`` rows. Blank lines are skipped; a missing
-    ``id`` becomes ``<file name>:<line>``. ``require_label=False`` reads unlabelled rows (label −1).
-    ``expected_dim``: the width every row must have, set by ``expected_by`` (e.g. "the estimator est/")."""
+    """Read ``{"id", "label", "embedding", ["text"]}`` rows (``expected_dim`` wide, set by ``expected_by``,
+    e.g. "the estimator est/", when given). Blank lines are skipped; a missing
+    ``id`` becomes ``<file name>:<line>``. ``require_label=False`` reads unlabelled rows (label −1)."""
     path = str(path)
     ids: list[str] = []
     rows: list[list[float]] = []
