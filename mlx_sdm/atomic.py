@@ -28,12 +28,17 @@ def check_output_file(path: str | os.PathLike) -> Path:
     path = Path(path)
     if path.is_dir():
         raise OutputError(f"{path}: is a folder; give a file name, e.g. {path / 'out.jsonl'}")
-    base = _nearest_existing(path.parent)
+    _check_can_create(path, path.parent)
+    return path
+
+
+def _check_can_create(path: Path, parent: Path) -> None:
+    """``path`` can be made under ``parent``: its nearest existing folder is a writable folder."""
+    base = _nearest_existing(parent)
     if not base.is_dir():
         raise OutputError(f"{path}: cannot be created because {base} is a file, not a folder; choose another path")
     if not os.access(base, os.W_OK | os.X_OK):
         raise OutputError(f"{path}: no permission to write in {base}; choose a folder you can write to")
-    return path
 
 
 def check_output_folder(path: str | os.PathLike, *, force: bool = False, artifact_files: tuple[str, ...] = ()) -> Path:
@@ -50,7 +55,7 @@ def check_output_folder(path: str | os.PathLike, *, force: bool = False, artifac
                               "(it is never replaced)")
         if not force:
             raise OutputError(f"{path}: already holds a saved artifact; pass --force to replace it, or choose another --out")
-    check_output_file(path / "probe")  # the parent chain is a writable folder
+    _check_can_create(path, path.parent)  # atomic_directory writes the new folder beside it, then renames
     return path
 
 

@@ -63,13 +63,20 @@ def iter_jsonl_objects(path: str | os.PathLike, *, missing: str = "no such file"
                 try:
                     row = json.loads(text)
                 except json.JSONDecodeError as exc:
-                    raise DataError(f"not valid JSON ({exc.msg} at column {exc.colno})", path=where, line=number) from None
+                    raise DataError(f"not valid JSON ({json_error_text(exc)})", path=where, line=number) from None
                 if not isinstance(row, dict):
                     raise DataError("each line must be a JSON object", path=where, line=number)
                 yield number, row
         except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
             raise DataError(f"the gzip stream is cut off or corrupt after line {number} ({exc}); "
                             "re-create the .gz file", path=where) from None
+
+
+def json_error_text(exc: json.JSONDecodeError, *, with_line: bool = False) -> str:
+    """What a JSON decode error says, with its position: "Expecting ',' delimiter at column 24". Some of
+    json's messages end in "at" already ("Invalid control character at"), which is not said twice."""
+    message = exc.msg[: -len(" at")] if exc.msg.endswith(" at") else exc.msg
+    return f"{message} at line {exc.lineno}, column {exc.colno}" if with_line else f"{message} at column {exc.colno}"
 
 
 def first_jsonl_object(path: str | os.PathLike) -> dict | None:

@@ -82,6 +82,9 @@ class PlainProgress:
         items = {**(ordered_dict or {}), **kwargs}
         self.postfix = ", ".join(f"{k}={v}" for k, v in items.items())
 
+    def clear(self) -> None:
+        """tqdm erases its bar before another line is printed; plain lines need nothing erased."""
+
     def refresh(self) -> None:
         self.update(0)  # the total may have changed (a bar that shrinks when work is skipped)
 

@@ -214,3 +214,120 @@ def test_plain_chat_skips_non_utf8_input_and_leaves_no_empty_session(tmp_path, c
     assert rc == 0
     assert "input line 1 is not UTF-8" in one_error_line(capsys.readouterr().err)
     assert store.list_sessions() == []
+
+
+# --------------------------------------------------------------------------- issue 18: the last unclear cases
+def read_only(folder: Path, monkeypatch) -> Path:
+    """Make ``folder`` read-only; as root (where permissions do not stop a write) the access check sees it so."""
+    import os
+
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o555)
+    if os.geteuid() == 0:
+        real = os.access
+        monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if (Path(p).resolve() == folder.resolve()
+                                                                          and mode & os.W_OK) else real(p, mode, **kw))
+    return folder
+
+
+def test_a_label_beyond_the_classes_is_blamed_on_its_line(files, tmp_path, capsys):
+    train, cal = files
+    rows = embedding_rows(60)
+    rows[9]["label"] = 7
+    bad = write_rows(tmp_path / "train7.jsonl", rows)
+    assert train_cmd.main(["--train", str(bad), "--calibration", str(cal), "--out", str(tmp_path / "o"), *FAST]) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "train7.jsonl:10: field 'label': label 7" in line and "classes 2..6" in line and "0, 1" in line
+
+
+def test_rows_wider_than_the_estimator_name_the_estimator_and_the_rows_width(files, tmp_path, capsys):
+    train, cal = files  # 4 wide
+    est = tmp_path / "est"
+    assert train_cmd.main(["--train", str(train), "--calibration", str(cal), "--out", str(est), *FAST]) == 0
+    capsys.readouterr()
+    wide = write_rows(tmp_path / "wide.jsonl", [{**r, "embedding": r["embedding"] * 2} for r in embedding_rows(8)])
+    assert report_cmd.main(["--estimator", str(est), str(wide)]) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "wide.jsonl:1" in line and "this row has 8 numbers" in line and f"the estimator {est} is 4 wide" in line
+    assert "earlier rows" not in line
+    assert verify_cmd.main(["--estimator", str(est), str(wide), "--out", str(tmp_path / "v.jsonl")]) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "wide.jsonl:1" in line and "the estimator" in line and "4 wide" in line and "earlier rows" not in line
+    assert train_cmd.main(["--train", str(train), "--calibration", str(wide), "--out", str(tmp_path / "o"), *FAST]) == 1
+    assert f"the training file {train} is 4 wide" in one_error_line(capsys.readouterr().err)
+
+
+def test_embedding_rows_where_text_rows_are_needed_say_which_rows_are_needed(text_verifier, files, tmp_path, capsys):
+    from mlx_sdm.network.data import read_documents_jsonl
+
+    _, model_dir, verifier, _ = text_verifier
+    embeddings, _ = files
+    assert verify_cmd.main(["--estimator", str(verifier), str(embeddings), "--out", str(tmp_path / "v.jsonl"),
+                            "--model", str(model_dir)]) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "train.jsonl:1" in line and "holds embedding rows" in line and "{prompt, completion, label}" in line
+    with pytest.raises(DataError, match="holds embedding rows"):
+        read_documents_jsonl(embeddings)  # finetune's data folder
+
+
+def test_a_folder_of_task_files_is_taken_and_a_folder_without_any_is_listed(tmp_path):
+    from mlx_sdm.network.tasks import load_tasks
+
+    folder = tmp_path / "my_tasks"
+    folder.mkdir()
+    for name, field_name in (("cities", "city"), ("colours", "colour")):
+        write_rows(folder / f"{name}.jsonl", [{"prompt": f"q{i}? JSON {{\"{field_name}\": str}}", "answer": {field_name: "a"}}
+                                               for i in range(3)])
+    (folder / "notes.md").write_text("x")
+    assert [t.name for t in load_tasks(["sentiment", str(folder)])] == ["sentiment", "cities", "colours"]
+    empty = tmp_path / "nothing_here"
+    empty.mkdir()
+    (empty / "notes.md").write_text("x")
+    (empty / "old").mkdir()
+    with pytest.raises(DataError, match=r"needs \.jsonl task files; it holds notes\.md, old/"):
+        load_tasks([str(empty)])
+
+
+def test_json_errors_say_at_once(tmp_path, capsys):
+    bad = tmp_path / "ctrl.jsonl"
+    bad.write_text('{"id": "a", "label": 0, "embedding": [1, 2]}\n{"id": "b\n')
+    assert train_cmd.main(["--train", str(bad), "--calibration", str(bad), "--out", str(tmp_path / "o"), *FAST]) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "ctrl.jsonl:2: not valid JSON (Invalid control character at column 10)" in line and "at at" not in line
+
+
+def test_build_verifier_checks_out_before_any_work_and_leaves_no_cache(tmp_path, capsys):
+    from mlx_sdm.commands import build_verifier as build_cmd
+
+    data = write_rows(tmp_path / "train.jsonl", embedding_rows(3))
+    before = data.read_text()
+    # a model that does not exist: had any work started, the error would be about the model
+    assert build_cmd.main(["--model", str(tmp_path / "no-model"), "--tasks", "sentiment", "--out", str(data)]) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert f"{data}: is an existing file" in line and data.read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.jsonl"]  # no train.jsonl.cache/
+
+
+def test_finetune_checks_its_outputs_and_resume_before_loading_anything(tmp_path, monkeypatch, capsys):
+    from mlx_sdm.commands import finetune as finetune_cmd
+
+    locked = read_only(tmp_path / "locked", monkeypatch)
+    missing_model = ["--model", str(tmp_path / "no-model"), "--data", str(tmp_path / "no-data"), "--quiet"]
+    assert finetune_cmd.main([*missing_model, "--adapter-path", str(locked / "head")]) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert f"{locked / 'head'}: no permission to write in {locked}" in line
+    assert finetune_cmd.main([*missing_model, "--adapter-path", str(tmp_path / "head"), "--resume"]) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert f"nothing to resume: no checkpoint at {tmp_path / 'head.checkpoint'}" in line and "drop --resume" in line
+
+
+def test_a_chat_store_in_a_read_only_folder_says_so(tmp_path, monkeypatch):
+    from mlx_sdm.session.store import ChatStore
+
+    locked = read_only(tmp_path / "locked", monkeypatch)
+    with pytest.raises(OutputError, match="is not writable") as caught:
+        ChatStore(locked / "chat.db")
+    assert "--db" in str(caught.value) and "move it aside" not in str(caught.value)
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(OutputError, match="cannot create its folder"):
+        ChatStore(tmp_path / "a_file" / "chat.db")

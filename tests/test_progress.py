@@ -67,3 +67,13 @@ def test_alg1_progress_is_plain_when_piped(capsys):
     err = capsys.readouterr().err
     assert "\r" not in err and len(err.splitlines()) == 4
     assert err.splitlines()[-1].startswith("iteration 2/2: 100/100 epoch 100%")
+
+
+def test_bars_are_made_only_in_the_progress_module():
+    """Every command's bars go through mlx_sdm.progress, so piped output is plain everywhere."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    makers = [str(p.relative_to(root)) for package in ("mlx_sdm", "tui") for p in (root / package).rglob("*.py")
+              if "import tqdm" in p.read_text(encoding="utf-8") or "from tqdm" in p.read_text(encoding="utf-8")]
+    assert makers == ["mlx_sdm/progress.py"]

@@ -191,3 +191,13 @@ def test_old_stores_title_their_empty_placeholder_sessions_on_upgrade(tmp_path):
         store.add_message(sid, "user", "new question here")
     titles = {s.id: s.title for s in store.list_sessions()}
     assert titles == {"e": "new question here", "u": "Chat 2026-01-02 03:05", "n": "Chat about cats"}
+
+
+def test_a_task_question_is_titled_by_its_task_and_document():
+    from mlx_sdm.network.encoding import FACTCHECK, TOPIC
+    from mlx_sdm.session.titles import title_from_message
+
+    article = TOPIC.user_message("Ink helps drive Democrat gains in the mid-term elections, analysts say")
+    assert title_from_message(article) == "topic: Ink helps drive Democrat gains in…"
+    assert title_from_message(FACTCHECK.user_message("Paris is in France.")) == "factcheck: Paris is in France."
+    assert title_from_message(TOPIC.instruction) == "topic"

@@ -17,10 +17,12 @@ Answers and features are cached per chunk (``network/tasks/answers.py``): a kill
 from __future__ import annotations
 
 import json
+import shutil
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -30,7 +32,7 @@ from mlx_sdm.calibration.evaluation import Evaluation, evaluate, plot, table_row
 from mlx_sdm.errors import DataError
 from mlx_sdm.network.tasks import Task, load_tasks
 from mlx_sdm.network.tasks.answers import AnsweredItem, AnswerSettings, SamplerFor, answer_items
-from mlx_sdm.network.verifier import DocumentVerifier, FeatureRecipe, labelled_set
+from mlx_sdm.network.verifier import VERIFIER_MANIFEST, DocumentVerifier, FeatureRecipe, labelled_set
 
 DEFAULT_PER_TASK = 300
 DEFAULT_EVAL_SIZE = 100
@@ -169,12 +171,35 @@ def _labelled(documents, answered: list[AnsweredItem]) -> LabelledSet:
 def build_verifier(args: BuildVerifierArgs, *, sampler_for: SamplerFor | None = None, sampler_tag: str = "",
                    log: Callable[[str], None] = print) -> BuildResult:
     """Answer, label, fit, save DIR (atomically) and write its report; see the module docstring."""
-    from mlx_sdm.lm.loading import load_model
+    from mlx_sdm.atomic import check_output_folder
 
     started = time.time()
     if min([args.per_task, *args.per_task_sizes.values()]) < MIN_PER_TASK:
         raise DataError(f"--per-task {args.per_task} is too small; give at least {MIN_PER_TASK}", field="--per-task")
+    # Before any work: never over a file or a folder that is not a verifier (a verifier is rebuilt in place).
+    check_output_folder(args.out, force=True, artifact_files=(VERIFIER_MANIFEST,))
     tasks = load_tasks(args.tasks)  # unknown names and bad JSONL fail here, before the model loads
+    with _cache_kept_only_if_used(args.resolved_cache_dir()):
+        return _build(args, tasks, started, sampler_for, sampler_tag, log)
+
+
+@contextmanager
+def _cache_kept_only_if_used(cache_dir: Path) -> Iterator[None]:
+    """A build that fails leaves no cache folder it made and never filled (a filled one is kept: the
+    next run picks up its answers)."""
+    existed = cache_dir.exists()
+    try:
+        yield
+    except BaseException:
+        if not existed and cache_dir.is_dir() and not any(p.is_file() for p in cache_dir.rglob("*")):
+            shutil.rmtree(cache_dir, ignore_errors=True)
+        raise
+
+
+def _build(args: BuildVerifierArgs, tasks: list[Task], started: float, sampler_for: SamplerFor | None,
+           sampler_tag: str, log: Callable[[str], None]) -> BuildResult:
+    from mlx_sdm.lm.loading import load_model
+
     lm = load_model(args.model, quantized=args.quantized)
     settings = AnswerSettings(args.max_tokens, cache_dir=args.resolved_cache_dir(), sampler_for=sampler_for,
                               sampler_tag=sampler_tag)

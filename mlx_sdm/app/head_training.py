@@ -215,6 +215,21 @@ def split_task_documents(documents: Sequence, config: FinetuneConfig, where: str
     return train, calibration
 
 
+def check_run_outputs(config: FinetuneConfig) -> None:
+    """Before any model work: the head and checkpoint folders can be written (not a file, not someone's
+    folder, not read-only), and ``resume`` has a checkpoint to continue from."""
+    from mlx_sdm.atomic import check_output_folder
+    from mlx_sdm.network.checkpoint import STATE_FILE, read_checkpoint_state
+    from mlx_sdm.network.heads import HEAD_MANIFEST_FILE
+
+    check_output_folder(config.adapter_path, force=True, artifact_files=(HEAD_MANIFEST_FILE,))
+    check_output_folder(config.checkpoint_path, force=True, artifact_files=(STATE_FILE,))
+    if config.args.resume and read_checkpoint_state(config.checkpoint_path) is None:
+        raise DataError(f"nothing to resume: no checkpoint at {config.checkpoint_path} (a run writes one after each "
+                        "epoch there); to start a new run, drop --resume (resume: false in the config), or give the "
+                        "--adapter-path of the run to continue", field="resume")
+
+
 def run_finetune(config: FinetuneConfig):
     """Load the model and verifier, fine-tune (Alg. 4), save the head; returns (FinetuneResult, head path)."""
     import mlx.core as mx
@@ -226,6 +241,7 @@ def run_finetune(config: FinetuneConfig):
     from mlx_sdm.progress import progress_bar
     from mlx_sdm.resources import resolve_artifact
 
+    check_run_outputs(config)
     group = mx.distributed.init()
     lm = load_model(config.model, quantized=config.quantized)
     verifier_dir = resolve_artifact(config.verifier) if config.verifier else DEFAULT_VERIFIER_DIR

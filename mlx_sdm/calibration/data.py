@@ -77,7 +77,10 @@ def parse_label(value, *, path: str | None, line: int | None, field: str = "labe
     return value
 
 
-def parse_embedding(value, *, path: str | None, line: int | None, width: int | None) -> list[float]:
+def parse_embedding(value, *, path: str | None, line: int | None, width: int | None,
+                    width_from: str | None = None) -> list[float]:
+    """A finite, non-empty embedding of ``width`` numbers; ``width_from`` says who set that width (the
+    estimator the rows are for, the training file), where not the file's own earlier rows."""
     if not isinstance(value, list) or not value:
         raise DataError("expected a non-empty list of numbers", path=path, line=line, field="embedding")
     for i, x in enumerate(value):
@@ -86,13 +89,19 @@ def parse_embedding(value, *, path: str | None, line: int | None, width: int | N
         if not math.isfinite(x):
             raise DataError(f"entry {i} is {x!r}; embeddings must be finite (no NaN or inf)", path=path, line=line, field="embedding")
     if width is not None and len(value) != width:
+        if width_from is not None:
+            raise DataError(f"this row has {len(value)} numbers, but {width_from} is {width} wide; embed these rows "
+                            "with the model that embedded its rows",
+                            path=path, line=line, field="embedding")
         raise DataError(f"has {len(value)} numbers but earlier rows have {width}; every row needs the same width",
                         path=path, line=line, field="embedding")
     return value
 
 
-def read_embedding_jsonl(path: str | Path, require_label: bool = True, expected_dim: int | None = None) -> LabelledSet:
-    """Read ``{"id", "label", "embedding", ["text"]}`` rows. Blank lines are skipped; a missing
+def read_embedding_jsonl(path: str | Path, require_label: bool = True, expected_dim: int | None = None,
+                        expected_by: str | None = None) -> LabelledSet:
+    """Read ``{"id", "label", "embedding", ["text"]}`` rows (``expected_dim`` wide, set by ``expected_by``,
+    e.g. "the estimator est/", when given). Blank lines are skipped; a missing
     ``id`` becomes ``<file name>:<line>``. ``require_label=False`` reads unlabelled rows (label −1)."""
     if is_sdmdataset_path(path):
         return read_embedding_bundle(path, require_label, expected_dim)
@@ -108,7 +117,8 @@ def read_embedding_jsonl(path: str | Path, require_label: bool = True, expected_
             _raise_text_row_error(row, path=path, line=number)
         if "embedding" not in row:
             raise DataError("missing; each row needs \"embedding\": [numbers]", path=path, line=number, field="embedding")
-        vec = parse_embedding(row["embedding"], path=path, line=number, width=width)
+        vec = parse_embedding(row["embedding"], path=path, line=number, width=width,
+                              width_from=(expected_by or "the estimator") if not rows and expected_dim is not None else None)
         width = len(vec)
         if "label" in row and row["label"] is not None:
             labels.append(parse_label(row["label"], path=path, line=number))
@@ -185,6 +195,7 @@ def check_fit_sets(train: LabelledSet, calibration: LabelledSet, min_per_class: 
         raise DataError(f"label {int(unseen[0])} never occurs in the training file {train.path}; every class needs "
                         f"rows in both files (labels 0..{num_classes - 1})", path=calibration.path, line=line,
                         field="label")
+    _check_no_missing_class(train, calibration, num_classes)
     sets = ((train, "training"), (calibration, "calibration"))
     for s, name in sets:
         counts = np.bincount(s.labels, minlength=num_classes)
@@ -199,3 +210,21 @@ def check_fit_sets(train: LabelledSet, calibration: LabelledSet, min_per_class: 
                 raise DataError(f"class {c} has only {counts[c]} rows in the {name} set; need at least {min_per_class}",
                                 path=s.path, field="label")
     return num_classes
+
+
+def _check_no_missing_class(train: LabelledSet, calibration: LabelledSet, num_classes: int) -> None:
+    """Labels are class indices 0..C-1 with C = the largest label + 1: a label above a class no row has
+    (a 7 among 0s and 1s) is blamed on the first row that carries it, in the file that has it."""
+    present = set(np.unique(np.concatenate([train.labels, calibration.labels])).tolist())
+    missing = [c for c in range(num_classes) if c not in present]
+    if not missing:
+        return
+    for s in (train, calibration):
+        above = np.nonzero(s.labels > missing[0])[0]
+        if above.size:
+            label = int(s.labels[above[0]])
+            gap = f"class {missing[0]}" if len(missing) == 1 else f"classes {missing[0]}..{missing[-1]}"
+            known = ", ".join(str(c) for c in sorted(present) if c != label)
+            raise DataError(f"label {label}, but no row has {gap}: labels are class indices 0..C-1 and every class "
+                            f"needs rows in both files (the other labels here: {known}); fix this row's label",
+                            path=s.path, line=int(above[0]) + 1, field="label")

@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=DEFAULT_MODEL,
                    help="smollm2 (embedded, default), a local mlx-lm folder or .gguf, a preset (phi-3.5) or a hub id")
     p.add_argument("--tasks", nargs="+", default=None, metavar="TASK",
-                   help="shipped task names and/or your .jsonl files, space- or comma-separated (default: all shipped)")
+                   help="shipped task names and/or your .jsonl files (or a folder of them), space- or comma-separated "
+                        "(default: all shipped)")
     p.add_argument("--per-task", type=int, default=DEFAULT_PER_TASK,
                    help="answers per task to train and calibrate on (halved; default %(default)s)")
     p.add_argument("--eval-size", type=int, default=DEFAULT_EVAL_SIZE,

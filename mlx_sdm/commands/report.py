@@ -58,7 +58,8 @@ def _load(args: argparse.Namespace) -> tuple[list[SDMEstimator], LabelledSet]:
     if len(kinds) > 1:
         raise MlxSdmError("--estimator mixes document verifiers and embedding estimators; compare like with like")
     estimators = [SDMEstimator.load(path) for path in args.estimator]
-    data = read_embedding_jsonl(args.input, require_label=True, expected_dim=estimators[0].input_dim)
+    data = read_embedding_jsonl(args.input, require_label=True, expected_dim=estimators[0].input_dim,
+                                expected_by=f"the estimator {args.estimator[0]}")
     return estimators, data
 
 

@@ -167,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"({time.time() - start:.1f} s)")
             return 0
         train_set = read_embedding_jsonl(args.train)
-        cal_set = read_embedding_jsonl(args.calibration, expected_dim=train_set.dim)
+        cal_set = read_embedding_jsonl(args.calibration, expected_dim=train_set.dim,
+                                       expected_by=f"the training file {args.train}")
         source = {"kind": "embeddings", "train": args.train, "calibration": args.calibration, "dim": train_set.dim}
         start = time.time()
         est = train_estimator(train_set, cal_set, config, source, progress=not args.quiet)

@@ -103,7 +103,9 @@ def read_tau2_results(path: str | os.PathLike) -> list[Session]:
     except FileNotFoundError:
         raise DataError("no such file", path=path_str) from None
     except json.JSONDecodeError as exc:
-        raise DataError(f"not valid JSON ({exc.msg}, line {exc.lineno})", path=path_str) from None
+        from mlx_sdm.jsonl import json_error_text
+
+        raise DataError(f"not valid JSON ({json_error_text(exc)})", path=path_str, line=exc.lineno) from None
     if not is_tau2_results(raw):
         raise DataError("not a tau2-bench Results file (no 'simulations' list)", path=path_str, field="simulations")
     info = raw.get("info") or {}

@@ -62,6 +62,10 @@ def read_documents_jsonl(path: str | Path) -> list[FinetuneDocument]:
     path = str(path)
     documents: list[FinetuneDocument] = []
     for number, row in iter_jsonl_objects(path, missing="file not found; pass a JSONL file of {prompt, completion, label} rows"):
+        if "embedding" in row and "prompt" not in row:
+            from mlx_sdm.network.encoding import EMBEDDING_ROW_HINT
+
+            raise DataError(EMBEDDING_ROW_HINT, path=path, line=number, field="prompt")
         for key in ("prompt", "completion", "label"):
             if key not in row:
                 raise DataError("missing; every row needs prompt, completion and label", path=path, line=number, field=key)

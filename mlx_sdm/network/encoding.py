@@ -183,7 +183,9 @@ def read_task_json(path: str | Path) -> tuple[str, list[dict]]:
     except FileNotFoundError:
         raise DataError("no such file; pass a BIG-bench task.json", path=str(path)) from None
     except json.JSONDecodeError as exc:
-        raise DataError(f"not valid JSON ({exc.msg})", path=str(path), line=exc.lineno) from None
+        from mlx_sdm.jsonl import json_error_text
+
+        raise DataError(f"not valid JSON ({json_error_text(exc)})", path=str(path), line=exc.lineno) from None
     examples = data.get("examples") if isinstance(data, dict) else None
     if not isinstance(examples, list) or not examples:
         raise DataError("expected a non-empty list of examples", path=str(path), field="examples")
@@ -299,15 +301,26 @@ def read_text_jsonl(path: str | Path, *, require_label: bool = True,
     return documents
 
 
+#: Said where an embedding row {id, label, embedding} is read as a text row.
+EMBEDDING_ROW_HINT = ("missing: this file holds embedding rows {id, label, embedding}, but this command needs text rows "
+                      "{prompt, completion, label} (a document verifier judges text; embedding rows go with an embedding "
+                      "estimator made by `mlx-sdm train` on embedding rows)")
+
+
 def is_text_row(row: dict) -> bool:
     return isinstance(row, dict) and "prompt" in row and "completion" in row and "embedding" not in row
 
 
 def text_row_to_document(row: dict, *, path: str | None = None, line: int | None = None,
                          require_label: bool = True, default_system: str | None = SYSTEM_PROMPT) -> VerificationDocument:
+    if "embedding" in row and "prompt" not in row:
+        raise DataError(EMBEDDING_ROW_HINT, path=path, line=line, field="prompt")
     for key in ("prompt", "completion"):
-        if not isinstance(row.get(key), str):
-            raise DataError("must be a string", path=path, line=line, field=key)
+        if key not in row:
+            raise DataError("missing; a text row is {\"prompt\": str, \"completion\": str, \"label\": 0|1}",
+                            path=path, line=line, field=key)
+        if not isinstance(row[key], str):
+            raise DataError(f"must be a string, got {type(row[key]).__name__}", path=path, line=line, field=key)
     if not row["completion"].strip():
         raise DataError("the completion is empty; there is nothing to verify", path=path, line=line, field="completion")
     if not row["prompt"].strip():

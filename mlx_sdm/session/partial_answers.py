@@ -109,6 +109,47 @@ class PartialAnswerStore:
         return len(dead)
 
 
+class StreamingAnswer:
+    """One answer kept in the store while it streams, for the engine's turn: begun on creation, fed
+    the turn's events (:meth:`on_event`: answer tokens only), then finished with the whole record,
+    or with what was generated marked "error" when the turn fails (:meth:`fail`)."""
+
+    def __init__(self, store: Any, session_id: str, *, created_at: str | None = None):
+        self.store, self.session_id, self.created_at = store, session_id, created_at
+        self.message_id = store.begin_answer(session_id, created_at=created_at)
+        self.pieces: list[str] = []
+        self.finished = False
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+    def on_event(self, event: Any) -> None:
+        if getattr(event, "kind", None) == "token" and getattr(event, "phase", "answer") == "answer" and event.text:
+            self.pieces.append(event.text)
+            self.store.update_partial(self.message_id, self.text)
+
+    def finish(self, record: Any) -> int:
+        message_id = self.store.finish_answer(self.message_id, record)
+        self.finished = True
+        return message_id
+
+    def fail(self) -> None:
+        """The turn raised: the row keeps what was generated, status "error". Safe to call from the turn's
+        error handler: nothing once finished, and a store that cannot take the write leaves the row in
+        progress (marked interrupted on the next open) rather than hiding the turn's own error."""
+        from mlx_sdm.session.schema import AnswerRecord
+
+        if self.finished:
+            return
+        try:
+            self.store.finish_answer(self.message_id, AnswerRecord(self.session_id, self.text, status="error",
+                                                                   created_at=self.created_at))
+        except Exception:  # noqa: BLE001  (the turn's error is the one to report)
+            return
+        self.finished = True
+
+
 def _insert_in_progress(conn: sqlite3.Connection, session_id: str, kind: str, stamp: str) -> int:
     cur = conn.execute(
         "INSERT INTO messages(session_id, role, kind, text, status, created_at, metadata_json) "

@@ -24,7 +24,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from mlx_sdm.errors import ArtifactError, DataError
+from mlx_sdm.errors import ArtifactError, DataError, OutputError
 from mlx_sdm.session.partial_answers import PartialAnswerStore
 from mlx_sdm.session.review_queue import ReviewQueueStore
 from mlx_sdm.session.schema import (  # noqa: F401  (re-exported: the store's records and schema)
@@ -61,7 +61,7 @@ class ChatStore(ReviewQueueStore, PartialAnswerStore):
 
     def __init__(self, path: str | os.PathLike, *, target_version: int | None = None):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _check_writable(self.path)
         self._lock = threading.RLock()
         try:
             self._conn = sqlite3.connect(
@@ -294,6 +294,21 @@ class ChatStore(ReviewQueueStore, PartialAnswerStore):
         if not rows:
             raise DataError(f"no message with id {message_id}", path=str(self.path), field="message")
         return _message(rows[0])
+
+
+def _check_writable(path: Path) -> None:
+    """A store is written from the moment it opens (migrations, and the -wal and -shm files SQLite keeps
+    beside it): a folder or file that cannot be written is said so, not taken for a broken store."""
+    fix = "pick a --db path in a folder you can write to"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{path}: cannot create its folder {path.parent} ({exc.strerror or exc}); {fix}") from None
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise OutputError(f"{path}: the folder {path.parent} is not writable, and the chat store writes there (its "
+                          f"-wal and -shm files sit beside it); {fix}")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise OutputError(f"{path}: the chat store file is read-only; make it writable, or {fix}")
 
 
 def _answer_columns(r: AnswerRecord, stamp: str) -> dict[str, Any]:

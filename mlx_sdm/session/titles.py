@@ -1,10 +1,24 @@
 """Session titles: a session created without one shows a placeholder until its first user message
 exists, then is named after that message's first words (in the store, so the engine and the server
-alike get it through ``add_message`` / ``add_turn``)."""
+alike get it through ``add_message`` / ``add_turn``). A task question is named after its task and the
+first words of its document, not the instruction every question of that task starts with."""
 
 from __future__ import annotations
 
 import sqlite3
+
+from mlx_sdm.network.encoding import (
+    FACTCHECK,
+    MULTIPLE_CHOICE,
+    PLAUSIBILITY,
+    SENTIMENT,
+    SPAM,
+    TOPIC,
+    YES_NO,
+)
+
+#: The shipped task formats whose instruction a task question starts with.
+TASK_FORMATS = (FACTCHECK, PLAUSIBILITY, TOPIC, YES_NO, MULTIPLE_CHOICE, SPAM, SENTIMENT)
 
 
 #: A session titled from its first message gets at most this many of its words (and characters).
@@ -19,7 +33,18 @@ def placeholder_title(stamp: str) -> str:
 
 def title_from_message(text: str) -> str | None:
     """A short one-line title from a user message: the first words of its first non-empty line
-    ("…" where cut); None for a message with no words."""
+    ("…" where cut), after "TASK: " for a task question; None for a message with no words."""
+    for fmt in TASK_FORMATS:
+        if text.lstrip().startswith(fmt.instruction):
+            document = text.lstrip()[len(fmt.instruction):].strip()
+            label = f"{fmt.document_label}:"
+            document = document[len(label):] if document.startswith(label) else document
+            words = _first_words(document)
+            return f"{fmt.name}: {words}" if words else fmt.name
+    return _first_words(text)
+
+
+def _first_words(text: str) -> str | None:
     line = next((ln for ln in text.splitlines() if ln.strip()), "")
     words = line.split()
     if not words:

@@ -216,10 +216,26 @@ def load_task(name_or_path: str) -> Task:
                     "or give the path of your own .jsonl task", field="--tasks")
 
 
+def task_files_in(folder: Path) -> list[Path]:
+    """The task files of a folder given as a task (``--tasks my_tasks/``): its ``*.jsonl``, sorted; a
+    folder with none is a DataError that lists what it holds."""
+    found = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix == ".jsonl")
+    if not found:
+        held = sorted(p.name + ("/" if p.is_dir() else "") for p in folder.iterdir())
+        shown = ", ".join(held[:10]) + (f" and {len(held) - 10} more" if len(held) > 10 else "") if held else "nothing"
+        raise DataError(f"a folder of tasks needs .jsonl task files; it holds {shown}", path=str(folder), field="--tasks")
+    return found
+
+
 def load_tasks(names: list[str] | None) -> list[Task]:
-    """Every shipped task (None) or the named ones, in order; duplicates refused."""
+    """Every shipped task (None) or the named ones, in order (a folder: each of its .jsonl files);
+    duplicates refused."""
     names = list(names) if names else list(SHIPPED_TASK_NAMES)
-    tasks = [load_task(n) for n in names]
+    expanded: list[str] = []
+    for name in names:
+        is_folder = name not in SHIPPED_TASK_NAMES and Path(name).is_dir()
+        expanded += [str(p) for p in task_files_in(Path(name))] if is_folder else [name]
+    tasks = [load_task(n) for n in expanded]
     seen: set[str] = set()
     for task in tasks:
         if task.name in seen:
