@@ -34,8 +34,6 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
 from mlx_sdm.calibration.data import LabelledSet  # noqa: E402
 from mlx_sdm.calibration.evaluation import table_row  # noqa: E402

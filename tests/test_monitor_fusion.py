@@ -125,7 +125,7 @@ def test_verdict_status_and_forecast():
     assert verdict_status(True, 0, None) is VerdictStatus.NOT_VERIFIED
     assert verdict_status(False, 1, "below_threshold") is VerdictStatus.NOT_VERIFIED
     assert verdict_status(False, 1, "out_of_distribution") is VerdictStatus.OUT_OF_SCOPE
-    assert TurnVerdict.from_dict(None).status is VerdictStatus.NONE
+    assert TurnVerdict.from_dict(None).status is VerdictStatus.NO_VERIFIER
     verified = TurnVerdict.from_dict({"p_lower": 0.96, "admitted": True, "prediction": 1, "q": 30, "d": 0.8})
     rejected = TurnVerdict.from_dict({"p_lower": 0.9, "admitted": True, "prediction": 0})
     oos = TurnVerdict.from_dict({"status": "out_of_scope", "admitted": False})
@@ -135,7 +135,7 @@ def test_verdict_status_and_forecast():
     monitor.observe({"p_lower": 0.96, "admitted": True, "prediction": 1})
     assert monitor.forecast == pytest.approx(0.96)
     fitted = fit_verdict_params([(oos, False), (oos, False), (oos, True), (verified, True)])
-    assert fitted.status_rate["out_of_scope"] == pytest.approx(2 / 5) and fitted.status_rate["none"] == 0.5
+    assert fitted.status_rate["out_of_scope"] == pytest.approx(2 / 5) and fitted.status_rate["no_verifier"] == 0.5
 
 
 # ---------------------------------------------------------------------------------------- report

@@ -35,7 +35,8 @@ API_KEY = "test-key"
 MODEL = "tiny-llama-0"
 MAX_BODY = 20_000
 QUESTION = [{"role": "user", "content": "Paris is the capital of France. Is this claim true or false?"}]
-VERDICT_KEYS = {"status", "verified", "reason", "reason_code", "p_lower", "q", "d", "q_bin", "prediction", "exemplars", "verifier"}
+VERDICT_KEYS = {"status", "verified", "reason", "reason_code", "badge", "p_lower", "q", "d", "q_bin", "prediction", "exemplars",
+                "verifier"}
 
 
 class ThreadServer:
@@ -290,8 +291,8 @@ def test_bad_verify_requests_and_size_limit(served):
 # ---------------------------------------------------------------------- the three states, in words
 
 
-def _verdict(prediction: int, admitted: bool, reason: str | None, p_lower: float | None) -> Verdict:
-    return Verdict(prediction=prediction, p_lower=p_lower, admitted=admitted, q=7, d=0.5, q_bin=2, reason=reason,
+def _verdict(prediction: int, admitted: bool, reason: str | None, p_lower: float | None, d: float = 0.5) -> Verdict:
+    return Verdict(prediction=prediction, p_lower=p_lower, admitted=admitted, q=7, d=d, q_bin=2, reason=reason,
                    exemplars=[Exemplar(id="a", label=1, prediction=1, distance=0.1, text="an example")])
 
 
@@ -300,7 +301,7 @@ def _verdict(prediction: int, admitted: bool, reason: str | None, p_lower: float
     (_verdict(0, True, None, 0.97), "not_verified", "predicted_unacceptable"),
     (_verdict(1, False, "below_threshold", 0.7), "not_verified", "below_threshold"),
     (_verdict(1, False, "index_flipped", None), "not_verified", "index_flipped"),
-    (_verdict(1, False, "out_of_distribution", None), "out_of_scope", "out_of_distribution"),
+    (_verdict(1, False, "out_of_distribution", None, d=0.0), "out_of_scope", "out_of_distribution"),
 ])
 def test_served_verdict_carries_the_one_rule_and_its_words(verdict, status, code):
     judged = DocumentVerdict(verdict)

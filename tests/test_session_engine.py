@@ -88,9 +88,9 @@ def test_unverifiable_when_no_verifier_fits(make_engine):
     engine, store, events = make_engine(verifier=False)
     assert engine.info().verifier_path is None and engine.info().unverifiable_reason
     result = engine.send(store.create_session().id, QUESTION).result(60)
-    assert result.verdict_status == "unverifiable" and result.verdict is None
+    assert result.verdict_status == "no_verifier" and result.verdict is None
     (verdict_event,) = [e for e in events if e.kind == "verdict"]
-    assert verdict_event.status == "unverifiable" and verdict_event.reason == engine.info().unverifiable_reason
+    assert verdict_event.status.value == "no_verifier" and verdict_event.reason == engine.info().unverifiable_reason
 
 
 def test_cancel_stops_generation_at_the_next_token(make_engine):

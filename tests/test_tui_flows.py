@@ -123,8 +123,8 @@ async def test_unverifiable_when_no_verifier_fits(store):
         app = SdmChatApp(engine=engine, store=store)
         async with app.run_test(size=SIZE) as pilot:
             bubble = await send(pilot, app, "Hello world")
-            assert bubble.badge.status == "unverifiable"
-            assert str(bubble.badge.render()).startswith("? unverifiable")
+            assert bubble.badge.status == "no_verifier"
+            assert str(bubble.badge.render()).startswith("· no verifier")
             assert not bubble.badge.expandable
     finally:
         engine.shutdown()

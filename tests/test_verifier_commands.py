@@ -100,7 +100,7 @@ def test_generate_json_carries_the_state_by_name_and_formats_verdicts(trained, c
     # no verifier: unverifiable, with the reason, and no verdict
     assert generate_cmd.main(["hello", "--model", str(model_dir), "--verifier", "none", "--max-tokens", "2", "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
-    assert payload["status"] == "unverifiable" and payload["verdict"] is None and "off" in payload["unverifiable_reason"]
+    assert payload["status"] == "no_verifier" and payload["verdict"] is None and "off" in payload["unverifiable_reason"]
     # a real answer's verdict block
     lm = model_for_verifier(out, None)
     verdict = DocumentVerifier.load(out, expect_fingerprint=lm.fingerprint).verify_text(
@@ -109,7 +109,7 @@ def test_generate_json_carries_the_state_by_name_and_formats_verdicts(trained, c
     text = generate_cmd.format_verdict(judged)
     assert text.startswith(f"verdict: {judged.status.words.upper()}\n{judged.explanation()}")
     assert "p_lower:" in text and f"q: {verdict.q}" in text
-    assert text.count("[label ") == 2 and "nearest exemplars:" in text
+    assert text.count(", id ") == 2 and "nearest exemplars" in text
     assert judged.verified == (verdict.admitted and verdict.prediction == 1)
     other = save_tiny_folder(root / "other-for-generate", seed=2)
     assert generate_cmd.main(["hello", "--model", str(other), "--verifier", str(out)]) == 1

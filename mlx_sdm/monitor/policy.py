@@ -50,7 +50,7 @@ class PausePolicy:
             threshold, rate = float(data["threshold"]), float(data["pause_rate"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{where}: needs numbers 'threshold' and 'pause_rate' ({exc}); "
-                             "rebuild it with scripts/choose_pause_policy.py") from None
+                             "rebuild it with `python -m mlx_sdm.monitor.fused 0.15`") from None
         if not (0.0 <= threshold <= 1.0 and 0.0 <= rate <= 1.0):
             raise ValueError(f"{where}: threshold {threshold} and pause_rate {rate} must lie in [0, 1]")
         return cls(threshold, rate, dict(data.get("chosen_on") or {}), dict(data.get("measured") or {}))

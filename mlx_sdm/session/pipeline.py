@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from mlx_sdm.errors import DataError
 from mlx_sdm.monitor.reading import MonitorReading
 from mlx_sdm.network.coverage import TaskRoute, match_instruction
 from mlx_sdm.network.verdict import REASON_EMPTY_ANSWER, REASON_NOT_A_TASK, DocumentVerdict
@@ -171,9 +172,12 @@ class TurnPipeline:
             return None, self.components.unverifiable_reason or "no verifier is loaded"
         if not plan.judge:
             return DocumentVerdict(None, coverage=verifier.coverage, unjudged=REASON_NOT_A_TASK), None
-        if features is None and text:
-            features = self._force_decode(plan.judged, text)
-        return self.verify(features, text, options, task=plan.route.task)
+        if features is None and text.strip():
+            try:
+                features = self._force_decode(plan.judged, text)
+            except DataError:  # nothing of the answer is left to read once tokenised (e.g. only special tokens)
+                features = None
+        return self.verify(features, text if features is not None else "", options, task=plan.route.task)
 
     def verify(self, features: np.ndarray | None, text: str, options: TurnOptions = TurnOptions(), *,
                task: str | None = None) -> tuple[DocumentVerdict | None, str | None]:
