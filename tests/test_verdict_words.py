@@ -78,6 +78,7 @@ def test_each_sentence_is_true_of_its_numbers(judged: DocumentVerdict):
     # the stored form reads back to the same words
     again = DocumentVerdict.from_dict(judged.to_dict(), COVERAGE)
     assert verdict_words(again) == words
+    assert verdict_words(DocumentVerdict.from_dict(judged.to_dict())) == words  # the stored verdict keeps its coverage
 
 
 def test_no_verifier_and_unjudged_turns_have_their_own_words():

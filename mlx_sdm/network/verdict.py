@@ -26,7 +26,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from mlx_sdm.calibration.constants import ALPHA_PRIME
-from mlx_sdm.network.coverage import VerifierCoverage, VerifierTask
+from mlx_sdm.network.coverage import VerifierCoverage, VerifierTask, read_coverage
 
 if TYPE_CHECKING:  # no MLX import here: the UI and the store read verdicts without loading MLX
     from mlx_sdm.calibration.estimator import Verdict
@@ -153,8 +153,10 @@ class DocumentVerdict:
             "prediction": None, "p_lower": None, "admitted": False, "q": None, "d": None, "q_bin": None,
             "exemplars": [], "softmax": []}
         words = verdict_words(self)
+        covers = [{"name": t.name, "description": t.description} for t in self.coverage.tasks]
         return {**numbers, "status": self.status.value, "verified": self.verified, "reason": self.reason,
-                "explanation": words.sentence, "badge": words.badge, "task": self.task, "alpha": self.alpha}
+                "explanation": words.sentence, "badge": words.badge, "task": self.task, "alpha": self.alpha,
+                "covers": covers, "built_on": self.coverage.built_on}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None,
@@ -163,7 +165,8 @@ class DocumentVerdict:
         if not data or VerdictStatus.read(data.get("status")) is VerdictStatus.NO_VERIFIER:
             return None
         alpha = float(data.get("alpha") or ALPHA_PRIME)
-        coverage = coverage or VerifierCoverage()
+        # the coverage of the verifier that judged it, as stored with the verdict (older rows: unknown)
+        coverage = coverage or read_coverage({"tasks": data.get("covers") or [], "info": {"task": data.get("built_on")}})
         if data.get("prediction") is None:
             unjudged = data.get("reason") if data.get("reason") in (REASON_NOT_A_TASK, REASON_EMPTY_ANSWER) else \
                 REASON_NOT_A_TASK
