@@ -133,9 +133,7 @@ class SdmChatApp(App):
         except OSError as exc:
             self.notify(f"Screenshot not saved: {exc}", severity="error", timeout=10)
             return None
-        key = super().deliver_screenshot(filename, str(folder), time_format)
-        self.notify(f"Screenshot saved in {folder}", title="Screenshot", timeout=2)
-        return key
+        return super().deliver_screenshot(filename, str(folder), time_format)  # Textual's toast names the file
 
     def action_export_labels(self) -> None:
         """Review decisions as training rows {prompt, completion, label} for the next `mlx-sdm train` / `finetune`."""
