@@ -1,149 +1,270 @@
 #!/usr/bin/env bash
-# End-to-end drive of the real chat UI with the embedded model, in tmux.
+# End-to-end drive of the real chat UI (embedded SmolLM2, the shipped default verifier and head) in tmux:
+# a five-step conversation, each step checked on the screen and printed as ok / FAIL.
 #
-#   scripts/e2e_tui.sh [PROMPT]
+#   scripts/e2e_tui.sh [--svg DIR]
 #
-# Starts `mlx-sdm chat` (the Textual UI; embedded SmolLM2 and its default verifier) on a fresh
-# store in a detached 120x40 tmux session, waits for the model to load, types PROMPT, presses
-# Enter, and polls the pane every 20 ms to time the first streamed token on screen (the issue's
-# "first token within 2 s of Enter"). Then it waits for the verdict badge, expands the evidence,
-# exports the session, opens the review queue, marks the answer acceptable (the support set grows
-# by one) and undoes it, opens the help screen, printing each screen it saw, and quits with
-# ctrl+q. Exit status 0 when every step was seen, 1 otherwise.
+#   1. an everyday question ("What is the capital of Australia?"): a prose answer, "○ out of scope";
+#   2. the README's news article: {"topic": "sports"}, "✔ verified"; its evidence expanded (ctrl+b);
+#   3. a follow-up ("Why did you pick that topic?"): a prose answer, not forced into the task's JSON;
+#   4. the review queue (ctrl+r): the turn-1 answer (else the first queued one) marked acceptable; the
+#      review footer's "support set N points" and the chat's status line "support N" both move by one;
+#   5. the article again: the same answer and the same verdict as in step 2.
+# Then it exports the session (ctrl+s) and quits (ctrl+q). Exit status 0 when every step was seen.
 #
-# Environment: PYTHON (default .venv/bin/python), E2E_DIR (default a new temp dir; the store goes
-# there), LOAD_TIMEOUT (s, default 240), ANSWER_TIMEOUT (s, default 240),
-# CHAT_ARGS (extra arguments for `mlx-sdm chat`, default "--max-tokens 64").
-# When the session monitor pauses the turn (HIGH), the script shows the reflection and the
-# guidance prompt, answers with GUIDANCE and waits for the resumed answer.
+# Each step's screen is saved as text under E2E_OUT (NN-step.txt; the store is E2E_OUT/store). With
+# --svg DIR (or E2E_SVG=DIR) the same run also saves SVG screenshots there, taken by the app itself (f12):
+# chat-out-of-scope, verified-answer, chat-follow-up, review-queue, chat-same-again (.svg); the docs'
+# screenshots are made with `scripts/e2e_tui.sh --svg docs/screenshots`.
+#
+# Environment: PYTHON (default .venv/bin/python), E2E_OUT (default a new temp dir), E2E_SIZE (the
+# terminal, default 120x50), LOAD_TIMEOUT and
+# ANSWER_TIMEOUT (s, default 300 each), CHAT_ARGS (extra `mlx-sdm chat` arguments, default
+# "--max-tokens 64"), GUIDANCE (the reply when the session monitor pauses a turn at HIGH).
 set -u
 cd "$(dirname "$0")/.."
+SVG_DIR=${E2E_SVG:-}
+while [ $# -gt 0 ]; do
+    case $1 in
+        --svg) SVG_DIR=${2:?--svg needs a folder}; shift 2 ;;
+        --svg=*) SVG_DIR=${1#--svg=}; shift ;;
+        -h|--help) sed -n '2,/^set -u/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "e2e: unknown argument $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
 PYTHON=${PYTHON:-.venv/bin/python}
-PROMPT=${1:-"Paris is the capital of France. Is this claim true or false?"}
-GUIDANCE=${GUIDANCE:-"Answer in one short sentence."}
-E2E_DIR=${E2E_DIR:-$(mktemp -d /tmp/mlx-sdm-e2e.XXXXXX)}
-LOAD_TIMEOUT=${LOAD_TIMEOUT:-240}
-ANSWER_TIMEOUT=${ANSWER_TIMEOUT:-240}
+E2E_OUT=${E2E_OUT:-$(mktemp -d /tmp/mlx-sdm-e2e.XXXXXX)}
+LOAD_TIMEOUT=${LOAD_TIMEOUT:-300}
+ANSWER_TIMEOUT=${ANSWER_TIMEOUT:-300}
 CHAT_ARGS=${CHAT_ARGS:-"--max-tokens 64"}
+# 50 rows: the verified answer, its badge and its whole expanded evidence fit on one screen.
+E2E_SIZE=${E2E_SIZE:-120x50}
+GUIDANCE=${GUIDANCE:-"Answer in one short sentence."}
+QUESTION="What is the capital of Australia?"
+FOLLOW_UP="Why did you pick that topic?"
+# The README's article (tests/test_default_verifies_smollm2.py, ARTICLE).
+ARTICLE='Classify the topic of the following news article. Respond using the following JSON: {"topic": str}. ARTICLE: Wenger dejected as Arsenal slump Arsenal manager Arsene Wenger claimed their display in the 3-1 defeat against Bayern Munich was "our worst peformance in the Champions League". Kolo Toure'"'"'s late goal gives the Gunners hope for the second leg, but'
+BADGE='(✔ verified|✘ not verified|○ out of scope|\? unverifiable|· no verifier)'
 SESSION="mlx-sdm-e2e-$$"
 STATUS=0
 
 command -v tmux >/dev/null || { echo "e2e: tmux is not installed" >&2; exit 2; }
+command -v bc >/dev/null || { echo "e2e: bc is not installed" >&2; exit 2; }
+mkdir -p "$E2E_OUT/store" "$E2E_OUT/svg" || exit 2
+if [ -n "$SVG_DIR" ]; then mkdir -p "$SVG_DIR" || exit 2; fi
+
 now() { date +%s.%N; }
+elapsed() { printf '%.1f' "$(echo "$(now) - $1" | bc)"; }
 pane() { tmux capture-pane -p -t "$SESSION"; }
-show() { echo "---------------- $1 ----------------"; pane; echo; }
+# The chat column only: no left border, no monitor panel, no indentation.
+chat_column() { pane | sed -e 's/[[:space:]]*▏.*$//' -e 's/^ █ \{0,1\}//' -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//'; }
+# Turn N's lines: from its "assistant · turn N" title to its monitor line.
+turn_block() { chat_column | awk -v t="assistant · turn $1" '$0 == t {f = 1; next} f && /^AUQ / {exit} f {print}'; }
+turn_answer() { turn_block "$1" | awk '/^(▸|▾) / {exit} {print}' | sed '/^$/d'; }
+turn_badge() { turn_block "$1" | grep -E "^[▸▾]? ?$BADGE" | head -1 | sed 's/^[▸▾] //'; }
+support_in_status() { pane | grep -o "· support [0-9]*" | grep -o "[0-9]*$" | tail -1; }
+# Textual's toasts (drawn with ▌ at the right) cover the status line's end; wait until they are gone.
+no_toasts() { local i; for i in $(seq 120); do pane | grep -q "▌" || return 0; sleep 0.1; done; return 1; }
+# The chat screen is showing (not the review queue or a prompt): its input's placeholder or footer.
+in_chat() { pane | tail -1 | grep -q "Stop .*Evidence"; }
+back_to_chat() {  # escape until the chat screen shows (a lone escape can be lost while a worker finishes)
+    local i; for i in 1 2 3; do
+        in_chat && return 0
+        tmux send-keys -t "$SESSION" Escape; sleep 1
+    done
+    in_chat
+}
+save() {  # save NAME: the screen as text under E2E_OUT
+    pane > "$E2E_OUT/$1.txt"
+    echo "e2e: (screen saved: $E2E_OUT/$1.txt)"
+}
+ok() { echo "e2e: ok   $1"; }
+fail() { echo "e2e: FAIL $1"; STATUS=1; }
+check() { if [ "$2" = 1 ]; then ok "$1"; else fail "$1"; fi; }
 wait_for() {  # wait_for REGEX TIMEOUT_S -> 0 when the pane matches within the timeout
     local deadline; deadline=$(echo "$(now) + $2" | bc)
     while (( $(echo "$(now) < $deadline" | bc) )); do
-        pane | grep -Eq "$1" && return 0
+        pane | grep -Eq -- "$1" && return 0
         sleep 0.1
     done
     return 1
 }
-step() {  # step NAME REGEX TIMEOUT
-    if wait_for "$2" "$3"; then echo "e2e: ok   $1"; else echo "e2e: FAIL $1 (no /$2/ within $3 s)"; STATUS=1; fi
+shot() {  # shot NAME: with --svg, the app saves the screen (f12) and it is moved to DIR/NAME.svg
+    [ -n "$SVG_DIR" ] || return 0
+    no_toasts  # a clean picture: no "MEDIUM logged" or decision toast over it
+    local before; before=$(ls "$E2E_OUT/svg" | wc -l)
+    tmux send-keys -t "$SESSION" F12
+    local deadline; deadline=$(echo "$(now) + 10" | bc)
+    while (( $(echo "$(now) < $deadline" | bc) )) && [ "$(ls "$E2E_OUT/svg" | wc -l)" -le "$before" ]; do sleep 0.1; done
+    sleep 0.5  # the driver writes the file from a thread
+    local newest; newest=$(ls -t "$E2E_OUT/svg"/*.svg 2>/dev/null | head -1)
+    if [ "$(ls "$E2E_OUT/svg" | wc -l)" -gt "$before" ] && grep -q "</svg>" "$newest"; then
+        cp "$newest" "$SVG_DIR/$1.svg" && echo "e2e: (screenshot $SVG_DIR/$1.svg)"
+    else
+        fail "screenshot $1.svg (f12 saved nothing in $E2E_OUT/svg)"
+    fi
+    no_toasts  # Textual's "Saved screenshot" toast fades before the next step
 }
 cleanup() { tmux kill-session -t "$SESSION" 2>/dev/null; }
 trap cleanup EXIT
 
-echo "e2e: store and log in $E2E_DIR"
-tmux new-session -d -s "$SESSION" -x 120 -y 40 \
-    "$PYTHON -m mlx_sdm chat --db $E2E_DIR/chat.db $CHAT_ARGS; echo EXITED \$?; sleep 30"
+ask() {  # ask N TEXT: send TEXT, time its first token on screen, wait for turn N's verdict and the end of the turn
+    local n=$1 text=$2 t_enter first="" resumed=0 deadline screen
+    in_chat || { fail "turn $n: the chat screen is not showing; not typing into another screen"; return 1; }
+    tmux send-keys -t "$SESSION" -l "$text"
+    sleep 0.3
+    t_enter=$(now)
+    tmux send-keys -t "$SESSION" Enter
+    deadline=$(echo "$t_enter + $ANSWER_TIMEOUT" | bc)
+    while (( $(echo "$(now) < $deadline" | bc) )); do
+        if turn_block "$n" | grep -Eqv "^$|verifying|$BADGE"; then first=$(now); break; fi
+        sleep 0.05
+    done
+    if [ -n "$first" ]; then
+        printf 'e2e: turn %s: first token on screen %.2f s after Enter\n' "$n" "$(echo "$first - $t_enter" | bc)"
+    else
+        fail "turn $n: no streamed token within $ANSWER_TIMEOUT s"; return 1
+    fi
+    while (( $(echo "$(now) < $deadline" | bc) )); do
+        screen=$(pane)
+        if echo "$screen" | grep -q "Paused: "; then
+            if [ $resumed -eq 1 ]; then  # paused again after the resume: leave the turn paused
+                echo "e2e: turn $n paused again after the resume; escape leaves it paused"
+                tmux send-keys -t "$SESSION" Escape; sleep 0.5; break
+            fi
+            echo "e2e: turn $n: the monitor paused it (HIGH); answering the guidance prompt"
+            save "turn-$n-paused"
+            tmux send-keys -t "$SESSION" -l "$GUIDANCE"; sleep 0.3; tmux send-keys -t "$SESSION" Enter
+            resumed=1; sleep 1; continue
+        fi
+        if turn_badge "$n" | grep -Eq "$BADGE" && ! echo "$screen" | grep -q "generating…\|stopping…"; then
+            echo "e2e: turn $n over $(elapsed "$t_enter") s after Enter"
+            sleep 0.5; return 0
+        fi
+        sleep 0.2
+    done
+    fail "turn $n: no verdict within $ANSWER_TIMEOUT s"; return 1
+}
+show_turn() {  # show_turn N: its answer and badge, as the report's key lines
+    echo "e2e:   answer: $(turn_answer "$1" | tr '\n' ' ' | sed 's/ $//')"
+    echo "e2e:   badge:  $(turn_badge "$1")"
+}
+is_prose() {  # is_prose N: an answer that is not the task's JSON
+    local a; a=$(turn_answer "$1")
+    [ -n "$a" ] && ! echo "$a" | head -1 | grep -q '^[[:space:]]*[{"]'
+}
 
+env_vars=(MLX_SDM_SCREENSHOT_DIR="$E2E_OUT/svg")
+for name in PYTHONPATH HF_HUB_OFFLINE; do [ -n "${!name:-}" ] && env_vars+=("$name=${!name}"); done
+echo "e2e: screens, store and svgs in $E2E_OUT"
+tmux new-session -d -s "$SESSION" -x "${E2E_SIZE%x*}" -y "${E2E_SIZE#*x}" \
+    "env $(printf '%q ' "${env_vars[@]}") $PYTHON -m mlx_sdm chat --db $E2E_OUT/store/chat.db $CHAT_ARGS; echo EXITED \$?; sleep 30"
 t_start=$(now)
-step "model loaded" "model [^·]+ · verifier" "$LOAD_TIMEOUT"
-t_loaded=$(now)
-printf 'e2e: load time %.1f s\n' "$(echo "$t_loaded - $t_start" | bc)"
-show "chat, ready"
-
-tmux send-keys -t "$SESSION" -l "$PROMPT"
-sleep 0.3
-t_enter=$(now)
-tmux send-keys -t "$SESSION" Enter
-# First token: a text line appears under the "assistant · turn 1" title before the badge line.
-first=""
-deadline=$(echo "$t_enter + $ANSWER_TIMEOUT" | bc)
-while (( $(echo "$(now) < $deadline" | bc) )); do
-    if pane | awk '/assistant · turn 1/{f=1; next} f && /verifying|verified|not verified|out of scope|unverifiable|stopped/{exit} f && /[[:alnum:]]/{found=1; exit} END{exit !found}'; then
-        first=$(now); break
-    fi
-    sleep 0.02
-done
-if [ -n "$first" ]; then
-    printf 'e2e: first token on screen %.2f s after Enter\n' "$(echo "$first - $t_enter" | bc)"
+if wait_for "model [^·]+ · verifier [^·]+ · head" "$LOAD_TIMEOUT"; then
+    ok "model, verifier and head loaded in $(elapsed "$t_start") s"
 else
-    echo "e2e: FAIL no streamed token within $ANSWER_TIMEOUT s"; STATUS=1
+    fail "the model did not load within $LOAD_TIMEOUT s"; save "00-load"; exit 1
 fi
-step "verdict badge" "(✔ verified|✘ not verified|○ out of scope|\? unverifiable)" "$ANSWER_TIMEOUT"
-t_done=$(now)
-printf 'e2e: answer + verdict %.1f s after Enter\n' "$(echo "$t_done - $t_enter" | bc)"
-# The turn is over when the status line stops saying "generating" (a HIGH pause opens the guidance prompt).
-resumed=0
-deadline=$(echo "$(now) + $ANSWER_TIMEOUT" | bc)
-while (( $(echo "$(now) < $deadline" | bc) )); do
-    screen=$(pane)
-    if echo "$screen" | grep -q "Paused: " && [ $resumed -eq 0 ]; then
-        echo "e2e: ok   HIGH pause: reflection shown, guidance asked"
-        show "escalation (HIGH)"
-        tmux send-keys -t "$SESSION" -l "$GUIDANCE"
-        sleep 0.3
-        tmux send-keys -t "$SESSION" Enter
-        resumed=1
-        sleep 1
-        continue
-    fi
-    if echo "$screen" | grep -q "Paused: "; then  # paused again after the resume: leave it paused
-        echo "e2e: paused again after the resume; escape leaves the turn paused"
-        tmux send-keys -t "$SESSION" Escape
-        sleep 0.5
-        break
-    fi
-    if ! echo "$screen" | grep -q "generating…\|stopping…"; then break; fi
-    sleep 0.2
-done
-printf 'e2e: turn over %.1f s after Enter%s\n' "$(echo "$(now) - $t_enter" | bc)" "$([ $resumed -eq 1 ] && echo ' (resumed once with guidance)')"
-show "chat, answered"
-
-# Expand the evidence of the last answer (ctrl+b).
-tmux send-keys -t "$SESSION" C-b
-if pane | grep -q "unverifiable"; then
-    echo "e2e: (answer unverifiable: no evidence to expand)"
-else
-    step "evidence expanded" "nearest training exemplars|no exemplars were stored" 10
-fi
-show "evidence"
-
-# Export (ctrl+s): Markdown and session JSONL under <store dir>/exports.
-tmux send-keys -t "$SESSION" C-s
 sleep 1
-if ls "$E2E_DIR"/exports/session-*.md "$E2E_DIR"/exports/session-*.jsonl >/dev/null 2>&1; then
-    echo "e2e: ok   export: $(ls "$E2E_DIR"/exports | tr '\n' ' ')"
-else
-    echo "e2e: FAIL export (nothing in $E2E_DIR/exports)"; STATUS=1
-fi
+save "00-ready"
 
-tmux send-keys -t "$SESSION" C-r
-step "review queue" "Review queue" 10
-show "review queue"
-# Mark the first queued answer acceptable (a): the verifier's support set grows by one at once.
-before=$(pane | grep -o "support set [0-9]* points" | grep -o "[0-9]*" | head -1)
-if pane | grep -q "pending" && [ -n "$before" ] && ! pane | grep -q "The queue is empty"; then
-    tmux send-keys -t "$SESSION" a
-    step "decision in the support set ($before -> $((before + 1)) points)" "support set $((before + 1)) points" 60
-    show "review queue, after a decision"
-    tmux send-keys -t "$SESSION" z
-    step "undo ($((before + 1)) -> $before points)" "support set $before points" 60
-else
-    echo "e2e: (no queued answer or no verifier: no decision to make)"
+echo "e2e: -- step 1: an everyday question"
+if ask 1 "$QUESTION"; then
+    show_turn 1
+    check "1: a prose answer" "$(is_prose 1 && echo 1)"
+    check "1: out of scope (○ out of scope · not one of the verifier's tasks)" \
+        "$(turn_badge 1 | grep -q "^○ out of scope · not one of the verifier's tasks" && echo 1)"
 fi
-tmux send-keys -t "$SESSION" Escape
+save "01-everyday-question"
+shot chat-out-of-scope
+
+echo "e2e: -- step 2: the README's news article"
+if ask 2 "$ARTICLE"; then
+    show_turn 2
+    check '2: the answer {"topic": "sports"}' "$(turn_answer 2 | grep -qx '{"topic": "sports"}' && echo 1)"
+    check "2: ✔ verified" "$(turn_badge 2 | grep -q '^✔ verified' && echo 1)"
+    ARTICLE_ANSWER=$(turn_answer 2); ARTICLE_BADGE=$(turn_badge 2)
+fi
+save "02-article"
+tmux send-keys -t "$SESSION" C-b
+if wait_for "Verified: calibrated|The most similar examples|no exemplars were stored" 10; then
+    sleep 0.5  # the chat log settles at its new bottom
+    ok "2: evidence expanded (ctrl+b)"
+    chat_column | awk '/^(▾) /{f=1} f' | grep -v "^$" | head -12 | sed 's/^/e2e:   /'
+else
+    fail "2: evidence expanded (ctrl+b)"
+fi
+save "02b-article-evidence"
+shot verified-answer
+tmux send-keys -t "$SESSION" C-b  # collapse it again
 sleep 0.5
-tmux send-keys -t "$SESSION" F1
-step "help" "key +│ chat" 10
-show "help"
-tmux send-keys -t "$SESSION" Escape
-sleep 0.3
+
+echo "e2e: -- step 3: a follow-up"
+if ask 3 "$FOLLOW_UP"; then
+    show_turn 3
+    check "3: a prose answer, not the task's JSON" "$(is_prose 3 && echo 1)"
+fi
+save "03-follow-up"
+shot chat-follow-up
+
+echo "e2e: -- step 4: a review label"
+no_toasts
+support=$(support_in_status)
+tmux send-keys -t "$SESSION" C-r
+if wait_for "Review queue" 10 && wait_for "support set [0-9]+ points" 10; then
+    ok "4: review queue open"
+    echo "e2e:   queue: $(pane | grep -o "[0-9]* pending")"
+    chat_column | awk '/^when +session +reason/{f=1; print; next} f && /^▔/{exit} f && NF && !/^▉$/' | sed 's/^/e2e:     /'
+    save "04-review-queue"
+    if pane | grep -q "The queue is empty"; then
+        fail "4: the queue is empty (the out-of-scope answers of turns 1 and 3 should be in it)"
+    else
+        for _ in 1 2 3 4 5 6; do  # move to the turn-1 answer when it is queued
+            chat_column | awk '$0 == "prompt" {getline; print; exit}' | grep -qxF "$QUESTION" && break
+            tmux send-keys -t "$SESSION" j; sleep 0.3
+        done
+        echo "e2e:   labelled acceptable: $(chat_column | awk '$0 == "prompt" {getline; print; exit}') → $(chat_column | awk '$0 == "answer" {getline; print; exit}')"
+        tmux send-keys -t "$SESSION" a
+        if [ -n "$support" ] && wait_for "support set $((support + 1)) points" 60; then
+            ok "4: the label is in the support set (review footer: support set $support → $((support + 1)) points)"
+        else
+            fail "4: review footer shows support set $((${support:-0} + 1)) points (status line said ${support:-nothing})"
+        fi
+        pane | grep -o "[0-9]* pending · support set [0-9]* points[^│]*" | head -1 | sed 's/ *$//; s/^/e2e:   /'
+        save "04b-review-labelled"
+        shot review-queue
+    fi
+else
+    fail "4: review queue open (ctrl+r)"; save "04-review-queue"
+fi
+back_to_chat || fail "4: back to the chat (escape)"
+no_toasts
+if [ -n "$support" ] && wait_for "· support $((support + 1))( |$)" 10; then
+    ok "4: the chat's status line moved (support $support → $((support + 1)))"
+else
+    fail "4: the chat's status line shows support $((${support:-0} + 1)) (it says support $(support_in_status))"
+fi
+save "04c-chat-after-label"
+
+echo "e2e: -- step 5: the article again"
+if ask 4 "$ARTICLE"; then
+    show_turn 4
+    check "5: the same answer as in step 2" "$([ -n "${ARTICLE_ANSWER:-}" ] && [ "$(turn_answer 4)" = "$ARTICLE_ANSWER" ] && echo 1)"
+    check "5: the same verdict as in step 2 (${ARTICLE_BADGE:-none})" \
+        "$([ -n "${ARTICLE_BADGE:-}" ] && [ "$(turn_badge 4)" = "$ARTICLE_BADGE" ] && echo 1)"
+fi
+save "05-article-again"
+shot chat-same-again
+
+tmux send-keys -t "$SESSION" C-s  # Markdown and session JSONL under <store dir>/exports
+sleep 1.5
+if ls "$E2E_OUT"/store/exports/session-*.md "$E2E_OUT"/store/exports/session-*.jsonl >/dev/null 2>&1; then
+    ok "export: $(ls "$E2E_OUT"/store/exports | tr '\n' ' ')"
+else
+    fail "export (nothing in $E2E_OUT/store/exports)"
+fi
 tmux send-keys -t "$SESSION" C-q
-step "quit" "EXITED 0" 30
-show "after quit"
+if wait_for "EXITED 0" 30; then ok "quit (ctrl+q), exit status 0"; else fail "quit (ctrl+q)"; fi
+save "06-after-quit"
+if [ $STATUS -eq 0 ]; then echo "e2e: all steps seen"; else echo "e2e: some steps FAILED"; fi
 exit $STATUS

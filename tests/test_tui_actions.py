@@ -326,3 +326,19 @@ async def test_a_turn_that_cannot_run_fails_visibly(store, tmp_path):
             assert any("missing" in n.message for n in app._notifications)
     finally:
         engine.shutdown()
+
+
+async def test_f12_saves_an_svg_of_the_screen_in_the_screenshot_folder(store, verifier_dir, tmp_path, monkeypatch):
+    folder = tmp_path / "shots"
+    monkeypatch.setenv("MLX_SDM_SCREENSHOT_DIR", str(folder))
+    engine = make_engine(store, verifier_dir)
+    try:
+        app = SdmChatApp(engine=engine, store=store)
+        async with app.run_test(size=SIZE) as pilot:
+            await send(pilot, app, "Picture me.")
+            await pilot.press("f12")
+            await wait_until(pilot, lambda: any(p.stat().st_size > 0 for p in folder.glob("*.svg")))
+            (svg,) = folder.glob("*.svg")
+            assert svg.read_text(encoding="utf-8").startswith("<svg") and "Picture" in svg.read_text(encoding="utf-8")
+    finally:
+        engine.shutdown()

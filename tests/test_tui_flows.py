@@ -236,6 +236,14 @@ async def test_reopening_a_session_shows_it_as_it_was(store, engine):
         assert len([m for m in store.messages(session_id) if m.role == "assistant"]) == 2
 
 
+async def test_the_header_shows_the_title_the_first_question_gave_the_session(store, engine):
+    app = SdmChatApp(engine=engine, store=store)
+    async with app.run_test(size=SIZE) as pilot:
+        await send(pilot, app, "Lisbon is the capital of Portugal.")
+        stored = store.get_session(app.chat.session_id).title
+        assert not stored.startswith("Chat ") and app.chat.title == stored
+
+
 #: AUQ floors (LOW, MEDIUM, HIGH) on the cumulative confidence (docs/monitoring.md, AUQ levels and actions) that put every turn
 #: at LOW, or every turn in [0, 0.9999) at HIGH.
 LOW_EVERYWHERE = (1e-6, 5e-7, 0.0)

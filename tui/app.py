@@ -9,6 +9,7 @@ thread through :class:`tui.bridge.Bridge`, and its events come back as Textual m
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -25,6 +26,8 @@ from tui.screens.review import ReviewScreen
 from tui.screens.sessions import SessionsScreen
 
 DEFAULT_THEME = "textual-dark"
+#: Where f12 (and the palette's "Screenshot") saves SVGs; default ``<store dir>/screenshots``.
+SCREENSHOT_DIR_ENV = "MLX_SDM_SCREENSHOT_DIR"
 
 
 class SdmChatApp(App):
@@ -40,6 +43,7 @@ class SdmChatApp(App):
         Binding("ctrl+r", "review", "Review"),
         Binding("ctrl+s", "export", "Export"),
         Binding("f2", "change_theme", "Theme", show=False),
+        Binding("f12", "screenshot", "Screenshot", show=False),
     ]
 
     def __init__(
@@ -60,6 +64,7 @@ class SdmChatApp(App):
         self._show_monitor = show_monitor
         self._initial_theme = theme or DEFAULT_THEME
         self.export_dir = Path(export_dir) if export_dir is not None else self.bridge.data_dir / "exports"
+        self.screenshot_dir = Path(os.environ.get(SCREENSHOT_DIR_ENV) or self.bridge.data_dir / "screenshots")
 
     # ----- screens ------------------------------------------------------------------------------
     def get_default_screen(self) -> Screen:
@@ -118,6 +123,17 @@ class SdmChatApp(App):
             self.notify(f"Export failed: {exc}", severity="error", timeout=10)
             return
         self.notify("Exported to " + " and ".join(str(p) for p in paths), title="Export", timeout=10)
+
+    def deliver_screenshot(self, filename: str | None = None, path: str | None = None,
+                           time_format: str | None = None) -> str | None:
+        """An SVG of the screen in :attr:`screenshot_dir` (Textual's default is the Downloads folder)."""
+        folder = Path(path) if path is not None else self.screenshot_dir
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            self.notify(f"Screenshot not saved: {exc}", severity="error", timeout=10)
+            return None
+        return super().deliver_screenshot(filename, str(folder), time_format)  # Textual's toast names the file
 
     def action_export_labels(self) -> None:
         """Review decisions as training rows {prompt, completion, label} for the next `mlx-sdm train` / `finetune`."""

@@ -283,6 +283,8 @@ class ChatScreen(Screen):
     async def _finished(self, event: TurnFinishedEvent) -> None:
         bubble = self.active
         self.active = None
+        if self.session_id is not None:  # the store titles a new session after its first question
+            self._set_title(self.bridge.session(self.session_id).title)
         if bubble is not None:
             await bubble.finish()
         if self.reflection_bubble is not None:

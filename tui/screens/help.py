@@ -35,6 +35,7 @@ MEDIUM is logged; HIGH pauses the turn and asks for your guidance; CRITICAL abor
 | ctrl+s | export this session (Markdown and session JSONL) |
 | ctrl+y | copy the last answer (or the focused message) |
 | ctrl+p | command palette (also: switch model / verifier / head, theme) |
+| f12 | save an SVG screenshot (in `<store dir>/screenshots`, or `$MLX_SDM_SCREENSHOT_DIR`) |
 | f1, ? | this help |
 | ctrl+q | quit |
 
