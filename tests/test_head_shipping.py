@@ -27,11 +27,15 @@ from tests.tiny_verifier import tiny_loaded_model
 DEFAULT_NAME = "tiny-default-head"
 
 
-def _save(path, lm, positive, model_spec="tiny"):
+#: The one task the tiny default head names: it decodes only questions that start this instruction.
+TASKS = [{"name": "greeting", "instruction": "hello", "system": None}]
+
+
+def _save(path, lm, positive, model_spec="tiny", tasks=()):
     heads = VocabularyHeads.from_model(lm.model)
     heads.positive = positive
     manifest = HeadManifest(base_model=dict(lm.fingerprint, name=lm.name), verifier={"path": "v"}, data_hash="d",
-                            epochs=2, best_epoch=1, metrics={"config": {"model": model_spec}})
+                            epochs=2, best_epoch=1, metrics={"config": {"model": model_spec}}, tasks=list(tasks))
     return save_head(path, heads, manifest), heads
 
 
@@ -189,17 +193,17 @@ def default_head(tmp_path, lm, monkeypatch, tiny_models):
     import mlx_sdm.resources as resources
 
     positive, target = _pushing_head(lm)
-    full_dir, _ = _save(tmp_path / "full", lm, positive)
+    full_dir, _ = _save(tmp_path / "full", lm, positive, tasks=TASKS)
     compress_head(full_dir, tmp_path / "weights" / DEFAULT_NAME, 1, model=lm.model)
     monkeypatch.setattr(resources, "weights_root", lambda: tmp_path / "weights")
     monkeypatch.setattr(resources, "DEFAULT_HEAD_NAME", DEFAULT_NAME)
     return tmp_path / "weights" / DEFAULT_NAME, target
 
 
-def _generate(capsys, *args):
+def _generate(capsys, *args, prompt="hello"):
     from mlx_sdm.commands import generate as generate_cmd
 
-    assert generate_cmd.main(["hello", "--verifier", "none", "--max-tokens", "3", "--json", *args]) == 0
+    assert generate_cmd.main([prompt, "--verifier", "none", "--max-tokens", "3", "--json", *args]) == 0
     return json.loads(capsys.readouterr().out)
 
 
@@ -207,6 +211,8 @@ def test_generate_uses_the_default_head_for_the_embedded_model(default_head, cap
     folder, target = default_head
     payload = _generate(capsys)  # --model smollm2, generate's default
     assert payload["head"] == str(folder) and payload["generation"]["tokens"] == [target] * 3
+    # a question that starts none of the head's tasks is decoded with the model's own head
+    assert _generate(capsys, prompt="goodbye")["head"] is None
     off = _generate(capsys, "--head", "none")
     assert off["head"] is None and off["generation"]["tokens"] != [target] * 3
     assert _generate(capsys, "--head", "OFF")["head"] is None

@@ -85,8 +85,9 @@ def _steps(outcome: Any, monitor: Any, text: str, n: int, turn_index: int) -> tu
                         tokens=list(outcome.tokens), turn_index=turn_index, auq=auq, tracer=monitor.tracer.outputs[-1],
                         p_t=reading.cumulative_confidence)
     if verdict is not None:
-        v = verdict.verdict
-        agent.verifier = VerifierOutput(v.p_lower, bool(v.admitted), v.reason, int(v.prediction), outcome.task)
+        v = verdict.verdict  # None: no estimator judgement (not one of the verifier's tasks, or an empty answer)
+        agent.verifier = (VerifierOutput(v.p_lower, bool(v.admitted), v.reason, int(v.prediction), outcome.task)
+                          if v is not None else VerifierOutput(None, False, verdict.reason, None, outcome.task))
     return user, agent
 
 
