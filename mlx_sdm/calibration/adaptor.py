@@ -110,3 +110,14 @@ def forward_numpy_batches(adaptor: ExemplarAdaptor, h: np.ndarray, batch: int = 
     if not zs:
         return (np.zeros((0, adaptor.num_classes), np.float32), np.zeros((0, adaptor.exemplar_dim), np.float32))
     return np.concatenate(zs), np.concatenate(hs)
+
+
+def fold_normalization(params: dict[str, np.ndarray], normalization: Normalization
+                       ) -> tuple[dict[str, np.ndarray], tuple[float, float]]:
+    """The same adaptor with its input scaling folded into g: G' = G diag(1/σ), g_b' = g_b − G' μ,
+    and (μ, σ) = (0, 1). For formats that hold only the paper's two scalars (the author's
+    ``.sdmkitmodel``); equal to the unfolded adaptor up to float32 rounding, not bit for bit."""
+    mu, sigma = (np.broadcast_to(np.asarray(v, dtype=np.float64), params["g.weight"].shape[1:]) for v in normalization)
+    weight = params["g.weight"].astype(np.float64) / sigma[None, :]
+    bias = params["g.bias"].astype(np.float64) - weight @ mu
+    return {**params, "g.weight": weight.astype(np.float32), "g.bias": bias.astype(np.float32)}, (0.0, 1.0)
