@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--test-per-task", type=int, default=DEFAULT_TEST_PER_TASK, help="held-out and shifted per task")
     p.add_argument("--tasks", nargs="*", default=None, help="task names (default: every shipped task)")
     p.add_argument("--seed", type=int, default=0, help="encoding and fitting seed")
+    p.add_argument("--input-scaling", choices=("per_dimension", "scalar", "none"), default=None,
+                   help="the adaptor's input scaling (default: FitConfig's); the shipped build used scalar")
     p.add_argument("--estimator", choices=("v1", "v2"), default="v1",
                    help="v1: the paper's estimator (default); v2: the canonical one (calibration/canonical.py)")
     return p
@@ -124,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
                            task_names=tuple(t.name for t in tasks if t.prompt_prefix))
     verifier = DocumentVerifier.fit_features(
         dict(lm.fingerprint, name=lm.name), labelled_set(train, feats_tr), labelled_set(calib, feats_ca),
-        FitConfig(seed=args.seed, estimator=args.estimator), recipe=recipe,
+        FitConfig(seed=args.seed, estimator=args.estimator,
+                  **({"input_scaling": args.input_scaling} if args.input_scaling else {})), recipe=recipe,
         source={"tasks": [t.name for t in tasks], "encoding": "spec § 14 constructed documents (gold or, by "
                 f"Bernoulli(0.5), another answer; seed {args.seed})", "model": lm.name}, progress=True)
     verifier.tasks = [t.summary() for t in tasks]
