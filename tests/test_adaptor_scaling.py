@@ -2,8 +2,8 @@
 
 Under an LM's hidden states a few dimensions are 10–40× the typical one. The paper's scalar input
 scaling leaves the informative small dimensions near zero and the adaptor (Adam, a fixed number of
-epochs) stays near chance while logistic regression finds them; per-dimension scaling (the default)
-fixes that. Hand-made data where the cause shows: 16 small informative dimensions, 4 huge noise ones.
+epochs) stays near chance while logistic regression finds them; per-dimension scaling
+(``input_scaling="per_dimension"``) fixes that. The default stays scalar (README "Input scaling"). Hand-made data where the cause shows: 16 small informative dimensions, 4 huge noise ones.
 Also: the promise on held-out and shifted data, and folders of both kinds load and predict exactly.
 """
 
