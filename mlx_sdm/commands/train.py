@@ -16,7 +16,7 @@ from mlx_sdm.calibration.constants import (
     PAPER_RESCALER_BATCH_SIZE,
     PAPER_RESCALER_LEARNING_RATE,
 )
-from mlx_sdm.calibration.adaptor import SCALING_SCALAR, SCALINGS
+from mlx_sdm.calibration.adaptor import SCALINGS
 from mlx_sdm.calibration.data import LabelledSet, read_embedding_jsonl
 from mlx_sdm.calibration.estimator import (
     DEFAULT_EPOCHS,
@@ -76,18 +76,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--learning-rate", type=float, default=None, help=f"Adam learning rate (default {DEFAULT_LEARNING_RATE:g})")
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="mini-batch size (default %(default)s)")
     p.add_argument("--exemplar-dim", type=int, default=EXEMPLAR_DIM, help="exemplar width M (default %(default)s)")
-    p.add_argument("--input-scaling", choices=SCALINGS, default=SCALING_SCALAR,
+    p.add_argument("--input-scaling", choices=SCALINGS, default=None,
                    help="the adaptor's input scaling, fitted on D_tr: scalar (default: the paper's one mean and std "
                         "of all entries), per_dimension (try it when the adaptor's accuracy trails the logistic "
                         "reference in `report`) or none")
-    p.add_argument("--no-normalize", action="store_true", help="no input scaling at all (as --input-scaling none)")
+    p.add_argument("--no-normalize", action="store_true", help="skip the scalar (mu, sigma) input normalisation")
     p.add_argument("--knn-backend", choices=("auto", "mlx", "numpy", "faiss"), default=DEFAULT_KNN_BACKEND,
                    help="exact kNN backend (default %(default)s; faiss needs faiss-cpu)")
     p.add_argument("--estimator", choices=("v1", "v2"), default="v1",
                    help="v1 = the paper's estimator (rescaler, Alg. 3, offsets, Eq. 28; default); v2 = the canonical "
                         "estimator of the SDM-activations paper (q' = min(q, (2+q)^sdm), no rescaler, DKW-lowered d)")
     p.add_argument("--paper-settings", action="store_true",
-                   help="use the paper's lr 1e-5, 50 epochs, J=10, rescaler batch 1 at lr 1e-4 and scalar input scaling (slow, may under-train)")
+                   help="use the paper's lr 1e-5, 50 epochs, J=10 and rescaler batch 1 at lr 1e-4 (slow, may under-train)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--force", action="store_true",
                    help="replace an estimator or verifier already saved at --out (never a file or another folder)")
@@ -100,12 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> FitConfig:
     cfg = FitConfig(alpha=args.alpha, seed=args.seed, batch_size=args.batch_size, exemplar_dim=args.exemplar_dim,
                     normalize=not args.no_normalize, knn_backend=args.knn_backend,
-                    input_scaling=getattr(args, "input_scaling", SCALING_SCALAR),
                     estimator=getattr(args, "estimator", "v1"))
     if getattr(args, "paper_settings", False):
         cfg.learning_rate, cfg.epochs, cfg.iterations = PAPER_LEARNING_RATE, PAPER_EPOCHS, PAPER_ITERATIONS
         cfg.rescaler_learning_rate, cfg.rescaler_batch_size = PAPER_RESCALER_LEARNING_RATE, PAPER_RESCALER_BATCH_SIZE
-        cfg.input_scaling = SCALING_SCALAR
+    if getattr(args, "input_scaling", None):
+        cfg.input_scaling = args.input_scaling
     if args.iterations is not None:
         cfg.iterations = args.iterations
     if args.epochs is not None:
