@@ -60,11 +60,28 @@ def minilm_sets(name: str) -> dict[str, LabelledSet]:
     return {"train": train, "calibration": cal, "test": test, "shift": shifted}
 
 
+def _suite(name: str, default=None):
+    """The suite build's document helpers: ``mlx_sdm.app.suite_verifier`` where it has them (the
+    recipe-built suite), else ``scripts/build_suite_verifier.py``; ``default`` for a missing constant."""
+    import importlib
+
+    for module in ("mlx_sdm.app.suite_verifier", "scripts.build_suite_verifier"):
+        try:
+            found = getattr(importlib.import_module(module), name, None)
+        except ImportError:
+            continue
+        if found is not None:
+            return found
+    if default is None:
+        raise RuntimeError(f"no suite helper {name!r} in mlx_sdm.app.suite_verifier or scripts/build_suite_verifier.py")
+    return default
+
+
 def suite_sets(task_name: str, pool_size: int, cache_dir: Path, test_size: int, split: int = 0
                ) -> dict[str, LabelledSet]:
     """Cached SmolLM2 features only (refuses to start the LM): the pool's first 3/4 in halves
     (train, calibration), its last 1/4 the held-out test; the task's shifted documents when cached."""
-    from scripts.build_suite_verifier import constructed_documents, evaluation_documents
+    constructed_documents, evaluation_documents = _suite("constructed_documents"), _suite("evaluation_documents")
     from mlx_sdm.network.tasks import load_tasks
     from mlx_sdm.network.verifier import labelled_set
 
@@ -88,11 +105,12 @@ def suite_sets(task_name: str, pool_size: int, cache_dir: Path, test_size: int, 
 def suite_build_sets(task_name: str, cache_dir: Path, test_size: int) -> dict[str, LabelledSet]:
     """One task's rows of the suite verifier's own build (``scripts/build_suite_verifier.py`` defaults,
     seed 0): its D_tr and D_ca halves, read from the build's cache, and its held-out and shifted documents."""
-    from scripts.build_suite_verifier import DEFAULT_PER_TASK, DEFAULT_SIZES, evaluation_documents, pool_halves
+    evaluation_documents, pool_halves = _suite("evaluation_documents"), _suite("pool_halves")
+    sizes, per_task = _suite("DEFAULT_SIZES", {"bbc_topic": 1600}), _suite("DEFAULT_PER_TASK", 40)
     from mlx_sdm.network.tasks import load_tasks
     from mlx_sdm.network.verifier import labelled_set
 
-    halves = {t.name: pool_halves(t, DEFAULT_SIZES.get(t.name, DEFAULT_PER_TASK), seed=0) for t in load_tasks(None)}
+    halves = {t.name: pool_halves(t, sizes.get(t.name, per_task), seed=0) for t in load_tasks(None)}
     out = {}
     for key, part in (("train", 0), ("calibration", 1)):
         docs = [d for pair in halves.values() for d in pair[part]]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mlx_sdm.calibration.adaptor import ExemplarAdaptor, forward_numpy_batches
+from mlx_sdm.calibration.adaptor import ExemplarAdaptor, apply_normalization, forward_numpy_batches
 from mlx_sdm.calibration.canonical import KIND_V1, KIND_V2, KINDS
 from mlx_sdm.calibration.data import LabelledSet
 from mlx_sdm.calibration.fit_config import DEFAULT_EPOCHS, DEFAULT_ITERATIONS, DEFAULT_LEARNING_RATE, FitConfig
@@ -160,8 +160,6 @@ class SDMEstimator:
 
     def logistic_regression_predict(self, embeddings: np.ndarray) -> np.ndarray:
         """Predictions of the logistic-regression reference stored with the estimator."""
-        from mlx_sdm.calibration.adaptor import apply_normalization
-
         x = apply_normalization(embeddings, self._state.normalization)
         return np.argmax(x @ self._state.lr_weight + self._state.lr_bias, axis=1)
 
