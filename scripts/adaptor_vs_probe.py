@@ -10,9 +10,11 @@ admitted count and wrong admissions on held-out (and shifted) rows, and the fit 
 
 Data sets: ``bbc`` and ``bbc-title`` (shipped MiniLM BBC News; test = held-out articles, shift =
 their titles), ``spam`` (shipped MiniLM SpamAssassin, shift = the later collection), and
-``suite:TASK`` (SmolLM2 [mean(h); h_delimiter] features of the task suite's § 14 documents, read
-from the feature cache that ``scripts/build_suite_verifier.py`` and ``runs/extract.py`` fill; pool
-halves train/calibration, test = the task's held-out documents, shift = its shifted ones).
+``suite:TASK[:POOL]`` (SmolLM2 [mean(h); h_delimiter] features of the task suite's § 14 documents,
+from the feature cache (filled by ``--extract`` or ``scripts/build_suite_verifier.py --cache-dir``); the first
+POOL pool documents: 3/8 train, 3/8 calibration, 1/4 held-out test; shift = the task's shifted
+documents where cached); ``build:TASK``: that task's rows of the suite verifier's own build (its
+D_tr, D_ca, held-out and shifted documents).
 
 Variants: ``name:key=value,...`` with FitConfig fields (``scaling`` = input_scaling: per_dimension |
 scalar | none; ``lr``, ``epochs``, ``iterations``, ``batch``, ``seed``, ``estimator``) and a harness-side
@@ -58,17 +60,64 @@ def minilm_sets(name: str) -> dict[str, LabelledSet]:
     return {"train": train, "calibration": cal, "test": test, "shift": shifted}
 
 
-def suite_sets(task_name: str, pool_size: int, cache_dir: Path, test_size: int) -> dict[str, LabelledSet]:
-    """Cached SmolLM2 features only: refuses to start the LM (fill the cache with runs/extract.py)."""
-    from scripts.build_suite_verifier import constructed_documents, evaluation_documents
+def _suite(name: str, default=None):
+    """The suite build's document helpers: ``mlx_sdm.app.suite_verifier`` where it has them (the
+    recipe-built suite), else ``scripts/build_suite_verifier.py``; ``default`` for a missing constant."""
+    import importlib
+
+    for module in ("mlx_sdm.app.suite_verifier", "scripts.build_suite_verifier"):
+        try:
+            found = getattr(importlib.import_module(module), name, None)
+        except ImportError:
+            continue
+        if found is not None:
+            return found
+    if default is None:
+        raise RuntimeError(f"no suite helper {name!r} in mlx_sdm.app.suite_verifier or scripts/build_suite_verifier.py")
+    return default
+
+
+def suite_sets(task_name: str, pool_size: int, cache_dir: Path, test_size: int, split: int = 0
+               ) -> dict[str, LabelledSet]:
+    """Cached SmolLM2 features only (refuses to start the LM): the pool's first 3/4 in halves
+    (train, calibration), its last 1/4 the held-out test; the task's shifted documents when cached."""
+    constructed_documents, evaluation_documents = _suite("constructed_documents"), _suite("evaluation_documents")
     from mlx_sdm.network.tasks import load_tasks
     from mlx_sdm.network.verifier import labelled_set
 
     task = load_tasks([task_name])[0]
     pool = constructed_documents(task, task.split("pool", size=pool_size), seed=0)
     feats = cached_features(pool, cache_dir)
-    half = len(pool) // 2
-    out = {"train": labelled_set(pool[:half], feats[:half]), "calibration": labelled_set(pool[half:], feats[half:])}
+    if split:  # another random partition of the same pool (--splits)
+        order = np.random.default_rng(split).permutation(len(pool))
+        pool, feats = [pool[i] for i in order], feats[order]
+    a, b = 3 * len(pool) // 8, 3 * len(pool) // 4
+    out = {"train": labelled_set(pool[:a], feats[:a]), "calibration": labelled_set(pool[a:b], feats[a:b]),
+           "test": labelled_set(pool[b:], feats[b:])}
+    shifted = evaluation_documents(task, "shifted", test_size, seed=0)
+    try:
+        out["shift"] = labelled_set(shifted, cached_features(shifted, cache_dir))
+    except RuntimeError:  # not cached: no shift column for this task
+        pass
+    return out
+
+
+def suite_build_sets(task_name: str, cache_dir: Path, test_size: int) -> dict[str, LabelledSet]:
+    """One task's rows of the suite verifier's own build (``scripts/build_suite_verifier.py`` defaults,
+    seed 0): its D_tr and D_ca halves, read from the build's cache, and its held-out and shifted documents."""
+    evaluation_documents, pool_halves = _suite("evaluation_documents"), _suite("pool_halves")
+    sizes, per_task = _suite("DEFAULT_SIZES", {"bbc_topic": 1600}), _suite("DEFAULT_PER_TASK", 40)
+    from mlx_sdm.network.tasks import load_tasks
+    from mlx_sdm.network.verifier import labelled_set
+
+    halves = {t.name: pool_halves(t, sizes.get(t.name, per_task), seed=0) for t in load_tasks(None)}
+    out = {}
+    for key, part in (("train", 0), ("calibration", 1)):
+        docs = [d for pair in halves.values() for d in pair[part]]
+        feats = cached_features(docs, cache_dir)
+        keep = np.array([d.task == task_name for d in docs])
+        out[key] = labelled_set([d for d, k in zip(docs, keep) if k], feats[keep])
+    task = load_tasks([task_name])[0]
     for split, key in (("held_out", "test"), ("shifted", "shift")):
         docs = evaluation_documents(task, split, test_size, seed=0)
         out[key] = labelled_set(docs, cached_features(docs, cache_dir))
@@ -79,21 +128,28 @@ class _CacheOnly:
     """A stand-in LM for ``cached_document_features`` that fails instead of force-decoding."""
 
     hidden_size = 576
-    fingerprint = None
+
+    def __init__(self):
+        import json
+
+        self.fingerprint = json.loads((ROOT / "weights" / "smollm2-suite" / "verifier.json").read_text())["model_fingerprint"]
 
     def __getattr__(self, name):
-        raise RuntimeError("features not cached; run runs/extract.py (or build_suite_verifier.py) first")
+        raise RuntimeError("features not cached; run again with --extract (loads SmolLM2 and force-decodes)")
+
+
+#: The LM features are read with: the cache-only stand-in, or SmolLM2 itself with --extract.
+FEATURE_LM: list = []
 
 
 def cached_features(docs, cache_dir: Path) -> np.ndarray:
-    import json
-
     from mlx_sdm.app.verifiers import cached_document_features
     from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE
 
-    lm = _CacheOnly()
-    lm.fingerprint = json.loads((ROOT / "weights" / "smollm2-suite" / "verifier.json").read_text())["model_fingerprint"]
-    return cached_document_features(lm, docs, delimiter=DELIMITER_JSON_CLOSE, cache_dir=cache_dir, desc="cache")
+    if not FEATURE_LM:
+        FEATURE_LM.append(_CacheOnly())
+    return cached_document_features(FEATURE_LM[0], docs, delimiter=DELIMITER_JSON_CLOSE, cache_dir=cache_dir,
+                                     desc="features")
 
 
 def transform(kind: str, fit_on: np.ndarray, clip: float):
@@ -169,16 +225,28 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--variant", action="append", default=None, help="name:key=value,... (repeatable)")
     p.add_argument("--iterations", type=int, default=1, help="J (Alg. 1 iterations) of every fit")
     p.add_argument("--cache-dir", type=Path, default=ROOT / "runs" / "features")
-    p.add_argument("--test-size", type=int, default=40, help="suite tasks: held-out and shifted documents")
+    p.add_argument("--test-size", type=int, default=40, help="suite tasks: shifted documents")
+    p.add_argument("--splits", type=int, default=1, help="suite:TASK: random partitions of the pool (0 = in order)")
+    p.add_argument("--extract", action="store_true", help="suite tasks: force-decode what is not cached (slow)")
     args = p.parse_args(argv)
+    if args.extract:
+        from mlx_sdm.lm.loading import load_model
+
+        FEATURE_LM.append(load_model())
     variants = [parse_variant(v) for v in (args.variant or ["base:"])]
     print("| data | variant | adaptor cal | LR ref cal | adaptor test | LR ref test | probe test | "
           "shift: adaptor LR probe | admitted/wrong/n test | admitted/wrong/n shift | epochs chosen | s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for dataset in args.data:
-        if dataset.startswith("suite:"):
+        if dataset.startswith("build:"):
+            sets = suite_build_sets(dataset.split(":")[1], args.cache_dir, args.test_size)
+        elif dataset.startswith("suite:"):
             _, task, *size = dataset.split(":")
-            sets = suite_sets(task, int(size[0]) if size else 400, args.cache_dir, args.test_size)
+            for split in range(args.splits):
+                sets = suite_sets(task, int(size[0]) if size else 400, args.cache_dir, args.test_size, split)
+                for name, opts in variants:
+                    print(line(f"{dataset} split {split}", name, run_variant(sets, opts, args.iterations)), flush=True)
+            continue
         else:
             sets = minilm_sets(dataset)
         for name, opts in variants:

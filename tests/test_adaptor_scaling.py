@@ -2,8 +2,8 @@
 
 Under an LM's hidden states a few dimensions are 10–40× the typical one. The paper's scalar input
 scaling leaves the informative small dimensions near zero and the adaptor (Adam, a fixed number of
-epochs) stays near chance while logistic regression finds them; per-dimension scaling (the default)
-fixes that. Hand-made data where the cause shows: 16 small informative dimensions, 4 huge noise ones.
+epochs) stays near chance while logistic regression finds them; per-dimension scaling
+(``input_scaling="per_dimension"``) fixes that. The default stays scalar (README "Input scaling"). Hand-made data where the cause shows: 16 small informative dimensions, 4 huge noise ones.
 Also: the promise on held-out and shifted data, and folders of both kinds load and predict exactly.
 """
 
@@ -116,3 +116,17 @@ def test_fit_config_refuses_an_unknown_scaling():
     rng = np.random.default_rng(1)
     with pytest.raises(ValueError, match="input_scaling"):
         SDMEstimator.fit(_problem(rng, 40, "a"), _problem(rng, 40, "b"), FitConfig(input_scaling="global"))
+
+
+def test_folding_the_scaling_into_g_gives_the_same_adaptor(per_dimension):
+    """For formats that hold only two scalars (.sdmkitmodel): G diag(1/σ), g_b − G'μ, (μ, σ) = (0, 1)."""
+    from mlx_sdm.calibration.adaptor import ExemplarAdaptor, fold_normalization, forward_numpy_batches
+    from mlx_sdm.calibration.training import load_params
+
+    est, test, _ = per_dimension
+    params, norm = fold_normalization(est._state.params, est._state.normalization)
+    folded = ExemplarAdaptor(est.input_dim, est.exemplar_dim, est.num_classes)
+    load_params(folded, params)
+    folded.set_normalization(*norm)
+    (z, hp), (z0, hp0) = forward_numpy_batches(folded, test.embeddings), forward_numpy_batches(est.adaptor, test.embeddings)
+    assert norm == (0.0, 1.0) and np.allclose(hp, hp0, rtol=1e-4, atol=1e-4) and np.array_equal(z.argmax(1), z0.argmax(1))

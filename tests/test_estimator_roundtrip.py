@@ -35,7 +35,7 @@ def _arrays_equal(a, b):
 def test_fit_records_manifest(fitted):
     est, test, _ = fitted
     m = est.manifest
-    assert m["format_version"] == 2 and m["normalization"]["scaling"] == "per_dimension" and m["input_dim"] == 8 and m["exemplar_dim"] == 32 and m["num_classes"] == 3
+    assert m["format_version"] == 1 and m["input_dim"] == 8 and m["exemplar_dim"] == 32 and m["num_classes"] == 3
     assert m["alpha"] == 0.95 and m["iterations"] == 2 and m["source"] == {"kind": "synthetic"}
     t = m["training"]
     assert len(t["epochs_chosen"]) == 2 and all(1 <= e <= 4 for e in t["epochs_chosen"])
