@@ -1,6 +1,6 @@
 """A chat first, on the real embedded SmolLM2 with the shipped default verifier and head: everyday
-questions are answered exactly as the plain model answers them (greedy, the SDM-network head is used
-only on turns routed to one of its tasks), none degenerate; a task question asked as turn 2, 3 or 5
+questions are answered exactly as plain mlx-lm answers them (greedy; the SDM-network head is used only
+on turns routed to one of its tasks, and mlx-sdm adds no system prompt of its own), none degenerate; a task question asked as turn 2, 3 or 5
 gets the same answer and verdict as asked alone; a follow-up is answered in words, not in a task's JSON."""
 
 from __future__ import annotations
@@ -65,9 +65,17 @@ def test_everyday_prompts_are_answered_exactly_as_without_the_head(pipelines):
         got = _ask(default, messages)
         assert not DEGENERATE.match(got.text), (prompt, got.text)
         assert got.verdict is not None and got.verdict.status.value == "out_of_scope", prompt
-    for prompt in EVERYDAY[::5]:  # the same tokens as the plain model, greedy
+    from mlx_lm import stream_generate
+
+    lm = default.components.lm
+    for prompt in EVERYDAY[::5]:  # the same tokens as --head none and as plain mlx-lm, greedy
         messages = [{"role": "user", "content": prompt}]
-        assert _ask(default, messages).token_ids == _ask(plain, messages).token_ids, prompt
+        ours = _ask(default, messages)
+        assert not any(m["role"] == "system" for m in ours.messages), "no system prompt of mlx-sdm's own"
+        text = lm.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        mlx_lm = [r.token for r in stream_generate(lm.model, lm.tokenizer, text, max_tokens=MAX_TOKENS)]
+        mlx_lm = mlx_lm[:-1] if mlx_lm and mlx_lm[-1] in lm.tokenizer.eos_token_ids else mlx_lm
+        assert ours.token_ids == _ask(plain, messages).token_ids == mlx_lm, prompt
 
 
 def _history(*turns: tuple[str, str]) -> list[dict]:

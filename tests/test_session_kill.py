@@ -73,9 +73,11 @@ def test_kill_mid_turn_loses_nothing_stored(tmp_path):
         answer = msgs[answer_id]
         assert answer.verdict_status in {"verified", "not_verified", "out_of_scope"} and answer.monitor["level"] == "medium"
         assert answer.features is not None and answer.token_count > 0
-    # the turn that was killed: its question was stored before generation, its answer never was
-    assert [m.role for m in msgs.values()][-1] == "user"
-    assert all(m.role == "user" or m.id in {a for a, _ in stored} for m in msgs.values())
+    # the turn that was killed: its question and the answer so far (marked interrupted, text kept)
+    *_, question, cut = msgs.values()
+    assert question.role == "user" and cut.role == "assistant" and cut.status == "interrupted" and cut.text
+    assert cut.verdict is None and cut.review_id is None
+    assert all(m.role == "user" or m.id in {a for a, _ in stored} | {cut.id} for m in msgs.values())
 
     engine = ChatEngine(EngineConfig(max_tokens=4), store, components=tiny_components(verifier))
     try:

@@ -58,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "full or compressed); default: the head shipped for the embedded model, when there is one "
                         "(kept whatever --verifier says: it belongs to the model); 'none' turns it off")
     p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="answer length limit (default %(default)s)")
-    p.add_argument("--system", default=None, help="system prompt (default: the one the verifier was built with)")
+    p.add_argument("--system", default=None, help="system prompt for every turn (default: a task question gets its task's, the one the verifier was "
+                        "built with; any other question gets none from mlx-sdm, as plain mlx-lm)")
     p.add_argument("--explain", type=int, default=DEFAULT_EXPLAIN, help="nearest exemplars to show (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     return p

@@ -34,6 +34,7 @@ from mlx_sdm.session.events import (
     TurnFinishedEvent,
     TurnResult,
 )
+from mlx_sdm.session.partial_answers import StreamingAnswer
 from mlx_sdm.session.pipeline import TurnPipeline
 from mlx_sdm.session.turn import DEFAULT_MAX_TOKENS, TurnComponents, TurnOptions, TurnOutcome, TurnRequest
 from mlx_sdm.session.review import DecisionResult, ReviewService
@@ -55,7 +56,7 @@ class EngineConfig:
     head: str | None = None
     max_tokens: int = DEFAULT_MAX_TOKENS
     temperature: float = 0.0
-    system_prompt: str | None = None  # None: the verifier's own system prompt, else DEFAULT_SYSTEM_PROMPT
+    system_prompt: str | None = None  # None: the routed task's system prompt, else none of ours (the model's template)
     irreversible_tools: tuple[str, ...] = ()
     quantized: bool = False
     generate_reflection: bool = True  # on HIGH, let the model state its uncertainty before pausing
@@ -280,6 +281,7 @@ class ChatEngine:
         pipeline = self._require_pipeline()
         turn = next(self._turns)
         self._cancel.clear()
+        streaming = None
         try:
             self.store.get_session(session_id)
             history = self.store.messages(session_id)  # read once, before this turn writes anything
@@ -292,19 +294,23 @@ class ChatEngine:
             request = TurnRequest(conversation_from(history) + [{"role": "user", "content": text}],
                                   self.config.turn_options())
             created_at = now_iso()
+            streaming = StreamingAnswer(self.store, session_id)  # a kill keeps the partial text (marked interrupted)
             prefix = self._prefix.pop(session_id, None)
             self._prefix.clear()  # one cached conversation at a time (a KV cache can be ~100 MB)
-            observer = EventObserver(lambda event: self._emit(on_event, event), session_id, turn,
+            emit = lambda event: (streaming.on_event(event), self._emit(on_event, event))  # noqa: E731
+            observer = EventObserver(emit, session_id, turn,
                                      verifier=self._info.verifier_path if self._info else None, monitor=monitor)
             queued_s = time.perf_counter() - started
             outcome = pipeline.run(request, observer=observer, stop=self._cancel, monitor=monitor, prefix=prefix)
             if outcome.prefix is not None:
                 self._prefix[session_id] = outcome.prefix
-            message_id = self.store.add_answer(self._record(session_id, outcome, created_at))
+            message_id = streaming.finish(self._record(session_id, outcome, created_at))
             review_id = self.store.message(message_id).review_id
             self._emit(on_event, observer.finished(outcome, message_id, review_id))
             return _result(session_id, turn, user_id, outcome, message_id, review_id, queued_s)
         except BaseException as exc:
+            if streaming is not None:
+                streaming.fail()
             self._emit(on_event, ErrorEvent(session_id=session_id, turn=turn, message=str(exc), error_type=type(exc).__name__))
             self._emit(on_event, TurnFinishedEvent(session_id=session_id, turn=turn, status="error"))
             raise

@@ -16,8 +16,8 @@ import time
 from typing import Any, Sequence
 
 from mlx_sdm.errors import DataError
-from mlx_sdm.session.schema import _dumps, _loads, now_iso
-from mlx_sdm.session.titles import title_from_first_message
+from mlx_sdm.session.schema import _dumps, _loads
+from mlx_sdm.session.titles import insert_user_message
 
 #: The partial text of an answer being generated is committed at most this often (each is an fsync).
 PARTIAL_WRITE_SECONDS = 1.0
@@ -47,24 +47,21 @@ class PartialAnswerStore:
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]: ...  # provided by ChatStore
 
+    def _now(self) -> str: ...  # the store's clock, provided by ChatStore
+
     def begin_answer(self, session_id: str, *, kind: str = "chat", created_at: str | None = None) -> int:
         """An empty answer row, status ``in_progress`` (committed); returns its message id."""
-        stamp = created_at or now_iso()
+        stamp = created_at or self._now()
         with self._tx() as conn:
             return _insert_in_progress(conn, session_id, kind, stamp)
 
     def begin_turn(self, session_id: str, user_text: str, *, user_metadata: dict | None = None) -> tuple[int, int]:
         """The user's message and an empty ``in_progress`` answer to it, in one transaction.
         Returns (user message id, answer message id)."""
-        stamp = now_iso()
+        stamp = self._now()
         with self._tx() as conn:
-            cur = conn.execute(
-                "INSERT INTO messages(session_id, role, kind, text, status, created_at, finished_at, metadata_json) "
-                "VALUES (?, 'user', 'chat', ?, 'done', ?, ?, ?)",
-                (session_id, user_text, stamp, stamp, _dumps(user_metadata)),
-            )
-            title_from_first_message(conn, session_id, user_text)
-            return int(cur.lastrowid), _insert_in_progress(conn, session_id, "chat", stamp)
+            user_id = insert_user_message(conn, session_id, user_text, stamp, user_metadata)
+            return user_id, _insert_in_progress(conn, session_id, "chat", stamp)
 
     def update_partial(self, message_id: int, text: str, *, force: bool = False) -> bool:
         """Commit the text generated so far, unless the last update of this answer was less than
@@ -83,7 +80,7 @@ class PartialAnswerStore:
     def finish_answer(self, message_id: int, record: Any) -> int:
         """The whole answer (an ``AnswerRecord``, as :meth:`add_answer` writes it) over its ``in_progress``
         row, with its verdict, monitor reading and review entry, in one transaction."""
-        stamp = now_iso()
+        stamp = self._now()
         with self._tx() as conn:
             row = conn.execute("SELECT status, session_id FROM messages WHERE id = ?", (message_id,)).fetchone()
             if row is None or row["status"] != IN_PROGRESS or row["session_id"] != record.session_id:
@@ -101,7 +98,7 @@ class PartialAnswerStore:
         dead = [int(r["id"]) for r in rows if not _process_alive((_loads(r["metadata_json"]) or {}).get("writer_pid"))]
         if not dead:
             return 0
-        stamp = now_iso()
+        stamp = self._now()
         with self._tx() as conn:
             for message_id in dead:
                 conn.execute("UPDATE messages SET status = ?, finished_at = ? WHERE id = ? AND status = ?",

@@ -42,7 +42,6 @@ from mlx_sdm.network.verdict import REASON_EMPTY_ANSWER, REASON_NOT_A_TASK, Docu
 from mlx_sdm.session.answer import GeneratedAnswer, PrefixCache, TopLogprobs, generate_answer, settle_prefix
 from mlx_sdm.session.escalation import REFLECTION_PROMPT, TurnStatus, plan_escalation
 from mlx_sdm.session.turn import (
-    DEFAULT_SYSTEM_PROMPT,
     ChatMessage,
     TokenPiece,
     TurnComponents,
@@ -94,11 +93,12 @@ class TurnPipeline:
         return head if match_instruction([t.instruction for t in tasks], question) is not None else None
 
     def system_prompt(self, options: TurnOptions, messages: list[ChatMessage] | None = None) -> str | None:
-        """``--system`` when given, else the routed task's (or a single-task verifier's) system prompt,
-        else the default one."""
+        """``--system`` when given, else the routed task's (or a single-task verifier's) system prompt, else
+        None: the product adds no system prompt of its own, so an everyday turn is rendered exactly as plain
+        mlx-lm renders it (the model's chat template decides; SmolLM2's adds its own default)."""
         if options.system_prompt is not None:
             return options.system_prompt or None
-        return self.route(messages).system or DEFAULT_SYSTEM_PROMPT
+        return self.route(messages).system
 
     def with_system(self, messages: list[ChatMessage], options: TurnOptions) -> list[ChatMessage]:
         if messages and messages[0].get("role") == "system":

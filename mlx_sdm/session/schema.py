@@ -173,6 +173,7 @@ def _dumps(value: Any) -> str | None:
     return None if value is None else json.dumps(value, ensure_ascii=False)
 
 
+
 def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 

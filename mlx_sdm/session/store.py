@@ -49,7 +49,7 @@ from mlx_sdm.session.schema import (  # noqa: F401  (re-exported: the store's re
     _split_sql,
     now_iso,
 )
-from mlx_sdm.session.titles import placeholder_title, title_from_first_message
+from mlx_sdm.session.titles import insert_user_message, placeholder_title, title_from_first_message
 
 #: How long a writer waits for another process's write lock before giving up (milliseconds).
 BUSY_TIMEOUT_MS = 10_000
@@ -255,13 +255,12 @@ class ChatStore(ReviewQueueStore, PartialAnswerStore):
         Returns (user message id, answer message id)."""
         stamp = now_iso()
         with self._tx() as conn:
-            cur = conn.execute(
-                "INSERT INTO messages(session_id, role, kind, text, status, created_at, finished_at, metadata_json) "
-                "VALUES (?, 'user', 'chat', ?, 'done', ?, ?, ?)",
-                (record.session_id, user_text, stamp, stamp, _dumps(user_metadata)),
-            )
-            title_from_first_message(conn, record.session_id, user_text)
-            return int(cur.lastrowid), _write_answer(conn, record, stamp)
+            user_id = insert_user_message(conn, record.session_id, user_text, stamp, user_metadata)
+            return user_id, _write_answer(conn, record, stamp)
+
+    def _now(self) -> str:
+        """The store's clock (one seam for every row it stamps)."""
+        return now_iso()
 
     def _finish_answer_row(self, conn: sqlite3.Connection, message_id: int, record: AnswerRecord, stamp: str) -> int:
         return _write_answer(conn, record, stamp, message_id)

@@ -16,6 +16,7 @@ from mlx_sdm.network.encoding import (
     TOPIC,
     YES_NO,
 )
+from mlx_sdm.session.schema import _dumps
 
 #: The shipped task formats whose instruction a task question starts with.
 TASK_FORMATS = (FACTCHECK, PLAUSIBILITY, TOPIC, YES_NO, MULTIPLE_CHOICE, SPAM, SENTIMENT)
@@ -62,3 +63,15 @@ def title_from_first_message(conn: sqlite3.Connection, session_id: str, text: st
     if title is not None:
         conn.execute("UPDATE sessions SET title = ?, title_pending = 0 WHERE id = ? AND title_pending = 1",
                      (title, session_id))
+
+
+def insert_user_message(conn: sqlite3.Connection, session_id: str, text: str, stamp: str,
+                        metadata: dict | None = None) -> int:
+    """A user's message (a session still without a title is named after its first one); returns its id."""
+    cur = conn.execute(
+        "INSERT INTO messages(session_id, role, kind, text, status, created_at, finished_at, metadata_json) "
+        "VALUES (?, 'user', 'chat', ?, 'done', ?, ?, ?)",
+        (session_id, text, stamp, stamp, _dumps(metadata)),
+    )
+    title_from_first_message(conn, session_id, text)
+    return int(cur.lastrowid)

@@ -20,7 +20,6 @@ from mlx_sdm.session.escalation import REFLECTION_PROMPT, Escalation, TurnStatus
 from mlx_sdm.session.answer import PrefixCache
 
 DEFAULT_MAX_TOKENS = 256
-DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant. Answer briefly and accurately."
 #: Tool calls are read from the answer in the common ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` form.
 TOOL_CALL_RE = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
 #: The chat-template message shape every caller passes (mlx-lm / OpenAI): {"role", "content"}.

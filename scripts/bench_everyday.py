@@ -1,0 +1,59 @@
+"""Everyday questions, side by side: the product's chat turn (shipped default verifier and head) and plain
+mlx-lm (`stream_generate` with the model's chat template), greedy, on the checked everyday prompts of
+`mlx_sdm/datasets/everyday_prompts.json`. Prints each answer pair, then how many are right by the prompt's
+check, how many are degenerate (monitor/degenerate.py) and how many are token for token the same.
+
+    .venv/bin/python scripts/bench_everyday.py --max-tokens 96
+    .venv/bin/python scripts/bench_everyday.py --system "You are a helpful assistant. Answer briefly and accurately."
+
+`--system` measures what a system prompt of your own does to the same prompts (on both sides).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def main() -> int:
+    from mlx_lm import stream_generate
+
+    from mlx_sdm.app.corpus_plan import check_everyday, everyday_prompts
+    from mlx_sdm.app.loading import load_components
+    from mlx_sdm.monitor.degenerate import degenerate_answer
+    from mlx_sdm.session.pipeline import TurnPipeline
+    from mlx_sdm.session.turn import TurnOptions, TurnRequest
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--max-tokens", type=int, default=96)
+    p.add_argument("--system", default=None, help="a system prompt for both sides (default: none of ours)")
+    args = p.parse_args()
+    pipeline = TurnPipeline(load_components(None))
+    lm = pipeline.components.lm
+    options = TurnOptions(max_tokens=args.max_tokens, system_prompt=args.system, reuse_cache=False)
+    prompts = everyday_prompts()
+    counts = {"product": [0, 0], "mlx-lm": [0, 0]}
+    same = 0
+    for item in prompts:
+        messages = [{"role": "user", "content": item.prompt}]
+        ours = pipeline.run(TurnRequest(messages, options))
+        plain_messages = ([{"role": "system", "content": args.system}] if args.system else []) + messages
+        text = lm.tokenizer.apply_chat_template(plain_messages, add_generation_prompt=True, tokenize=False)
+        responses = list(stream_generate(lm.model, lm.tokenizer, text, max_tokens=args.max_tokens))
+        tokens = [r.token for r in responses]
+        tokens = tokens[:-1] if tokens and tokens[-1] in lm.tokenizer.eos_token_ids else tokens
+        plain = lm.tokenizer.decode(tokens)
+        same += ours.token_ids == tokens
+        for name, answer in (("product", ours.text), ("mlx-lm", plain)):
+            right, degenerate = check_everyday(item.check, answer).correct, degenerate_answer(answer) is not None
+            counts[name][0] += right
+            counts[name][1] += degenerate
+            print(f"{name:8} {'right' if right else 'wrong'} {'degenerate' if degenerate else '':10} "
+                  f"{item.prompt[:40]!r} -> {answer[:80]!r}", flush=True)
+    for name, (right, degenerate) in counts.items():
+        print(f"{name}: {right}/{len(prompts)} right, {degenerate} degenerate")
+    print(f"token for token the same: {same}/{len(prompts)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
