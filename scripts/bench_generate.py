@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from repository_tests import repository_tests  # noqa: E402  (beside this script)
 import mlx_sdm  # noqa: F401
 
 DEFAULT_TOKENS = 128
@@ -46,21 +47,6 @@ KNOWN_BANDWIDTH_GBS = {
     "RTX 4090": 1008.0, "M1 Max": 400.0, "M2 Max": 400.0, "M3 Max": 400.0, "M4 Max": 546.0,
     "M1 Ultra": 800.0, "M2 Ultra": 800.0, "M1 Pro": 200.0, "M2 Pro": 200.0, "M3 Pro": 150.0, "M4 Pro": 273.0,
 }
-
-
-def repository_tests():
-    """The tests/ package of this repository checkout (its fixtures are not part of the installed package),
-    imported as ``tests`` so that its own ``from tests.… import`` lines resolve."""
-    import importlib.util
-
-    if "tests" not in sys.modules:
-        folder = Path(__file__).resolve().parents[1] / "tests"
-        spec = importlib.util.spec_from_file_location("tests", folder / "__init__.py",
-                                                      submodule_search_locations=[str(folder)])
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["tests"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["tests"]
 
 
 def build_parser() -> argparse.ArgumentParser:

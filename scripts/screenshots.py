@@ -24,6 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
+from repository_tests import repository_tests  # noqa: E402  (beside this script)
 import mlx_sdm  # noqa: F401  (BLAS before mlx)
 
 DEFAULT_OUT_DIR = ROOT / "docs" / "screenshots"
@@ -45,21 +46,6 @@ CLAIMS = [
     "Berlin is the capital of Spain.",
     "The Nile is a river in Africa.",
 ]
-
-
-def repository_tests():
-    """The tests/ package of this repository checkout (its fixtures are not part of the installed package),
-    imported as ``tests`` so that its own ``from tests.… import`` lines resolve."""
-    import importlib.util
-
-    if "tests" not in sys.modules:
-        folder = Path(__file__).resolve().parents[1] / "tests"
-        spec = importlib.util.spec_from_file_location("tests", folder / "__init__.py",
-                                                      submodule_search_locations=[str(folder)])
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["tests"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["tests"]
 
 
 def fact_check_prompt(claim: str) -> str:
