@@ -13,6 +13,7 @@ import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
@@ -55,15 +56,21 @@ def _file(root: Path, entry, name: str) -> bytes:
     return data
 
 
-def _manifest(root: Path) -> dict:
+def read_folder_json(root: Path, name: str, fail: Callable[[Path, str], None], what: str) -> Any:
+    """``root/name`` parsed; else ``fail(root, why)``: no such folder, a file, no such file, not JSON
+    (the manifest of a ``.sdmdataset`` bundle and of a ``.sdmkitmodel`` package)."""
     if not root.is_dir():
-        _fail(root, "no such folder" if not root.exists() else "is a file, not a bundle folder")
+        fail(root, "no such folder" if not root.exists() else f"is a file, not a {what} folder")
     try:
-        m = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+        return json.loads((root / name).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        _fail(root, f"no {MANIFEST}")
+        fail(root, f"no {name}")
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        _fail(root, f"{MANIFEST} is not JSON ({exc})")
+        fail(root, f"{name} is not JSON ({exc})")
+
+
+def _manifest(root: Path) -> dict:
+    m = read_folder_json(root, MANIFEST, _fail, "bundle")
     if not isinstance(m, dict) or m.get("format") != FORMAT:
         _fail(root, f"{MANIFEST} field format is not {FORMAT!r}", field="format")
     if m.get("schemaVersion") != 1:

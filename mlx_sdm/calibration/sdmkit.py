@@ -23,6 +23,7 @@ from mlx_sdm.atomic import atomic_directory
 from mlx_sdm.calibration.constants import ALPHA_PRIME, Q_BINS
 from mlx_sdm.calibration.nested import KIND_NESTED, NestedSettings, Region
 from mlx_sdm.calibration.persistence import FORMAT_VERSION
+from mlx_sdm.calibration.sdmdataset import read_folder_json
 from mlx_sdm.calibration.state import EstimatorState
 from mlx_sdm.errors import ArtifactError
 
@@ -45,14 +46,7 @@ def _fail(root: Path, what: str, fix: str = "re-export it from the app or `sdm t
 
 
 def _manifest(root: Path) -> dict:
-    if not root.is_dir():
-        _fail(root, "no such folder" if not root.exists() else "is a file, not a package folder")
-    try:
-        m = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        _fail(root, f"no {MANIFEST}")
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        _fail(root, f"{MANIFEST} is not JSON ({exc})")
+    m = read_folder_json(root, MANIFEST, _fail, "package")
     if not isinstance(m, dict) or m.get("schemaVersion") != 1:
         _fail(root, f"{MANIFEST} field schemaVersion is {m.get('schemaVersion') if isinstance(m, dict) else m!r}, "
               "this mlx-sdm reads schema 1", "use a newer mlx-sdm")
