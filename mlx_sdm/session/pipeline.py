@@ -92,34 +92,30 @@ class TurnPipeline:
             return head
         return head if match_instruction([t.instruction for t in tasks], question) is not None else None
 
-    def system_prompt(self, options: TurnOptions, messages: list[ChatMessage] | None = None) -> str | None:
+    @staticmethod
+    def system_prompt(options: TurnOptions, route: TaskRoute) -> str | None:
         """``--system`` when given, else the routed task's (or a single-task verifier's) system prompt, else
         None: the product adds no system prompt of its own, so an everyday turn is rendered exactly as plain
         mlx-lm renders it (the model's chat template decides; SmolLM2's adds its own default)."""
         if options.system_prompt is not None:
             return options.system_prompt or None
-        return self.route(messages).system
-
-    def with_system(self, messages: list[ChatMessage], options: TurnOptions) -> list[ChatMessage]:
-        if messages and messages[0].get("role") == "system":
-            return list(messages)
-        system = self.system_prompt(options, messages)
-        return ([{"role": "system", "content": system}] if system else []) + list(messages)
+        return route.system
 
     def plan(self, messages: list[ChatMessage], options: TurnOptions = TurnOptions()) -> TurnPlan:
         """Route this turn's question, then what the model sees, what the verifier judges and the head."""
         route = self.route(messages)
         question = {"role": "user", "content": last_user_text(messages)}
-        system = self.system_prompt(options, messages)
-        alone = ([{"role": "system", "content": system}] if system else []) + [question]
+        system = self.system_prompt(options, route)
+        ours = [{"role": "system", "content": system}] if system else []
         if route.matched:  # a task question is answered as that task alone, as the verifier was built
-            seen = alone
+            seen = ours + [question]
+        elif messages and messages[0].get("role") == "system":  # the caller's own system prompt
+            seen = list(messages)
         else:
-            seen = self.with_system(messages, options)
-            if seen and seen[0].get("role") == "system":
-                alone = [seen[0], question]
+            seen = ours + list(messages)
+        judged = ([seen[0]] if seen and seen[0].get("role") == "system" else []) + [question]
         judge = self.components.verifier is not None and (route.matched or not self.routes_tasks)
-        return TurnPlan(route, seen, alone, self.head_for(question["content"]), judge)
+        return TurnPlan(route, seen, judged, self.head_for(question["content"]), judge)
 
     # -- the turn -------------------------------------------------------------------------------
     def run(self, request: TurnRequest, *, observer: TurnObserver | None = None,
