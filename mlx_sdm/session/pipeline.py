@@ -13,8 +13,8 @@ No thread, store or UI is involved: the CLI (``generate``, ``chat --plain``), th
    is answered and judged as that task alone, as the verifier was built (the task's system prompt,
    the question without the earlier turns), so it gets the same answer and verdict as turn 1 or 5;
    only such a turn decodes with an SDM-network head trained on that task. Every other turn sees
-   the whole conversation under the default system prompt and decodes with the model's own head:
-   the answer is the plain model's.
+   the whole conversation, with no system prompt of ours and the model's own head: the answer is
+   plain mlx-lm's.
 1. generate: stream tokens (log-probs and the document features ``[mean(h_0..h_k); h_k]`` come
    from the same pass, docs/method.md § 15.3); on a judged turn the answer ends at the unit the
    verifier judges (the closing brace of the JSON answer for ``json_close`` verifiers), so a verdict
