@@ -77,7 +77,7 @@ def suite_sets(lm, config, verifier_info: dict, test_per_task: int) -> tuple[lis
 
 def table(scorer, tests, models) -> tuple[list[str], list[dict]]:
     """Table 1 rows (own answers, y = 1 when correct) per task, split and model."""
-    from tqdm.auto import tqdm
+    from mlx_sdm.progress import progress_bar
 
     from mlx_sdm.calibration.evaluation import markdown_rows
 
@@ -86,7 +86,7 @@ def table(scorer, tests, models) -> tuple[list[str], list[dict]]:
     records = []
     for task, split, docs in tests:
         for model_name, heads in models:
-            outcomes = scorer(list(tqdm(docs, desc=f"{task.name} {split} {model_name}"[:30], leave=False)),
+            outcomes = scorer(list(progress_bar(docs, desc=f"{task.name} {split} {model_name}"[:30], leave=False)),
                               heads.vocab_logits)
             labels = np.array([int(o.correct) for o in outcomes])
             predictions = np.array([o.prediction for o in outcomes])
@@ -111,7 +111,7 @@ def _with_model(row: str, model_name: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from tqdm.auto import tqdm
+    from mlx_sdm.progress import progress_bar
 
     from mlx_sdm.app.head_training import build_config, read_config_file
     from mlx_sdm.atomic import atomic_write_text
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         tests = [t for t in tests if t[0].name in args.report_tasks]
     print(f"train {len(train)} ({sum(d.label for d in train)} verified), calibration {len(calibration)}, "
           f"evaluation {sum(len(d) for *_, d in tests)} prompts", flush=True)
-    scorer = LMScorer.from_verifier(lm, verifier, progress=lambda docs: tqdm(docs, desc="generate", unit="doc", leave=False))
+    scorer = LMScorer.from_verifier(lm, verifier, progress=lambda docs: progress_bar(docs, desc="generate", unit="doc", leave=False))
     untuned = VocabularyHeads.from_model(lm.model)
     report: dict = {"verifier": str(verifier_dir), "config": str(args.config), "args": {k: str(v) for k, v in vars(args).items()}}
     if args.report_only:

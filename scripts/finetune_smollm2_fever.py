@@ -95,7 +95,7 @@ def cells(outcomes) -> tuple[str, str, dict]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from tqdm.auto import tqdm
+    from mlx_sdm.progress import progress_bar
 
     from mlx_sdm.atomic import atomic_write_text
     from mlx_sdm.lm.loading import load_model
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
           f"held-out {len(held_out)}, shifted {len(shifted)}; generation budget "
           f"{max(d.max_generation_tokens for d in train)} tokens", flush=True)
 
-    scorer = LMScorer.from_verifier(lm, verifier, progress=lambda docs: tqdm(docs, desc="generate", unit="doc", leave=False))
+    scorer = LMScorer.from_verifier(lm, verifier, progress=lambda docs: progress_bar(docs, desc="generate", unit="doc", leave=False))
     checkpoint = out.with_name(out.name + ".checkpoint")
     fit_args = FinetuneArgs(epochs=args.epochs, batch_size=args.batch_size, learning_rate=args.learning_rate,
                             warmup_epochs=warmup, checkpoint_path=str(checkpoint), resume=args.resume)

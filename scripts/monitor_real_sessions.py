@@ -24,7 +24,7 @@ import mlx_sdm  # noqa: F401  (BLAS preload first)
 import mlx.core as mx
 from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import make_prompt_cache
-from tqdm import tqdm
+from mlx_sdm.progress import progress_bar
 
 from mlx_sdm.lm.loading import load_model
 from mlx_sdm.monitor.auq import AUQMonitor, EstimatorConfig, SessionStatus, UncertaintyError, UncertaintyPolicy
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     monitor = AUQMonitor(UncertaintyPolicy(), EstimatorConfig())
     sessions = []
     start = time.perf_counter()
-    for ex in tqdm(chosen, desc="sessions", file=sys.stderr):
+    for ex in progress_bar(chosen, desc="sessions", file=sys.stderr):
         sid = f"fever-{ex['id']}"
         label = "true" if ex["target_scores"].get("true") == 1 else "false"
         tracer = TracerMonitor(embedder=embedder, session_id=sid)
