@@ -252,7 +252,7 @@ def test_rows_wider_than_the_estimator_name_the_estimator_and_the_rows_width(fil
     assert "earlier rows" not in line
     assert verify_cmd.main(["--estimator", str(est), str(wide), "--out", str(tmp_path / "v.jsonl")]) == 1
     line = one_error_line(capsys.readouterr().err)
-    assert "wide.jsonl:1" in line and "the estimator" in line and "4 wide" in line and "earlier rows" not in line
+    assert "wide.jsonl:1" in line and f"the estimator {est} is 4 wide" in line and "earlier rows" not in line
     assert train_cmd.main(["--train", str(train), "--calibration", str(wide), "--out", str(tmp_path / "o"), *FAST]) == 1
     assert f"the training file {train} is 4 wide" in one_error_line(capsys.readouterr().err)
 

@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{len(out)} rows verified, {admitted} admitted ({admitted / max(len(out), 1):.1%}); wrote {args.out}")
             return 0
         est = SDMEstimator.load(args.estimator)
-        rows = read_embedding_jsonl(args.input, require_label=False, expected_dim=est.input_dim)
+        rows = read_embedding_jsonl(args.input, require_label=False, expected_dim=est.input_dim,
+                                    expected_by=f"the estimator {args.estimator}")
         out = verify_rows(est, rows, args.explain)
         write_jsonl(args.out, out)
     except MlxSdmError as exc:
