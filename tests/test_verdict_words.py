@@ -36,9 +36,12 @@ def verdicts(draw) -> DocumentVerdict:
         reason = "out_of_distribution"
     else:
         reason = draw(st.sampled_from(["below_threshold", "index_flipped"]))
+    # the nested kind carries the α-ladder region (0.0: none); admission at α′ means region α lower >= α′
+    ladder = [0.0, 0.55, 0.6, 0.7, 0.8, 0.85, 0.9]
+    region = draw(st.sampled_from([None, 0.95] if admitted else [None] + ladder))
     verdict = Verdict(prediction=prediction, p_lower=draw(st.floats(0.95, 1.0)) if admitted else None,
                       admitted=admitted, q=q, d=d, q_bin=draw(st.integers(0, 9)), reason=reason,
-                      exemplars=draw(exemplars))
+                      exemplars=draw(exemplars), region_alpha=region, region_alpha_lower=region)
     return DocumentVerdict(verdict, coverage=COVERAGE, task=draw(st.sampled_from([None, "bbc_topic"])))
 
 
@@ -75,6 +78,14 @@ def test_each_sentence_is_true_of_its_numbers(judged: DocumentVerdict):
     if v.admitted and v.prediction == 1:
         assert judged.status is VerdictStatus.VERIFIED and f"{v.p_lower:.3f}" in badge
     assert ("It covers" in sentence) == (judged.status is VerdictStatus.OUT_OF_SCOPE)
+    # a nested region is named only when α′ is not met and the answer is in one, with its own α and ŷ
+    region = v.region_alpha_lower
+    in_region = judged.status is VerdictStatus.NOT_VERIFIED and region is not None and 0 < region < judged.alpha
+    assert ("falls in a region" in sentence) == in_region and ("region α" in badge) == in_region
+    if in_region:
+        side = "right" if v.prediction == 1 else "wrong"
+        assert f"at least {region * 100:.0f} % of the answers judged {side} are {side}" in sentence
+        assert f"region α {region:.2f}" in badge
     # the stored form reads back to the same words
     again = DocumentVerdict.from_dict(judged.to_dict(), COVERAGE)
     assert verdict_words(again) == words
@@ -88,6 +99,16 @@ def test_no_verifier_and_unjudged_turns_have_their_own_words():
     assert empty.status is VerdictStatus.NOT_VERIFIED and "empty answer" in empty.sentence
     other = verdict_words(DocumentVerdict(None, coverage=COVERAGE, unjudged="not_a_task"))
     assert other.status is VerdictStatus.OUT_OF_SCOPE and "not one of the verifier's tasks" in other.badge
+
+
+def test_a_nested_region_below_alpha_prime_is_said_in_words():
+    """Issue 19: where α′ = 0.95 is not met, a nested verifier's region says how often it is right there."""
+    v = Verdict(1, None, False, 7, 0.4, 1, "below_threshold", [], region_alpha=0.9, region_alpha_lower=0.9)
+    words = verdict_words(DocumentVerdict(v, task="bbc_topic"))
+    assert words.status is VerdictStatus.NOT_VERIFIED
+    assert "at least 90 % of the answers judged right are right" in words.sentence and "region α 0.90" in words.badge
+    none = Verdict(1, None, False, 7, 0.4, 1, "below_threshold", [], region_alpha=0.0, region_alpha_lower=0.0)
+    assert "region" not in verdict_words(DocumentVerdict(none, task="bbc_topic")).sentence
 
 
 def test_the_reported_contradictions_are_gone():

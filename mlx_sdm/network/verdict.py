@@ -181,8 +181,14 @@ class DocumentVerdict:
             q=int(data.get("q") or 0), d=float(data.get("d") or 0.0), q_bin=int(data.get("q_bin") or 0),
             reason=None if reason in (None, REASON_PREDICTED_UNACCEPTABLE) else reason, exemplars=exemplars,
             softmax=[float(x) for x in data.get("softmax") or []], d_nearest=float(data.get("d_nearest") or 0.0),
-            q_tilde_lower=float(data.get("q_tilde_lower") or 0.0))
+            q_tilde_lower=float(data.get("q_tilde_lower") or 0.0),
+            region_alpha=_optional_float(data.get("region_alpha")),
+            region_alpha_lower=_optional_float(data.get("region_alpha_lower")))
         return cls(verdict, alpha, coverage, data.get("task"))
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def status_from_dict(data: Mapping[str, Any] | None) -> VerdictStatus | None:
@@ -265,6 +271,19 @@ def _judged_words(dv: DocumentVerdict, alpha: float) -> tuple[str, str]:
             f"calibrated confidence (q = {v.q}, d = {v.d:.3f}) does not reach the {alpha:.2f} it needs to vouch for it.")
 
 
+def _region_words(v: "Verdict", alpha: float) -> str:
+    """The nested kind's fallback (docs/estimators.md): where α′ is not met but the answer falls in a
+    region of the α ladder by its DKW-lower estimate, that region's promise, which is prediction-
+    conditional: among the answers of that region the verifier judges as it judged this one, at least
+    a share α are so. Empty for the other kinds and for answers in no region."""
+    region = v.region_alpha_lower
+    if region is None or not 0.0 < region < alpha:
+        return ""
+    judged = _answer_words(v.prediction)
+    return (f" It falls in a region where at least {region * 100:.0f} % of the answers judged {judged} "
+            f"are {judged} (nested region α {region:.2f}, lower estimate), short of the {alpha:.2f} needed to vouch.")
+
+
 def verdict_words(verdict: DocumentVerdict | None, *, no_verifier_reason: str | None = None) -> VerdictWords:
     """THE words of a verdict (None: no verifier judged it, ``no_verifier_reason`` says why). The chat,
     ``generate``, plain chat, the server and export all show these and nothing else."""
@@ -280,5 +299,9 @@ def verdict_words(verdict: DocumentVerdict | None, *, no_verifier_reason: str | 
                             "Out of scope: this question starts none of the task instructions the verifier was "
                             f"built on, so it makes no judgement. {verdict.coverage.sentence()}")
     short, sentence = _judged_words(verdict, verdict.alpha)
+    if status is VerdictStatus.NOT_VERIFIED:
+        region = _region_words(verdict.verdict, verdict.alpha)
+        if region:
+            short, sentence = f"{short} · region α {verdict.verdict.region_alpha_lower:.2f}", sentence + region
     mark = {VerdictStatus.VERIFIED: "✔", VerdictStatus.OUT_OF_SCOPE: "○"}.get(status, "✘")
     return VerdictWords(status, f"{mark} {status.words} · {short}", sentence)
