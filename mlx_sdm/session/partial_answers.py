@@ -107,8 +107,8 @@ class PartialAnswerStore:
 
 
 class StreamingAnswer:
-    """One answer kept in the store while it streams, for the engine's turn: begun on creation, fed
-    the turn's events (:meth:`on_event`: answer tokens only), then finished with the whole record,
+    """One answer kept in the store while it streams, for a chat turn: begun on creation, fed the turn's
+    tokens (:meth:`token`: a ``TokenPiece``; answer tokens only), then finished with the whole record,
     or with what was generated marked "error" when the turn fails (:meth:`fail`)."""
 
     def __init__(self, store: Any, session_id: str, *, created_at: str | None = None):
@@ -121,9 +121,9 @@ class StreamingAnswer:
     def text(self) -> str:
         return "".join(self.pieces)
 
-    def on_event(self, event: Any) -> None:
-        if getattr(event, "kind", None) == "token" and getattr(event, "phase", "answer") == "answer" and event.text:
-            self.pieces.append(event.text)
+    def token(self, piece: Any) -> None:
+        if piece.phase == "answer" and piece.text:
+            self.pieces.append(piece.text)
             self.store.update_partial(self.message_id, self.text)
 
     def finish(self, record: Any) -> int:
