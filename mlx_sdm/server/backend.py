@@ -170,9 +170,11 @@ class SessionBackend:
                     record: Callable[[str], Any], source: str) -> None:
         """The client's last user message and the answer as the turn service records it (``record(session
         id)``), all in ONE transaction (a kill between them leaves neither)."""
+        from mlx_sdm.session.message_meta import MessageMeta
+
         user_text = next(m.content for m in reversed(messages) if m.role == "user" and m.content.strip())
         answer.session_id = session_id = self.session_for(conversation, user_text)
-        _, answer.message_id = self.store.add_turn(user_text, record(session_id), user_metadata={"source": source})
+        _, answer.message_id = self.store.add_turn(user_text, record(session_id), user_metadata=MessageMeta(source=source))
 
     def _piece(self, token_id: int) -> str:
         return self.lm.tokenizer.decode([int(token_id)])

@@ -16,6 +16,7 @@ import time
 from typing import Any, Sequence
 
 from mlx_sdm.errors import DataError
+from mlx_sdm.session.message_meta import MessageMeta
 from mlx_sdm.session.schema import _dumps, _loads
 from mlx_sdm.session.titles import insert_user_message
 
@@ -55,7 +56,8 @@ class PartialAnswerStore:
         with self._tx() as conn:
             return _insert_in_progress(conn, session_id, kind, stamp)
 
-    def begin_turn(self, session_id: str, user_text: str, *, user_metadata: dict | None = None) -> tuple[int, int]:
+    def begin_turn(self, session_id: str, user_text: str, *,
+                   user_metadata: MessageMeta = MessageMeta()) -> tuple[int, int]:
         """The user's message and an empty ``in_progress`` answer to it, in one transaction.
         Returns (user message id, answer message id)."""
         stamp = self._now()
@@ -95,7 +97,7 @@ class PartialAnswerStore:
         """Answers left ``in_progress`` by a process that is gone become ``interrupted`` (their partial
         text kept). Runs when the store opens; returns how many it marked."""
         rows = self._query("SELECT id, metadata_json FROM messages WHERE status = ?", (IN_PROGRESS,))
-        dead = [int(r["id"]) for r in rows if not _process_alive((_loads(r["metadata_json"]) or {}).get("writer_pid"))]
+        dead = [int(r["id"]) for r in rows if not _process_alive(MessageMeta.from_dict(_loads(r["metadata_json"])).writer_pid)]
         if not dead:
             return 0
         stamp = self._now()
@@ -151,7 +153,7 @@ def _insert_in_progress(conn: sqlite3.Connection, session_id: str, kind: str, st
     cur = conn.execute(
         "INSERT INTO messages(session_id, role, kind, text, status, created_at, metadata_json) "
         "VALUES (?, 'assistant', ?, '', ?, ?, ?)",
-        (session_id, kind, IN_PROGRESS, stamp, _dumps({"writer_pid": os.getpid()})),
+        (session_id, kind, IN_PROGRESS, stamp, _dumps(MessageMeta(writer_pid=os.getpid()).to_dict())),
     )
     conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (stamp, session_id))
     return int(cur.lastrowid)

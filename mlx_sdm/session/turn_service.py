@@ -5,7 +5,7 @@ It owns the :class:`~mlx_sdm.session.pipeline.TurnPipeline`, the
 :class:`~mlx_sdm.session.review.ReviewService` and the one cached KV prefix (a KV cache can be
 ~100 MB, so one conversation's is kept at a time), and it says once what the store keeps of a turn
 (:meth:`TurnService.record`): the answer with its verdict, monitor reading, review reasons and typed
-metadata. A cancelled turn is stored with no verdict.
+:class:`~mlx_sdm.session.message_meta.MessageMeta`. A cancelled turn is stored with no verdict.
 
 Runs on the thread that owns MLX.
 """
@@ -13,13 +13,14 @@ Runs on the thread that owns MLX.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from mlx_sdm.network.verdict import DocumentVerdict, verdict_words
 from mlx_sdm.session.answer import PrefixCache
 from mlx_sdm.session.escalation import REFLECTION_PROMPT, TurnStatus, verdict_review_reasons
+from mlx_sdm.session.message_meta import MessageMeta
 from mlx_sdm.session.partial_answers import StreamingAnswer
 from mlx_sdm.session.pipeline import TurnPipeline
 from mlx_sdm.session.review import ReviewService
@@ -123,27 +124,18 @@ class TurnService:
         """What the store keeps of a turn (``source``: who asked, e.g. "api:chat"); a cancelled turn
         keeps its text and tokens but no verdict, features or review entry."""
         escalation = outcome.escalation
-        meta: dict = {"finish_reason": outcome.finish_reason, **({"source": source} if source else {})}
         record = AnswerRecord(session_id, outcome.text, status=outcome.status.value, created_at=created_at,
                               prompt=outcome.messages, tokens=outcome.tokens, token_logprobs=outcome.logprobs,
-                              metadata=meta)
+                              metadata=MessageMeta(finish_reason=outcome.finish_reason, source=source))
         if outcome.status is TurnStatus.CANCELLED:
             return record
-        meta = dict(meta)
-        if outcome.verdict_reason:
-            meta["verdict_reason"] = outcome.verdict_reason
-        if outcome.unverified_tail:
-            meta["judged_text"] = outcome.judged_text
-        if escalation.explanation:
-            meta["explanation"] = escalation.explanation
-        if outcome.status is TurnStatus.PAUSED:
-            meta["pause_message"] = escalation.message
-        if escalation.reflect:
-            meta["reflection_prompt"] = REFLECTION_PROMPT
-            if outcome.reflection is not None:
-                meta["reflection"] = outcome.reflection
-        if outcome.tool_calls:
-            meta["tool_calls"] = outcome.tool_calls
+        reflect = escalation.reflect
+        meta = replace(
+            record.metadata, verdict_reason=outcome.verdict_reason,
+            judged_text=outcome.judged_text if outcome.unverified_tail else None,
+            explanation=escalation.explanation, tool_calls=tuple(outcome.tool_calls),
+            pause_message=escalation.message if outcome.status is TurnStatus.PAUSED else None,
+            reflection_prompt=REFLECTION_PROMPT if reflect else None, reflection=outcome.reflection if reflect else None)
         return self._judged(record, outcome.verdict, outcome.features, outcome.task, meta, monitor=outcome.monitor,
                             review_reasons=escalation.review_reasons)
 
@@ -151,14 +143,13 @@ class TurnService:
         """What the store keeps of a judged completion (no tokens: it was read, not generated)."""
         verdict, why = verified.verdict, verified.unverifiable_reason
         record = AnswerRecord(session_id, verified.completion, prompt=verified.plan.messages)
-        meta = {"finish_reason": "stop", **({"source": source} if source else {})}
-        if (verdict.reason if verdict is not None else why):
-            meta["verdict_reason"] = verdict.reason if verdict is not None else why
+        meta = MessageMeta(finish_reason="stop", source=source,
+                           verdict_reason=verdict.reason if verdict is not None else why)
         return self._judged(record, verdict, verified.features, verified.plan.route.task, meta,
                             review_reasons=verdict_review_reasons(verdict))
 
     def _judged(self, record: AnswerRecord, verdict: DocumentVerdict | None, features: np.ndarray | None,
-                task: str | None, meta: dict, *, review_reasons: list[str], monitor: object = None) -> AnswerRecord:
+                task: str | None, meta: MessageMeta, *, review_reasons: list[str], monitor: object = None) -> AnswerRecord:
         record.features = features
         record.feature_model = None if features is None else self.review.feature_model
         record.verdict_status = verdict_words(verdict).status.value
