@@ -15,17 +15,20 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from mlx_sdm.server import verdicts
 from mlx_sdm.server.results import ServedAnswer, ServedVerdict
 from mlx_sdm.server.wire import ApiError, ChatMessage, ChatRequest, TokenLogprob, VerifyRequest
 
+if TYPE_CHECKING:
+    from mlx_sdm.session.turn import TokenPiece
+
 DEFAULT_MAX_TOKENS = 256
 API_TITLE_PREFIX = "API · "
 
-#: on_token(piece of text, its logprob entry or None for a detokenizer tail) -> keep going?
-TokenSink = Callable[[str, "TokenLogprob | None"], bool]
+#: on_token(the pipeline's TokenPiece, its OpenAI logprob entry or None for a detokenizer tail) -> keep going?
+TokenSink = Callable[["TokenPiece", "TokenLogprob | None"], bool]
 
 
 @dataclass
@@ -181,14 +184,15 @@ class SessionBackend:
 
 
 class _TokenStream:
-    """The pipeline's observer for a served answer: each token (with its log-prob and alternatives) to
-    the HTTP stream; a sink that returns False (the client went away) stops the generation."""
+    """The pipeline's observer for a served answer: each answer token (the ``TokenPiece`` itself, with its
+    log-prob and alternatives shaped as OpenAI's logprob entry, the HTTP edge) to the stream; a sink that
+    returns False (the client went away) stops the generation."""
 
     def __init__(self, sink: TokenSink | None, stop: threading.Event, piece: Callable[[int], str]):
         self.sink, self.stop, self.piece = sink, stop, piece
         self.items: list[TokenLogprob] = []
 
-    def token(self, piece) -> None:
+    def token(self, piece: TokenPiece) -> None:
         if piece.phase != "answer":
             return
         item = None
@@ -196,7 +200,7 @@ class _TokenStream:
             item = TokenLogprob(self.piece(piece.token_id), float(piece.logprob),
                                 tuple((self.piece(i), lp) for i, lp in piece.top))
             self.items.append(item)
-        if self.sink is not None and not self.sink(piece.text, item):
+        if self.sink is not None and not self.sink(piece, item):
             self.stop.set()
 
     def prefill(self, done: int, total: int) -> None: ...  # no progress bar over HTTP
