@@ -4,8 +4,6 @@ reason there is no verdict."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, exemplar_label_words, verdict_words
 from mlx_sdm.server.results import ServedExemplar, ServedVerdict
 
