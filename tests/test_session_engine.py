@@ -59,8 +59,8 @@ def test_turn_streams_then_verdict_monitor_and_one_stored_answer(make_engine):
     seq = kinds(events, result.turn)
     assert seq[: result.tokens] == ["token"] * result.tokens and result.tokens == 12  # max_tokens, streamed one by one
     assert seq[result.tokens:] == ["verdict", "monitor", "finished"]
-    assert "".join(e.text for e in events if e.kind == "token" and e.turn == result.turn) == result.text
-    assert all(e.logprob <= 0 for e in events if e.kind == "token" and e.logprob is not None)
+    assert "".join(e.piece.text for e in events if e.kind == "token" and e.turn == result.turn) == result.text
+    assert all(e.piece.logprob <= 0 for e in events if e.kind == "token" and e.piece.logprob is not None)
     assert result.status == "done" and result.first_token_s is not None and result.first_token_s < result.generation_s + 1
     assert result.verdict_status in {"verified", "not_verified", "out_of_scope"}
     assert result.verdict_status == result.verdict.status.value
@@ -122,8 +122,8 @@ def test_high_pauses_with_reflection_then_resumes_with_guidance(make_engine):
     (esc,) = [e for e in events if e.kind == "escalation"]
     assert esc.escalation.action is EscalationAction.PAUSE_FOR_HUMAN and esc.escalation.level.value == "high"
     assert not esc.escalation.irreversible
-    reflection_tokens = [e for e in events if e.kind == "token" and e.phase == "reflection"]
-    assert 0 < len(reflection_tokens) <= 6 and first.reflection == "".join(e.text for e in reflection_tokens)
+    reflection_tokens = [e for e in events if e.kind == "token" and e.piece.phase == "reflection"]
+    assert 0 < len(reflection_tokens) <= 6 and first.reflection == "".join(e.piece.text for e in reflection_tokens)
     pause = engine.pending_pause(session.id)
     assert pause.message_id == first.message_id and pause.level == "high" and pause.reflection == first.reflection
     item = store.review_item(first.review_id)

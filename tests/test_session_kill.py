@@ -29,7 +29,7 @@ session = store.create_session("killed")
 print("session", session.id, flush=True)
 i = 0
 def on_event(event):
-    if event.kind == "token" and event.text:
+    if event.kind == "token" and event.piece.text:
         print("token", flush=True)
 while True:
     r = engine.send(session.id, f"question {i}", on_event=on_event).result()

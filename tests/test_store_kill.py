@@ -156,21 +156,21 @@ def test_a_live_writers_answer_is_not_marked_interrupted_and_finishes_in_place(t
 
 
 def test_a_streaming_answer_keeps_answer_tokens_and_ends_done_or_failed(tmp_path):
-    from mlx_sdm.session.events import TokenEvent
     from mlx_sdm.session.partial_answers import StreamingAnswer
+    from mlx_sdm.session.turn import TokenPiece
 
     store = ChatStore(tmp_path / "chat.db")
     session = store.create_session()
     store.add_message(session.id, "user", "hi")
     answer = StreamingAnswer(store, session.id)
     for piece, phase in (("Hel", "answer"), ("lo", "answer"), ("(thinking)", "reflection")):
-        answer.on_event(TokenEvent(session_id=session.id, turn=1, text=piece, phase=phase))
+        answer.token(TokenPiece(piece, phase=phase))
     assert answer.text == "Hello"
     assert store.message(answer.message_id).text == "Hel" and store.message(answer.message_id).status == "in_progress"
     assert answer.finish(AnswerRecord(session.id, "Hello.")) == answer.message_id  # throttled writes: the end is whole
     assert store.message(answer.message_id).text == "Hello." and store.message(answer.message_id).status == "done"
     failed = StreamingAnswer(store, session.id)
-    failed.on_event(TokenEvent(session_id=session.id, turn=2, text="Part", phase="answer"))
+    failed.token(TokenPiece("Part"))
     failed.fail()
     assert (store.message(failed.message_id).text, store.message(failed.message_id).status) == ("Part", "error")
     failed.fail()  # from an error handler again: nothing more

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from mlx_sdm.errors import ArtifactError, DataError
+from mlx_sdm.session.message_meta import MessageMeta
 from mlx_sdm.session.store import AnswerRecord, MIGRATIONS, SCHEMA_VERSION, ChatStore
 
 
@@ -127,9 +128,9 @@ def test_add_turn_writes_question_and_answer_in_one_transaction(tmp_path, monkey
     user_id, answer_id = store.add_turn(
         "Capital of France?", AnswerRecord(session.id, "Paris.", verdict_status="verified", verdict={"p_lower": 0.97},
                                            verifier="v", review_reasons=("below",)),
-        user_metadata={"source": "api:test"})
+        user_metadata=MessageMeta(source="api:test"))
     user, answer = store.messages(session.id)
-    assert (user.id, user.role, user.text, user.metadata) == (user_id, "user", "Capital of France?", {"source": "api:test"})
+    assert (user.id, user.role, user.text, user.metadata) == (user_id, "user", "Capital of France?", MessageMeta(source="api:test"))
     assert (answer.id, answer.role, answer.text, answer.verdict_status) == (answer_id, "assistant", "Paris.", "verified")
     assert answer.review_id is not None
 
@@ -201,3 +202,27 @@ def test_a_task_question_is_titled_by_its_task_and_document():
     assert title_from_message(article) == "topic: Ink helps drive Democrat gains in…"
     assert title_from_message(FACTCHECK.user_message("Paris is in France.")) == "factcheck: Paris is in France."
     assert title_from_message(TOPIC.instruction) == "topic"
+
+
+def test_message_meta_is_typed_in_the_store_and_older_rows_still_read(tmp_path):
+    store = ChatStore(tmp_path / "meta.db")
+    session = store.create_session("t")
+    meta = MessageMeta(finish_reason="length", source="api:chat", verdict_reason="below_threshold", judged_text='{"a": 1}',
+                       tool_calls=({"name": "send", "arguments": {"to": "x"}},))
+    store.add_answer(AnswerRecord(session.id, '{"a": 1} and more', metadata=meta))
+    store.add_message(session.id, "user", "plain")  # no metadata at all: the column stays NULL
+    conn = sqlite3.connect(tmp_path / "meta.db")
+    conn.execute("INSERT INTO messages(session_id, role, kind, text, status, created_at, metadata_json) VALUES "
+                 "(?, 'assistant', 'chat', 'old', 'done', 'x', ?)",
+                 (session.id, '{"finish_reason": "stop", "reflection": "unsure", "written_by": "v0.1", "tool_calls": null}'))
+    conn.commit()
+    stored = [row[0] for row in conn.execute("SELECT metadata_json FROM messages ORDER BY id")]
+    conn.close()
+    answer, user, old = store.messages(session.id)
+    assert answer.metadata == meta and answer.metadata.tool_calls[0]["name"] == "send"
+    assert user.metadata == MessageMeta() and stored[1] is None
+    assert (old.metadata.finish_reason, old.metadata.reflection, old.metadata.tool_calls) == ("stop", "unsure", ())
+    assert old.metadata.extra == {"written_by": "v0.1"}  # a key of another version, kept
+    assert MessageMeta.from_dict(old.metadata.to_dict()) == old.metadata and old.metadata.to_dict()["written_by"] == "v0.1"
+    assert answer.to_dict()["metadata"] == {"finish_reason": "length", "source": "api:chat", "verdict_reason": "below_threshold",
+                                            "judged_text": '{"a": 1}', "tool_calls": [{"name": "send", "arguments": {"to": "x"}}]}

@@ -120,7 +120,7 @@ async def test_critical_aborts_the_turn_with_an_explanation(store, verifier_dir)
             assert answer.status == "aborted"
             notes = [b for b in app.chat.query(MessageBubble) if b.role == "system"]
             assert [str(b.query_one(".title").render()) for b in notes] == ["monitor · CRITICAL"]
-            assert notes[0].text == answer.metadata["explanation"] and "CRITICAL" in notes[0].text
+            assert notes[0].text == answer.metadata.explanation and "CRITICAL" in notes[0].text
             assert "CRITICAL" in str(answers(app)[-1].query_one(".monitor-line").render())
             assert any("Aborted" in n.message for n in app._notifications)
             assert [item.reasons[-1] for item in store.review_items()] == ["escalated_critical"]

@@ -88,7 +88,7 @@ async def test_message_streams_and_gets_a_badge(store, verifier_dir):
     engine = make_engine(store, verifier_dir, enable_p_true=True)  # the full turn: generate, verify, P(True), monitor
     try:
         tokens: list[str] = []
-        unsubscribe = engine.subscribe(lambda e: tokens.append(e.text) if e.kind == "token" and e.phase == "answer" else None)
+        unsubscribe = engine.subscribe(lambda e: tokens.append(e.piece.text) if e.kind == "token" and e.piece.phase == "answer" else None)
         app = SdmChatApp(engine=engine, store=store)
         async with app.run_test(size=SIZE) as pilot:
             bubble = await send(pilot, app, "Paris is the capital of France. Is this claim true or false?")

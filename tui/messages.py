@@ -28,9 +28,12 @@ from mlx_sdm.session.events import (
 
 
 class TokenArrived(Message):
+    """One streamed token: ``piece`` is the pipeline's ``TokenPiece`` itself (``event`` the engine event around it)."""
+
     def __init__(self, event: TokenEvent) -> None:
         super().__init__()
         self.event = event
+        self.piece = event.piece
 
 
 class VerdictReady(Message):

@@ -186,8 +186,8 @@ def _plain_event_handler(out, logged: list[str]):
     def on_event(event) -> None:
         if event.kind == "prefill":
             prefill_progress(event.done, event.total)
-        elif event.kind == "token" and event.phase == "answer":
-            out(event.text, end="")
+        elif event.kind == "token" and event.piece.phase == "answer":
+            out(event.piece.text, end="")
         elif event.kind == "escalation" and event.escalation.action is EscalationAction.PROCEED_WITH_LOG:
             logged.append(event.escalation.message)
 

@@ -1,9 +1,10 @@
-"""The server's ONE adapter to the session layer. A chat request is a
-:class:`~mlx_sdm.session.pipeline.TurnRequest` run through the :class:`TurnPipeline` (generate with
-features in the same pass → the verifier's :class:`DocumentVerdict`); ``/v1/verify`` is the
-pipeline's force-decoding verdict; every served turn is stored in the chat store like the chat's own
-(answer + verdict + review entry in one transaction); review decisions made anywhere (the TUI in
-another process included) reach the verifier through the :class:`ReviewService` before each verdict.
+"""The server's ONE adapter to the session layer: the chat's own
+:class:`~mlx_sdm.session.turn_service.TurnService`. A chat request is a
+:class:`~mlx_sdm.session.turn.TurnRequest` run through it (generate with features in the same pass →
+the verifier's :class:`DocumentVerdict`); ``/v1/verify`` is its force-decoding verdict; every served
+turn is stored in the chat store as the service records the chat's own (user message + answer +
+verdict + review entry in one transaction); review decisions made anywhere (the TUI in another
+process included) reach the verifier through the service's ``sync_reviews`` before each verdict.
 
 Everything here runs on the model worker's thread (:mod:`mlx_sdm.server.worker`); the HTTP layer
 sees only typed results (:mod:`mlx_sdm.server.results`) and :class:`~mlx_sdm.server.wire.ApiError`.
@@ -13,20 +14,21 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, replace
-from typing import Any, Callable
-
-import numpy as np
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
 
 from mlx_sdm.server import verdicts
 from mlx_sdm.server.results import ServedAnswer, ServedVerdict
 from mlx_sdm.server.wire import ApiError, ChatMessage, ChatRequest, TokenLogprob, VerifyRequest
 
+if TYPE_CHECKING:
+    from mlx_sdm.session.turn import TokenPiece
+
 DEFAULT_MAX_TOKENS = 256
 API_TITLE_PREFIX = "API · "
 
-#: on_token(piece of text, its logprob entry or None for a detokenizer tail) -> keep going?
-TokenSink = Callable[[str, "TokenLogprob | None"], bool]
+#: on_token(the pipeline's TokenPiece, its OpenAI logprob entry or None for a detokenizer tail) -> keep going?
+TokenSink = Callable[["TokenPiece", "TokenLogprob | None"], bool]
 
 
 @dataclass
@@ -55,27 +57,22 @@ class SessionBackend:
 
     def __init__(self, config: BackendConfig, store: Any, components: Callable[[Any], Any] | None = None):
         from mlx_sdm.app.loading import load_components
-        from mlx_sdm.session.pipeline import TurnPipeline
-        from mlx_sdm.session.review import ReviewService
+        from mlx_sdm.session.turn_service import TurnService
 
         self.config = config
         self.store = store
         self.components = components(config) if components is not None else load_components(
             config.model, verifier=config.verifier, head=config.head, embedder="none", quantized=config.quantized)
         self.lm = self.components.lm
-        self.pipeline = TurnPipeline(self.components)
-        self.review = ReviewService(store, self.components)
+        self.service = TurnService(store, self.components)  # the store's review labels join the support sets
         self.model_id = str(self.lm.name)
         self.max_context = int(getattr(self.lm, "max_context", 2048))
         self.created = int(time.time())
-        self._applied: tuple[int, ...] | None = None
         self._sessions: dict[str, str] = {}
-        self._prefix = None  # the last conversation's KV cache (reused when the next request extends it)
-        self.sync_reviews()
 
     @property
     def verifier_name(self) -> str | None:
-        return self.components.verifier_path if self.components.verifier is not None else None
+        return self.service.verifier_path
 
     def options(self, max_tokens: int, temperature: float = 0.0, top_logprobs: int = 0):
         """Turn options of a served answer: no session monitor (no P(True), no reflection)."""
@@ -92,7 +89,7 @@ class SessionBackend:
         from mlx_sdm.lm.prompt import render_prompt
 
         chat = [{"role": m.role, "content": m.content} for m in messages]
-        ids = render_prompt(self.lm.tokenizer, self.pipeline.plan(chat, self.options(1)).messages)
+        ids = render_prompt(self.lm.tokenizer, self.service.pipeline.plan(chat, self.options(1)).messages)
         room = self.max_context - len(ids)
         if room < 1:
             raise ApiError(400, f"messages are {len(ids)} tokens, longer than the model's context of "
@@ -105,7 +102,7 @@ class SessionBackend:
         return Prepared(messages=chat, prompt_tokens=len(ids), max_tokens=min(max_tokens or self.config.max_tokens, room))
 
     def complete(self, request: ChatRequest, prepared: Prepared, on_token: TokenSink | None = None) -> ServedAnswer:
-        """One turn through the pipeline (tokens streamed to ``on_token``), judged and stored."""
+        """One turn through the turn service (tokens streamed to ``on_token``), judged and stored."""
         from mlx_sdm.session.escalation import TurnStatus
         from mlx_sdm.session.turn import TurnRequest
 
@@ -113,18 +110,15 @@ class SessionBackend:
         stop = threading.Event()
         observer = _TokenStream(on_token, stop, self._piece)
         options = self.options(prepared.max_tokens, request.temperature, request.top_logprobs)
-        prefix, self._prefix = self._prefix, None  # one cached conversation at a time
-        outcome = self.pipeline.run(TurnRequest(prepared.messages, options), observer=observer, stop=stop, prefix=prefix)
-        self._prefix = outcome.prefix
+        outcome = self.service.run(TurnRequest(prepared.messages, options), observer=observer, stop=stop)
         cancelled = outcome.status is TurnStatus.CANCELLED
         verdict = verdicts.cancelled() if cancelled else self._served(outcome.verdict, outcome.unverifiable_reason)
         finish = "cancelled" if cancelled else ("length" if outcome.finish_reason == "length" else "stop")
         answer = ServedAnswer(text=outcome.text, finish_reason=finish, prompt_tokens=outcome.prompt_tokens,
                               completion_tokens=len(outcome.tokens), verdict=verdict, logprobs=observer.items,
                               cached_tokens=outcome.reused_tokens, generation_s=outcome.generation_s)
-        self._store_turn(request.conversation, request.messages, outcome.messages, answer,
-                         None if cancelled else outcome.features, tokens=outcome.tokens, source="chat",
-                         extra={"judged_text": outcome.judged_text} if outcome.unverified_tail else {}, task=outcome.task)
+        self._store_turn(request.conversation, request.messages, answer,
+                         lambda session_id: self.service.record(session_id, outcome, source="api:chat"), "api:chat")
         return answer
 
     def verify(self, request: VerifyRequest) -> ServedAnswer:
@@ -136,14 +130,13 @@ class SessionBackend:
             raise ApiError(400, f"messages ({prepared.prompt_tokens} tokens) plus completion ({completion_tokens} "
                            f"tokens) exceed the model's context of {self.max_context} tokens", param="completion",
                            code="context_length_exceeded")
-        options = self.options(1)
-        plan = self.pipeline.plan(prepared.messages, options)  # judged as the chat judges that turn
-        features = self.pipeline.features_for(prepared.messages, request.completion, options) if plan.judge else None
-        judged, why = self.pipeline.judge(plan, features, request.completion, options)
+        verified = self.service.verify(prepared.messages, request.completion, self.options(1))
         answer = ServedAnswer(text=request.completion, finish_reason="stop", prompt_tokens=prepared.prompt_tokens,
-                              completion_tokens=completion_tokens, verdict=self._served(judged, why))
-        self._store_turn(request.conversation, request.messages, plan.messages, answer, features, tokens=None,
-                         source="verify", task=plan.route.task)
+                              completion_tokens=completion_tokens,
+                              verdict=self._served(verified.verdict, verified.unverifiable_reason))
+        self._store_turn(request.conversation, request.messages, answer,
+                         lambda session_id: self.service.record_verified(session_id, verified, source="api:verify"),
+                         "api:verify")
         return answer
 
     # ------------------------------------------------------------------ verdicts and review decisions
@@ -152,17 +145,9 @@ class SessionBackend:
         return verdicts.from_document(judged, self.verifier_name, why)
 
     def sync_reviews(self) -> bool:
-        """The support sets = the base verifier + the active review decisions given under it (per task of a
-        multi-task verifier), rebuilt when the store's decisions changed since the last verdict (the TUI in
-        another process may have decided). Returns True when they were rebuilt."""
-        if self.components.verifier is None:
-            return False
-        key = tuple(p.decision.id for p in self.review.all_points())
-        if key == self._applied:
-            return False
-        self.review.apply_all(save=False, reload=self._applied is not None)  # first time: just loaded
-        self._applied = key
-        return True
+        """Review decisions made anywhere since the last verdict join the support sets
+        (:meth:`TurnService.sync_reviews`). Returns True when they were rebuilt."""
+        return self.service.sync_reviews()
 
     # ------------------------------------------------------------------ the store
 
@@ -184,44 +169,30 @@ class SessionBackend:
             self._sessions[conversation] = found
         return self._sessions[conversation]
 
-    def _store_turn(self, conversation: str | None, messages: tuple[ChatMessage, ...], prompt: list[dict],
-                    answer: ServedAnswer, features: np.ndarray | None, *, tokens: list[str] | None, source: str,
-                    extra: dict | None = None, task: str | None = None) -> None:
-        """The client's last user message and the answer with its verdict (and the verifier's task it was
-        judged under) and (when not verified) its review entry, all in ONE transaction (a kill between
-        them leaves neither)."""
-        from mlx_sdm.session.escalation import verdict_review_reasons
-        from mlx_sdm.session.store import AnswerRecord, TaskScope
+    def _store_turn(self, conversation: str | None, messages: tuple[ChatMessage, ...], answer: ServedAnswer,
+                    record: Callable[[str], Any], source: str) -> None:
+        """The client's last user message and the answer as the turn service records it (``record(session
+        id)``), all in ONE transaction (a kill between them leaves neither)."""
+        from mlx_sdm.session.message_meta import MessageMeta
 
         user_text = next(m.content for m in reversed(messages) if m.role == "user" and m.content.strip())
-        session_id = self.session_for(conversation, user_text)
-        verdict, cancelled = answer.verdict, answer.finish_reason == "cancelled"
-        record = AnswerRecord(
-            session_id, answer.text, status="cancelled" if cancelled else "done", prompt=prompt, tokens=tokens,
-            token_logprobs=[i.logprob for i in answer.logprobs] if tokens is not None else None,
-            metadata={"finish_reason": answer.finish_reason, "source": f"api:{source}", **(extra or {})})
-        if not cancelled:
-            record = replace(record, features=features, feature_model=None if features is None else self.review.feature_model,
-                             verdict_status=verdicts.store_status(verdict), verdict=verdicts.store_dict(verdict),
-                             verifier=self.verifier_name, task=TaskScope(task),
-                             review_reasons=verdict_review_reasons(verdict.judged))
-            record.metadata["verdict_reason"] = verdict.reason_code
-        answer.session_id = session_id
-        _, answer.message_id = self.store.add_turn(user_text, record, user_metadata={"source": f"api:{source}"})
+        answer.session_id = session_id = self.session_for(conversation, user_text)
+        _, answer.message_id = self.store.add_turn(user_text, record(session_id), user_metadata=MessageMeta(source=source))
 
     def _piece(self, token_id: int) -> str:
         return self.lm.tokenizer.decode([int(token_id)])
 
 
 class _TokenStream:
-    """The pipeline's observer for a served answer: each token (with its log-prob and alternatives) to
-    the HTTP stream; a sink that returns False (the client went away) stops the generation."""
+    """The pipeline's observer for a served answer: each answer token (the ``TokenPiece`` itself, with its
+    log-prob and alternatives shaped as OpenAI's logprob entry, the HTTP edge) to the stream; a sink that
+    returns False (the client went away) stops the generation."""
 
     def __init__(self, sink: TokenSink | None, stop: threading.Event, piece: Callable[[int], str]):
         self.sink, self.stop, self.piece = sink, stop, piece
         self.items: list[TokenLogprob] = []
 
-    def token(self, piece) -> None:
+    def token(self, piece: TokenPiece) -> None:
         if piece.phase != "answer":
             return
         item = None
@@ -229,7 +200,7 @@ class _TokenStream:
             item = TokenLogprob(self.piece(piece.token_id), float(piece.logprob),
                                 tuple((self.piece(i), lp) for i, lp in piece.top))
             self.items.append(item)
-        if self.sink is not None and not self.sink(piece.text, item):
+        if self.sink is not None and not self.sink(piece, item):
             self.stop.set()
 
     def prefill(self, done: int, total: int) -> None: ...  # no progress bar over HTTP

@@ -4,8 +4,6 @@ reason there is no verdict."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, exemplar_label_words, verdict_words
 from mlx_sdm.server.results import ServedExemplar, ServedVerdict
 
@@ -37,13 +35,3 @@ def cancelled() -> ServedVerdict:
     """The answer was stopped before it was finished: nothing was judged."""
     return ServedVerdict(status=VerdictStatus.NOT_VERIFIED.value, reason_code=CANCELLED, badge="✘ not verified · stopped",
                          reason="Not verified: the answer was stopped before it was finished.")
-
-
-def store_status(verdict: ServedVerdict) -> str:
-    """The stored state (a VerdictStatus value)."""
-    return verdict.status
-
-
-def store_dict(verdict: ServedVerdict) -> dict[str, Any] | None:
-    """What the store keeps of a verdict: ``DocumentVerdict.to_dict()``, as the chat stores it."""
-    return verdict.judged.to_dict() if verdict.judged is not None else None

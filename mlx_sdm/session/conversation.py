@@ -21,11 +21,11 @@ def conversation_from(records: Sequence[MessageRecord]) -> list[dict[str, str]]:
             messages.append({"role": "user", "content": m.text})
         elif m.role == "assistant" and m.kind == "chat" and m.status in ANSWERS_KEPT:
             messages.append({"role": "assistant", "content": m.text})
-            meta = m.metadata or {}
-            if meta.get("reflection_prompt"):
-                messages.append({"role": "system", "content": meta["reflection_prompt"]})
-                if meta.get("reflection"):
-                    messages.append({"role": "assistant", "content": meta["reflection"]})
+            meta = m.metadata
+            if meta.reflection_prompt:
+                messages.append({"role": "system", "content": meta.reflection_prompt})
+                if meta.reflection:
+                    messages.append({"role": "assistant", "content": meta.reflection})
     return messages
 
 
@@ -37,11 +37,11 @@ def pending_pause(records: Sequence[MessageRecord]) -> PauseInfo | None:
         if m.role == "assistant" and m.kind == "chat":
             if m.status != "paused":
                 return None
-            meta, mon = m.metadata or {}, m.monitor or {}
+            meta, mon = m.metadata, m.monitor or {}
             return PauseInfo(
                 session_id=m.session_id, message_id=m.id, level=mon.get("level"),
                 confidence=mon.get("cumulative_confidence"),
-                reflection=meta.get("reflection") or meta.get("reflection_prompt"),
+                reflection=meta.reflection or meta.reflection_prompt,
                 irreversible=bool(mon.get("irreversible")),
             )
     return None

@@ -1,10 +1,11 @@
 """The chat engine: a thin executor on the ONE thread that owns MLX (:mod:`mlx_sdm.session.worker`).
 
-A turn is :class:`~mlx_sdm.session.pipeline.TurnPipeline` (generate → verify → monitor → escalate);
-this module only adds what a *chat* needs around it: the conversation so far (from the store), the
-session's monitor, its KV cache, storing the answer with its verdict, monitor reading and review
-entry in ONE transaction, and events for the UI (:mod:`mlx_sdm.session.events`). Review decisions
-are :class:`~mlx_sdm.session.review.ReviewService`.
+A turn is :class:`~mlx_sdm.session.turn_service.TurnService` (the pipeline generate → verify →
+monitor → escalate, the cached KV prefix, the answer stored with its verdict, monitor reading and
+review entry in ONE transaction), shared with the server; this module only adds what a *chat* needs
+around it: the conversation so far (from the store), the session's monitor, and events for the UI
+(:mod:`mlx_sdm.session.events`). Review decisions are the service's
+:class:`~mlx_sdm.session.review.ReviewService`.
 
 Callers (the Textual UI, ``mlx-sdm chat --plain``, tests) use methods that queue a job and return a
 :class:`concurrent.futures.Future`, and receive events on the engine's thread.
@@ -22,7 +23,6 @@ from typing import Any, Callable
 
 from mlx_sdm.errors import DataError, MlxSdmError
 from mlx_sdm.session.conversation import conversation_from, pending_pause
-from mlx_sdm.session.escalation import REFLECTION_PROMPT, TurnStatus
 from mlx_sdm.session.events import (
     EngineEvent,
     EngineInfo,
@@ -34,12 +34,12 @@ from mlx_sdm.session.events import (
     TurnFinishedEvent,
     TurnResult,
 )
-from mlx_sdm.session.partial_answers import StreamingAnswer
-from mlx_sdm.session.pipeline import TurnPipeline
-from mlx_sdm.session.turn import DEFAULT_MAX_TOKENS, TurnComponents, TurnOptions, TurnOutcome, TurnRequest
+from mlx_sdm.session.escalation import TurnStatus
 from mlx_sdm.session.review import DecisionResult, ReviewService
-from mlx_sdm.session.store import AnswerRecord, ChatStore, TaskScope, now_iso
+from mlx_sdm.session.store import ChatStore
+from mlx_sdm.session.turn import DEFAULT_MAX_TOKENS, TurnComponents, TurnOptions, TurnRequest
 from mlx_sdm.session.turn_events import EventObserver
+from mlx_sdm.session.turn_service import StoredTurn, TurnService
 from mlx_sdm.session.worker import MlxWorker
 from mlx_sdm.network.verdict import verdict_words
 
@@ -94,10 +94,8 @@ class ChatEngine:
         self._info: EngineInfo | None = None
         self._load_error: BaseException | None = None
         self._components: TurnComponents | None = None
-        self._pipeline: TurnPipeline | None = None
-        self._review: ReviewService | None = None
+        self._service: TurnService | None = None
         self._monitors: dict[str, Any] = {}
-        self._prefix: dict[str, Any] = {}  # session id -> PrefixCache of its last answer (one session kept)
         self._worker = MlxWorker(on_stop=self._stopped)
         self.ready: Future = self._worker.submit(self._load)
 
@@ -165,7 +163,7 @@ class ChatEngine:
         def run() -> int:
             removed = self.store.delete_session(session_id)
             self._monitors.pop(session_id, None)
-            self._prefix.pop(session_id, None)
+            self._require_service().forget(session_id)
             self._require_review().after_delete(removed)
             self._refresh_info()
             return removed
@@ -176,7 +174,7 @@ class ChatEngine:
         """Verify an arbitrary (prompt, completion) by force-decoding. Resolves to
         ``(DocumentVerdict | None, unverifiable reason | None)``."""
         options = self.config.turn_options()
-        return self._worker.submit(lambda: self._require_pipeline().verify_completion(
+        return self._worker.submit(lambda: self._require_service().pipeline.verify_completion(
             [{"role": "user", "content": prompt}], completion, options))
 
     def call(self, fn: Callable[[TurnComponents], Any]) -> Future:
@@ -197,9 +195,8 @@ class ChatEngine:
                 traceback.print_exc()
 
     def _stopped(self) -> None:
-        self._components = self._pipeline = self._review = None
+        self._components = self._service = None
         self._monitors.clear()
-        self._prefix.clear()
         self._emit(None, StatusEvent(session_id=None, turn=0, state="stopped", message="engine stopped"))
 
     def _require(self) -> TurnComponents:
@@ -207,13 +204,12 @@ class ChatEngine:
             raise self._load_error or MlxSdmError("the chat engine is not loaded")
         return self._components
 
-    def _require_pipeline(self) -> TurnPipeline:
+    def _require_service(self) -> TurnService:
         self._require()
-        return self._pipeline
+        return self._service
 
     def _require_review(self) -> ReviewService:
-        self._require()
-        return self._review
+        return self._require_service().review
 
     def _load(self) -> EngineInfo:
         self._emit(None, StatusEvent(session_id=None, turn=0, state="loading", message="loading model and verifier"))
@@ -224,17 +220,15 @@ class ChatEngine:
             self._emit(None, ErrorEvent(session_id=None, turn=0, message=str(exc), error_type=type(exc).__name__))
             raise
         self._components = components
-        self._pipeline = TurnPipeline(components)
-        self._review = ReviewService(self.store, components, reviewed_dir=self.config.reviewed_verifier_dir,
-                                     features_for=self._pipeline.features_for)
-        self._review.apply_all(save=False, reload=False)  # just loaded: add the store's review labels
+        self._service = service = TurnService(self.store, components, reviewed_dir=self.config.reviewed_verifier_dir)
+        review = service.review
         verified = components.verifier is not None
-        reviewed = self._review.reviewed_dir() if verified else None
+        reviewed = review.reviewed_dir() if verified else None
         self._info = EngineInfo(
             model_name=components.lm.name, model_fingerprint=dict(components.lm.fingerprint),
-            feature_model=self._review.feature_model, verifier_path=components.verifier_path if verified else None,
+            feature_model=review.feature_model, verifier_path=service.verifier_path,
             unverifiable_reason=None if verified else components.unverifiable_reason,
-            support_size=self._review.support_size, reviewed_verifier_path=str(reviewed) if reviewed else None,
+            support_size=review.support_size, reviewed_verifier_path=str(reviewed) if reviewed else None,
             head_path=components.head_path, embedder=getattr(components.embedder, "name", None),
             max_tokens=self.config.max_tokens, irreversible_tools=list(self.config.irreversible_tools),
             coverage=components.coverage,
@@ -243,8 +237,8 @@ class ChatEngine:
         return self._info
 
     def _refresh_info(self) -> None:
-        if self._info is not None and self._review is not None:
-            self._info = replace(self._info, support_size=self._review.support_size)
+        if self._info is not None and self._service is not None:
+            self._info = replace(self._info, support_size=self._service.review.support_size)
 
     def _support_changed(self, on_event: EventCallback | None, session_id: str | None, action: str,
                          result: DecisionResult) -> None:
@@ -278,10 +272,9 @@ class ChatEngine:
 
     def _turn(self, session_id: str, text: str, on_event: EventCallback | None, started: float,
               guidance_for: int | None) -> TurnResult:
-        pipeline = self._require_pipeline()
+        service = self._require_service()
         turn = next(self._turns)
         self._cancel.clear()
-        streaming = None
         try:
             self.store.get_session(session_id)
             history = self.store.messages(session_id)  # read once, before this turn writes anything
@@ -293,63 +286,20 @@ class ChatEngine:
                 monitor.resume(text)
             request = TurnRequest(conversation_from(history) + [{"role": "user", "content": text}],
                                   self.config.turn_options())
-            created_at = now_iso()
-            streaming = StreamingAnswer(self.store, session_id)  # a kill keeps the partial text (marked interrupted)
-            prefix = self._prefix.pop(session_id, None)
-            self._prefix.clear()  # one cached conversation at a time (a KV cache can be ~100 MB)
-            emit = lambda event: (streaming.on_event(event), self._emit(on_event, event))  # noqa: E731
-            observer = EventObserver(emit, session_id, turn,
-                                     verifier=self._info.verifier_path if self._info else None, monitor=monitor)
+            observer = EventObserver(lambda event: self._emit(on_event, event), session_id, turn,
+                                     verifier=service.verifier_path, monitor=monitor)
             queued_s = time.perf_counter() - started
-            outcome = pipeline.run(request, observer=observer, stop=self._cancel, monitor=monitor, prefix=prefix)
-            if outcome.prefix is not None:
-                self._prefix[session_id] = outcome.prefix
-            message_id = streaming.finish(self._record(session_id, outcome, created_at))
-            review_id = self.store.message(message_id).review_id
-            self._emit(on_event, observer.finished(outcome, message_id, review_id))
-            return _result(session_id, turn, user_id, outcome, message_id, review_id, queued_s)
+            stored = service.run_turn(session_id, request, observer=observer, stop=self._cancel, monitor=monitor)
+            self._emit(on_event, observer.finished(stored.outcome, stored.message_id, stored.review_id))
+            return _result(session_id, turn, user_id, stored, queued_s)
         except BaseException as exc:
-            if streaming is not None:
-                streaming.fail()
             self._emit(on_event, ErrorEvent(session_id=session_id, turn=turn, message=str(exc), error_type=type(exc).__name__))
             self._emit(on_event, TurnFinishedEvent(session_id=session_id, turn=turn, status="error"))
             raise
 
-    def _record(self, session_id: str, outcome: TurnOutcome, created_at: str) -> AnswerRecord:
-        """What the store keeps of a turn."""
-        record = AnswerRecord(session_id, outcome.text, status=outcome.status.value, created_at=created_at,
-                              prompt=outcome.messages, tokens=outcome.tokens, token_logprobs=outcome.logprobs,
-                              metadata={"finish_reason": outcome.finish_reason})
-        if outcome.status is TurnStatus.CANCELLED:
-            return record
-        escalation = outcome.escalation
-        record.features, record.feature_model = outcome.features, self._review.feature_model
-        record.verdict_status = verdict_words(outcome.verdict).status.value
-        record.verdict = outcome.verdict.to_dict() if outcome.verdict is not None else None
-        record.verifier = self._info.verifier_path if self._info else None
-        record.task = TaskScope(outcome.task)
-        record.monitor = outcome.monitor.to_dict() if outcome.monitor is not None else None
-        record.review_reasons = escalation.review_reasons
-        meta = record.metadata
-        if outcome.verdict_reason:
-            meta["verdict_reason"] = outcome.verdict_reason
-        if outcome.unverified_tail:
-            meta["judged_text"] = outcome.judged_text
-        if escalation.explanation:
-            meta["explanation"] = escalation.explanation
-        if outcome.status is TurnStatus.PAUSED:
-            meta["pause_message"] = escalation.message
-        if escalation.reflect:
-            meta["reflection_prompt"] = REFLECTION_PROMPT
-            if outcome.reflection is not None:
-                meta["reflection"] = outcome.reflection
-        if outcome.tool_calls:
-            meta["tool_calls"] = outcome.tool_calls
-        return record
 
-
-def _result(session_id: str, turn: int, user_id: int, outcome: TurnOutcome, message_id: int,
-            review_id: int | None, queued_s: float) -> TurnResult:
+def _result(session_id: str, turn: int, user_id: int, stored: StoredTurn, queued_s: float) -> TurnResult:
+    outcome, message_id, review_id = stored.outcome, stored.message_id, stored.review_id
     verdict = outcome.verdict
     cancelled = outcome.status is TurnStatus.CANCELLED
     return TurnResult(

@@ -25,6 +25,7 @@ from mlx_sdm.monitor.reading import HistoryPoint, MonitorReading
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, VerdictWords, verdict_words
 from mlx_sdm.network.coverage import VerifierCoverage
 from mlx_sdm.session.escalation import Escalation
+from mlx_sdm.session.turn import TokenPiece
 
 
 @dataclass
@@ -40,10 +41,7 @@ class EngineEvent:
 @dataclass
 class TokenEvent(EngineEvent):
     kind: ClassVar[str] = "token"
-    text: str = ""  # the decoded piece to append
-    token_id: int | None = None
-    logprob: float | None = None
-    phase: str = "answer"  # "answer" | "reflection"
+    piece: TokenPiece = TokenPiece("")  # the pipeline's own token value (text, id, log-prob, phase, top)
 
 
 #: A prompt with at least this many new tokens is a long prefill worth showing (seconds on a laptop);

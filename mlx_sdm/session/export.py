@@ -82,9 +82,9 @@ def _message_markdown(m: MessageRecord) -> list[str]:
     if m.role != "assistant":
         return [f"### {m.role.capitalize()} ({m.kind})", "", m.text, ""]
     status = "" if m.status in {"done", "resumed"} else f" ({m.status})"
-    meta = m.metadata or {}
+    meta = m.metadata
     out = [f"### Assistant{status}", "", m.text or "_(empty)_", ""]
-    out.append(f"> {verdict_line(m.verdict_status, m.verdict, meta.get('verdict_reason'))}  ")
+    out.append(f"> {verdict_line(m.verdict_status, m.verdict, meta.verdict_reason)}  ")
     out.append(f"> {monitor_line(m.monitor)}")
     out.append("")
     if m.verdict and m.verdict.get("exemplars"):
@@ -94,12 +94,12 @@ def _message_markdown(m: MessageRecord) -> list[str]:
             text = (e.get("text") or "").replace("\n", " ")
             out.append(f"- `{e.get('id')}` label {e.get('label')} (predicted {e.get('prediction')}), distance {_num(e.get('distance'))}: {text}")
         out.append("")
-    if meta.get("reflection_prompt"):
-        out += ["**Reflection requested** (HIGH uncertainty):", "", f"> {meta['reflection_prompt']}", ""]
-        if meta.get("reflection"):
-            out += ["**The model's reflection:**", "", meta["reflection"], ""]
-    if meta.get("explanation"):
-        out += [f"**Aborted:** {meta['explanation']}", ""]
+    if meta.reflection_prompt:
+        out += ["**Reflection requested** (HIGH uncertainty):", "", f"> {meta.reflection_prompt}", ""]
+        if meta.reflection:
+            out += ["**The model's reflection:**", "", meta.reflection, ""]
+    if meta.explanation:
+        out += [f"**Aborted:** {meta.explanation}", ""]
     return out
 
 
@@ -141,8 +141,8 @@ def session_to_format(store: ChatStore, session_id: str) -> Session:
             continue
         if m.role != "assistant" or m.kind != "chat":
             continue
-        meta, mon = m.metadata or {}, m.monitor or {}
-        calls = [ToolCall(name=c["name"], arguments=c.get("arguments", {})) for c in meta.get("tool_calls", [])]
+        mon = m.monitor or {}
+        calls = [ToolCall(name=c["name"], arguments=c.get("arguments", {})) for c in m.metadata.tool_calls]
         step_type = "tool_call" if calls else "llm_call"
         tokens, logprobs = m.tokens, m.token_logprobs
         if tokens is None or logprobs is None or len(tokens) != len(logprobs):

@@ -85,7 +85,7 @@ class SessionMonitor:
             if m.role == "user":
                 self._observe_user_fused(self.tracer.observe(self._user_step(m.text)))
             elif m.role == "assistant" and m.kind == "chat" and m.monitor:
-                calls = (m.metadata or {}).get("tool_calls", [])
+                calls = list(m.metadata.tool_calls)
                 out = self.tracer.observe(self._agent_step(m.text, m.tokens, m.token_logprobs, calls))
                 reading = m.monitor if isinstance(m.monitor, MonitorReading) else MonitorReading.from_dict(m.monitor)
                 if self.fused is not None:

@@ -16,6 +16,7 @@ import time
 from typing import Any, Sequence
 
 from mlx_sdm.errors import DataError
+from mlx_sdm.session.message_meta import MessageMeta
 from mlx_sdm.session.schema import _dumps, _loads
 from mlx_sdm.session.titles import insert_user_message
 
@@ -55,7 +56,8 @@ class PartialAnswerStore:
         with self._tx() as conn:
             return _insert_in_progress(conn, session_id, kind, stamp)
 
-    def begin_turn(self, session_id: str, user_text: str, *, user_metadata: dict | None = None) -> tuple[int, int]:
+    def begin_turn(self, session_id: str, user_text: str, *,
+                   user_metadata: MessageMeta = MessageMeta()) -> tuple[int, int]:
         """The user's message and an empty ``in_progress`` answer to it, in one transaction.
         Returns (user message id, answer message id)."""
         stamp = self._now()
@@ -95,7 +97,7 @@ class PartialAnswerStore:
         """Answers left ``in_progress`` by a process that is gone become ``interrupted`` (their partial
         text kept). Runs when the store opens; returns how many it marked."""
         rows = self._query("SELECT id, metadata_json FROM messages WHERE status = ?", (IN_PROGRESS,))
-        dead = [int(r["id"]) for r in rows if not _process_alive((_loads(r["metadata_json"]) or {}).get("writer_pid"))]
+        dead = [int(r["id"]) for r in rows if not _process_alive(MessageMeta.from_dict(_loads(r["metadata_json"])).writer_pid)]
         if not dead:
             return 0
         stamp = self._now()
@@ -107,8 +109,8 @@ class PartialAnswerStore:
 
 
 class StreamingAnswer:
-    """One answer kept in the store while it streams, for the engine's turn: begun on creation, fed
-    the turn's events (:meth:`on_event`: answer tokens only), then finished with the whole record,
+    """One answer kept in the store while it streams, for a chat turn: begun on creation, fed the turn's
+    tokens (:meth:`token`: a ``TokenPiece``; answer tokens only), then finished with the whole record,
     or with what was generated marked "error" when the turn fails (:meth:`fail`)."""
 
     def __init__(self, store: Any, session_id: str, *, created_at: str | None = None):
@@ -121,9 +123,9 @@ class StreamingAnswer:
     def text(self) -> str:
         return "".join(self.pieces)
 
-    def on_event(self, event: Any) -> None:
-        if getattr(event, "kind", None) == "token" and getattr(event, "phase", "answer") == "answer" and event.text:
-            self.pieces.append(event.text)
+    def token(self, piece: Any) -> None:
+        if piece.phase == "answer" and piece.text:
+            self.pieces.append(piece.text)
             self.store.update_partial(self.message_id, self.text)
 
     def finish(self, record: Any) -> int:
@@ -151,7 +153,7 @@ def _insert_in_progress(conn: sqlite3.Connection, session_id: str, kind: str, st
     cur = conn.execute(
         "INSERT INTO messages(session_id, role, kind, text, status, created_at, metadata_json) "
         "VALUES (?, 'assistant', ?, '', ?, ?, ?)",
-        (session_id, kind, IN_PROGRESS, stamp, _dumps({"writer_pid": os.getpid()})),
+        (session_id, kind, IN_PROGRESS, stamp, _dumps(MessageMeta(writer_pid=os.getpid()).to_dict())),
     )
     conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (stamp, session_id))
     return int(cur.lastrowid)

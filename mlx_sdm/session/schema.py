@@ -13,6 +13,7 @@ import numpy as np
 
 from mlx_sdm.errors import DataError
 from mlx_sdm.network.verdict import LEGACY_NO_VERIFIER, VerdictStatus
+from mlx_sdm.session.message_meta import MessageMeta
 
 #: A stored answer's verdict state: a value of ``mlx_sdm.network.verdict.VerdictStatus`` (rows written
 #: before it had "no_verifier" say "unverifiable"; ``VerdictStatus.read`` reads both).
@@ -231,7 +232,7 @@ class AnswerRecord:
     task: TaskScope = TaskScope()  # the verifier's task the question was routed to (kept with the verdict)
     monitor: dict | None = None
     review_reasons: Sequence[str] = ()
-    metadata: dict | None = None
+    metadata: MessageMeta = MessageMeta()
 
 
 @dataclass
@@ -264,7 +265,7 @@ class MessageRecord:
     token_logprobs: list[float] | None = None
     prompt: list[dict] | None = None  # the chat messages the model saw before this answer
     feature_model: str | None = None
-    metadata: dict | None = None
+    metadata: MessageMeta = MessageMeta()
     verdict_status: str | None = None  # one of VERDICT_STATES
     verdict: dict | None = None  # DocumentVerdict.to_dict(): status, reason, explanation, exemplars, ...
     verifier: str | None = None
@@ -280,6 +281,7 @@ class MessageRecord:
     def to_dict(self) -> dict:
         out = asdict(self)
         out.pop("_features")
+        out["metadata"] = self.metadata.to_dict()
         return out
 
 
@@ -370,7 +372,7 @@ def _message(r: sqlite3.Row) -> MessageRecord:
         token_logprobs=_loads(r["logprobs_json"]),
         prompt=_loads(r["prompt_json"]),
         feature_model=r["feature_model"],
-        metadata=_loads(r["metadata_json"]),
+        metadata=MessageMeta.from_dict(_loads(r["metadata_json"])),
         verdict_status=r["verdict_status"],
         verdict=_loads(r["verdict_json"]),
         verifier=r["verifier"],

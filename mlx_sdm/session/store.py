@@ -25,6 +25,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from mlx_sdm.errors import ArtifactError, DataError, OutputError
+from mlx_sdm.session.message_meta import MessageMeta
 from mlx_sdm.session.partial_answers import PartialAnswerStore
 from mlx_sdm.session.review_queue import ReviewQueueStore
 from mlx_sdm.session.schema import (  # noqa: F401  (re-exported: the store's records and schema)
@@ -210,7 +211,7 @@ class ChatStore(ReviewQueueStore, PartialAnswerStore):
         *,
         kind: str = "chat",
         status: str = "done",
-        metadata: dict | None = None,
+        metadata: MessageMeta = MessageMeta(),
     ) -> int:
         """A message written whole (the user's, a system reflection, guidance, an explanation)."""
         stamp = now_iso()
@@ -218,7 +219,7 @@ class ChatStore(ReviewQueueStore, PartialAnswerStore):
             cur = conn.execute(
                 "INSERT INTO messages(session_id, role, kind, text, status, created_at, finished_at, metadata_json) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (session_id, role, kind, text, status, stamp, stamp, _dumps(metadata)),
+                (session_id, role, kind, text, status, stamp, stamp, _dumps(metadata.to_dict() or None)),
             )
             conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (stamp, session_id))
             if role == "user" and kind == "chat":
@@ -237,7 +238,7 @@ class ChatStore(ReviewQueueStore, PartialAnswerStore):
             cur = conn.execute(
                 "INSERT INTO messages(session_id, role, kind, text, status, created_at, finished_at, metadata_json) "
                 "VALUES (?, 'user', 'guidance', ?, 'done', ?, ?, ?)",
-                (session_id, text, stamp, stamp, _dumps({"resumes": paused_message_id})),
+                (session_id, text, stamp, stamp, _dumps(MessageMeta(resumes=paused_message_id).to_dict())),
             )
             conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (stamp, session_id))
             return int(cur.lastrowid)
@@ -249,7 +250,8 @@ class ChatStore(ReviewQueueStore, PartialAnswerStore):
         with self._tx() as conn:
             return _write_answer(conn, record, stamp)
 
-    def add_turn(self, user_text: str, record: AnswerRecord, *, user_metadata: dict | None = None) -> tuple[int, int]:
+    def add_turn(self, user_text: str, record: AnswerRecord, *,
+                 user_metadata: MessageMeta = MessageMeta()) -> tuple[int, int]:
         """A whole turn, the user's message and the answer to it (as :meth:`add_answer` writes it), in ONE
         transaction: a kill in between leaves neither, never a question without its answer.
         Returns (user message id, answer message id)."""
@@ -319,7 +321,7 @@ def _answer_columns(r: AnswerRecord, stamp: str) -> dict[str, Any]:
             "logprob_mean": float(np.mean(finite)) if finite else None,
             "logprob_min": float(np.min(finite)) if finite else None, "prompt_json": _dumps(r.prompt),
             "tokens_json": _dumps(r.tokens), "logprobs_json": _dumps(logprobs), "features": _features_blob(r.features),
-            "feature_model": r.feature_model, "metadata_json": _dumps(r.metadata)}
+            "feature_model": r.feature_model, "metadata_json": _dumps(r.metadata.to_dict() or None)}
 
 
 def _insert_answer(conn: sqlite3.Connection, r: AnswerRecord, stamp: str) -> int:

@@ -16,6 +16,7 @@ from mlx_sdm.network.encoding import (
     TOPIC,
     YES_NO,
 )
+from mlx_sdm.session.message_meta import MessageMeta
 from mlx_sdm.session.schema import _dumps
 
 #: The shipped task formats whose instruction a task question starts with.
@@ -66,12 +67,12 @@ def title_from_first_message(conn: sqlite3.Connection, session_id: str, text: st
 
 
 def insert_user_message(conn: sqlite3.Connection, session_id: str, text: str, stamp: str,
-                        metadata: dict | None = None) -> int:
+                        metadata: MessageMeta = MessageMeta()) -> int:
     """A user's message (a session still without a title is named after its first one); returns its id."""
     cur = conn.execute(
         "INSERT INTO messages(session_id, role, kind, text, status, created_at, finished_at, metadata_json) "
         "VALUES (?, 'user', 'chat', ?, 'done', ?, ?, ?)",
-        (session_id, text, stamp, stamp, _dumps(metadata)),
+        (session_id, text, stamp, stamp, _dumps(metadata.to_dict() or None)),
     )
     title_from_first_message(conn, session_id, text)
     return int(cur.lastrowid)

@@ -96,8 +96,13 @@ class TurnPlan:
         return self.messages == self.judged
 
 
-@dataclass
+@dataclass(frozen=True)
 class TokenPiece:
+    """One streamed token, the ONE token value every front end reads (the chat's events and UI, the
+    server's stream, ``generate``'s printer): its decoded text, id and log-prob (None for the
+    detokenizer's flushed tail, which has no token of its own), which part of the turn it belongs to,
+    and the most likely alternatives when asked for."""
+
     text: str
     token_id: int | None = None
     logprob: float | None = None

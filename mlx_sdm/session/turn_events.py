@@ -33,8 +33,7 @@ class EventObserver(TurnObserver):
             self.emit(PrefillEvent(session_id=self.session_id, turn=self.turn, done=int(done), total=int(total)))
 
     def token(self, piece: TokenPiece) -> None:
-        self.emit(TokenEvent(session_id=self.session_id, turn=self.turn, text=piece.text, token_id=piece.token_id,
-                             logprob=piece.logprob, phase=piece.phase))
+        self.emit(TokenEvent(session_id=self.session_id, turn=self.turn, piece=piece))
 
     def verdict(self, verdict: DocumentVerdict | None, unverifiable_reason: str | None) -> None:
         self.emit(VerdictEvent(session_id=self.session_id, turn=self.turn, verdict=verdict,

@@ -219,16 +219,16 @@ class ChatScreen(Screen):
         return event.session_id is None or event.session_id == self.session_id
 
     async def on_token_arrived(self, message: TokenArrived) -> None:
-        event = message.event
-        if not self._mine(event):
+        piece = message.piece
+        if not self._mine(message.event):
             return
-        if event.phase == "reflection":
+        if piece.phase == "reflection":
             if self.reflection_bubble is None:
                 self.reflection_bubble = MessageBubble("system", "", title="monitor · reflection")
                 await self._log_mount(self.reflection_bubble)
-            await self.reflection_bubble.append(event.text)
+            await self.reflection_bubble.append(piece.text)
         elif self.active is not None:
-            await self.active.append(event.text)
+            await self.active.append(piece.text)
 
     async def on_verdict_ready(self, message: VerdictReady) -> None:
         event = message.event

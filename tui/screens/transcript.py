@@ -49,14 +49,13 @@ def stored_widgets(record: Any, turn_number: int) -> Iterator[tuple[MessageBubbl
         return
     yield MessageBubble("assistant", record.text, title=f"assistant · turn {turn_number}", turn_id=record.id,
                         number=turn_number), record.monitor or None
-    meta = record.metadata or {}
-    if meta.get("reflection") or meta.get("reflection_prompt"):
-        text = meta.get("reflection") or meta.get("reflection_prompt")
-        yield MessageBubble("system", text, title="monitor · reflection"), None
-    if meta.get("explanation"):
-        yield MessageBubble("system", meta["explanation"], title="monitor · CRITICAL"), None
-    if meta.get("judged_text") is not None:
-        yield MessageBubble("system", unverified_note(meta["judged_text"]), title="verifier · scope"), None
+    meta = record.metadata
+    if meta.reflection or meta.reflection_prompt:
+        yield MessageBubble("system", meta.reflection or meta.reflection_prompt, title="monitor · reflection"), None
+    if meta.explanation:
+        yield MessageBubble("system", meta.explanation, title="monitor · CRITICAL"), None
+    if meta.judged_text is not None:
+        yield MessageBubble("system", unverified_note(meta.judged_text), title="verifier · scope"), None
 
 
 def apply_stored_verdict(answer: MessageBubble, record: Any) -> None:

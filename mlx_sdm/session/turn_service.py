@@ -1,0 +1,200 @@
+"""The ONE turn service behind every front end that stores turns: the chat engine
+(:mod:`mlx_sdm.session.engine`) and the server (:mod:`mlx_sdm.server.backend`) are thin callers of it.
+
+It owns the :class:`~mlx_sdm.session.pipeline.TurnPipeline`, the
+:class:`~mlx_sdm.session.review.ReviewService` and the one cached KV prefix (a KV cache can be
+~100 MB, so one conversation's is kept at a time), and it says once what the store keeps of a turn
+(:meth:`TurnService.record`): the answer with its verdict, monitor reading, review reasons and typed
+:class:`~mlx_sdm.session.message_meta.MessageMeta`. A cancelled turn is stored with no verdict.
+
+Runs on the thread that owns MLX.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from mlx_sdm.network.verdict import DocumentVerdict, verdict_words
+from mlx_sdm.session.answer import PrefixCache
+from mlx_sdm.session.escalation import REFLECTION_PROMPT, TurnStatus, verdict_review_reasons
+from mlx_sdm.session.message_meta import MessageMeta
+from mlx_sdm.session.partial_answers import StreamingAnswer
+from mlx_sdm.session.pipeline import TurnPipeline
+from mlx_sdm.session.review import ReviewService
+from mlx_sdm.session.store import AnswerRecord, ChatStore, TaskScope, now_iso
+from mlx_sdm.session.turn import (
+    ChatMessage,
+    TokenPiece,
+    TurnComponents,
+    TurnObserver,
+    TurnOptions,
+    TurnOutcome,
+    TurnPlan,
+    TurnRequest,
+)
+
+
+@dataclass(frozen=True)
+class StoredTurn:
+    """A turn run and stored: what it produced, its answer's message id and its review entry (if any)."""
+
+    outcome: TurnOutcome
+    message_id: int
+    review_id: int | None
+
+
+@dataclass(frozen=True)
+class Verified:
+    """A given completion judged as the chat judges that turn (force-decoded): the plan it was judged
+    under, its features (None when nothing was judged) and the verdict or why there is none."""
+
+    plan: TurnPlan
+    completion: str
+    features: np.ndarray | None
+    verdict: DocumentVerdict | None
+    unverifiable_reason: str | None
+
+
+class TurnService:
+    """Pipeline + review service + the one cached KV prefix (see the module docstring)."""
+
+    def __init__(self, store: ChatStore, components: TurnComponents, *, reviewed_dir: str | None = None):
+        self.store = store
+        self.components = components
+        self.pipeline = TurnPipeline(components)
+        self.review = ReviewService(store, components, reviewed_dir=reviewed_dir,
+                                    features_for=self.pipeline.features_for)
+        self._prefix: tuple[str | None, PrefixCache] | None = None  # (the conversation it belongs to, its cache)
+        self._applied: tuple[int, ...] | None = None
+        self.sync_reviews()  # just loaded: the store's review labels join the support sets
+
+    @property
+    def verifier_path(self) -> str | None:
+        """The loaded verifier's folder (None: no verifier judges answers)."""
+        return self.components.verifier_path if self.components.verifier is not None else None
+
+    # ------------------------------------------------------------------ turns
+
+    def run(self, request: TurnRequest, *, observer: TurnObserver | None = None, stop: threading.Event | None = None,
+            monitor: object = None, conversation: str | None = None) -> TurnOutcome:
+        """One turn through the pipeline, reusing the cached KV prefix when it is ``conversation``'s
+        (the server passes None for every request: the pipeline reuses it only when the prompt extends it)."""
+        prefix = self._prefix[1] if self._prefix is not None and self._prefix[0] == conversation else None
+        self._prefix = None  # one cached conversation at a time
+        outcome = self.pipeline.run(request, observer=observer, stop=stop, monitor=monitor, prefix=prefix)
+        if outcome.prefix is not None:
+            self._prefix = (conversation, outcome.prefix)
+        return outcome
+
+    def run_turn(self, session_id: str, request: TurnRequest, *, observer: TurnObserver | None = None,
+                 stop: threading.Event | None = None, monitor: object = None) -> StoredTurn:
+        """A chat turn of session ``session_id`` (its user message already stored): the answer is kept in
+        the store while it streams (a kill keeps the partial text, marked interrupted), then stored whole
+        with its verdict, monitor reading and review entry in one transaction (status "error" if it fails)."""
+        created_at = now_iso()
+        streaming = StreamingAnswer(self.store, session_id)
+        try:
+            outcome = self.run(request, observer=_Streaming(observer or TurnObserver(), streaming), stop=stop,
+                               monitor=monitor, conversation=session_id)
+            message_id = streaming.finish(self.record(session_id, outcome, created_at=created_at))
+        except BaseException:
+            streaming.fail()
+            raise
+        return StoredTurn(outcome, message_id, self.store.message(message_id).review_id)
+
+    def verify(self, messages: list[ChatMessage], completion: str, options: TurnOptions = TurnOptions()) -> Verified:
+        """Judge a completion made elsewhere as the chat judges that turn (``/v1/verify``)."""
+        plan = self.pipeline.plan(messages, options)
+        features = self.pipeline.features_for(messages, completion, options) if plan.judge else None
+        verdict, why = self.pipeline.judge(plan, features, completion, options)
+        return Verified(plan, completion, features, verdict, why)
+
+    def forget(self, session_id: str | None = None) -> None:
+        """Drop the cached KV prefix (of ``session_id`` only, when given: a deleted session)."""
+        if session_id is None or (self._prefix is not None and self._prefix[0] == session_id):
+            self._prefix = None
+
+    # ------------------------------------------------------------------ what the store keeps
+
+    def record(self, session_id: str, outcome: TurnOutcome, *, created_at: str | None = None,
+               source: str | None = None) -> AnswerRecord:
+        """What the store keeps of a turn (``source``: who asked, e.g. "api:chat"); a cancelled turn
+        keeps its text and tokens but no verdict, features or review entry."""
+        escalation = outcome.escalation
+        record = AnswerRecord(session_id, outcome.text, status=outcome.status.value, created_at=created_at,
+                              prompt=outcome.messages, tokens=outcome.tokens, token_logprobs=outcome.logprobs,
+                              metadata=MessageMeta(finish_reason=outcome.finish_reason, source=source))
+        if outcome.status is TurnStatus.CANCELLED:
+            return record
+        reflect = escalation.reflect
+        meta = replace(
+            record.metadata, verdict_reason=outcome.verdict_reason,
+            judged_text=outcome.judged_text if outcome.unverified_tail else None,
+            explanation=escalation.explanation, tool_calls=tuple(outcome.tool_calls),
+            pause_message=escalation.message if outcome.status is TurnStatus.PAUSED else None,
+            reflection_prompt=REFLECTION_PROMPT if reflect else None, reflection=outcome.reflection if reflect else None)
+        return self._judged(record, outcome.verdict, outcome.features, outcome.task, meta, monitor=outcome.monitor,
+                            review_reasons=escalation.review_reasons)
+
+    def record_verified(self, session_id: str, verified: Verified, *, source: str | None = None) -> AnswerRecord:
+        """What the store keeps of a judged completion (no tokens: it was read, not generated)."""
+        verdict, why = verified.verdict, verified.unverifiable_reason
+        record = AnswerRecord(session_id, verified.completion, prompt=verified.plan.messages)
+        meta = MessageMeta(finish_reason="stop", source=source,
+                           verdict_reason=verdict.reason if verdict is not None else why)
+        return self._judged(record, verdict, verified.features, verified.plan.route.task, meta,
+                            review_reasons=verdict_review_reasons(verdict))
+
+    def _judged(self, record: AnswerRecord, verdict: DocumentVerdict | None, features: np.ndarray | None,
+                task: str | None, meta: MessageMeta, *, review_reasons: list[str], monitor: object = None) -> AnswerRecord:
+        record.features = features
+        record.feature_model = None if features is None else self.review.feature_model
+        record.verdict_status = verdict_words(verdict).status.value
+        record.verdict = verdict.to_dict() if verdict is not None else None
+        record.verifier = self.verifier_path
+        record.task = TaskScope(task)
+        record.monitor = monitor.to_dict() if monitor is not None else None
+        record.review_reasons = review_reasons
+        record.metadata = meta
+        return record
+
+    # ------------------------------------------------------------------ review decisions
+
+    def sync_reviews(self) -> bool:
+        """The support sets = the base verifier + the active review decisions given under it (per task of a
+        multi-task verifier), rebuilt when the store's decisions changed since the last sync (the TUI in
+        another process may have decided). Returns True when they were rebuilt."""
+        if self.components.verifier is None:
+            return False
+        key = tuple(p.decision.id for p in self.review.all_points())
+        if key == self._applied:
+            return False
+        self.review.apply_all(save=False, reload=self._applied is not None)  # first time: just loaded
+        self._applied = key
+        return True
+
+
+class _Streaming(TurnObserver):
+    """The caller's observer, with each answer token also written to the answer row being streamed."""
+
+    def __init__(self, inner: TurnObserver, answer: StreamingAnswer):
+        self.inner, self.answer = inner, answer
+
+    def prefill(self, done: int, total: int) -> None:
+        self.inner.prefill(done, total)
+
+    def token(self, piece: TokenPiece) -> None:
+        self.answer.token(piece)
+        self.inner.token(piece)
+
+    def verdict(self, verdict, unverifiable_reason) -> None:
+        self.inner.verdict(verdict, unverifiable_reason)
+
+    def monitor(self, reading) -> None:
+        self.inner.monitor(reading)
+
+    def escalation(self, escalation) -> None:
+        self.inner.escalation(escalation)
