@@ -58,6 +58,23 @@ def test_jsonl_export_reads_back_with_the_session_format(session, tmp_path):
         export_session(store, sid, tmp_path / "s.txt", "pdf")
 
 
+def test_a_session_records_the_product_that_answered_it(session, tmp_path):
+    """Issue 21: the store keeps the provenance of a session's first answer (model, verifier with its
+    checksum, head, embedder, version, commit), and the export carries it, not a guess made at export."""
+    from mlx_sdm.monitor.provenance import verifier_sha256
+
+    store, sid, first, second = session
+    info = store.get_session(sid)
+    verifier = store.messages(sid)[1].verifier
+    assert info.provenance is not None and info.provenance.extra["recorded"] == "at the session's first answer"
+    assert info.provenance.verifier.sha256 == verifier_sha256(verifier)
+    assert info.provenance.model.name == "tiny-llama-0" and info.provenance.head.name is None  # the model loaded, not the label
+    (s,) = read_sessions_jsonl(export_session(store, sid, tmp_path / "s.jsonl"))
+    assert s.provenance == info.provenance
+    fresh = store.create_session("not answered yet")
+    assert store.get_session(fresh.id).provenance is None
+
+
 def test_plain_chat_prints_answer_then_verdict_and_monitor(tmp_path):
     path = build_tiny_verifier(tmp_path / "verifier")
     store = ChatStore(tmp_path / "chat.db")

@@ -163,14 +163,14 @@ def session_to_format(store: ChatStore, session_id: str) -> Session:
     return Session(session_id=info.id, steps=steps, model=info.model, created_at=info.created_at,
                    outcome=outcome, termination=termination,
                    metadata={"title": info.title, "verifier": info.verifier, "exported_by": "mlx-sdm chat"},
-                   provenance=store_provenance(info.model, info.verifier))
+                   provenance=info.provenance or store_provenance(info.model, info.verifier))
 
 
 @functools.lru_cache(maxsize=16)  # one export checksums each verifier folder and asks git once
 def store_provenance(model: str | None, verifier: str | None) -> Provenance:
-    """What the chat store records of the product that made a session: the model's name and the
-    verifier folder (checksummed now, at export, when it is still there). The store does not record
-    the head, the embedder or the model's checksum: they read as unknown."""
+    """For a session stored before the store recorded its provenance: the model's name and the verifier
+    folder (checksummed now, at export, when it is still there); the head, the embedder and the model's
+    checksum read as unknown."""
     from mlx_sdm.monitor.provenance import UNKNOWN, Artifact, product_commit, verifier_sha256
 
     import mlx_sdm

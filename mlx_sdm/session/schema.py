@@ -1,5 +1,5 @@
-"""The chat store's schema (:data:`MIGRATIONS`, never edit a released step: append one), the records
-it reads and writes, and the helpers that map SQLite rows to them. No MLX."""
+"""The records the chat store reads and writes, and the helpers that map SQLite rows to them (the
+schema itself: :mod:`mlx_sdm.session.migrations`). No MLX."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from mlx_sdm.errors import DataError
+from mlx_sdm.monitor.provenance import Provenance
 from mlx_sdm.network.verdict import LEGACY_NO_VERIFIER, VerdictStatus
 from mlx_sdm.session.message_meta import MessageMeta
 
@@ -23,132 +24,6 @@ LABEL_ACCEPTABLE = 1
 LABEL_UNACCEPTABLE = 0
 
 
-@dataclass(frozen=True)
-class Migration:
-    version: int
-    description: str
-    sql: str
-
-
-MIGRATIONS: tuple[Migration, ...] = (
-    Migration(
-        1,
-        "sessions, messages and verdicts",
-        """
-        CREATE TABLE sessions (
-            id TEXT PRIMARY KEY,
-            title TEXT NOT NULL,
-            created_at TEXT NOT NULL,
-            updated_at TEXT NOT NULL,
-            model TEXT,
-            verifier TEXT
-        );
-        CREATE TABLE messages (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
-            session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
-            role TEXT NOT NULL,
-            text TEXT NOT NULL,
-            status TEXT NOT NULL DEFAULT 'done',
-            created_at TEXT NOT NULL,
-            finished_at TEXT,
-            token_count INTEGER,
-            logprob_mean REAL,
-            logprob_min REAL
-        );
-        CREATE INDEX messages_by_session ON messages(session_id, id);
-        CREATE TABLE verdicts (
-            message_id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
-            status TEXT NOT NULL,
-            p_lower REAL,
-            reason TEXT,
-            verdict_json TEXT,
-            verifier TEXT,
-            created_at TEXT NOT NULL
-        );
-        """,
-    ),
-    Migration(
-        2,
-        "review queue and decisions",
-        """
-        CREATE TABLE review_queue (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
-            message_id INTEGER NOT NULL UNIQUE REFERENCES messages(id) ON DELETE CASCADE,
-            session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
-            reason TEXT NOT NULL,
-            created_at TEXT NOT NULL
-        );
-        CREATE INDEX review_by_session ON review_queue(session_id, created_at);
-        CREATE TABLE decisions (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
-            review_id INTEGER NOT NULL REFERENCES review_queue(id) ON DELETE CASCADE,
-            label INTEGER NOT NULL CHECK (label IN (0, 1)),
-            note TEXT,
-            completion TEXT,
-            created_at TEXT NOT NULL,
-            undone_at TEXT
-        );
-        CREATE INDEX decisions_by_review ON decisions(review_id, id);
-        """,
-    ),
-    Migration(
-        3,
-        "monitor snapshots; what verification needs to re-derive a label (prompt, tokens, features)",
-        """
-        CREATE TABLE monitor_snapshots (
-            message_id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
-            level TEXT,
-            action TEXT,
-            cumulative_confidence REAL,
-            step_confidence REAL,
-            tracer_risk REAL,
-            step_risk REAL,
-            details_json TEXT,
-            created_at TEXT NOT NULL
-        );
-        ALTER TABLE messages ADD COLUMN kind TEXT NOT NULL DEFAULT 'chat';
-        ALTER TABLE messages ADD COLUMN prompt_json TEXT;
-        ALTER TABLE messages ADD COLUMN tokens_json TEXT;
-        ALTER TABLE messages ADD COLUMN logprobs_json TEXT;
-        ALTER TABLE messages ADD COLUMN features BLOB;
-        ALTER TABLE messages ADD COLUMN feature_model TEXT;
-        ALTER TABLE messages ADD COLUMN metadata_json TEXT;
-        ALTER TABLE decisions ADD COLUMN features BLOB;
-        ALTER TABLE decisions ADD COLUMN feature_model TEXT;
-        """,
-    ),
-    Migration(
-        4,
-        "verdict states verified / not_verified / out_of_scope; a review label keeps the verifier it was given under",
-        """
-        UPDATE verdicts SET status = CASE WHEN reason = 'out_of_distribution' THEN 'out_of_scope' ELSE 'not_verified' END
-            WHERE status = 'rejected';
-        ALTER TABLE decisions ADD COLUMN verifier TEXT;
-        """,
-    ),
-    Migration(
-        5,
-        "the task of a multi-task verifier an answer was judged under, kept with its verdict and review labels",
-        """
-        ALTER TABLE verdicts ADD COLUMN task TEXT;
-        ALTER TABLE verdicts ADD COLUMN task_recorded INTEGER NOT NULL DEFAULT 0;
-        ALTER TABLE decisions ADD COLUMN task TEXT;
-        ALTER TABLE decisions ADD COLUMN task_recorded INTEGER NOT NULL DEFAULT 0;
-        """,
-    ),
-    Migration(
-        6,
-        "a session created without a title is titled from its first user message once that exists",
-        """
-        ALTER TABLE sessions ADD COLUMN title_pending INTEGER NOT NULL DEFAULT 0;
-        UPDATE sessions SET title_pending = 1
-            WHERE title GLOB 'Chat [0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]'
-            AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id AND m.role = 'user');
-        """,
-    ),
-)
-
-SCHEMA_VERSION = MIGRATIONS[-1].version
 
 def now_iso() -> str:
     """UTC timestamp with microseconds; ISO strings sort like the times they name."""
@@ -233,6 +108,7 @@ class AnswerRecord:
     monitor: dict | None = None
     review_reasons: Sequence[str] = ()
     metadata: MessageMeta = MessageMeta()
+    provenance: Provenance | None = None  # the product that made it; the session keeps its first answer's
 
 
 @dataclass
@@ -244,6 +120,7 @@ class SessionInfo:
     model: str | None
     verifier: str | None
     message_count: int = 0
+    provenance: Provenance | None = None  # recorded with its first answer (None: before the store kept it)
 
 
 @dataclass
@@ -352,7 +229,13 @@ def _session(r: sqlite3.Row) -> SessionInfo:
         model=r["model"],
         verifier=r["verifier"],
         message_count=int(r["message_count"]),
+        provenance=_provenance(r),
     )
+
+
+def _provenance(r: sqlite3.Row) -> Provenance | None:
+    stored = _loads(r["provenance_json"]) if "provenance_json" in r.keys() else None
+    return Provenance.from_dict(stored, where=f"session {r['id']} provenance") if stored else None
 
 
 def _message(r: sqlite3.Row) -> MessageRecord:

@@ -26,18 +26,16 @@ import numpy as np
 
 from mlx_sdm.errors import ArtifactError, DataError, OutputError
 from mlx_sdm.session.message_meta import MessageMeta
+from mlx_sdm.session.migrations import MIGRATIONS, SCHEMA_VERSION, Migration  # noqa: F401
 from mlx_sdm.session.partial_answers import PartialAnswerStore
 from mlx_sdm.session.review_queue import ReviewQueueStore
 from mlx_sdm.session.schema import (  # noqa: F401  (re-exported: the store's records and schema)
     LABEL_ACCEPTABLE,
     LABEL_UNACCEPTABLE,
-    MIGRATIONS,
-    SCHEMA_VERSION,
     VERDICT_STATES,
     AnswerRecord,
     Decision,
     MessageRecord,
-    Migration,
     ReviewItem,
     SessionInfo,
     SupportPoint,
@@ -345,6 +343,9 @@ def _write_answer(conn: sqlite3.Connection, record: AnswerRecord, stamp: str, me
     """Inside a caller's transaction: the answer's message (new, or the begun row ``message_id``), verdict,
     monitor snapshot and review entry."""
     message_id = _insert_answer(conn, record, stamp) if message_id is None else _update_answer(conn, message_id, record, stamp)
+    if record.provenance is not None:  # the session keeps the product of its first answer
+        conn.execute("UPDATE sessions SET provenance_json = ? WHERE id = ? AND provenance_json IS NULL",
+                     (_dumps(record.provenance.to_dict()), record.session_id))
     if record.verdict_status is not None:
         verdict = record.verdict or {}
         conn.execute(

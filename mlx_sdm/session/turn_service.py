@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from mlx_sdm.monitor.provenance import Provenance, make_provenance
 from mlx_sdm.network.verdict import DocumentVerdict, verdict_words
 from mlx_sdm.session.answer import PrefixCache
 from mlx_sdm.session.escalation import REFLECTION_PROMPT, TurnStatus, verdict_review_reasons
@@ -68,6 +69,7 @@ class TurnService:
         self.review = ReviewService(store, components, reviewed_dir=reviewed_dir,
                                     features_for=self.pipeline.features_for)
         self._prefix: tuple[str | None, PrefixCache] | None = None  # (the conversation it belongs to, its cache)
+        self._provenance: Provenance | None = None
         self._applied: tuple[int, ...] | None = None
         self.sync_reviews()  # just loaded: the store's review labels join the support sets
 
@@ -75,6 +77,21 @@ class TurnService:
     def verifier_path(self) -> str | None:
         """The loaded verifier's folder (None: no verifier judges answers)."""
         return self.components.verifier_path if self.components.verifier is not None else None
+
+    @property
+    def provenance(self) -> Provenance | None:
+        """The product answering (model, verifier, head, embedder with checksums; mlx-sdm's version and
+        commit), stored with each session's first answer; None when its files cannot be read."""
+        if self._provenance is None:
+            c = self.components
+            try:
+                self._provenance = make_provenance(
+                    model_name=c.lm.name, fingerprint=getattr(c.lm, "fingerprint", None),
+                    verifier_path=self.verifier_path, head_path=c.head_path, embedder=c.embedder,
+                    extra={"recorded": "at the session's first answer"})
+            except (OSError, ValueError):  # a head or verifier folder without its manifest (e.g. moved)
+                return None
+        return self._provenance
 
     # ------------------------------------------------------------------ turns
 
@@ -126,7 +143,8 @@ class TurnService:
         escalation = outcome.escalation
         record = AnswerRecord(session_id, outcome.text, status=outcome.status.value, created_at=created_at,
                               prompt=outcome.messages, tokens=outcome.tokens, token_logprobs=outcome.logprobs,
-                              metadata=MessageMeta(finish_reason=outcome.finish_reason, source=source))
+                              metadata=MessageMeta(finish_reason=outcome.finish_reason, source=source),
+                              provenance=self.provenance)
         if outcome.status is TurnStatus.CANCELLED:
             return record
         reflect = escalation.reflect
@@ -142,7 +160,7 @@ class TurnService:
     def record_verified(self, session_id: str, verified: Verified, *, source: str | None = None) -> AnswerRecord:
         """What the store keeps of a judged completion (no tokens: it was read, not generated)."""
         verdict, why = verified.verdict, verified.unverifiable_reason
-        record = AnswerRecord(session_id, verified.completion, prompt=verified.plan.messages)
+        record = AnswerRecord(session_id, verified.completion, prompt=verified.plan.messages, provenance=self.provenance)
         meta = MessageMeta(finish_reason="stop", source=source,
                            verdict_reason=verdict.reason if verdict is not None else why)
         return self._judged(record, verdict, verified.features, verified.plan.route.task, meta,
