@@ -5,27 +5,28 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from mlx_sdm.monitor.auq import (
+from mlx_sdm.monitor.online.auq_escalation import (
     REFLECTION_KIND,
-    AUQMonitor,
     EscalationAction,
-    EstimatorConfig,
     MonitorStateError,
     SessionStatus,
     UncertaintyError,
     UncertaintyLevel,
     UncertaintyPolicy,
+    decide_action,
+    is_irreversible,
+    level_for,
+)
+from mlx_sdm.monitor.online.auq import AUQMonitor, uncertainty_guard_node
+from mlx_sdm.monitor.online.auq_confidence import (
+    EstimatorConfig,
     adaptive_semantic_entropy,
     auq_jaccard,
     cluster_samples,
-    decide_action,
     entropy_confidence,
-    is_irreversible,
-    level_for,
     parse_verbalized_confidence,
-    propagate_ema,
-    uncertainty_guard_node,
 )
+from mlx_sdm.monitor.online.auq_propagation import propagate_ema
 
 
 class ScriptedSampler:
@@ -262,7 +263,7 @@ def test_otlp_extra_missing_gives_install_command(monkeypatch):
     import builtins
 
     from mlx_sdm.errors import MissingDependencyError
-    from mlx_sdm.monitor.spans import configure_otlp
+    from mlx_sdm.monitor.online.spans import configure_otlp
 
     real_import = builtins.__import__
 

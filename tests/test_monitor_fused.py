@@ -5,10 +5,14 @@ import json
 import numpy as np
 import pytest
 
-from mlx_sdm.monitor.fused import (
-    PARAMS_FILE, FusedParams, OnlineFusedMonitor, build_shipped_params, datasets_dir,
+from mlx_sdm.monitor.forecast.fused import (
+    PARAMS_FILE,
+    FusedParams,
+    OnlineFusedMonitor,
+    build_shipped_params,
+    datasets_dir,
 )
-from mlx_sdm.monitor.fusion import FUSION_FEATURES
+from mlx_sdm.monitor.forecast.fusion import FUSION_FEATURES
 
 VERIFIED = {"p_lower": 0.99, "admitted": True, "prediction": 1, "reason": None, "q": 40, "d": 0.9}
 OUT_OF_SCOPE = {"p_lower": None, "admitted": False, "prediction": 1, "reason": "out_of_distribution", "q": 0, "d": 0.0}

@@ -103,7 +103,7 @@ def tiny_components(verifier_dir: str | Path | None, seed: int = TINY_SEED, embe
     ``verifier_dir`` is given) the tiny verifier loaded from disk, built on the engine's thread."""
 
     def factory(config):
-        from mlx_sdm.monitor.embedders import make_embedder
+        from mlx_sdm.monitor.online.embedders import make_embedder
         from mlx_sdm.session.turn import TurnComponents
 
         lm = tiny_loaded_model(seed, max_context=max_context)

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from mlx_sdm.monitor.reading import MonitorReading
+from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.coverage import TaskInstruction, TaskRoute, VerifierCoverage
 from mlx_sdm.network.verdict import DocumentVerdict
 from mlx_sdm.session.escalation import REFLECTION_PROMPT, Escalation, TurnStatus

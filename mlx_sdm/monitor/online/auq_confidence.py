@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
-from mlx_sdm.monitor.auq_propagation import STEP_TYPE_WEIGHTS, UNKNOWN_STEP_WEIGHT
+from mlx_sdm.monitor.online.auq_propagation import STEP_TYPE_WEIGHTS, UNKNOWN_STEP_WEIGHT
 
 # AUQ constants (docs/monitoring.md, AUQ configuration) that the AUQ documentation does not make config fields
 # (exposed as EstimatorConfig defaults too).

@@ -19,27 +19,19 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
-from mlx_sdm.monitor import spans
-from mlx_sdm.monitor.auq_confidence import (  # noqa: F401  (re-exported: the AUQ API lives here)
-    CLUSTER_JACCARD,
-    SAMPLING_TEMPERATURE,
+from mlx_sdm.monitor.online import spans
+from mlx_sdm.monitor.online.auq_confidence import (
     EstimatorConfig,
     ResponseSampler,
-    SemanticResult,
     adaptive_semantic_entropy,
-    auq_jaccard,
     calibrate,
-    cluster_samples,
     entropy_confidence,
     fuse,
     parse_verbalized_confidence,
 )
-from mlx_sdm.monitor.auq_escalation import (  # noqa: F401
-    ACTION_FOR_LEVEL,
+from mlx_sdm.monitor.online.auq_escalation import (
     GUIDANCE_KIND,
-    LLM_STEP_TYPES,
     REFLECTION_KIND,
-    REFLECTION_TEXT,
     EscalationAction,
     MonitorStateError,
     SessionStatus,
@@ -50,8 +42,8 @@ from mlx_sdm.monitor.auq_escalation import (  # noqa: F401
     is_irreversible,
     level_for,
 )
-from mlx_sdm.monitor.auq_propagation import STEP_TYPE_WEIGHTS, UNKNOWN_STEP_WEIGHT, propagate_ema, step_weight  # noqa: F401
-from mlx_sdm.monitor.session_file import STEP_ID_PREFIX, normalize_step_type
+from mlx_sdm.monitor.online.auq_propagation import propagate_ema
+from mlx_sdm.monitor.session_file.records import STEP_ID_PREFIX, normalize_step_type
 
 # belief state (docs/monitoring.md, AUQ belief state)
 
@@ -81,7 +73,7 @@ class StepUncertainty:
 
     def to_format(self):
         """As the session JSONL ``auq`` record."""
-        from mlx_sdm.monitor.session_file import AUQOutput
+        from mlx_sdm.monitor.session_file.records import AUQOutput
 
         d = self.to_dict()
         return AUQOutput(**{k: d[k] for k in AUQOutput.__dataclass_fields__})

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from types import SimpleNamespace
 
-from mlx_sdm.monitor.scoring import EPS
+from mlx_sdm.monitor.forecast.scoring import EPS
 from mlx_sdm.network.verdict import ACCEPTABLE as LABEL_ACCEPTABLE
 from mlx_sdm.network.verdict import LEGACY_NO_VERIFIER, REASON_NOT_A_TASK, VerdictStatus, status_of
 #: Turn success rate of a status before any labelled session was seen (no information either way).
