@@ -28,7 +28,7 @@ from mlx_sdm.progress import progress_bar
 
 from mlx_sdm.lm.loading import load_model
 from mlx_sdm.monitor.online.auq import AUQMonitor
-from mlx_sdm.monitor.online.auq_confidence import EstimatorConfig
+from mlx_sdm.monitor.online.auq_config import EstimatorConfig
 from mlx_sdm.monitor.online.auq_escalation import SessionStatus, UncertaintyError, UncertaintyPolicy
 from mlx_sdm.monitor.online.embedders import make_embedder
 from mlx_sdm.monitor.online.p_true import PTrueScorer

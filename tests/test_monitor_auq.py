@@ -18,8 +18,8 @@ from mlx_sdm.monitor.online.auq_escalation import (
     level_for,
 )
 from mlx_sdm.monitor.online.auq import AUQMonitor, uncertainty_guard_node
+from mlx_sdm.monitor.online.auq_config import EstimatorConfig
 from mlx_sdm.monitor.online.auq_confidence import (
-    EstimatorConfig,
     adaptive_semantic_entropy,
     auq_jaccard,
     cluster_samples,

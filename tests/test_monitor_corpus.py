@@ -22,7 +22,7 @@ EVERYDAY_TINY = [EverydayPrompt("e0", "arithmetic", "What is 12 times 7?", {"typ
 @pytest.fixture(scope="module")
 def corpus_setup(tmp_path_factory):
     from mlx_sdm.app.corpus import setup_from
-    from mlx_sdm.network.tasks import load_task
+    from mlx_sdm.network.tasks.registry import load_task
     from tests.tiny_verifier import build_tiny_verifier, tiny_components
 
     tmp = tmp_path_factory.mktemp("corpus")

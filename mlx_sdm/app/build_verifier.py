@@ -30,7 +30,8 @@ from mlx_sdm.calibration.data import MIN_PER_CLASS, LabelledSet
 from mlx_sdm.calibration.estimator import FitConfig
 from mlx_sdm.calibration.evaluation import Evaluation, evaluate, plot, table_row
 from mlx_sdm.errors import DataError
-from mlx_sdm.network.tasks import Task, load_tasks
+from mlx_sdm.network.tasks import Task
+from mlx_sdm.network.tasks.registry import load_tasks
 from mlx_sdm.network.tasks.answers import AnsweredItem, AnswerSettings, SamplerFor, answer_items
 from mlx_sdm.network.verifier import VERIFIER_MANIFEST, DocumentVerifier, FeatureRecipe, labelled_set
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from mlx_sdm.monitor.online.auq_confidence import SAMPLING_TEMPERATURE
+from mlx_sdm.monitor.online.auq_config import SAMPLING_TEMPERATURE
 from mlx_sdm.monitor.online.auq import AUQMonitor
 from mlx_sdm.monitor.online.auq_escalation import (
     EscalationAction,

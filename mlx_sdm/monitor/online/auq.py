@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 from mlx_sdm.monitor.online import spans
+from mlx_sdm.monitor.online.auq_config import EstimatorConfig
 from mlx_sdm.monitor.online.auq_confidence import (
-    EstimatorConfig,
     ResponseSampler,
     adaptive_semantic_entropy,
     calibrate,
