@@ -35,7 +35,8 @@ import mlx_sdm  # noqa: F401  (BLAS before mlx)
 import numpy as np
 
 from mlx_sdm.calibration.data import LabelledSet
-from mlx_sdm.calibration.estimator import FitConfig, SDMEstimator
+from mlx_sdm.calibration.fit_config import FitConfig
+from mlx_sdm.calibration.estimator import SDMEstimator
 from mlx_sdm.calibration.training import logistic_regression
 
 ROOT = Path(__file__).resolve().parents[1]

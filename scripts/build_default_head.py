@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     from mlx_sdm.atomic import atomic_write_text
     from mlx_sdm.lm.loading import load_model
     from mlx_sdm.network.heads import HeadManifest, VocabularyHeads, load_head, save_head
-    from mlx_sdm.network.trainer import LMScorer, train_positive_head
+    from mlx_sdm.network.finetune_scoring import LMScorer
+    from mlx_sdm.network.trainer import train_positive_head
     from mlx_sdm.network.verifier import DocumentVerifier
 
     started = time.time()

@@ -1,7 +1,10 @@
 """No import circles in mlx_sdm/ and tui/: every ``import`` and ``from ... import`` (function-level and
 ``TYPE_CHECKING`` ones included) is an edge of the module graph, and the graph has no cycle. A cycle fails
 the test naming its modules and the file:line of each import; `test_a_cycle_is_named` shows it on modules
-written for it."""
+written for it.
+
+And no re-export façades: a project name is imported from the module that defines it, never through a
+module that only imports it (mlx_sdm/, tui/, tests/ and scripts/ alike)."""
 
 from __future__ import annotations
 
@@ -96,3 +99,60 @@ def test_a_cycle_is_named(tmp_path):
         "  mlx_sdm/monitor/b.py:3: mlx_sdm.monitor.b imports mlx_sdm.monitor.c",
         "  mlx_sdm/monitor/c.py:1: mlx_sdm.monitor.c imports mlx_sdm.monitor.a",
     ]
+
+
+def top_level_names(path: Path) -> tuple[set[str], dict[str, str]]:
+    """(names the module defines, {name it imports from a project module: that module}) at its top level
+    (inside ``if``/``try`` blocks too)."""
+    defined: set[str] = set()
+    imported: dict[str, str] = {}
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    nodes = [n for top in tree.body for n in ([top] if not isinstance(top, (ast.If, ast.Try)) else ast.walk(top))]
+    for node in nodes:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            defined |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] in PROJECT:
+            imported.update({alias.asname or alias.name: node.module for alias in node.names})
+    return defined, imported
+
+
+PROJECT = ("mlx_sdm", "tui")
+
+
+def passthrough_imports(root: Path, packages: tuple[str, ...] = ("mlx_sdm", "tui", "tests", "scripts")) -> list[str]:
+    """'file:line: from M import X (defined in D)' for every import of a project name through a module M
+    that does not define it but imports it from D."""
+    files = module_files(root, PROJECT)
+    names = {module: top_level_names(path) for module, path in files.items()}
+    problems = []
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+                if not (isinstance(node, ast.ImportFrom) and not node.level and node.module in names):
+                    continue
+                defined, imported = names[node.module]
+                for alias in node.names:
+                    if alias.name not in defined and f"{node.module}.{alias.name}" not in files and alias.name in imported:
+                        problems.append(f"{path.relative_to(root)}:{node.lineno}: from {node.module} import {alias.name} "
+                                        f"(defined in {imported[alias.name]})")
+    return problems
+
+
+def test_names_are_imported_from_where_they_are_defined():
+    assert passthrough_imports(ROOT) == []
+
+
+def test_a_passthrough_import_is_named(tmp_path):
+    pkg = tmp_path / "mlx_sdm"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "records.py").write_text("class Record:\n    pass\n")
+    (pkg / "store.py").write_text("import json\nfrom mlx_sdm.records import Record\nclass Store:\n    pass\n")
+    (pkg / "user.py").write_text("from mlx_sdm.store import Store\nfrom mlx_sdm.records import Record\n")
+    assert passthrough_imports(tmp_path, ("mlx_sdm",)) == []
+    (pkg / "user.py").write_text("def later():\n    from mlx_sdm.store import Record, Store\n")
+    assert passthrough_imports(tmp_path, ("mlx_sdm",)) == [
+        "mlx_sdm/user.py:2: from mlx_sdm.store import Record (defined in mlx_sdm.records)"]

@@ -46,7 +46,7 @@ def test_online_fused_forecast_names_the_signal_that_moved_it():
 
 
 def test_session_monitor_reading_carries_the_fused_forecast():
-    from mlx_sdm.calibration.estimator import Verdict
+    from mlx_sdm.calibration.verdict import Verdict
     from mlx_sdm.network.verdict import DocumentVerdict
     from mlx_sdm.session.monitoring import MonitorConfig, SessionMonitor
 

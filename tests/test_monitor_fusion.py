@@ -18,11 +18,11 @@ from mlx_sdm.monitor.forecast.verdict import (
     TurnVerdict,
     VerdictMonitor,
     VerdictMonitorParams,
-    VerdictStatus,
     fit_verdict_params,
     verdict_forecasts,
     verdict_status,
 )
+from mlx_sdm.network.verdict import VerdictStatus
 from mlx_sdm.monitor.session_file.records import AUQOutput, Session, SessionStep, TracerOutput, VerifierOutput
 
 

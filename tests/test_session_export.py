@@ -11,7 +11,8 @@ from mlx_sdm.errors import DataError
 from mlx_sdm.session.engine import ChatEngine, EngineConfig
 from mlx_sdm.session.export import export_session, session_to_markdown
 from mlx_sdm.monitor.session_file.reader import read_sessions_jsonl
-from mlx_sdm.session.store import AnswerRecord, ChatStore
+from mlx_sdm.session.schema import AnswerRecord
+from mlx_sdm.session.store import ChatStore
 from tests.tiny_verifier import build_tiny_verifier, tiny_components
 
 ALWAYS_HIGH = (1.0, 0.9999, 0.0)

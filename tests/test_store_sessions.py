@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from mlx_sdm.errors import ArtifactError, DataError
-from mlx_sdm.session.store import AnswerRecord, MIGRATIONS, SCHEMA_VERSION, ChatStore
+from mlx_sdm.session.schema import AnswerRecord, MIGRATIONS, SCHEMA_VERSION
+from mlx_sdm.session.store import ChatStore
 
 
 def test_wal_mode_and_schema_version(tmp_path):

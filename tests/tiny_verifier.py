@@ -68,7 +68,8 @@ def tiny_features(lm, docs) -> np.ndarray:
 @functools.lru_cache(maxsize=2)
 def _fitted_dir(seed: int) -> Path:
     from mlx_sdm.calibration.data import LabelledSet
-    from mlx_sdm.calibration.estimator import FitConfig, SDMEstimator
+    from mlx_sdm.calibration.fit_config import FitConfig
+    from mlx_sdm.calibration.estimator import SDMEstimator
     from mlx_sdm.network.verifier import DocumentVerifier
 
     lm = tiny_loaded_model(seed)

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from mlx_sdm.calibration.data import MIN_PER_CLASS, LabelledSet
-from mlx_sdm.calibration.estimator import FitConfig
+from mlx_sdm.calibration.fit_config import FitConfig
 from mlx_sdm.calibration.evaluation import Evaluation, evaluate, plot, table_row
 from mlx_sdm.errors import DataError
 from mlx_sdm.network.tasks import Task

@@ -108,7 +108,8 @@ def run_session(plan: SessionPlan, setup: CorpusSetup, items: dict[str, list],
                 on_step: Callable[[int], None] | None = None) -> Session:
     """One planned session through the chat's turn; a :class:`Session` with each answer's label."""
     from mlx_sdm.session.monitoring import MonitorConfig, SessionMonitor
-    from mlx_sdm.session.pipeline import TurnPipeline, TurnRequest
+    from mlx_sdm.session.pipeline import TurnPipeline
+    from mlx_sdm.session.turn import TurnRequest
 
     components = setup.components
     pipeline = TurnPipeline(components)

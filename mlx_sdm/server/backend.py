@@ -191,7 +191,7 @@ class SessionBackend:
         judged under) and (when not verified) its review entry, all in ONE transaction (a kill between
         them leaves neither)."""
         from mlx_sdm.session.escalation import verdict_review_reasons
-        from mlx_sdm.session.store import AnswerRecord, TaskScope
+        from mlx_sdm.session.schema import AnswerRecord, TaskScope
 
         user_text = next(m.content for m in reversed(messages) if m.role == "user" and m.content.strip())
         session_id = self.session_for(conversation, user_text)

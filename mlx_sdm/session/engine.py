@@ -38,7 +38,8 @@ from mlx_sdm.session.partial_answers import StreamingAnswer
 from mlx_sdm.session.pipeline import TurnPipeline
 from mlx_sdm.session.turn import DEFAULT_MAX_TOKENS, TurnComponents, TurnOptions, TurnOutcome, TurnRequest
 from mlx_sdm.session.review import DecisionResult, ReviewService
-from mlx_sdm.session.store import AnswerRecord, ChatStore, TaskScope, now_iso
+from mlx_sdm.session.schema import AnswerRecord, TaskScope, now_iso
+from mlx_sdm.session.store import ChatStore
 from mlx_sdm.session.turn_events import EventObserver
 from mlx_sdm.session.worker import MlxWorker
 from mlx_sdm.network.verdict import verdict_words

@@ -27,23 +27,14 @@ import numpy as np
 from mlx_sdm.errors import ArtifactError, DataError, OutputError
 from mlx_sdm.session.partial_answers import PartialAnswerStore
 from mlx_sdm.session.review_queue import ReviewQueueStore
-from mlx_sdm.session.schema import (  # noqa: F401  (re-exported: the store's records and schema)
-    LABEL_ACCEPTABLE,
-    LABEL_UNACCEPTABLE,
+from mlx_sdm.session.schema import (
     MIGRATIONS,
     SCHEMA_VERSION,
-    VERDICT_STATES,
     AnswerRecord,
-    Decision,
     MessageRecord,
-    Migration,
-    ReviewItem,
     SessionInfo,
-    SupportPoint,
-    TaskScope,
     _dumps,
     _features_blob,
-    _loads,
     _message,
     _session,
     _split_sql,

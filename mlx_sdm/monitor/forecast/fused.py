@@ -29,7 +29,8 @@ from mlx_sdm.monitor.forecast.fusion import (
 )
 from mlx_sdm.monitor.forecast.signals import SessionSignals
 from mlx_sdm.monitor.online.tracer import TracerConfig
-from mlx_sdm.monitor.forecast.verdict import TurnVerdict, VerdictMonitorParams, VerdictStatus
+from mlx_sdm.monitor.forecast.verdict import TurnVerdict, VerdictMonitorParams
+from mlx_sdm.network.verdict import VerdictStatus
 
 PARAMS_FILE = "fused_monitor.json"
 PARAMS_VERSION = 1

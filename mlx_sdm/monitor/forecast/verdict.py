@@ -1,6 +1,6 @@
 """The verifier as a monitor: each turn's calibrated verdict turned into a forecast p_t of session success.
 
-Every answer the chat verifies gets a verdict from the SDM verifier (``calibration.estimator.Verdict``:
+Every answer the chat verifies gets a verdict from the SDM verifier (``calibration.verdict.Verdict``:
 ``p_lower``, ``q``, ``d``, ``admitted``, ``prediction``, ``reason``). Its status word:
 
 - ``verified``: admitted and predicted acceptable; ``p_lower`` is then a calibrated lower bound on the
