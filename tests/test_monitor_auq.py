@@ -17,7 +17,7 @@ from mlx_sdm.monitor.online.auq_escalation import (
     is_irreversible,
     level_for,
 )
-from mlx_sdm.monitor.online.auq import AUQMonitor, uncertainty_guard_node
+from mlx_sdm.monitor.online.auq import AUQMonitor
 from mlx_sdm.monitor.online.auq_config import EstimatorConfig
 from mlx_sdm.monitor.online.auq_confidence import (
     adaptive_semantic_entropy,
@@ -246,6 +246,29 @@ def test_verifier_probability_is_pessimistic_min():
     assert step.fused_confidence == pytest.approx(0.9) and step.step_confidence == 0.45
     record = step.to_format()
     assert record.level == "high" and record.action == "pause_for_human" and record.propagated_confidence == 0.45
+
+
+def uncertainty_guard_node(monitor: AUQMonitor, step_type: str, escalate_node: str):
+    """How an agent graph uses the monitor (docs/monitoring.md, AUQ): a node that scores the state's last assistant message as a ``step_type`` step.
+
+    ``state`` is a dict with ``session_id``, ``messages`` (role/content dicts) and ``metadata``; optional
+    ``p_true``, ``sampler``, ``tool_names``. On PAUSE_FOR_HUMAN sets ``metadata["uncertainty_escalate"]``
+    and ``metadata["next_node"] = escalate_node``; on ABORT the UncertaintyError propagates.
+    """
+
+    def node(state: dict) -> dict:
+        messages = state.get("messages", [])
+        text = next((m.get("content", "") for m in reversed(messages) if m.get("role") == "assistant"), "")
+        metadata = state.setdefault("metadata", {})
+        step = monitor.score_step(state["session_id"], step_type, text, p_true=state.get("p_true"),
+                                  sampler=state.get("sampler"), tool_names=state.get("tool_names", ()))
+        metadata.update(monitor.run_metadata(state["session_id"]))
+        metadata["uncertainty_escalate"] = step.action is EscalationAction.PAUSE_FOR_HUMAN
+        if metadata["uncertainty_escalate"]:
+            metadata["next_node"] = escalate_node
+        return state
+
+    return node
 
 
 def test_guard_node_routes_pause_to_escalate_node():

@@ -16,7 +16,6 @@ from mlx_sdm.monitor.evaluation.heldout import format_heldout, heldout_report, h
 from mlx_sdm.monitor.forecast.signals import session_signals
 from mlx_sdm.monitor.forecast.verdict import (
     TurnVerdict,
-    VerdictMonitor,
     VerdictMonitorParams,
     fit_verdict_params,
     verdict_forecasts,
@@ -143,9 +142,8 @@ def test_verdict_status_and_forecast():
     oos = TurnVerdict.from_dict({"status": "out_of_scope", "admitted": False})
     params = VerdictMonitorParams({"verified": 0.5, "not_verified": 0.5, "out_of_scope": 0.2, "none": 0.5})
     assert verdict_forecasts([verified, rejected, oos], params) == pytest.approx([0.96, 0.96 * 0.1, 0.96 * 0.1 * 0.2])
-    monitor = VerdictMonitor(params)
-    monitor.observe({"p_lower": 0.96, "admitted": True, "prediction": 1})
-    assert monitor.forecast == pytest.approx(0.96)
+    assert verdict_forecasts([TurnVerdict.from_dict({"p_lower": 0.96, "admitted": True, "prediction": 1})], params) == \
+        pytest.approx([0.96])
     fitted = fit_verdict_params([(oos, False), (oos, False), (oos, True), (verified, True)])
     assert fitted.status_rate["out_of_scope"] == pytest.approx(2 / 5) and fitted.status_rate["no_verifier"] == 0.5
 

@@ -300,14 +300,3 @@ def describe(result: BuildResult) -> str:
     kept = sum(not o.left_out for o in result.outcomes)
     return (f"built {kept} of {len(result.outcomes)} tasks in {result.seconds:.0f} s ({result.generated} answers "
             f"generated, {result.from_cache} from the cache)")
-
-
-def task_lines(verifier: Any) -> list[str]:
-    """What a loaded verifier covers, one task per line with its example prompt (``generate --list-tasks``)."""
-    tasks = getattr(verifier, "tasks", None) or []
-    if not tasks:
-        return ["this verifier records no task list (it was not built with mlx-sdm build-verifier)"]
-    lines = []
-    for task in tasks:
-        lines += [f"{task['name']}: {task['description']}", f"  example: {task['example_prompt']}"]
-    return lines

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mlx_sdm.errors import MlxSdmError
+from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
-DEFAULT_MAX_TOKENS = 256
 DEFAULT_MAX_PENDING = 16
 DEFAULT_MAX_BODY_BYTES = 1_000_000
 API_KEY_ENV = "MLX_SDM_API_KEY"

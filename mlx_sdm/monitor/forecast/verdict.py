@@ -112,19 +112,3 @@ def verdict_forecasts(verdicts: Sequence[TurnVerdict], params: VerdictMonitorPar
         p *= turn_success_probability(v, params)
         out.append(max(p, EPS))
     return out
-
-
-class VerdictMonitor:
-    """Online form for the chat: :meth:`observe` each turn's verdict, read the forecast ``p_t``."""
-
-    def __init__(self, params: VerdictMonitorParams | None = None):
-        self.params = params or VerdictMonitorParams()
-        self.verdicts: list[TurnVerdict] = []
-
-    def observe(self, verdict: TurnVerdict | Mapping[str, Any] | None) -> float:
-        self.verdicts.append(verdict if isinstance(verdict, TurnVerdict) else TurnVerdict.from_dict(verdict))
-        return self.forecast
-
-    @property
-    def forecast(self) -> float:
-        return verdict_forecasts(self.verdicts, self.params)[-1] if self.verdicts else 1.0

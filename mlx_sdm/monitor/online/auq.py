@@ -263,26 +263,3 @@ class AUQMonitor:
         if self.policy.reset_on_resume:
             state.cumulative_confidence = None
         return state
-
-
-def uncertainty_guard_node(monitor: AUQMonitor, step_type: str, escalate_node: str) -> Callable[[dict], dict]:
-    """A graph node (2.7): scores the state's last assistant message as a ``step_type`` step.
-
-    ``state`` is a dict with ``session_id``, ``messages`` (role/content dicts) and ``metadata``; optional
-    ``p_true``, ``sampler``, ``tool_names``. On PAUSE_FOR_HUMAN sets ``metadata["uncertainty_escalate"]``
-    and ``metadata["next_node"] = escalate_node``; on ABORT the UncertaintyError propagates.
-    """
-
-    def node(state: dict) -> dict:
-        messages = state.get("messages", [])
-        text = next((m.get("content", "") for m in reversed(messages) if m.get("role") == "assistant"), "")
-        metadata = state.setdefault("metadata", {})
-        step = monitor.score_step(state["session_id"], step_type, text, p_true=state.get("p_true"),
-                                  sampler=state.get("sampler"), tool_names=state.get("tool_names", ()))
-        metadata.update(monitor.run_metadata(state["session_id"]))
-        metadata["uncertainty_escalate"] = step.action is EscalationAction.PAUSE_FOR_HUMAN
-        if metadata["uncertainty_escalate"]:
-            metadata["next_node"] = escalate_node
-        return state
-
-    return node
