@@ -35,7 +35,8 @@ import mlx_sdm  # noqa: F401  (BLAS before mlx)
 import numpy as np
 
 from mlx_sdm.calibration.data import LabelledSet
-from mlx_sdm.calibration.estimator import FitConfig, SDMEstimator
+from mlx_sdm.calibration.fit_config import FitConfig
+from mlx_sdm.calibration.estimator import SDMEstimator
 from mlx_sdm.calibration.training import logistic_regression
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,7 +83,7 @@ def suite_sets(task_name: str, pool_size: int, cache_dir: Path, test_size: int, 
     """Cached SmolLM2 features only (refuses to start the LM): the pool's first 3/4 in halves
     (train, calibration), its last 1/4 the held-out test; the task's shifted documents when cached."""
     constructed_documents, evaluation_documents = _suite("constructed_documents"), _suite("evaluation_documents")
-    from mlx_sdm.network.tasks import load_tasks
+    from mlx_sdm.network.tasks.registry import load_tasks
     from mlx_sdm.network.verifier import labelled_set
 
     task = load_tasks([task_name])[0]
@@ -107,7 +108,7 @@ def suite_build_sets(task_name: str, cache_dir: Path, test_size: int) -> dict[st
     seed 0): its D_tr and D_ca halves, read from the build's cache, and its held-out and shifted documents."""
     evaluation_documents, pool_halves = _suite("evaluation_documents"), _suite("pool_halves")
     sizes, per_task = _suite("DEFAULT_SIZES", {"bbc_topic": 1600}), _suite("DEFAULT_PER_TASK", 40)
-    from mlx_sdm.network.tasks import load_tasks
+    from mlx_sdm.network.tasks.registry import load_tasks
     from mlx_sdm.network.verifier import labelled_set
 
     halves = {t.name: pool_halves(t, sizes.get(t.name, per_task), seed=0) for t in load_tasks(None)}

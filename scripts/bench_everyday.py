@@ -1,7 +1,7 @@
 """Everyday questions, side by side: the product's chat turn (shipped default verifier and head) and plain
 mlx-lm (`stream_generate` with the model's chat template), greedy, on the checked everyday prompts of
 `mlx_sdm/datasets/everyday_prompts.json`. Prints each answer pair, then how many are right by the prompt's
-check, how many are degenerate (monitor/degenerate.py) and how many are token for token the same.
+check, how many are degenerate (mlx_sdm/monitor/online/degenerate.py) and how many are token for token the same.
 
     .venv/bin/python scripts/bench_everyday.py --max-tokens 96
     .venv/bin/python scripts/bench_everyday.py --system "You are a helpful assistant. Answer briefly and accurately."
@@ -19,7 +19,7 @@ def main() -> int:
 
     from mlx_sdm.app.corpus_plan import check_everyday, everyday_prompts
     from mlx_sdm.app.loading import load_components
-    from mlx_sdm.monitor.degenerate import degenerate_answer
+    from mlx_sdm.monitor.online.degenerate import degenerate_answer
     from mlx_sdm.session.pipeline import TurnPipeline
     from mlx_sdm.session.turn import TurnOptions, TurnRequest
 

@@ -61,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     from mlx_sdm.network.data import build_token_targets, from_verification_documents
     from mlx_sdm.network.encoding import encode_task
     from mlx_sdm.network.heads import VocabularyHeads
-    from mlx_sdm.network.trainer import FinetuneArgs, LMScorer, build_train_step, make_optimizer, train_positive_head, sdm_batch_loss
+    from mlx_sdm.network.trainer import FinetuneArgs, train_positive_head
+    from mlx_sdm.network.finetune_scoring import LMScorer
+    from mlx_sdm.network.finetune_steps import build_train_step, make_optimizer, sdm_batch_loss
     from mlx_sdm.network.verifier import DEFAULT_VERIFIER_DIR, DocumentVerifier
 
     lm = load_model(quantized=args.quantized)
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
 
         class Untested:
             def __call__(self, docs, head, purpose="calibration"):
-                from mlx_sdm.network.trainer import Outcome
+                from mlx_sdm.network.finetune_scoring import Outcome
 
                 return [Outcome(prediction=1, admitted=False, q=1.0, d=1.0, correct=False) for _ in docs]
 

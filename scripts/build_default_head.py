@@ -65,7 +65,7 @@ def suite_sets(lm, config, verifier_info: dict, test_per_task: int) -> tuple[lis
     from mlx_sdm.app.head_training import load_documents, recipe_path
     from mlx_sdm.app.suite_verifier import evaluation_documents, finetune_documents
     from mlx_sdm.app.verifier_recipe import read_recipe
-    from mlx_sdm.network.tasks import load_tasks
+    from mlx_sdm.network.tasks.registry import load_tasks
 
     train, calibration = load_documents(config, lm.tokenizer, verifier_info)
     recipe = read_recipe(recipe_path(config.data))
@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     from mlx_sdm.atomic import atomic_write_text
     from mlx_sdm.lm.loading import load_model
     from mlx_sdm.network.heads import HeadManifest, VocabularyHeads, load_head, save_head
-    from mlx_sdm.network.trainer import LMScorer, train_positive_head
+    from mlx_sdm.network.finetune_scoring import LMScorer
+    from mlx_sdm.network.trainer import train_positive_head
     from mlx_sdm.network.verifier import DocumentVerifier
 
     started = time.time()

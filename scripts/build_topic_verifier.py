@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def fit(lm, pool: list, args: argparse.Namespace, *, words: int, seed: int):
     """Force-decode the pool (cached) and fit Alg. 1–3 on its halves (D_tr, D_ca)."""
-    from mlx_sdm.calibration.estimator import FitConfig
+    from mlx_sdm.calibration.fit_config import FitConfig
     from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE
     from mlx_sdm.app.verifiers import cached_document_features
     from mlx_sdm.network.verifier import DocumentVerifier, FeatureRecipe, labelled_set

@@ -30,7 +30,8 @@ import mlx_sdm  # noqa: F401  (BLAS preload before mlx)
 
 from mlx_sdm.calibration import constants as K
 from mlx_sdm.calibration.data import LabelledSet
-from mlx_sdm.calibration.estimator import FitConfig, SDMEstimator
+from mlx_sdm.calibration.fit_config import FitConfig
+from mlx_sdm.calibration.estimator import SDMEstimator
 from mlx_sdm.calibration.evaluation import evaluate
 from mlx_sdm.datasets.spam import spam_splits
 

@@ -39,7 +39,8 @@ import mlx_sdm  # noqa: F401  (BLAS preload before mlx)
 from choose_defaults import LOADERS
 
 from mlx_sdm.calibration import constants as K
-from mlx_sdm.calibration.estimator import FitConfig, SDMEstimator
+from mlx_sdm.calibration.fit_config import FitConfig
+from mlx_sdm.calibration.estimator import SDMEstimator
 from mlx_sdm.calibration.evaluation import table_row
 
 STUB_MLX_LM = "def load(*a, **k):\n    raise RuntimeError('stub')\n\ndef generate(*a, **k):\n    raise RuntimeError('stub')\n"

@@ -102,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     from mlx_sdm.network.data import from_verification_documents
     from mlx_sdm.network.encoding import TASK_FORMATS, TOPIC, parse_answer
     from mlx_sdm.network.heads import HeadManifest, VocabularyHeads, save_head
-    from mlx_sdm.network.trainer import FinetuneArgs, LMScorer, train_positive_head
+    from mlx_sdm.network.trainer import FinetuneArgs, train_positive_head
+    from mlx_sdm.network.finetune_scoring import LMScorer
     from mlx_sdm.network.verifier import DEFAULT_VERIFIER_DIR, DocumentVerifier
     from mlx_sdm.resources import TOPIC_VERIFIER_NAME, shipped
 

@@ -27,11 +27,14 @@ from mlx_lm.models.cache import make_prompt_cache
 from mlx_sdm.progress import progress_bar
 
 from mlx_sdm.lm.loading import load_model
-from mlx_sdm.monitor.auq import AUQMonitor, EstimatorConfig, SessionStatus, UncertaintyError, UncertaintyPolicy
-from mlx_sdm.monitor.embedders import make_embedder
-from mlx_sdm.monitor.p_true import PTrueScorer
-from mlx_sdm.monitor.tracer import TracerMonitor
-from mlx_sdm.monitor.session_file import Session, SessionStep, write_sessions_jsonl
+from mlx_sdm.monitor.online.auq import AUQMonitor
+from mlx_sdm.monitor.online.auq_config import EstimatorConfig
+from mlx_sdm.monitor.online.auq_escalation import SessionStatus, UncertaintyError, UncertaintyPolicy
+from mlx_sdm.monitor.online.embedders import make_embedder
+from mlx_sdm.monitor.online.p_true import PTrueScorer
+from mlx_sdm.monitor.online.tracer import TracerMonitor
+from mlx_sdm.monitor.session_file.records import Session, SessionStep
+from mlx_sdm.monitor.session_file.writer import write_sessions_jsonl
 
 DEFAULT_TASK = str(Path(__file__).resolve().parents[2] / "shared" / "data" / "bigbench" / "fact_checker_fever" / "task.json")
 DEFAULT_N = 40

@@ -37,7 +37,7 @@ import numpy as np
 from mlx_lm.models import phi3
 
 from mlx_sdm.network.heads import VocabularyHeads
-from mlx_sdm.network.trainer import build_train_step, make_optimizer
+from mlx_sdm.network.finetune_steps import build_train_step, make_optimizer
 
 PHI35 = dict(hidden_size=3072, intermediate_size=8192, num_attention_heads=32, num_key_value_heads=32, vocab_size=32064)
 PHI35_LAYERS = 32

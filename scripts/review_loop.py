@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from mlx_sdm.app.build_verifier import DEFAULT_MAX_TOKENS
     from mlx_sdm.lm.loading import load_model
-    from mlx_sdm.network.tasks import load_task
+    from mlx_sdm.network.tasks.registry import load_task
     from mlx_sdm.network.tasks.answers import AnswerSettings, answer_items
     from mlx_sdm.network.verifier import DocumentVerifier
 

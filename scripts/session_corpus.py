@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"merged {merge_shards(args.merge, args.out)} sessions into {args.out}", file=sys.stderr)
         return 0
     from mlx_sdm.app.loading import load_components
-    from mlx_sdm.network.tasks import load_tasks
+    from mlx_sdm.network.tasks.registry import load_tasks
 
     components = load_components(args.model, verifier=args.verifier, head=args.head, embedder=args.embedder)
     tasks = {t.name: t for t in load_tasks(args.tasks.split(",") if args.tasks else None)}

@@ -271,7 +271,7 @@ def test_embedding_rows_where_text_rows_are_needed_say_which_rows_are_needed(tex
 
 
 def test_a_folder_of_task_files_is_taken_and_a_folder_without_any_is_listed(tmp_path):
-    from mlx_sdm.network.tasks import load_tasks
+    from mlx_sdm.network.tasks.registry import load_tasks
 
     folder = tmp_path / "my_tasks"
     folder.mkdir()

@@ -200,7 +200,7 @@ def test_generate_list_tasks_prints_what_the_verifier_covers(tmp_path, capsys):
 
 
 def test_recipe_routes_each_task_to_its_system_prompt():
-    from mlx_sdm.network.tasks import load_tasks
+    from mlx_sdm.network.tasks.registry import load_tasks
     from mlx_sdm.network.verifier import FeatureRecipe
 
     tasks = load_tasks(["bbc_topic", "sentiment"])

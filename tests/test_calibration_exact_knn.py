@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mlx_sdm.calibration.knn import SupportIndex, faiss_available, resolve_backend
-from mlx_sdm.calibration.similarity import q_from_neighbours
+from tests.references import q_from_neighbours
 
 BACKENDS = ["mlx", "numpy"] + (["faiss"] if faiss_available() else [])
 

@@ -12,8 +12,10 @@ from mlx_sdm.calibration.activation import flipped, sdm, sdm_loss, sdm_numpy
 from mlx_sdm.calibration.constants import CAUCHY_KAPPA, SOFTMAX_D, SOFTMAX_Q, cauchy_kappa
 from mlx_sdm.calibration.dkw import dkw_epsilon, effective_sample_sizes, shifted_vectors
 from mlx_sdm.calibration.offsets import mad, output_offsets, robust_q_tilde_min
-from mlx_sdm.calibration.rescaler import quantile_vector, rescaled_similarity, rescaler_loss, train_rescaler
-from mlx_sdm.calibration.similarity import class_distance_cdfs, distance_quantile, q_from_neighbours
+from mlx_sdm.calibration.rescaler import quantile_vector, rescaled_similarity, train_rescaler
+from tests.references import rescaler_loss
+from mlx_sdm.calibration.similarity import class_distance_cdfs, distance_quantile
+from tests.references import q_from_neighbours
 from mlx_sdm.calibration.threshold import bucket_medians, find_threshold
 
 

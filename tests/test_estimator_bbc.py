@@ -13,7 +13,8 @@ import mlx_sdm  # noqa: F401
 import numpy as np
 import pytest
 
-from mlx_sdm.calibration.estimator import FitConfig, SDMEstimator
+from mlx_sdm.calibration.fit_config import FitConfig
+from mlx_sdm.calibration.estimator import SDMEstimator
 from mlx_sdm.calibration.evaluation import evaluate
 from mlx_sdm.commands.demo import bbc_splits, load_bbc
 

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from mlx_sdm.calibration.data import LabelledSet
-from mlx_sdm.calibration.estimator import FitConfig, SDMEstimator
+from mlx_sdm.calibration.fit_config import FitConfig
+from mlx_sdm.calibration.estimator import SDMEstimator
 from mlx_sdm.calibration.evaluation import evaluate
 
 C, D = 3, 16

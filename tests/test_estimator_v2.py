@@ -6,7 +6,9 @@ import pytest
 
 from mlx_sdm.calibration.canonical import find_threshold_v2, predict_v2, rescaled_similarity_v2
 from mlx_sdm.calibration.data import LabelledSet
-from mlx_sdm.calibration.estimator import FitConfig, SDMEstimator, Verdict
+from mlx_sdm.calibration.fit_config import FitConfig
+from mlx_sdm.calibration.estimator import SDMEstimator
+from mlx_sdm.calibration.verdict import Verdict
 
 
 def test_rescaled_similarity_is_min_of_q_and_power():

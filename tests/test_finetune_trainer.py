@@ -30,7 +30,8 @@ from mlx_sdm.network import checkpoint as checkpoint_module  # noqa: E402
 from mlx_sdm.network.checkpoint import CheckpointError, read_checkpoint  # noqa: E402
 from mlx_sdm.network.data import FinetuneDocument  # noqa: E402
 from mlx_sdm.network.heads import VocabularyHeads  # noqa: E402
-from mlx_sdm.network.trainer import FinetuneArgs, FinetuneCallback, LMScorer, train_positive_head  # noqa: E402
+from mlx_sdm.network.trainer import FinetuneArgs, FinetuneCallback, train_positive_head
+from mlx_sdm.network.finetune_scoring import LMScorer
 from tests.tiny_verifier import tiny_loaded_model  # noqa: E402
 
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from mlx_sdm.errors import ArtifactError, DataError, ModelMismatchError, OutputError
-from mlx_sdm.lm.generation import GenerationConfig, generate_with_features, render_prompt
+from mlx_sdm.lm.generation import GenerationConfig, generate_with_features
+from mlx_sdm.lm.prompt import render_prompt
 from mlx_sdm.network.heads import (
     HEAD_FORMAT_LOW_RANK,
     LOW_RANK_WEIGHTS_FILE,

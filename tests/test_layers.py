@@ -19,7 +19,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("datasets", ("mlx_sdm.datasets",)),  # shipped data sets, loaded as the calibration layer's LabelledSet
     ("lm", ("mlx_sdm.lm",)),
     ("network", ("mlx_sdm.network",)),
-    ("monitor", ("mlx_sdm.monitor",)),
+    # monitor/, room by room: the session-file format, then the online monitors, the fitted forecast, offline evaluation
+    ("monitor.session_file", ("mlx_sdm.monitor", "mlx_sdm.monitor.session_file")),
+    ("monitor.online", ("mlx_sdm.monitor.online",)),
+    ("monitor.forecast", ("mlx_sdm.monitor.forecast",)),
+    ("monitor.evaluation", ("mlx_sdm.monitor.evaluation",)),
     ("session", ("mlx_sdm.session",)),
     ("app", ("mlx_sdm.app",)),
     ("server", ("mlx_sdm.server",)),
@@ -85,27 +89,32 @@ def test_no_module_imports_a_higher_layer():
 
 
 def test_an_upward_import_is_flagged(tmp_path):
-    """A monitor module that imports the session layer (the old session-format dependency) is caught,
-    nested in a function or not; a downward import is not."""
-    monitor = tmp_path / "mlx_sdm" / "monitor"
-    monitor.mkdir(parents=True)
+    """An online monitor that imports the session layer (the old session-format dependency) or the offline
+    evaluation room is caught, nested in a function or not; a downward import is not."""
+    online = tmp_path / "mlx_sdm" / "monitor" / "online"
+    online.mkdir(parents=True)
     (tmp_path / "mlx_sdm" / "__init__.py").write_text("")
-    (monitor / "__init__.py").write_text("")
-    (monitor / "bad.py").write_text(
+    (tmp_path / "mlx_sdm" / "monitor" / "__init__.py").write_text("")
+    (online / "__init__.py").write_text("")
+    (online / "bad.py").write_text(
         "from mlx_sdm.calibration.estimator import Verdict\n"
         "def later():\n    from mlx_sdm.session import format\n"
-        "from . import sibling\nfrom ..app import loading\n"
+        "from . import sibling\nfrom ...app import loading\n"
+        "from ..session_file.records import Session\nfrom ..evaluation import heldout\n"
     )
     problems = upward_imports(tmp_path, packages=("mlx_sdm",))
     assert problems == [
-        "mlx_sdm/monitor/bad.py:3: mlx_sdm.monitor.bad (monitor) imports mlx_sdm.session (session)",
-        "mlx_sdm/monitor/bad.py:5: mlx_sdm.monitor.bad (monitor) imports mlx_sdm.app (app)",
+        "mlx_sdm/monitor/online/bad.py:3: mlx_sdm.monitor.online.bad (monitor.online) imports mlx_sdm.session (session)",
+        "mlx_sdm/monitor/online/bad.py:5: mlx_sdm.monitor.online.bad (monitor.online) imports mlx_sdm.app (app)",
+        "mlx_sdm/monitor/online/bad.py:7: mlx_sdm.monitor.online.bad (monitor.online) imports mlx_sdm.monitor.evaluation "
+        "(monitor.evaluation)",
     ]
 
 
 @pytest.mark.parametrize("module, layer", [
     ("mlx_sdm.errors", "platform"), ("mlx_sdm.calibration.knn", "calibration"), ("mlx_sdm.datasets.spam", "datasets"), ("mlx_sdm.lm.prompt", "lm"),
-    ("mlx_sdm.network.verdict", "network"), ("mlx_sdm.monitor.session_file", "monitor"),
+    ("mlx_sdm.network.verdict", "network"), ("mlx_sdm.monitor.session_file.records", "monitor.session_file"),
+    ("mlx_sdm.monitor.online.auq", "monitor.online"), ("mlx_sdm.monitor.evaluation.heldout", "monitor.evaluation"),
     ("mlx_sdm.session.pipeline", "session"), ("mlx_sdm.app.loading", "app"), ("tui.app", "interfaces"),
     ("mlx_sdm.commands.chat", "interfaces"),
 ])

@@ -19,7 +19,8 @@ from mlx_sdm.lm.features import (
     force_decode_document,
     force_decode_features,
 )
-from mlx_sdm.lm.generation import GenerationConfig, generate_with_features, render_prompt, stream_generate_features
+from mlx_sdm.lm.generation import GenerationConfig, generate_with_features, stream_generate_features
+from mlx_sdm.lm.prompt import render_prompt
 from mlx_sdm.lm.loading import LoadedModel, model_fingerprint
 from tests.tolerance import model_width, reordered_forward_atol
 

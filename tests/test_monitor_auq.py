@@ -5,27 +5,28 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from mlx_sdm.monitor.auq import (
+from mlx_sdm.monitor.online.auq_escalation import (
     REFLECTION_KIND,
-    AUQMonitor,
     EscalationAction,
-    EstimatorConfig,
     MonitorStateError,
     SessionStatus,
     UncertaintyError,
     UncertaintyLevel,
     UncertaintyPolicy,
+    decide_action,
+    is_irreversible,
+    level_for,
+)
+from mlx_sdm.monitor.online.auq import AUQMonitor
+from mlx_sdm.monitor.online.auq_config import EstimatorConfig
+from mlx_sdm.monitor.online.auq_confidence import (
     adaptive_semantic_entropy,
     auq_jaccard,
     cluster_samples,
-    decide_action,
     entropy_confidence,
-    is_irreversible,
-    level_for,
     parse_verbalized_confidence,
-    propagate_ema,
-    uncertainty_guard_node,
 )
+from mlx_sdm.monitor.online.auq_propagation import propagate_ema
 
 
 class ScriptedSampler:
@@ -247,6 +248,29 @@ def test_verifier_probability_is_pessimistic_min():
     assert record.level == "high" and record.action == "pause_for_human" and record.propagated_confidence == 0.45
 
 
+def uncertainty_guard_node(monitor: AUQMonitor, step_type: str, escalate_node: str):
+    """How an agent graph uses the monitor (docs/monitoring.md, AUQ): a node that scores the state's last assistant message as a ``step_type`` step.
+
+    ``state`` is a dict with ``session_id``, ``messages`` (role/content dicts) and ``metadata``; optional
+    ``p_true``, ``sampler``, ``tool_names``. On PAUSE_FOR_HUMAN sets ``metadata["uncertainty_escalate"]``
+    and ``metadata["next_node"] = escalate_node``; on ABORT the UncertaintyError propagates.
+    """
+
+    def node(state: dict) -> dict:
+        messages = state.get("messages", [])
+        text = next((m.get("content", "") for m in reversed(messages) if m.get("role") == "assistant"), "")
+        metadata = state.setdefault("metadata", {})
+        step = monitor.score_step(state["session_id"], step_type, text, p_true=state.get("p_true"),
+                                  sampler=state.get("sampler"), tool_names=state.get("tool_names", ()))
+        metadata.update(monitor.run_metadata(state["session_id"]))
+        metadata["uncertainty_escalate"] = step.action is EscalationAction.PAUSE_FOR_HUMAN
+        if metadata["uncertainty_escalate"]:
+            metadata["next_node"] = escalate_node
+        return state
+
+    return node
+
+
 def test_guard_node_routes_pause_to_escalate_node():
     monitor = AUQMonitor()
     node = uncertainty_guard_node(monitor, "decision", "human_review")
@@ -262,7 +286,7 @@ def test_otlp_extra_missing_gives_install_command(monkeypatch):
     import builtins
 
     from mlx_sdm.errors import MissingDependencyError
-    from mlx_sdm.monitor.spans import configure_otlp
+    from mlx_sdm.monitor.online.spans import configure_otlp
 
     real_import = builtins.__import__
 

@@ -12,7 +12,7 @@ from mlx_sdm.app.corpus_plan import (
 )
 from mlx_sdm.network.verdict import status_from_dict
 
-pytestmark = pytest.mark.filterwarnings("ignore::mlx_sdm.monitor.tracer.MonitorWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::mlx_sdm.monitor.online.tracer.MonitorWarning")
 
 EVERYDAY_TINY = [EverydayPrompt("e0", "arithmetic", "What is 12 times 7?", {"type": "number", "value": 84}),
                  EverydayPrompt("e1", "trivia", "What is the capital of Australia?", {"type": "contains", "any": ["Canberra"]}),
@@ -22,7 +22,7 @@ EVERYDAY_TINY = [EverydayPrompt("e0", "arithmetic", "What is 12 times 7?", {"typ
 @pytest.fixture(scope="module")
 def corpus_setup(tmp_path_factory):
     from mlx_sdm.app.corpus import setup_from
-    from mlx_sdm.network.tasks import load_task
+    from mlx_sdm.network.tasks.registry import load_task
     from tests.tiny_verifier import build_tiny_verifier, tiny_components
 
     tmp = tmp_path_factory.mktemp("corpus")
@@ -72,7 +72,7 @@ def test_labels():
 
 def test_corpus_runs_the_chat_turn_resumes_after_a_kill_and_merges_shards(corpus_setup):
     from mlx_sdm.app.corpus import completed_sessions, merge_shards, run_corpus
-    from mlx_sdm.monitor.session_file import read_sessions_jsonl
+    from mlx_sdm.monitor.session_file.reader import read_sessions_jsonl
 
     setup, tmp = corpus_setup
     whole = tmp / "whole.jsonl"
@@ -120,7 +120,7 @@ def test_eval_monitor_heldout_on_the_shipped_corpus(capsys):
     out = json.loads(capsys.readouterr().out)
     data = out["heldout"]
     policy = out["pause_policy"]  # chosen as the shipped one was: the same threshold, the rate held out
-    from mlx_sdm.monitor.policy import PausePolicy
+    from mlx_sdm.monitor.forecast.policy import PausePolicy
 
     assert policy["threshold"] == pytest.approx(PausePolicy.shipped().threshold, rel=1e-6)
     assert policy["paused"]["low"] <= policy["pause_rate"] <= policy["paused"]["high"]

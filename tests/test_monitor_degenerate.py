@@ -1,11 +1,11 @@
-"""The one rule that calls an answer degenerate (mlx_sdm/monitor/degenerate.py): the broken answers of
+"""The one rule that calls an answer degenerate (mlx_sdm/monitor/online/degenerate.py): the broken answers of
 issue 18 trip it, ordinary answers do not."""
 
 from __future__ import annotations
 
 import pytest
 
-from mlx_sdm.monitor.degenerate import DegenerateAnswer, degenerate_answer
+from mlx_sdm.monitor.online.degenerate import DegenerateAnswer, degenerate_answer
 
 #: The four broken answers quoted in issue 18 (the shipped head decoding everyday questions).
 BROKEN = [

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 from mlx_sdm.commands.eval_monitor import main
-from mlx_sdm.monitor.evaluate import evaluate_sessions
-from mlx_sdm.monitor.scoring import auarc, censored_trajectory_score, trajectory_proper_score
-from mlx_sdm.monitor.tau2 import read_tau2_results
-from mlx_sdm.monitor.session_file import AUQOutput, Session, SessionStep, VerifierOutput, write_sessions_jsonl
+from mlx_sdm.monitor.evaluation.evaluate import evaluate_sessions
+from mlx_sdm.monitor.forecast.scoring import auarc, censored_trajectory_score, trajectory_proper_score
+from mlx_sdm.monitor.evaluation.tau2 import read_tau2_results
+from mlx_sdm.monitor.session_file.records import AUQOutput, Session, SessionStep, VerifierOutput
+from mlx_sdm.monitor.session_file.writer import write_sessions_jsonl
 
 
 def _labelled_sessions():

@@ -5,10 +5,14 @@ import json
 import numpy as np
 import pytest
 
-from mlx_sdm.monitor.fused import (
-    PARAMS_FILE, FusedParams, OnlineFusedMonitor, build_shipped_params, datasets_dir,
+from mlx_sdm.monitor.forecast.fused import (
+    PARAMS_FILE,
+    FusedParams,
+    OnlineFusedMonitor,
+    build_shipped_params,
+    datasets_dir,
 )
-from mlx_sdm.monitor.fusion import FUSION_FEATURES
+from mlx_sdm.monitor.forecast.fusion import FUSION_FEATURES
 
 VERIFIED = {"p_lower": 0.99, "admitted": True, "prediction": 1, "reason": None, "q": 40, "d": 0.9}
 OUT_OF_SCOPE = {"p_lower": None, "admitted": False, "prediction": 1, "reason": "out_of_distribution", "q": 0, "d": 0.0}
@@ -42,7 +46,7 @@ def test_online_fused_forecast_names_the_signal_that_moved_it():
 
 
 def test_session_monitor_reading_carries_the_fused_forecast():
-    from mlx_sdm.calibration.estimator import Verdict
+    from mlx_sdm.calibration.verdict import Verdict
     from mlx_sdm.network.verdict import DocumentVerdict
     from mlx_sdm.session.monitoring import MonitorConfig, SessionMonitor
 

@@ -3,15 +3,26 @@
 import numpy as np
 import pytest
 
-from mlx_sdm.monitor.fusion import (
-    FUSION_FEATURES, MONITORS, crossfit, crossfit_monitors, fit_stacker, session_folds, strongest_signal,
+from mlx_sdm.monitor.forecast.fusion import (
+    FUSION_FEATURES,
+    MONITORS,
+    crossfit,
+    crossfit_monitors,
+    fit_stacker,
+    session_folds,
+    strongest_signal,
 )
-from mlx_sdm.monitor.heldout import format_heldout, heldout_report, heldout_to_dict
-from mlx_sdm.monitor.signals import session_signals
-from mlx_sdm.monitor.verdict import (
-    TurnVerdict, VerdictMonitor, VerdictMonitorParams, VerdictStatus, fit_verdict_params, verdict_forecasts, verdict_status,
+from mlx_sdm.monitor.evaluation.heldout import format_heldout, heldout_report, heldout_to_dict
+from mlx_sdm.monitor.forecast.signals import session_signals
+from mlx_sdm.monitor.forecast.verdict import (
+    TurnVerdict,
+    VerdictMonitorParams,
+    fit_verdict_params,
+    verdict_forecasts,
+    verdict_status,
 )
-from mlx_sdm.monitor.session_file import AUQOutput, Session, SessionStep, TracerOutput, VerifierOutput
+from mlx_sdm.network.verdict import VerdictStatus
+from mlx_sdm.monitor.session_file.records import AUQOutput, Session, SessionStep, TracerOutput, VerifierOutput
 
 
 def make_sessions(n: int = 60, seed: int = 0) -> list[Session]:
@@ -131,9 +142,8 @@ def test_verdict_status_and_forecast():
     oos = TurnVerdict.from_dict({"status": "out_of_scope", "admitted": False})
     params = VerdictMonitorParams({"verified": 0.5, "not_verified": 0.5, "out_of_scope": 0.2, "none": 0.5})
     assert verdict_forecasts([verified, rejected, oos], params) == pytest.approx([0.96, 0.96 * 0.1, 0.96 * 0.1 * 0.2])
-    monitor = VerdictMonitor(params)
-    monitor.observe({"p_lower": 0.96, "admitted": True, "prediction": 1})
-    assert monitor.forecast == pytest.approx(0.96)
+    assert verdict_forecasts([TurnVerdict.from_dict({"p_lower": 0.96, "admitted": True, "prediction": 1})], params) == \
+        pytest.approx([0.96])
     fitted = fit_verdict_params([(oos, False), (oos, False), (oos, True), (verified, True)])
     assert fitted.status_rate["out_of_scope"] == pytest.approx(2 / 5) and fitted.status_rate["no_verifier"] == 0.5
 
@@ -166,8 +176,8 @@ def test_heldout_report_refuses_one_outcome():
 
 
 def test_tune_tracer_matches_the_scalar_scores():
-    from mlx_sdm.monitor.fusion import tune_tracer
-    from mlx_sdm.monitor.scoring import auroc
+    from mlx_sdm.monitor.forecast.fusion import tune_tracer
+    from mlx_sdm.monitor.forecast.scoring import auroc
 
     signals = [session_signals(s) for s in make_sessions(30, seed=3)]
     grid = {"alpha": (0.0, 2.0), "gamma": (1.0, 5.0), "k": (0.26, 1.0), "w": (0.0, 0.2)}
@@ -175,6 +185,6 @@ def test_tune_tracer_matches_the_scalar_scores():
     failure = [1 - s.success for s in signals]
     best_auc = auroc([s.tracer_episode(best) for s in signals], failure)
     from itertools import product
-    from mlx_sdm.monitor.tracer import TracerConfig
+    from mlx_sdm.monitor.online.tracer import TracerConfig
     for a, g, k, w in product(*grid.values()):
         assert auroc([s.tracer_episode(TracerConfig(alpha=a, gamma=g, k=k, w=w)) for s in signals], failure) <= best_auc + 1e-12

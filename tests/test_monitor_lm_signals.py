@@ -6,10 +6,12 @@ import pytest
 from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import make_prompt_cache
 
-from mlx_sdm.monitor.auq import AUQMonitor, EstimatorConfig, UncertaintyPolicy
-from mlx_sdm.monitor.embedders import HiddenStateEmbedder
-from mlx_sdm.monitor.p_true import PTrueScorer, option_token_ids, p_true_from_cache, render_question_prompt
-from mlx_sdm.monitor.sampling import MLXResponseSampler
+from mlx_sdm.monitor.online.auq import AUQMonitor
+from mlx_sdm.monitor.online.auq_config import EstimatorConfig
+from mlx_sdm.monitor.online.auq_escalation import UncertaintyPolicy
+from mlx_sdm.monitor.online.embedders import HiddenStateEmbedder
+from mlx_sdm.monitor.online.p_true import PTrueScorer, option_token_ids, p_true_from_cache, render_question_prompt
+from mlx_sdm.monitor.online.sampling import MLXResponseSampler
 
 
 class CountingModel:

@@ -1,4 +1,4 @@
-"""The chat's measured escalation policy (mlx_sdm/monitor/policy.py, policy_choice.py): a degenerate
+"""The chat's measured escalation policy (mlx_sdm/monitor/forecast/policy.py, evaluation/policy_choice.py): a degenerate
 answer always escalates with its reason; a turn whose fused forecast is below the threshold chosen on
 the corpus pauses; the shipped threshold reproduces its pause rate on the recorded sessions."""
 
@@ -9,17 +9,17 @@ import warnings
 import numpy as np
 import pytest
 
-from mlx_sdm.monitor.auq import EscalationAction, UncertaintyLevel
-from mlx_sdm.monitor.fused import FusedParams, OnlineFusedMonitor, datasets_dir
-from mlx_sdm.monitor.policy import PausePolicy, apply_policy
-from mlx_sdm.monitor.policy_choice import choose_policy, corpus_signals, threshold_at
-from mlx_sdm.monitor.reading import MonitorReading
-from mlx_sdm.monitor.session_file import read_sessions_jsonl
-from mlx_sdm.monitor.signals import _turn_labels
+from mlx_sdm.monitor.online.auq_escalation import EscalationAction, UncertaintyLevel
+from mlx_sdm.monitor.forecast.fused import FusedParams, OnlineFusedMonitor, datasets_dir
+from mlx_sdm.monitor.forecast.policy import PausePolicy, apply_policy
+from mlx_sdm.monitor.evaluation.policy_choice import choose_policy, corpus_signals, threshold_at
+from mlx_sdm.monitor.online.reading import MonitorReading
+from mlx_sdm.monitor.session_file.reader import read_sessions_jsonl
+from mlx_sdm.monitor.forecast.signals import _turn_labels
 from mlx_sdm.session.escalation import REASON_DEGENERATE, REASON_ESCALATED_FORECAST, plan_escalation
 from mlx_sdm.session.monitoring import MonitorConfig, SessionMonitor
 
-pytestmark = pytest.mark.filterwarnings("ignore::mlx_sdm.monitor.tracer.MonitorWarning")
+pytestmark = pytest.mark.filterwarnings("ignore::mlx_sdm.monitor.online.tracer.MonitorWarning")
 
 CORPUS = datasets_dir() / "session_corpus.jsonl.gz"
 BROKEN = '" " " ""}"}"}"}"}{" " " " " "'  # issue 18: "Give me three tips for sleeping better."
@@ -124,7 +124,7 @@ def test_the_shipped_threshold_is_the_choice_on_the_shipped_corpus():
 def test_risk_coverage_of_a_constant_forecast_is_flat_and_of_a_perfect_one_starts_at_zero():
     from types import SimpleNamespace
 
-    from mlx_sdm.monitor.plots import risk_coverage
+    from mlx_sdm.monitor.evaluation.plots import risk_coverage
 
     signals = [SimpleNamespace(success=y) for y in (1, 0, 1, 0, 0)]
     constant = SimpleNamespace(forecasts=[{"m": np.array([0.3])}] * 5, signals=signals)

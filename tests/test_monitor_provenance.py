@@ -12,12 +12,19 @@ import pytest
 
 from mlx_sdm.commands import eval_monitor
 from mlx_sdm.errors import DataError
-from mlx_sdm.monitor.fused import datasets_dir
-from mlx_sdm.monitor.provenance import (
-    Artifact, MixedProvenanceError, Provenance, check_single_provenance, file_sha256, make_provenance,
-    provenance_groups, verifier_sha256,
+from mlx_sdm.monitor.forecast.fused import datasets_dir
+from mlx_sdm.monitor.session_file.provenance import (
+    Artifact,
+    MixedProvenanceError,
+    Provenance,
+    check_single_provenance,
+    file_sha256,
+    make_provenance,
+    provenance_groups,
+    verifier_sha256,
 )
-from mlx_sdm.monitor.session_file import read_sessions_jsonl, write_sessions_jsonl
+from mlx_sdm.monitor.session_file.reader import read_sessions_jsonl
+from mlx_sdm.monitor.session_file.writer import write_sessions_jsonl
 from mlx_sdm.resources import default_head_dir, default_verifier_dir
 
 FINGERPRINT = {"architecture": "llama", "hidden_size": 576, "head_sha256": "ab" * 32}
@@ -111,7 +118,7 @@ def test_one_provenance_is_printed(tmp_path, capsys):
 
 
 def test_a_chat_export_names_what_the_store_recorded(tmp_path):
-    from mlx_sdm.monitor.provenance import UNKNOWN
+    from mlx_sdm.monitor.session_file.provenance import UNKNOWN
     from mlx_sdm.session.export import export_all_sessions
     from mlx_sdm.session.store import ChatStore
 

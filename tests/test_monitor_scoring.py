@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mlx_sdm.monitor.scoring import (
+from mlx_sdm.monitor.forecast.scoring import (
     SCHEDULES,
     auarc,
     auroc,
@@ -236,7 +236,7 @@ def test_bad_inputs():
 
 
 def test_early_warning_and_youden():
-    from mlx_sdm.monitor.scoring import early_warning, youden_threshold
+    from mlx_sdm.monitor.forecast.scoring import early_warning, youden_threshold
 
     assert youden_threshold([0.1, 0.2, 0.8, 0.9], [0, 0, 1, 1]) == 0.8
     series = [[0.1, 0.9, 0.2], [1.0], [0.1, 0.1, 0.1, 0.1, 0.1], [0.1, 0.1, 0.1, 0.1, 2.0], [0.5, 0.5]]

@@ -6,7 +6,7 @@ import warnings
 import pytest
 
 from mlx_sdm.errors import DataError
-from mlx_sdm.monitor.session_file import (
+from mlx_sdm.monitor.session_file.records import (
     AUQOutput,
     Session,
     SessionFormatWarning,
@@ -14,11 +14,10 @@ from mlx_sdm.monitor.session_file import (
     ToolCall,
     TracerOutput,
     VerifierOutput,
-    read_sessions_jsonl,
     step_id_for,
-    write_session_jsonl,
-    write_sessions_jsonl,
 )
+from mlx_sdm.monitor.session_file.reader import read_sessions_jsonl
+from mlx_sdm.monitor.session_file.writer import write_session_jsonl, write_sessions_jsonl
 
 
 def _session(sid="s1"):
@@ -132,7 +131,8 @@ def test_step_ids():
 def test_a_routed_verdict_reads_back_with_the_state_the_chat_showed(tmp_path):
     """Out of distribution on a question routed to one of the verifier's tasks is 'not verified' in the chat
     (network/verdict.status_of); the session file keeps the task, so the monitor reads the same state."""
-    from mlx_sdm.monitor.verdict import TurnVerdict, VerdictStatus
+    from mlx_sdm.monitor.forecast.verdict import TurnVerdict
+    from mlx_sdm.network.verdict import VerdictStatus
 
     path = tmp_path / "routed.jsonl"
     session = _session("r")

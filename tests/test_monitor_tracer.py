@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mlx_sdm.monitor.tracer import (
+from mlx_sdm.monitor.online.tracer import (
     MonitorWarning,
     TracerConfig,
     TracerMonitor,
@@ -18,7 +18,7 @@ from mlx_sdm.monitor.tracer import (
     tracer_jaccard,
     tracer_score,
 )
-from mlx_sdm.monitor.session_file import Session, SessionStep, ToolCall
+from mlx_sdm.monitor.session_file.records import Session, SessionStep, ToolCall
 
 # docs/monitoring.md, TRACER worked example: (actor, U, Da, DoA, DoU)
 EXAMPLE = [
@@ -132,7 +132,7 @@ def test_missing_logprobs_warns_and_falls_back():
 
 
 def test_minilm_embedder_is_recorded():
-    from mlx_sdm.monitor.embedders import make_embedder
+    from mlx_sdm.monitor.online.embedders import make_embedder
 
     emb = make_embedder("minilm")
     steps = [

@@ -27,8 +27,8 @@ import pytest  # noqa: E402
 
 from mlx_sdm.network.distributed import gather_rows, shard, unshard_rows  # noqa: E402
 from mlx_sdm.network.heads import VocabularyHeads  # noqa: E402
-from mlx_sdm.network.loss import sdm_next_token_loss  # noqa: E402
-from mlx_sdm.network.trainer import build_train_step, local_rows, make_optimizer  # noqa: E402
+from tests.references import sdm_next_token_loss  # noqa: E402
+from mlx_sdm.network.finetune_steps import build_train_step, local_rows, make_optimizer  # noqa: E402
 
 VOCAB, WIDTH, TOKENS = 50, 16, 8
 

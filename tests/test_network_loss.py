@@ -6,14 +6,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from mlx_sdm.network.loss import (
-    BETA_MAX,
-    beta_for_batch,
-    cross_entropy_next_token_loss,
-    log_sdm,
-    regulariser_mask,
-    sdm_next_token_loss,
-)
+from mlx_sdm.network.loss import BETA_MAX, beta_for_batch, cross_entropy_next_token_loss, log_sdm, regulariser_mask
+from tests.references import sdm_next_token_loss
 
 SOFT_Q = math.e - 2.0
 

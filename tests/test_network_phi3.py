@@ -12,7 +12,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.models import phi3
 
 from mlx_sdm.network.heads import VocabularyHeads
-from mlx_sdm.network.trainer import build_train_step, make_optimizer
+from mlx_sdm.network.finetune_steps import build_train_step, make_optimizer
 
 PHI35_HIDDEN, PHI35_VOCAB = 3072, 32064
 

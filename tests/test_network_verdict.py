@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from mlx_sdm.calibration.estimator import Verdict
+from mlx_sdm.calibration.verdict import Verdict
 from mlx_sdm.network.coverage import VerifierCoverage, VerifierTask, read_coverage
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, status_from_dict
 

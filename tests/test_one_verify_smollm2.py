@@ -16,7 +16,7 @@ pytestmark = pytest.mark.smollm2
 
 
 def _pairs() -> list[tuple[str, str]]:
-    from mlx_sdm.network.tasks import load_task
+    from mlx_sdm.network.tasks.registry import load_task
 
     pairs = []
     for item in load_task("bbc_topic").split("held_out", size=8):

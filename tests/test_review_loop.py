@@ -8,7 +8,8 @@ import numpy as np
 
 import mlx_sdm  # noqa: F401
 from mlx_sdm.calibration.data import LabelledSet
-from mlx_sdm.calibration.estimator import FitConfig, SDMEstimator
+from mlx_sdm.calibration.fit_config import FitConfig
+from mlx_sdm.calibration.estimator import SDMEstimator
 from mlx_sdm.app.review_loop import Labelled, decision_latency, review_steps
 
 D = 12

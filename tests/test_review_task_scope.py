@@ -12,7 +12,8 @@ import pytest
 
 from mlx_sdm.network.coverage import TaskRoute
 from mlx_sdm.network.verifier import DocumentVerifier, FeatureRecipe
-from mlx_sdm.session.store import AnswerRecord, ChatStore, TaskScope
+from mlx_sdm.session.schema import AnswerRecord, TaskScope
+from mlx_sdm.session.store import ChatStore
 from tests.tiny_verifier import build_tiny_verifier
 
 V, OTHER = "/verifiers/suite", "/verifiers/other"

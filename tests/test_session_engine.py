@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mlx_sdm.errors import DataError
-from mlx_sdm.monitor.auq import EscalationAction
+from mlx_sdm.monitor.online.auq_escalation import EscalationAction
 from mlx_sdm.session.engine import ChatEngine, EngineConfig
 from mlx_sdm.session.turn import parse_tool_calls
 from mlx_sdm.session.store import ChatStore

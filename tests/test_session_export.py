@@ -10,8 +10,9 @@ from mlx_sdm.commands import chat as chat_cmd
 from mlx_sdm.errors import DataError
 from mlx_sdm.session.engine import ChatEngine, EngineConfig
 from mlx_sdm.session.export import export_session, session_to_markdown
-from mlx_sdm.monitor.session_file import read_sessions_jsonl
-from mlx_sdm.session.store import AnswerRecord, ChatStore
+from mlx_sdm.monitor.session_file.reader import read_sessions_jsonl
+from mlx_sdm.session.schema import AnswerRecord
+from mlx_sdm.session.store import ChatStore
 from tests.tiny_verifier import build_tiny_verifier, tiny_components
 
 ALWAYS_HIGH = (1.0, 0.9999, 0.0)
@@ -61,7 +62,7 @@ def test_jsonl_export_reads_back_with_the_session_format(session, tmp_path):
 def test_a_session_records_the_product_that_answered_it(session, tmp_path):
     """Issue 21: the store keeps the provenance of a session's first answer (model, verifier with its
     checksum, head, embedder, version, commit), and the export carries it, not a guess made at export."""
-    from mlx_sdm.monitor.provenance import verifier_sha256
+    from mlx_sdm.monitor.session_file.provenance import verifier_sha256
 
     store, sid, first, second = session
     info = store.get_session(sid)

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from mlx_sdm.calibration.estimator import Verdict
-from mlx_sdm.monitor.auq import EscalationAction
-from mlx_sdm.monitor.reading import HistoryPoint
+from mlx_sdm.calibration.verdict import Verdict
+from mlx_sdm.monitor.online.auq_escalation import EscalationAction
+from mlx_sdm.monitor.online.reading import HistoryPoint
 from mlx_sdm.network.verdict import DocumentVerdict
 from mlx_sdm.session.escalation import plan_escalation
 from mlx_sdm.session.monitoring import MonitorConfig, SessionMonitor
-from mlx_sdm.session.store import AnswerRecord, ChatStore
+from mlx_sdm.session.schema import AnswerRecord
+from mlx_sdm.session.store import ChatStore
 
-pytestmark = pytest.mark.filterwarnings("ignore::mlx_sdm.monitor.tracer.MonitorWarning")  # steps without log-probs on purpose
+pytestmark = pytest.mark.filterwarnings("ignore::mlx_sdm.monitor.online.tracer.MonitorWarning")  # steps without log-probs on purpose
 
 SEND = [{"name": "send_email_to_client", "arguments": {"to": "x@y"}}]
 TOKENS = ["I", " booked", " flight", " 1234", " the", " Paris"]

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mlx_sdm.session.store import AnswerRecord, ChatStore
+from mlx_sdm.session.schema import AnswerRecord
+from mlx_sdm.session.store import ChatStore
 
 WRITER = r"""
 import sys

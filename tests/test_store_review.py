@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from mlx_sdm.errors import DataError
-from mlx_sdm.session.store import AnswerRecord, ChatStore
+from mlx_sdm.session.schema import AnswerRecord
+from mlx_sdm.session.store import ChatStore
 
 
 def _fill(store):

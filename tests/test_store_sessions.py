@@ -9,7 +9,9 @@ import pytest
 
 from mlx_sdm.errors import ArtifactError, DataError
 from mlx_sdm.session.message_meta import MessageMeta
-from mlx_sdm.session.store import AnswerRecord, MIGRATIONS, SCHEMA_VERSION, ChatStore
+from mlx_sdm.session.migrations import MIGRATIONS, SCHEMA_VERSION
+from mlx_sdm.session.schema import AnswerRecord
+from mlx_sdm.session.store import ChatStore
 
 
 def test_wal_mode_and_schema_version(tmp_path):

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from mlx_sdm.errors import DataError
-from mlx_sdm.network.tasks import SHIPPED_TASK_NAMES, load_task, load_tasks
+from mlx_sdm.network.tasks.registry import SHIPPED_TASK_NAMES, load_task, load_tasks
 
 
 @pytest.mark.parametrize("name", SHIPPED_TASK_NAMES)

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Input, Select
 
-from mlx_sdm.session.store import AnswerRecord, ChatStore
+from mlx_sdm.session.schema import AnswerRecord
+from mlx_sdm.session.store import ChatStore
 from tests.test_tui_flows import HIGH_EVERYWHERE, SIZE, answers, make_engine, send, wait_until
 from tests.tiny_verifier import build_tiny_verifier
 from tui.app import SdmChatApp

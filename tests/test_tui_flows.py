@@ -198,7 +198,7 @@ async def test_high_pause_shows_the_reflection_and_resumes_with_guidance(store, 
 
 
 async def test_export_writes_markdown_and_session_jsonl(store, engine, tmp_path):
-    from mlx_sdm.monitor.session_file import read_sessions_jsonl
+    from mlx_sdm.monitor.session_file.reader import read_sessions_jsonl
 
     app = SdmChatApp(engine=engine, store=store, export_dir=tmp_path / "out", title="Spain")
     async with app.run_test(size=SIZE) as pilot:

@@ -131,7 +131,7 @@ def test_generate_decodes_from_a_finetuned_head(trained, capsys):
     # W_pos = W_neg + 50 on every entry of row `target`: z_pos[target] = z_neg[target] + 50·sum(h), which for this
     # fixed tiny model and prompt (sum(h) > 0, asserted below) dominates every other joint logit
     heads.positive = heads.negative + mx.where(mx.arange(heads.vocab_size)[:, None] == target, 50.0, 0.0)
-    from mlx_sdm.lm.generation import render_prompt
+    from mlx_sdm.lm.prompt import render_prompt
 
     hidden = lm.model.model(mx.array(render_prompt(lm.tokenizer, "hello"))[None])[0, -1]
     assert float(hidden.sum()) > 0.5

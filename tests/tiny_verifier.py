@@ -68,7 +68,8 @@ def tiny_features(lm, docs) -> np.ndarray:
 @functools.lru_cache(maxsize=2)
 def _fitted_dir(seed: int) -> Path:
     from mlx_sdm.calibration.data import LabelledSet
-    from mlx_sdm.calibration.estimator import FitConfig, SDMEstimator
+    from mlx_sdm.calibration.fit_config import FitConfig
+    from mlx_sdm.calibration.estimator import SDMEstimator
     from mlx_sdm.network.verifier import DocumentVerifier
 
     lm = tiny_loaded_model(seed)
@@ -103,7 +104,7 @@ def tiny_components(verifier_dir: str | Path | None, seed: int = TINY_SEED, embe
     ``verifier_dir`` is given) the tiny verifier loaded from disk, built on the engine's thread."""
 
     def factory(config):
-        from mlx_sdm.monitor.embedders import make_embedder
+        from mlx_sdm.monitor.online.embedders import make_embedder
         from mlx_sdm.session.turn import TurnComponents
 
         lm = tiny_loaded_model(seed, max_context=max_context)

@@ -27,10 +27,11 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from mlx_sdm.calibration.data import MIN_PER_CLASS, LabelledSet
-from mlx_sdm.calibration.estimator import FitConfig
+from mlx_sdm.calibration.fit_config import FitConfig
 from mlx_sdm.calibration.evaluation import Evaluation, evaluate, plot, table_row
 from mlx_sdm.errors import DataError
-from mlx_sdm.network.tasks import Task, load_tasks
+from mlx_sdm.network.tasks import Task
+from mlx_sdm.network.tasks.registry import load_tasks
 from mlx_sdm.network.tasks.answers import AnsweredItem, AnswerSettings, SamplerFor, answer_items
 from mlx_sdm.network.verifier import VERIFIER_MANIFEST, DocumentVerifier, FeatureRecipe, labelled_set
 
@@ -299,14 +300,3 @@ def describe(result: BuildResult) -> str:
     kept = sum(not o.left_out for o in result.outcomes)
     return (f"built {kept} of {len(result.outcomes)} tasks in {result.seconds:.0f} s ({result.generated} answers "
             f"generated, {result.from_cache} from the cache)")
-
-
-def task_lines(verifier: Any) -> list[str]:
-    """What a loaded verifier covers, one task per line with its example prompt (``generate --list-tasks``)."""
-    tasks = getattr(verifier, "tasks", None) or []
-    if not tasks:
-        return ["this verifier records no task list (it was not built with mlx-sdm build-verifier)"]
-    lines = []
-    for task in tasks:
-        lines += [f"{task['name']}: {task['description']}", f"  example: {task['example_prompt']}"]
-    return lines

@@ -10,7 +10,7 @@ are loaded as ``mlx-sdm chat`` loads them (:func:`mlx_sdm.app.loading.load_compo
 embedder by default).
 
 The plan and the labels: :mod:`mlx_sdm.app.corpus_plan`. Each session record carries the
-:class:`~mlx_sdm.monitor.provenance.Provenance` of the product that made it. The output JSONL is
+:class:`~mlx_sdm.monitor.session_file.provenance.Provenance` of the product that made it. The output JSONL is
 append-only, one session block written and fsynced at a time; a rerun skips the sessions already there
 (a block torn by a kill is cut off first), and ``shard = (i, n)`` keeps every n-th planned session from
 the i-th, so shards run side by side and are merged in plan order (:func:`merge_shards`).
@@ -27,8 +27,9 @@ from typing import Any, Callable
 
 from mlx_sdm.app.corpus_plan import EVERYDAY, EverydayPrompt, PlannedTurn, SessionPlan, label_turn, plan_sessions, \
     session_success, user_text
-from mlx_sdm.monitor.provenance import Provenance, make_provenance
-from mlx_sdm.monitor.session_file import AUQOutput, Session, SessionStep, VerifierOutput, session_to_lines
+from mlx_sdm.monitor.session_file.provenance import Provenance, make_provenance
+from mlx_sdm.monitor.session_file.records import AUQOutput, Session, SessionStep, VerifierOutput
+from mlx_sdm.monitor.session_file.writer import session_to_lines
 
 DEFAULT_SESSIONS = 400
 DEFAULT_MAX_TOKENS = 64
@@ -107,7 +108,8 @@ def run_session(plan: SessionPlan, setup: CorpusSetup, items: dict[str, list],
                 on_step: Callable[[int], None] | None = None) -> Session:
     """One planned session through the chat's turn; a :class:`Session` with each answer's label."""
     from mlx_sdm.session.monitoring import MonitorConfig, SessionMonitor
-    from mlx_sdm.session.pipeline import TurnPipeline, TurnRequest
+    from mlx_sdm.session.pipeline import TurnPipeline
+    from mlx_sdm.session.turn import TurnRequest
 
     components = setup.components
     pipeline = TurnPipeline(components)
@@ -205,7 +207,8 @@ def run_corpus(out: Path, setup: CorpusSetup, n_sessions: int, seed: int, *, sha
 
 def merge_shards(shards: list[Path], out: Path) -> int:
     """The shards' complete sessions in plan order (session ids sort in plan order), written atomically."""
-    from mlx_sdm.monitor.session_file import read_sessions_jsonl, write_sessions_jsonl
+    from mlx_sdm.monitor.session_file.reader import read_sessions_jsonl
+    from mlx_sdm.monitor.session_file.writer import write_sessions_jsonl
 
     sessions = []
     for shard in shards:

@@ -13,7 +13,7 @@ Labels (:func:`label_turn`), one per answer:
 - an everyday question, or "Are you sure?" after one: the prompt's check (a number that must appear,
   words of which one must appear, or a least word count);
 - "Why did you pick that?": at least :data:`MIN_WHY_WORDS` words;
-- a degenerate answer (:func:`mlx_sdm.monitor.degenerate.degenerate_answer`) is wrong whatever else.
+- a degenerate answer (:func:`mlx_sdm.monitor.online.degenerate.degenerate_answer`) is wrong whatever else.
 
 A session succeeds when the last answer to every question it asked is right (a follow-up answer to a
 question replaces the earlier one) and every "why" answer is right.
@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from mlx_sdm.monitor.degenerate import degenerate_answer
+from mlx_sdm.monitor.online.degenerate import degenerate_answer
 
 EVERYDAY_FILE = "everyday_prompts.json"
 EVERYDAY = "everyday"
@@ -67,7 +67,7 @@ class SessionPlan:
 
 
 def everyday_prompts() -> list[EverydayPrompt]:
-    from mlx_sdm.monitor.fused import datasets_dir
+    from mlx_sdm.monitor.forecast.fused import datasets_dir
 
     rows = json.loads((datasets_dir() / EVERYDAY_FILE).read_text(encoding="utf-8"))["prompts"]
     return [EverydayPrompt(r["id"], r["kind"], r["prompt"], dict(r["check"])) for r in rows]

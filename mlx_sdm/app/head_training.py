@@ -236,7 +236,8 @@ def run_finetune(config: FinetuneConfig):
 
     from mlx_sdm.lm.loading import load_model
     from mlx_sdm.network.heads import HeadManifest, VocabularyHeads, load_head, save_head
-    from mlx_sdm.network.trainer import LMScorer, train_positive_head
+    from mlx_sdm.network.finetune_scoring import LMScorer
+    from mlx_sdm.network.trainer import train_positive_head
     from mlx_sdm.network.verifier import DEFAULT_VERIFIER_DIR, DocumentVerifier
     from mlx_sdm.progress import progress_bar
     from mlx_sdm.resources import resolve_artifact

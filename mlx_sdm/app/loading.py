@@ -96,7 +96,7 @@ def load_components(model: str | None = None, *, verifier: str | None = None, he
                     embedder: str = "none", quantized: bool = False) -> TurnComponents:
     """Model (embedded SmolLM2 by default), head, verifier and TRACER embedder for a turn."""
     from mlx_sdm.lm.loading import load_model
-    from mlx_sdm.monitor.embedders import EMBEDDER_CHOICES, make_embedder
+    from mlx_sdm.monitor.online.embedders import EMBEDDER_CHOICES, make_embedder
 
     if embedder not in EMBEDDER_CHOICES:
         raise DataError(f"unknown embedder {embedder!r}; use one of {', '.join(EMBEDDER_CHOICES)}", field="embedder")

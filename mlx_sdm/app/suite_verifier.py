@@ -26,7 +26,7 @@ from mlx_sdm.atomic import atomic_write_text
 from mlx_sdm.calibration.evaluation import evaluate, markdown_rows, plot
 from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE
 from mlx_sdm.network.encoding import NEGATIVE_PROBABILITY, VerificationDocument
-from mlx_sdm.network.tasks import load_tasks
+from mlx_sdm.network.tasks.registry import load_tasks
 from mlx_sdm.network.verifier import DocumentVerifier, FeatureRecipe, labelled_set
 
 #: truthful_qa shows at most 4 options (registry.MAX_CHOICES): a wrong answer is drawn among those.

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlx_sdm.calibration.estimator import FitConfig
+from mlx_sdm.calibration.fit_config import FitConfig
 from mlx_sdm.errors import DataError
 
 RECIPE_FILE = "recipe.json"

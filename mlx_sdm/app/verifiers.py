@@ -11,7 +11,7 @@ from typing import Sequence
 import numpy as np
 
 from mlx_sdm.calibration.data import LabelledSet
-from mlx_sdm.calibration.estimator import FitConfig
+from mlx_sdm.calibration.fit_config import FitConfig
 from mlx_sdm.errors import ArtifactError, DataError
 from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE
 from mlx_sdm.network.encoding import VerificationDocument

@@ -2,8 +2,8 @@
 procedure of docs/method.md § 13, prediction.py), explain by exemplar, add support points without retraining, save
 and load (persistence.py).
 
-The names other code imports from here (FitConfig and its defaults, Verdict, Exemplar, the folder
-constants) live in the modules that hold them and are re-exported."""
+FitConfig and its defaults (fit_config.py), Verdict and Exemplar (verdict.py) and the folder constants
+(persistence.py) are imported from the modules that define them."""
 
 from __future__ import annotations
 
@@ -14,23 +14,20 @@ import numpy as np
 from mlx_sdm.calibration.adaptor import ExemplarAdaptor, apply_normalization, forward_numpy_batches
 from mlx_sdm.calibration.canonical import KIND_NESTED, KIND_V1, KIND_V2, KINDS
 from mlx_sdm.calibration.data import LabelledSet
-from mlx_sdm.calibration.fit_config import DEFAULT_EPOCHS, DEFAULT_ITERATIONS, DEFAULT_LEARNING_RATE, FitConfig
+from mlx_sdm.calibration.fit_config import FitConfig
 from mlx_sdm.calibration.fitting import Progress, fit_state
 from mlx_sdm.calibration.knn import SupportIndex
 from mlx_sdm.calibration.nested import NestedSettings, distance_quantile32, nested_q_d, predict_nested, squared32
 from mlx_sdm.calibration.nested_fit import fit_nested
-from mlx_sdm.calibration.persistence import FORMAT_VERSION, MANIFEST, SUPPORT, WEIGHTS, load_estimator, \
-    save_estimator
+from mlx_sdm.calibration.persistence import load_estimator, save_estimator
 from mlx_sdm.calibration.prediction import predict_canonical, predict_paper
 from mlx_sdm.calibration.sdmkit import is_sdmkit_path, load_sdmkit, save_sdmkit
 from mlx_sdm.calibration.similarity import distance_quantile
-from mlx_sdm.calibration.state import OUTCDF_SCALE, EstimatorState
+from mlx_sdm.calibration.state import EstimatorState
 from mlx_sdm.calibration.training import load_params
-from mlx_sdm.calibration.verdict import REASONS, Exemplar, Verdict, verdicts
+from mlx_sdm.calibration.verdict import Exemplar, Verdict, verdicts
 from mlx_sdm.errors import ArtifactError, DataError
 
-__all__ = ["DEFAULT_EPOCHS", "DEFAULT_ITERATIONS", "DEFAULT_LEARNING_RATE", "FORMAT_VERSION", "MANIFEST",
-           "OUTCDF_SCALE", "REASONS", "SUPPORT", "WEIGHTS", "Exemplar", "FitConfig", "SDMEstimator", "Verdict"]
 
 
 class SDMEstimator:

@@ -27,11 +27,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlx_sdm.calibration.activation import softmax_numpy
-from mlx_sdm.calibration.canonical import KIND_NESTED
 from mlx_sdm.calibration.knn import SupportIndex
 from mlx_sdm.calibration.state import EstimatorState
 
-__all__ = ["KIND_NESTED", "NestedSettings", "Region", "fit_regions", "predict_nested", "region_alphas"]
+__all__ = ["NestedSettings", "Region", "fit_regions", "predict_nested", "region_alphas"]
 
 DEFAULT_RESOLUTION = 0.05
 #: The q cap (the SDK's maxNeighbors): q counts the agreeing prefix of the nearest 2048 at most.

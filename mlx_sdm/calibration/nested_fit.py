@@ -15,8 +15,8 @@ from mlx_sdm.calibration.data import LabelledSet
 from mlx_sdm.calibration.fit_config import FitConfig
 from mlx_sdm.calibration.fitting import Progress, fit_state
 from mlx_sdm.calibration.knn import SupportIndex
-from mlx_sdm.calibration.nested import KIND_NESTED, NestedSettings, distance_quantile32, fit_regions, q_prime32, \
-    sdm32, squared32
+from mlx_sdm.calibration.canonical import KIND_NESTED
+from mlx_sdm.calibration.nested import NestedSettings, distance_quantile32, fit_regions, q_prime32, sdm32, squared32
 from mlx_sdm.calibration.state import EstimatorState
 from mlx_sdm.calibration.training import load_params
 

@@ -42,15 +42,6 @@ class RescalerResult:
     losses: list[float] = field(default_factory=list)
 
 
-def rescaler_loss(weight: np.ndarray, v: np.ndarray, q_tilde: np.ndarray, labels: np.ndarray) -> float:
-    """Eq. 21: mean_n −log_{2+q̃_n} softmax(ln(2+q̃_n) W''ᵀ v_n)_{y_n}."""
-    tau = np.log(Q_RESCALE_OFFSET + q_tilde)[:, None]
-    s = tau * (v @ weight)
-    s = s - s.max(axis=1, keepdims=True)
-    logp = s - np.log(np.exp(s).sum(axis=1, keepdims=True))
-    return float(np.mean(-logp[np.arange(len(labels)), labels] / tau[:, 0]))
-
-
 def train_rescaler(v: np.ndarray, q_tilde: np.ndarray, labels: np.ndarray, num_classes: int, seed: int = 0,
                    learning_rate: float = RESCALER_LEARNING_RATE, max_epochs: int = RESCALER_MAX_EPOCHS,
                    patience: int = RESCALER_PATIENCE, batch_size: int = RESCALER_BATCH_SIZE) -> RescalerResult:

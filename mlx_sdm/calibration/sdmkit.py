@@ -21,7 +21,8 @@ import numpy as np
 
 from mlx_sdm.atomic import atomic_directory
 from mlx_sdm.calibration.constants import ALPHA_PRIME, Q_BINS
-from mlx_sdm.calibration.nested import KIND_NESTED, NestedSettings, Region
+from mlx_sdm.calibration.canonical import KIND_NESTED
+from mlx_sdm.calibration.nested import NestedSettings, Region
 from mlx_sdm.calibration.persistence import FORMAT_VERSION
 from mlx_sdm.calibration.sdmdataset import read_folder_json
 from mlx_sdm.calibration.state import EstimatorState

@@ -1,4 +1,5 @@
-"""Similarity q (Eq. 5) from a neighbour list and the Distance quantile d (Eq. 6)."""
+"""The Distance quantile d (Eq. 6) and the per-class distance eCDFs it reads. The Similarity q (Eq. 5) is
+computed by the support index (:meth:`mlx_sdm.calibration.knn.SupportIndex.q_and_nearest`)."""
 
 from __future__ import annotations
 
@@ -7,25 +8,6 @@ from typing import Sequence
 import numpy as np
 
 from mlx_sdm.calibration import ecdf
-
-
-def q_from_neighbours(query_prediction: int, neighbour_labels: Sequence[int], neighbour_predictions: Sequence[int],
-                      neighbour_indices: Sequence[int] | None = None, self_index: int | None = None,
-                      k: int | None = None) -> int:
-    """Eq. 5 on a distance-sorted neighbour list: the length of the longest prefix in which every
-    neighbour is correctly predicted and shares the query's prediction. With ``self_index`` the
-    query's own entry (matched by index) is skipped (self-match exclusion for D_tr); ``k`` caps q."""
-    q = 0
-    for pos, (y, yhat) in enumerate(zip(neighbour_labels, neighbour_predictions)):
-        if self_index is not None and neighbour_indices is not None and neighbour_indices[pos] == self_index:
-            continue
-        if yhat == query_prediction and yhat == y:
-            q += 1
-            if k is not None and q >= k:
-                break
-        else:
-            break
-    return q
 
 
 def class_distance_cdfs(d_nearest: np.ndarray, labels: np.ndarray, q: np.ndarray, num_classes: int) -> list[np.ndarray]:

@@ -15,7 +15,7 @@ from typing import Iterator
 
 from mlx_sdm.errors import MlxSdmError
 
-DEFAULT_MAX_TOKENS = 256
+from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 DEFAULT_EMBEDDER = "minilm"
 DEFAULT_DB_NAME = "chat.db"
 APP_NAME = "mlx-sdm"
@@ -179,7 +179,7 @@ def _plain_event_handler(out, logged: list[str]):
     """Line mode's engine-event handler: a bar while a long prompt is read, the answer's tokens to ``out``,
     a logged escalation's message kept in ``logged`` for after the answer."""
     from mlx_sdm.app.prefill_progress import PrefillProgress
-    from mlx_sdm.monitor.auq import EscalationAction
+    from mlx_sdm.monitor.online.auq_escalation import EscalationAction
 
     prefill_progress = PrefillProgress()
 

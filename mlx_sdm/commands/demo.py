@@ -24,13 +24,8 @@ from mlx_sdm.calibration.constants import (
     PAPER_RESCALER_BATCH_SIZE,
     PAPER_RESCALER_LEARNING_RATE,
 )
-from mlx_sdm.calibration.estimator import (
-    DEFAULT_EPOCHS,
-    DEFAULT_ITERATIONS,
-    DEFAULT_LEARNING_RATE,
-    FitConfig,
-    SDMEstimator,
-)
+from mlx_sdm.calibration.fit_config import DEFAULT_EPOCHS, DEFAULT_ITERATIONS, DEFAULT_LEARNING_RATE, FitConfig
+from mlx_sdm.calibration.estimator import SDMEstimator
 from mlx_sdm.calibration.evaluation import evaluate, format_table, format_training, plot
 from mlx_sdm.errors import DataError, MlxSdmError
 

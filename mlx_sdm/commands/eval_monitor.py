@@ -24,8 +24,8 @@ CLI_EMBEDDERS = ("minilm", "none")  # the chat model's hidden states are used on
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from mlx_sdm.monitor.scoring import SCHEDULES
-    from mlx_sdm.monitor.tracer import TracerConfig
+    from mlx_sdm.monitor.forecast.scoring import SCHEDULES
+    from mlx_sdm.monitor.online.tracer import TracerConfig
 
     ref = TracerConfig()
     parser = argparse.ArgumentParser(
@@ -93,8 +93,8 @@ def _add_product_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load_sessions(paths: list[str]):
-    from mlx_sdm.monitor.tau2 import is_tau2_results, read_tau2_results
-    from mlx_sdm.monitor.session_file import read_sessions_jsonl
+    from mlx_sdm.monitor.evaluation.tau2 import is_tau2_results, read_tau2_results
+    from mlx_sdm.monitor.session_file.reader import read_sessions_jsonl
 
     sessions = []
     for path in paths:
@@ -123,10 +123,10 @@ def shipped_session_corpus() -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from mlx_sdm.monitor.embedders import make_embedder
-    from mlx_sdm.monitor.evaluate import evaluate_sessions, format_table, plot_series
-    from mlx_sdm.monitor.heldout import format_heldout, heldout_report
-    from mlx_sdm.monitor.tracer import TracerConfig
+    from mlx_sdm.monitor.online.embedders import make_embedder
+    from mlx_sdm.monitor.evaluation.evaluate import evaluate_sessions, format_table, plot_series
+    from mlx_sdm.monitor.evaluation.heldout import format_heldout, heldout_report
+    from mlx_sdm.monitor.online.tracer import TracerConfig
 
     try:
         sessions = load_sessions(args.sessions)
@@ -155,12 +155,12 @@ def main(argv: list[str] | None = None) -> int:
             print()
             print(format_heldout(heldout) if heldout is not None else f"Held-out table {heldout_note}")
             if choice is not None:
-                from mlx_sdm.monitor.policy_choice import format_choice
+                from mlx_sdm.monitor.evaluation.policy_choice import format_choice
 
                 print()
                 print(format_choice(choice))
         if args.plot and heldout is not None:
-            from mlx_sdm.monitor.plots import plot_heldout
+            from mlx_sdm.monitor.evaluation.plots import plot_heldout
 
             plot_heldout(heldout, args.plot)
             print(f"plot written to {args.plot}", file=sys.stderr)
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def json_report(report, heldout, heldout_note: str, choice, groups) -> dict:
     """What ``--json`` prints: the table as logged, the held-out table, the pause policy, the provenance."""
-    from mlx_sdm.monitor.heldout import heldout_to_dict
+    from mlx_sdm.monitor.evaluation.heldout import heldout_to_dict
 
     return {
         "sessions": report.n_sessions, "labelled": report.n_labelled, "censored": report.censored,
@@ -197,14 +197,14 @@ def pause_choice(heldout, args):
     --pause-rate 0)."""
     if heldout is None or not args.pause_rate:
         return None
-    from mlx_sdm.monitor.policy_choice import choose_policy
+    from mlx_sdm.monitor.evaluation.policy_choice import choose_policy
 
     return choose_policy(heldout.signals, args.pause_rate, folds=args.folds, n_boot=args.bootstrap, seed=args.seed)
 
 
 def checked_provenance(sessions: list, mix: bool) -> list:
     """The input's provenance groups; more than one raises MixedProvenanceError unless ``mix``."""
-    from mlx_sdm.monitor.provenance import check_single_provenance, provenance_groups
+    from mlx_sdm.monitor.session_file.provenance import check_single_provenance, provenance_groups
 
     groups = provenance_groups(sessions)
     if not mix:
@@ -213,7 +213,7 @@ def checked_provenance(sessions: list, mix: bool) -> list:
 
 
 def provenance_lines(groups: list) -> str:
-    from mlx_sdm.monitor.provenance import describe
+    from mlx_sdm.monitor.session_file.provenance import describe
 
     lines = ["Made by" + (" (several products, --mix-provenance):" if len(groups) > 1 else ":")]
     lines += [f"  {g.sessions} sessions: {describe(g.provenance)}" for g in groups]

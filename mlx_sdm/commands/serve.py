@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mlx_sdm.errors import MlxSdmError
+from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
-DEFAULT_MAX_TOKENS = 256
 DEFAULT_MAX_PENDING = 16
 DEFAULT_MAX_BODY_BYTES = 1_000_000
 API_KEY_ENV = "MLX_SDM_API_KEY"
@@ -98,7 +98,9 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def run_server(args: ServeArgs, *, components: Callable[[Any], Any] | None = None, out=sys.stdout) -> int:
-    """Load, bind, serve until interrupted. ``components``: a loader for tests (``tests/tiny_verifier.tiny_components``)."""
+    """Load, bind, serve until interrupted. ``components`` is the loader of the model, verifier and head
+    (``BackendConfig -> TurnComponents``); None loads them from ``args`` (:func:`mlx_sdm.app.loading.load_components`),
+    the same seam as ``ChatEngine(components=)``."""
     import uvicorn
 
     from mlx_sdm.commands.chat import default_db_path

@@ -18,15 +18,10 @@ from mlx_sdm.calibration.constants import (
 )
 from mlx_sdm.calibration.adaptor import SCALING_SCALAR, SCALINGS
 from mlx_sdm.calibration.data import LabelledSet, read_embedding_jsonl
-from mlx_sdm.calibration.estimator import (
-    DEFAULT_EPOCHS,
-    DEFAULT_ITERATIONS,
-    DEFAULT_LEARNING_RATE,
-    FitConfig,
-    SDMEstimator,
-)
+from mlx_sdm.calibration.fit_config import DEFAULT_EPOCHS, DEFAULT_ITERATIONS, DEFAULT_LEARNING_RATE, FitConfig
+from mlx_sdm.calibration.estimator import SDMEstimator
 from mlx_sdm.calibration.evaluation import format_training
-from mlx_sdm.calibration.rescaler import RESCALER_BATCH_SIZE, RESCALER_LEARNING_RATE
+from mlx_sdm.calibration.constants import RESCALER_BATCH_SIZE, RESCALER_LEARNING_RATE
 from mlx_sdm.errors import MlxSdmError
 
 DEFAULT_ALPHA = ALPHA_PRIME
@@ -153,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = config_from_args(args)
         from mlx_sdm.atomic import check_output_folder
-        from mlx_sdm.calibration.estimator import MANIFEST
+        from mlx_sdm.calibration.persistence import MANIFEST
         from mlx_sdm.app.verifiers import is_text_jsonl, train_text_verifier
         from mlx_sdm.network.verifier import VERIFIER_MANIFEST
 

@@ -29,6 +29,7 @@ from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import KVCache
 
 from mlx_sdm.errors import DataError
+from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 from mlx_sdm.lm.prompt import Prompt, render_prompt, truncate_left
 from mlx_sdm.lm.features import (
     DELIMITER_END_OF_TURN,
@@ -39,7 +40,6 @@ from mlx_sdm.lm.features import (
 
 Head = Callable[[mx.array], mx.array]
 
-DEFAULT_MAX_TOKENS = 256
 
 
 def default_head(model: nn.Module) -> Head:

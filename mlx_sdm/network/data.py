@@ -31,7 +31,7 @@ class FinetuneDocument:
     """A verification document (docs/method.md § 14) as the fine-tuning loop needs it.
 
     ``prompt`` is the user message (or a list of chat messages), rendered with the model's chat
-    template and ``system`` exactly as :func:`mlx_sdm.lm.generation.render_prompt` does for
+    template and ``system`` exactly as :func:`mlx_sdm.lm.prompt.render_prompt` does for
     generation and the verifier's features. ``parse`` reads the task answer out of a generated
     completion (default :func:`parse_task_answer`); it counts as correct when it equals ``task_label``.
     """

@@ -121,20 +121,6 @@ def sdm_loss_from_terms(
     return loss, LossParts(nll=nll_mean, r=r, r_prime=r_prime, s=s)
 
 
-def sdm_next_token_loss(
-    z_neg: mx.array,
-    z_pos: mx.array,
-    targets: mx.array,
-    q: mx.array,
-    d: mx.array,
-    beta: float | mx.array,
-    z_ref: mx.array | None = None,
-) -> tuple[mx.array, LossParts]:
-    """Eq. 32 for one mini-batch of N target tokens (see :func:`sdm_token_terms` for the shapes)."""
-    nll, norms = sdm_token_terms(z_neg, z_pos, targets, q, d, z_ref)
-    return sdm_loss_from_terms(nll, norms, beta)
-
-
 def cross_entropy_next_token_loss(z_pos: mx.array, targets: mx.array) -> mx.array:
     """Plain cross-entropy on the positive head alone, unshifted targets (the benchmark baseline)."""
     return mx.mean(nn.losses.cross_entropy(z_pos, targets.astype(mx.int32)))

@@ -29,7 +29,7 @@ from mlx_sdm.calibration.constants import ALPHA_PRIME
 from mlx_sdm.network.coverage import VerifierCoverage, VerifierTask, read_coverage
 
 if TYPE_CHECKING:  # no MLX import here: the UI and the store read verdicts without loading MLX
-    from mlx_sdm.calibration.estimator import Verdict
+    from mlx_sdm.calibration.verdict import Verdict
 
 #: The class index of an "acceptable" answer (docs/method.md § 14: label 1 = the document's answer is correct).
 ACCEPTABLE = 1

@@ -24,7 +24,7 @@ from mlx_sdm.server.wire import ApiError, ChatMessage, ChatRequest, TokenLogprob
 if TYPE_CHECKING:
     from mlx_sdm.session.turn import TokenPiece
 
-DEFAULT_MAX_TOKENS = 256
+from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 API_TITLE_PREFIX = "API · "
 
 #: on_token(the pipeline's TokenPiece, its OpenAI logprob entry or None for a detokenizer tail) -> keep going?

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from mlx_sdm.session.events import PauseInfo
-from mlx_sdm.session.store import MessageRecord
+from mlx_sdm.session.schema import MessageRecord
 
 #: Answers the model sees again next turn (cancelled, aborted and failed answers are left out).
 ANSWERS_KEPT = {"done", "paused", "resumed"}

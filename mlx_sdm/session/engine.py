@@ -37,7 +37,8 @@ from mlx_sdm.session.events import (
 from mlx_sdm.session.escalation import TurnStatus
 from mlx_sdm.session.review import DecisionResult, ReviewService
 from mlx_sdm.session.store import ChatStore
-from mlx_sdm.session.turn import DEFAULT_MAX_TOKENS, TurnComponents, TurnOptions, TurnRequest
+from mlx_sdm.session.turn import TurnComponents, TurnOptions, TurnRequest
+from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 from mlx_sdm.session.turn_events import EventObserver
 from mlx_sdm.session.turn_service import StoredTurn, TurnService
 from mlx_sdm.session.worker import MlxWorker

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from mlx_sdm.monitor.auq import EscalationAction, UncertaintyLevel
-from mlx_sdm.monitor.reading import MonitorReading
+from mlx_sdm.monitor.online.auq_escalation import EscalationAction, UncertaintyLevel
+from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
 
 #: docs/monitoring.md, AUQ reflection: the reflection injected on HIGH (keeps the phrase "NOT confident").
@@ -23,7 +23,7 @@ REFLECTION_PROMPT = (
 REASON_ESCALATED_HIGH = "escalated_high"
 REASON_ESCALATED_CRITICAL = "escalated_critical"
 REASON_ESCALATED_IRREVERSIBLE = "escalated_irreversible"
-REASON_DEGENERATE = "degenerate_answer"  # a loop, runs of quotes and braces (mlx_sdm.monitor.degenerate)
+REASON_DEGENERATE = "degenerate_answer"  # a loop, runs of quotes and braces (mlx_sdm.monitor.online.degenerate)
 REASON_ESCALATED_FORECAST = "escalated_forecast"  # the fused forecast fell below the measured threshold
 
 
@@ -99,7 +99,7 @@ def plan_escalation(reading: MonitorReading | None, tool_names: list[str],
                     verdict: DocumentVerdict | None) -> Escalation:
     """The escalation ladder for one answer: MEDIUM logs, HIGH pauses (with a reflection), CRITICAL
     aborts, an irreversible tool call pauses already at MEDIUM; the measured policy
-    (:func:`mlx_sdm.monitor.policy.apply_policy`) has already raised a degenerate answer to at least
+    (:func:`mlx_sdm.monitor.forecast.policy.apply_policy`) has already raised a degenerate answer to at least
     MEDIUM and paused a turn whose fused forecast is below its threshold: the message says why."""
     reasons = verdict_review_reasons(verdict)
     if reading is None:

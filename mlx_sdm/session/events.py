@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, ClassVar
 
-from mlx_sdm.monitor.reading import HistoryPoint, MonitorReading
+from mlx_sdm.monitor.online.reading import HistoryPoint, MonitorReading
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, VerdictWords, verdict_words
 from mlx_sdm.network.coverage import VerifierCoverage
 from mlx_sdm.session.escalation import Escalation

@@ -10,7 +10,7 @@ from typing import Mapping
 
 from mlx_sdm.atomic import atomic_write_text
 from mlx_sdm.errors import DataError
-from mlx_sdm.monitor.session_file import (
+from mlx_sdm.monitor.session_file.records import (
     AUQOutput,
     Session,
     SessionStep,
@@ -18,13 +18,13 @@ from mlx_sdm.monitor.session_file import (
     TracerOutput,
     VerifierOutput,
     step_id_for,
-    write_session_jsonl,
-    write_sessions_jsonl,
 )
-from mlx_sdm.monitor.provenance import Provenance
-from mlx_sdm.monitor.reading import MonitorReading
+from mlx_sdm.monitor.session_file.writer import write_session_jsonl, write_sessions_jsonl
+from mlx_sdm.monitor.session_file.provenance import Provenance
+from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, VerdictWords, verdict_words
-from mlx_sdm.session.store import ChatStore, MessageRecord
+from mlx_sdm.session.store import ChatStore
+from mlx_sdm.session.schema import MessageRecord
 
 EXPORT_FORMATS = ("markdown", "jsonl")
 
@@ -171,7 +171,7 @@ def store_provenance(model: str | None, verifier: str | None) -> Provenance:
     """For a session stored before the store recorded its provenance: the model's name and the verifier
     folder (checksummed now, at export, when it is still there); the head, the embedder and the model's
     checksum read as unknown."""
-    from mlx_sdm.monitor.provenance import UNKNOWN, Artifact, product_commit, verifier_sha256
+    from mlx_sdm.monitor.session_file.provenance import UNKNOWN, Artifact, product_commit, verifier_sha256
 
     import mlx_sdm
 

@@ -13,20 +13,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from mlx_sdm.monitor.auq import (
-    SAMPLING_TEMPERATURE,
-    AUQMonitor,
+from mlx_sdm.monitor.online.auq_config import SAMPLING_TEMPERATURE
+from mlx_sdm.monitor.online.auq import AUQMonitor
+from mlx_sdm.monitor.online.auq_escalation import (
     EscalationAction,
     SessionStatus,
     UncertaintyError,
     UncertaintyLevel,
     UncertaintyPolicy,
 )
-from mlx_sdm.monitor.policy import apply_policy
-from mlx_sdm.monitor.reading import HistoryPoint, MonitorReading
-from mlx_sdm.monitor.tracer import TracerConfig, TracerMonitor
+from mlx_sdm.monitor.forecast.policy import apply_policy
+from mlx_sdm.monitor.online.reading import HistoryPoint, MonitorReading
+from mlx_sdm.monitor.online.tracer import TracerConfig, TracerMonitor
 from mlx_sdm.network.verdict import ACCEPTABLE, DocumentVerdict
-from mlx_sdm.monitor.session_file import SessionStep, ToolCall
+from mlx_sdm.monitor.session_file.records import SessionStep, ToolCall
 
 __all__ = ["ChatSampler", "MonitorConfig", "SessionMonitor"]
 
@@ -71,7 +71,7 @@ class SessionMonitor:
         self.auq.start(session_id)
         self.tracer = TracerMonitor(config.tracer, embedder, session_id=session_id)
         self.fused = _fused_monitor()  # the fused forecast p_t and the signal that moved it (reading.extra["fused"])
-        # the measured pause threshold on p_t (mlx_sdm.monitor.policy); degenerate answers are caught either way
+        # the measured pause threshold on p_t (mlx_sdm.monitor.forecast.policy); degenerate answers are caught either way
         self.pause_policy = _pause_policy() if config.forecast_pause and self.fused is not None else None
         self.history: list[HistoryPoint] = []  # per answered turn: level, cumulative confidence, TRACER prefix risk
 
@@ -186,7 +186,7 @@ class SessionMonitor:
 
 def _fused_monitor() -> Any:
     """The online fused monitor with the shipped parameters (None if they cannot be read)."""
-    from mlx_sdm.monitor.fused import FusedParams, OnlineFusedMonitor
+    from mlx_sdm.monitor.forecast.fused import FusedParams, OnlineFusedMonitor
 
     try:
         return OnlineFusedMonitor(FusedParams.shipped())
@@ -196,7 +196,7 @@ def _fused_monitor() -> Any:
 
 def _pause_policy() -> Any:
     """The measured pause policy shipped with the fused monitor (None if there is none)."""
-    from mlx_sdm.monitor.policy import PausePolicy
+    from mlx_sdm.monitor.forecast.policy import PausePolicy
 
     try:
         return PausePolicy.shipped()

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from mlx_sdm.errors import DataError
-from mlx_sdm.monitor.reading import MonitorReading
+from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.coverage import TaskRoute, match_instruction
 from mlx_sdm.network.verdict import REASON_EMPTY_ANSWER, REASON_NOT_A_TASK, DocumentVerdict
 from mlx_sdm.session.answer import GeneratedAnswer, PrefixCache, TopLogprobs, generate_answer, settle_prefix
@@ -235,7 +235,7 @@ class TurnPipeline:
         lm, messages = self.components.lm, plan.messages
         p_true = sampler = None
         if options.enable_p_true:  # P(True) reuses the answer's KV cache: only the question is prefilled
-            from mlx_sdm.monitor.p_true import PTrueScorer
+            from mlx_sdm.monitor.online.p_true import PTrueScorer
 
             p_true = PTrueScorer(lm.model, lm.tokenizer, messages + [{"role": "assistant", "content": gen.text}],
                                  cache=gen.cache, cached_tokens=gen.cached_tokens)

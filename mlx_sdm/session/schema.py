@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from mlx_sdm.errors import DataError
-from mlx_sdm.monitor.provenance import Provenance
+from mlx_sdm.monitor.session_file.provenance import Provenance
 from mlx_sdm.network.verdict import LEGACY_NO_VERIFIER, VerdictStatus
 from mlx_sdm.session.message_meta import MessageMeta
 

@@ -26,23 +26,15 @@ import numpy as np
 
 from mlx_sdm.errors import ArtifactError, DataError, OutputError
 from mlx_sdm.session.message_meta import MessageMeta
-from mlx_sdm.session.migrations import MIGRATIONS, SCHEMA_VERSION, Migration  # noqa: F401
+from mlx_sdm.session.migrations import MIGRATIONS, SCHEMA_VERSION
 from mlx_sdm.session.partial_answers import PartialAnswerStore
 from mlx_sdm.session.review_queue import ReviewQueueStore
-from mlx_sdm.session.schema import (  # noqa: F401  (re-exported: the store's records and schema)
-    LABEL_ACCEPTABLE,
-    LABEL_UNACCEPTABLE,
-    VERDICT_STATES,
+from mlx_sdm.session.schema import (
     AnswerRecord,
-    Decision,
     MessageRecord,
-    ReviewItem,
     SessionInfo,
-    SupportPoint,
-    TaskScope,
     _dumps,
     _features_blob,
-    _loads,
     _message,
     _session,
     _split_sql,

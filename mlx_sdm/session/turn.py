@@ -13,13 +13,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from mlx_sdm.monitor.reading import MonitorReading
+from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.coverage import TaskInstruction, TaskRoute, VerifierCoverage
 from mlx_sdm.network.verdict import DocumentVerdict
 from mlx_sdm.session.escalation import REFLECTION_PROMPT, Escalation, TurnStatus
 from mlx_sdm.session.answer import PrefixCache
 
-DEFAULT_MAX_TOKENS = 256
+from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 #: Tool calls are read from the answer in the common ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` form.
 TOOL_CALL_RE = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
 #: The chat-template message shape every caller passes (mlx-lm / OpenAI): {"role", "content"}.

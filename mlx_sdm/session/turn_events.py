@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from mlx_sdm.monitor.reading import MonitorReading
+from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.verdict import DocumentVerdict
 from mlx_sdm.session.escalation import Escalation
 from mlx_sdm.session.events import (

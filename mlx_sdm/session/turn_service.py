@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from mlx_sdm.monitor.provenance import Provenance, make_provenance
+from mlx_sdm.monitor.session_file.provenance import Provenance, make_provenance
 from mlx_sdm.network.verdict import DocumentVerdict, verdict_words
 from mlx_sdm.session.answer import PrefixCache
 from mlx_sdm.session.escalation import REFLECTION_PROMPT, TurnStatus, verdict_review_reasons
@@ -25,7 +25,8 @@ from mlx_sdm.session.message_meta import MessageMeta
 from mlx_sdm.session.partial_answers import StreamingAnswer
 from mlx_sdm.session.pipeline import TurnPipeline
 from mlx_sdm.session.review import ReviewService
-from mlx_sdm.session.store import AnswerRecord, ChatStore, TaskScope, now_iso
+from mlx_sdm.session.schema import AnswerRecord, TaskScope, now_iso
+from mlx_sdm.session.store import ChatStore
 from mlx_sdm.session.turn import (
     ChatMessage,
     TokenPiece,

@@ -14,7 +14,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input, Static
 
-from mlx_sdm.monitor.auq import EscalationAction
+from mlx_sdm.monitor.online.auq_escalation import EscalationAction
 from mlx_sdm.session.escalation import Escalation
 from mlx_sdm.session.events import EngineEvent, TurnFinishedEvent
 from tui.messages import (

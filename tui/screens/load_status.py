@@ -3,13 +3,27 @@ and a model or verifier that cannot be loaded is reported in words with what to 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-if TYPE_CHECKING:  # pragma: no cover
-    from tui.screens.chat import ChatScreen
+from tui.bridge import Bridge
 
 
-def watch_load(screen: "ChatScreen") -> None:
+class LoadingScreen(Protocol):
+    """What the load watcher needs of a screen (the chat screen is one): its app, its bridge to the engine,
+    a way to redraw its status line and to notify."""
+
+    @property
+    def app(self) -> Any: ...
+
+    @property
+    def bridge(self) -> Bridge: ...
+
+    def refresh_status(self) -> None: ...
+
+    def notify(self, message: str, *, title: str = "", severity: str = "information", timeout: float | None = None) -> None: ...
+
+
+def watch_load(screen: LoadingScreen) -> None:
     """Refresh the status line when loading ends; report a load that failed before the screen existed."""
 
     def loaded() -> None:  # runs on the engine's thread
@@ -22,7 +36,7 @@ def watch_load(screen: "ChatScreen") -> None:
         report_load_failure(screen)
 
 
-def report_load_failure(screen: "ChatScreen") -> None:
+def report_load_failure(screen: LoadingScreen) -> None:
     error = screen.bridge.load_error()
     if error:
         screen.notify(f"{error}\nFix it and start the chat again (mlx-sdm chat --help).",

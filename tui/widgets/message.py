@@ -108,7 +108,7 @@ class MessageBubble(Vertical, can_focus=True):
 
 
 def _pause_reason(pause: Mapping[str, Any] | None) -> str | None:
-    from mlx_sdm.monitor.reading import ForecastPause
+    from mlx_sdm.monitor.online.reading import ForecastPause
 
     found = ForecastPause.from_dict(pause)
     return None if found is None else found.reason

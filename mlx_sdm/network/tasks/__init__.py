@@ -12,7 +12,7 @@ Each task has three deterministic splits of its items (seeded, disjoint by sourc
 - ``shifted``: a distribution shift of the task (its ``shift`` says which: the held-out items in
   another form, or items from another collection of the same task).
 
-    from mlx_sdm.network.tasks import load_tasks
+    from mlx_sdm.network.tasks.registry import load_tasks
     for task in load_tasks(["bbc_topic", "my_task.jsonl"]):
         items = task.split("pool", size=200)
         label = task.label_answer(model_answer_text, items[0].gold)   # AnswerLabel(answer, well_formed, correct)
@@ -158,8 +158,3 @@ class Task:
         """What ``verifier.json`` records under ``"tasks"`` (read by the UI and ``generate --list-tasks``)."""
         return {"name": self.name, "description": self.description, "example_prompt": self.example_prompt}
 
-
-from mlx_sdm.network.tasks.registry import SHIPPED_TASK_NAMES, load_task, load_tasks  # noqa: E402
-
-__all__ = ["AnswerLabel", "HELD_OUT_SIZE", "SHIPPED_TASK_NAMES", "SPLITS", "SUITE_SYSTEM_PROMPT", "SourceExample",
-           "Task", "TaskItem", "load_task", "load_tasks"]

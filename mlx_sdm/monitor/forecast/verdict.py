@@ -1,6 +1,6 @@
 """The verifier as a monitor: each turn's calibrated verdict turned into a forecast p_t of session success.
 
-Every answer the chat verifies gets a verdict from the SDM verifier (``calibration.estimator.Verdict``:
+Every answer the chat verifies gets a verdict from the SDM verifier (``calibration.verdict.Verdict``:
 ``p_lower``, ``q``, ``d``, ``admitted``, ``prediction``, ``reason``). Its status word:
 
 - ``verified``: admitted and predicted acceptable; ``p_lower`` is then a calibrated lower bound on the
@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from types import SimpleNamespace
 
-from mlx_sdm.monitor.scoring import EPS
+from mlx_sdm.monitor.forecast.scoring import EPS
 from mlx_sdm.network.verdict import ACCEPTABLE as LABEL_ACCEPTABLE
 from mlx_sdm.network.verdict import LEGACY_NO_VERIFIER, REASON_NOT_A_TASK, VerdictStatus, status_of
 #: Turn success rate of a status before any labelled session was seen (no information either way).
@@ -112,19 +112,3 @@ def verdict_forecasts(verdicts: Sequence[TurnVerdict], params: VerdictMonitorPar
         p *= turn_success_probability(v, params)
         out.append(max(p, EPS))
     return out
-
-
-class VerdictMonitor:
-    """Online form for the chat: :meth:`observe` each turn's verdict, read the forecast ``p_t``."""
-
-    def __init__(self, params: VerdictMonitorParams | None = None):
-        self.params = params or VerdictMonitorParams()
-        self.verdicts: list[TurnVerdict] = []
-
-    def observe(self, verdict: TurnVerdict | Mapping[str, Any] | None) -> float:
-        self.verdicts.append(verdict if isinstance(verdict, TurnVerdict) else TurnVerdict.from_dict(verdict))
-        return self.forecast
-
-    @property
-    def forecast(self) -> float:
-        return verdict_forecasts(self.verdicts, self.params)[-1] if self.verdicts else 1.0

@@ -17,7 +17,7 @@ from mlx_lm.generate import generate_step
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 from mlx_lm.sample_utils import make_sampler
 
-from mlx_sdm.monitor.auq import SAMPLING_TEMPERATURE
+from mlx_sdm.monitor.online.auq_config import SAMPLING_TEMPERATURE
 
 LENGTH_FACTOR = 1.5  # cap each sample at about 1.5x the original length (docs/monitoring.md, signals of the local model)
 MIN_SAMPLE_TOKENS = 8

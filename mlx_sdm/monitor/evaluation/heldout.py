@@ -1,6 +1,6 @@
 """Held-out report of the fitted monitors: every number is measured on folds the fits never saw.
 
-``heldout_report(sessions)`` cross-fits every monitor of :mod:`mlx_sdm.monitor.fusion` (k folds by
+``heldout_report(sessions)`` cross-fits every monitor of :mod:`mlx_sdm.monitor.forecast.fusion` (k folds by
 session) and scores the out-of-fold forecasts, per monitor and for the base rate:
 
 - TPS_log and TPS_brier (docs/monitoring.md, TPS, linear-front weights by default; mean over sessions, larger is better);
@@ -24,10 +24,10 @@ from typing import Sequence
 
 import numpy as np
 
-from mlx_sdm.monitor import scoring
-from mlx_sdm.monitor.fusion import DEFAULT_FOLDS, MONITOR_LABELS, MONITORS, crossfit_monitors
-from mlx_sdm.monitor.signals import SessionSignals, session_signals
-from mlx_sdm.monitor.session_file import Session
+from mlx_sdm.monitor.forecast import scoring
+from mlx_sdm.monitor.forecast.fusion import DEFAULT_FOLDS, MONITOR_LABELS, MONITORS, crossfit_monitors
+from mlx_sdm.monitor.forecast.signals import SessionSignals, session_signals
+from mlx_sdm.monitor.session_file.records import Session
 
 DEFAULT_BOOTSTRAP = 1000
 DEFAULT_SEED = 0

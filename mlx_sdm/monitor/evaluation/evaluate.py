@@ -23,10 +23,16 @@ from typing import Sequence
 
 import numpy as np
 
-from mlx_sdm.monitor import scoring
-from mlx_sdm.monitor.embedders import Embedder
-from mlx_sdm.monitor.tracer import MonitorWarning, TracerConfig, TracerSessionResult, risk_to_probability, score_session
-from mlx_sdm.monitor.session_file import Session
+from mlx_sdm.monitor.forecast import scoring
+from mlx_sdm.monitor.online.embedders import Embedder
+from mlx_sdm.monitor.online.tracer import (
+    MonitorWarning,
+    TracerConfig,
+    TracerSessionResult,
+    risk_to_probability,
+    score_session,
+)
+from mlx_sdm.monitor.session_file.records import Session
 
 MONITORS = ("auq", "tracer", "verifier")
 MONITOR_LABELS = {"auq": "AUQ confidence", "tracer": "TRACER exp(-risk)", "verifier": "verifier p_lower"}

@@ -7,9 +7,9 @@ Per step: content-aware surprisal ``U`` (3.3), agent repetition ``Da`` (3.4), co
     TRACER = (1-w) * mean(top-K r) + w * max(r),   K = max(1, floor(k*N))
 
 Online: :meth:`TracerMonitor.observe` gives the prefix score ``R_t`` after every step. Offline:
-:func:`score_session` scores a whole :class:`~mlx_sdm.monitor.session_file.Session`.
+:func:`score_session` scores a whole :class:`~mlx_sdm.monitor.session_file.records.Session`.
 
-The sentence embedder is a choice (:mod:`mlx_sdm.monitor.embedders`); every step output records
+The sentence embedder is a choice (:mod:`mlx_sdm.monitor.online.embedders`); every step output records
 which one was used (``embedder``; None = Jaccard-only fallback, with ``DoA = DoU = 0``). Steps
 without log-probs get ``U = 0`` and ``surprisal_source = "missing"``; for agent steps a
 :class:`MonitorWarning` says so once per session.
@@ -25,8 +25,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from mlx_sdm.monitor.embedders import Embedder, EmbeddingCache
-from mlx_sdm.monitor.session_file import Session, SessionStep, ToolCall, TracerOutput
+from mlx_sdm.monitor.online.embedders import Embedder, EmbeddingCache
+from mlx_sdm.monitor.session_file.records import Session, SessionStep, ToolCall, TracerOutput
 
 # 3.3: content-token predicate
 LOGPROB_THRESHOLD = -0.05  # content iff logprob <= -0.05, i.e. p <= pi_0 = exp(-0.05)
@@ -188,7 +188,7 @@ def prefix_scores(r: Sequence[float], k: float, w: float) -> list[float]:
 def saup_rms(U: Sequence[float], Da: Sequence[float], DoA: Sequence[float], DoU: Sequence[float], config: TracerConfig) -> float:
     """The "SAUP" baseline of the TRACER code (3.9): sqrt(mean((W_t*U_t)^2)), W_t = 1 + a*Da + b*DoA + g*DoU.
 
-    Not the AUQ EMA propagation (``propagate_ema`` in :mod:`mlx_sdm.monitor.auq`)."""
+    Not the AUQ EMA propagation (``propagate_ema`` in :mod:`mlx_sdm.monitor.online.auq`)."""
     U, Da, DoA, DoU = (np.asarray(x, dtype=np.float64) for x in (U, Da, DoA, DoU))
     if U.size == 0:
         return 0.0

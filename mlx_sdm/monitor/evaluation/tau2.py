@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mlx_sdm.errors import DataError
-from mlx_sdm.monitor.session_file import Session, SessionStep, ToolCall
+from mlx_sdm.monitor.session_file.records import Session, SessionStep, ToolCall
 
 TERMINATION_MAP = {
     "user_stop": "complete",

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
-from mlx_sdm.monitor.auq import EscalationAction, UncertaintyLevel
-from mlx_sdm.monitor.degenerate import DegenerateAnswer
+from mlx_sdm.monitor.online.auq_escalation import EscalationAction, UncertaintyLevel
+from mlx_sdm.monitor.online.degenerate import DegenerateAnswer
 
 
 @dataclass

@@ -2,15 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from mlx_sdm.monitor.session_file import normalize_step_type
-
-if TYPE_CHECKING:
-    from mlx_sdm.monitor.auq_confidence import EstimatorConfig
-
-STEP_TYPE_WEIGHTS = {"decision": 0.70, "llm_call": 0.55, "tool_call": 0.45, "memory_read": 0.35}  # docs/monitoring.md, AUQ propagation
-UNKNOWN_STEP_WEIGHT = 0.55  # the weight of a step type outside the table (the LLM-call weight)
+from mlx_sdm.monitor.online.auq_config import EstimatorConfig
+from mlx_sdm.monitor.session_file.records import normalize_step_type
 
 
 def step_weight(step_type: str | None, config: EstimatorConfig) -> float:

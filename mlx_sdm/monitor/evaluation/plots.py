@@ -7,8 +7,8 @@ import io
 
 import numpy as np
 
-from mlx_sdm.monitor.fusion import MONITOR_LABELS
-from mlx_sdm.monitor.heldout import HeldOutReport
+from mlx_sdm.monitor.forecast.fusion import MONITOR_LABELS
+from mlx_sdm.monitor.evaluation.heldout import HeldOutReport
 
 PLOTTED = ("base_rate", "auq_raw", "tracer", "verifier", "fused")
 COLOURS = {"base_rate": "tab:gray", "auq_raw": "tab:orange", "tracer": "tab:purple", "verifier": "tab:blue",
@@ -44,7 +44,7 @@ def risk_coverage(report: HeldOutReport, monitor: str, weights: str = "linear-fr
     """(coverage, risk): sessions kept most-confident first by the held-out weighted-mean forecast (the
     ranking of AUROC / AUARC); risk = the failure rate of the kept sessions, at each count kept (sessions
     with tied forecasts count at their mean failure rate, so a constant forecast draws a flat line)."""
-    from mlx_sdm.monitor.scoring import weighted_mean_forecast
+    from mlx_sdm.monitor.forecast.scoring import weighted_mean_forecast
 
     summary = np.array([weighted_mean_forecast(f[monitor], weights) for f in report.forecasts])
     failed = np.array([1 - s.success for s in report.signals], dtype=np.float64)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlx_sdm.monitor.provenance import Provenance
+from mlx_sdm.monitor.session_file.provenance import Provenance
 
 FORMAT_VERSION = 1
 

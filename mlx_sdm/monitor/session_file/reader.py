@@ -13,8 +13,8 @@ from typing import Any
 
 from mlx_sdm.errors import DataError
 from mlx_sdm.jsonl import iter_jsonl_objects
-from mlx_sdm.monitor.provenance import Provenance
-from mlx_sdm.monitor.session_records import (
+from mlx_sdm.monitor.session_file.provenance import Provenance
+from mlx_sdm.monitor.session_file.records import (
     ACTORS,
     AUQ_ACTIONS,
     AUQ_LEVELS,
@@ -277,7 +277,7 @@ def validate_session(session: Session, path: str, line: int | None) -> None:
 
 
 def read_sessions_jsonl(path: str | os.PathLike) -> list[Session]:
-    """Read every session of a session JSONL file (format: the docstring of ``mlx_sdm.monitor.session_file``)."""
+    """Read every session of a session JSONL file (format: the docstring of ``mlx_sdm.monitor.session_file.writer``)."""
     path_str = str(path)
     sessions: list[Session] = []
     by_id: dict[str, Session] = {}

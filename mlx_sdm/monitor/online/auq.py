@@ -19,27 +19,19 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
-from mlx_sdm.monitor import spans
-from mlx_sdm.monitor.auq_confidence import (  # noqa: F401  (re-exported: the AUQ API lives here)
-    CLUSTER_JACCARD,
-    SAMPLING_TEMPERATURE,
-    EstimatorConfig,
+from mlx_sdm.monitor.online import spans
+from mlx_sdm.monitor.online.auq_config import EstimatorConfig
+from mlx_sdm.monitor.online.auq_confidence import (
     ResponseSampler,
-    SemanticResult,
     adaptive_semantic_entropy,
-    auq_jaccard,
     calibrate,
-    cluster_samples,
     entropy_confidence,
     fuse,
     parse_verbalized_confidence,
 )
-from mlx_sdm.monitor.auq_escalation import (  # noqa: F401
-    ACTION_FOR_LEVEL,
+from mlx_sdm.monitor.online.auq_escalation import (
     GUIDANCE_KIND,
-    LLM_STEP_TYPES,
     REFLECTION_KIND,
-    REFLECTION_TEXT,
     EscalationAction,
     MonitorStateError,
     SessionStatus,
@@ -50,8 +42,8 @@ from mlx_sdm.monitor.auq_escalation import (  # noqa: F401
     is_irreversible,
     level_for,
 )
-from mlx_sdm.monitor.auq_propagation import STEP_TYPE_WEIGHTS, UNKNOWN_STEP_WEIGHT, propagate_ema, step_weight  # noqa: F401
-from mlx_sdm.monitor.session_file import STEP_ID_PREFIX, normalize_step_type
+from mlx_sdm.monitor.online.auq_propagation import propagate_ema
+from mlx_sdm.monitor.session_file.records import STEP_ID_PREFIX, normalize_step_type
 
 # belief state (docs/monitoring.md, AUQ belief state)
 
@@ -81,7 +73,7 @@ class StepUncertainty:
 
     def to_format(self):
         """As the session JSONL ``auq`` record."""
-        from mlx_sdm.monitor.session_file import AUQOutput
+        from mlx_sdm.monitor.session_file.records import AUQOutput
 
         d = self.to_dict()
         return AUQOutput(**{k: d[k] for k in AUQOutput.__dataclass_fields__})
@@ -271,26 +263,3 @@ class AUQMonitor:
         if self.policy.reset_on_resume:
             state.cumulative_confidence = None
         return state
-
-
-def uncertainty_guard_node(monitor: AUQMonitor, step_type: str, escalate_node: str) -> Callable[[dict], dict]:
-    """A graph node (2.7): scores the state's last assistant message as a ``step_type`` step.
-
-    ``state`` is a dict with ``session_id``, ``messages`` (role/content dicts) and ``metadata``; optional
-    ``p_true``, ``sampler``, ``tool_names``. On PAUSE_FOR_HUMAN sets ``metadata["uncertainty_escalate"]``
-    and ``metadata["next_node"] = escalate_node``; on ABORT the UncertaintyError propagates.
-    """
-
-    def node(state: dict) -> dict:
-        messages = state.get("messages", [])
-        text = next((m.get("content", "") for m in reversed(messages) if m.get("role") == "assistant"), "")
-        metadata = state.setdefault("metadata", {})
-        step = monitor.score_step(state["session_id"], step_type, text, p_true=state.get("p_true"),
-                                  sampler=state.get("sampler"), tool_names=state.get("tool_names", ()))
-        metadata.update(monitor.run_metadata(state["session_id"]))
-        metadata["uncertainty_escalate"] = step.action is EscalationAction.PAUSE_FOR_HUMAN
-        if metadata["uncertainty_escalate"]:
-            metadata["next_node"] = escalate_node
-        return state
-
-    return node

@@ -1,11 +1,11 @@
 """The chat's escalation policy, as measured (issue 21 item 4; issue 18 item 6): ONE function,
 :func:`apply_policy`, turns a monitor reading into what the turn does beyond the AUQ ladder:
 
-- a **degenerate** answer (:func:`mlx_sdm.monitor.degenerate.degenerate_answer`) is raised to at least
+- a **degenerate** answer (:func:`mlx_sdm.monitor.online.degenerate.degenerate_answer`) is raised to at least
   MEDIUM and logged, with the reason carried in :attr:`MonitorReading.degenerate`;
 - a turn whose **fused forecast** ``p_t`` is below the policy's threshold pauses for a human, with
   :attr:`MonitorReading.forecast_pause` saying why. The threshold is chosen on a session corpus at a
-  stated pause rate (:mod:`mlx_sdm.monitor.policy_choice`) and shipped beside the fused monitor's
+  stated pause rate (:mod:`mlx_sdm.monitor.evaluation.policy_choice`) and shipped beside the fused monitor's
   parameters (``fused_monitor.json``, key ``"policy"``).
 
 Neither rule lowers what AUQ decided: the action is the stricter of the two.
@@ -17,9 +17,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 
-from mlx_sdm.monitor.auq import EscalationAction, UncertaintyLevel
-from mlx_sdm.monitor.degenerate import degenerate_answer
-from mlx_sdm.monitor.reading import ForecastPause, MonitorReading
+from mlx_sdm.monitor.online.auq_escalation import EscalationAction, UncertaintyLevel
+from mlx_sdm.monitor.online.degenerate import degenerate_answer
+from mlx_sdm.monitor.online.reading import ForecastPause, MonitorReading
 
 POLICY_KEY = "policy"
 #: Strictness order of the actions (the stricter one wins).
@@ -50,7 +50,7 @@ class PausePolicy:
             threshold, rate = float(data["threshold"]), float(data["pause_rate"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{where}: needs numbers 'threshold' and 'pause_rate' ({exc}); "
-                             "rebuild it with `python -m mlx_sdm.monitor.fused 0.15`") from None
+                             "rebuild it with `python -m mlx_sdm.monitor.evaluation.policy_choice 0.15`") from None
         if not (0.0 <= threshold <= 1.0 and 0.0 <= rate <= 1.0):
             raise ValueError(f"{where}: threshold {threshold} and pause_rate {rate} must lie in [0, 1]")
         return cls(threshold, rate, dict(data.get("chosen_on") or {}), dict(data.get("measured") or {}))
@@ -58,7 +58,7 @@ class PausePolicy:
     @classmethod
     def shipped(cls) -> "PausePolicy | None":
         """The policy shipped in ``fused_monitor.json`` (None when it has none)."""
-        from mlx_sdm.monitor.fused import PARAMS_FILE, datasets_dir
+        from mlx_sdm.monitor.forecast.fused import PARAMS_FILE, datasets_dir
 
         path = datasets_dir() / PARAMS_FILE
         return cls.from_dict(json.loads(path.read_text(encoding="utf-8")).get(POLICY_KEY), f"{path}: {POLICY_KEY}")

@@ -1,7 +1,8 @@
-"""THE session JSONL format: how a monitored conversation is logged, exported and re-scored.
+"""THE session JSONL format: how a monitored conversation is logged, exported and re-scored; writing it.
 
-Defined once here. The chat store exports it; ``mlx-sdm eval-monitor`` reads it; the tau2-bench
-importer (``mlx_sdm.monitor.tau2``) produces it.
+Defined once, in this package: the records in :mod:`.records`, reading in :mod:`.reader`, writing
+here. The chat store exports it; ``mlx-sdm eval-monitor`` reads it; the tau2-bench
+importer (``mlx_sdm.monitor.evaluation.tau2``) produces it.
 
 A file holds one or more sessions. Each session is a ``session`` record followed by its ``step``
 records, one JSON object per line::
@@ -31,27 +32,8 @@ import os
 from typing import Iterable
 
 from mlx_sdm.atomic import atomic_write_text
-from mlx_sdm.monitor.session_reader import parse_session_header, parse_step, read_sessions_jsonl, validate_session  # noqa: F401
-from mlx_sdm.monitor.session_records import (  # noqa: F401  (re-exported: the format's API lives here)
-    ACTORS,
-    AUQ_ACTIONS,
-    AUQ_LEVELS,
-    FORMAT_VERSION,
-    OUTCOMES,
-    STEP_ID_PREFIX,
-    STEP_TYPE_ALIASES,
-    STEP_TYPES,
-    TERMINATIONS,
-    AUQOutput,
-    Session,
-    SessionFormatWarning,
-    SessionStep,
-    ToolCall,
-    TracerOutput,
-    VerifierOutput,
-    normalize_step_type,
-    step_id_for,
-)
+from mlx_sdm.monitor.session_file.reader import validate_session
+from mlx_sdm.monitor.session_file.records import Session
 
 # ----------------------------------------------------------------------------------------------
 # writing

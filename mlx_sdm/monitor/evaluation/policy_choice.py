@@ -1,11 +1,11 @@
 """Choosing the chat's pause threshold on a session corpus, cross-fitted (issue 21 item 4).
 
-The policy pauses a turn whose fused forecast ``p_t`` (:mod:`mlx_sdm.monitor.fusion`) is below a
+The policy pauses a turn whose fused forecast ``p_t`` (:mod:`mlx_sdm.monitor.forecast.fusion`) is below a
 threshold. The threshold is the ``pause_rate`` quantile of the fused forecasts of the corpus's turns,
 so that about that share of turns pause.
 
 Measured without looking at the scored sessions (:func:`choose_policy`): the sessions are split into
-``k`` folds (:func:`mlx_sdm.monitor.fusion.session_folds`); on each, the monitors are fitted and the
+``k`` folds (:func:`mlx_sdm.monitor.forecast.fusion.session_folds`); on each, the monitors are fitted and the
 threshold chosen on the other folds' turns, and applied to the held-out fold's out-of-fold forecasts.
 Reported with 95 % percentile-bootstrap intervals over sessions:
 
@@ -26,9 +26,9 @@ from typing import Sequence
 
 import numpy as np
 
-from mlx_sdm.monitor.fusion import DEFAULT_FOLDS, fit_monitors, fusion_features, session_folds
-from mlx_sdm.monitor.heldout import CONFIDENCE, Interval, _interval
-from mlx_sdm.monitor.signals import SessionSignals
+from mlx_sdm.monitor.forecast.fusion import DEFAULT_FOLDS, fit_monitors, fusion_features, session_folds
+from mlx_sdm.monitor.evaluation.heldout import CONFIDENCE, Interval, _interval
+from mlx_sdm.monitor.forecast.signals import SessionSignals
 
 DEFAULT_PAUSE_RATE = 0.15
 MEASURES = ("paused", "failures_caught", "failure_rate_paused", "failure_rate_kept", "failed_sessions_paused")
@@ -143,8 +143,8 @@ def corpus_signals(path) -> tuple[list, list[SessionSignals]]:
     """(sessions, signals of the labelled ones) of a session corpus file."""
     import warnings
 
-    from mlx_sdm.monitor.session_file import read_sessions_jsonl
-    from mlx_sdm.monitor.signals import session_signals
+    from mlx_sdm.monitor.session_file.reader import read_sessions_jsonl
+    from mlx_sdm.monitor.forecast.signals import session_signals
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -155,14 +155,14 @@ def corpus_signals(path) -> tuple[list, list[SessionSignals]]:
 def shipped_params_with_policy(corpus, pause_rate: float = DEFAULT_PAUSE_RATE, *, folds: int = DEFAULT_FOLDS,
                                n_boot: int = 1000, seed: int = 0) -> tuple[dict, PolicyChoice]:
     """What ``fused_monitor.json`` holds: the fused monitor fitted on every session of ``corpus`` and the
-    pause policy chosen on it (:class:`mlx_sdm.monitor.policy.PausePolicy`, key ``"policy"``), naming the
+    pause policy chosen on it (:class:`mlx_sdm.monitor.forecast.policy.PausePolicy`, key ``"policy"``), naming the
     corpus (file, sha256, sessions, provenance) it was chosen on."""
     from pathlib import Path
 
-    from mlx_sdm.monitor.fusion import fit_monitors as fit
-    from mlx_sdm.monitor.fused import params_to_dict
-    from mlx_sdm.monitor.policy import POLICY_KEY, PausePolicy
-    from mlx_sdm.monitor.provenance import describe, file_sha256, provenance_groups
+    from mlx_sdm.monitor.forecast.fusion import fit_monitors as fit
+    from mlx_sdm.monitor.forecast.fused import params_to_dict
+    from mlx_sdm.monitor.forecast.policy import POLICY_KEY, PausePolicy
+    from mlx_sdm.monitor.session_file.provenance import describe, file_sha256, provenance_groups
 
     sessions, signals = corpus_signals(corpus)
     choice = choose_policy(signals, pause_rate, folds=folds, n_boot=n_boot, seed=seed)
@@ -173,3 +173,17 @@ def shipped_params_with_policy(corpus, pause_rate: float = DEFAULT_PAUSE_RATE, *
     params = params_to_dict(fit(signals))
     params[POLICY_KEY] = PausePolicy(choice.threshold, pause_rate, chosen_on, choice.measured_dict()).to_dict()
     return params, choice
+
+
+if __name__ == "__main__":  # rebuild the shipped parameters and pause policy: python -m mlx_sdm.monitor.evaluation.policy_choice [RATE]
+    import json
+    import sys
+
+    from mlx_sdm.atomic import atomic_write_text
+    from mlx_sdm.monitor.forecast.fused import PARAMS_FILE, datasets_dir
+
+    rate = float(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_PAUSE_RATE
+    params, choice = shipped_params_with_policy(datasets_dir() / "session_corpus.jsonl.gz", rate)
+    atomic_write_text(datasets_dir() / PARAMS_FILE, json.dumps(params, indent=1, sort_keys=True) + "\n")
+    print(format_choice(choice))
+    print(f"wrote {datasets_dir() / PARAMS_FILE}")

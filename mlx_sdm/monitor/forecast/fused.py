@@ -1,12 +1,13 @@
 """The fused forecast online, for the chat: p_t of session success after each answer, and the signal
 that moved it most ("the verifier could not vouch for turn 3").
 
-The parameters (TRACER weights, verdict rates, the stacked Platt model of :mod:`mlx_sdm.monitor.fusion`)
+The parameters (TRACER weights, verdict rates, the stacked Platt model of :mod:`mlx_sdm.monitor.forecast.fusion`)
 are fitted on the whole shipped session corpus and shipped as ``mlx_sdm/datasets/fused_monitor.json``
 (:func:`build_shipped_params`; its held-out quality is the cross-fitted table of ``mlx-sdm eval-monitor
 shipped-corpus``). The forecast is calibrated to that corpus (SmolLM2-135M, mixed tasks, 10 % of sessions
 fully right). The file also holds the chat's pause policy, a threshold on p_t chosen on that corpus at a
-stated pause rate (:mod:`mlx_sdm.monitor.policy`, :mod:`mlx_sdm.monitor.policy_choice`).
+stated pause rate (:mod:`mlx_sdm.monitor.forecast.policy`, :mod:`mlx_sdm.monitor.evaluation.policy_choice`,
+which rebuilds this file: ``python -m mlx_sdm.monitor.evaluation.policy_choice [RATE]``).
 """
 
 from __future__ import annotations
@@ -18,10 +19,18 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from mlx_sdm.monitor.fusion import FUSION_FEATURES, FittedMonitors, Stacker, fit_monitors, fusion_features, strongest_signal
-from mlx_sdm.monitor.signals import SessionSignals
-from mlx_sdm.monitor.tracer import TracerConfig
-from mlx_sdm.monitor.verdict import TurnVerdict, VerdictMonitorParams, VerdictStatus
+from mlx_sdm.monitor.forecast.fusion import (
+    FUSION_FEATURES,
+    FittedMonitors,
+    Stacker,
+    fit_monitors,
+    fusion_features,
+    strongest_signal,
+)
+from mlx_sdm.monitor.forecast.signals import SessionSignals
+from mlx_sdm.monitor.online.tracer import TracerConfig
+from mlx_sdm.monitor.forecast.verdict import TurnVerdict, VerdictMonitorParams
+from mlx_sdm.network.verdict import VerdictStatus
 
 PARAMS_FILE = "fused_monitor.json"
 PARAMS_VERSION = 1
@@ -91,8 +100,8 @@ def build_shipped_params(corpus: str | Path | None = None) -> dict[str, Any]:
     """Fit every monitor on the whole shipped corpus; what ``fused_monitor.json`` holds."""
     import warnings
 
-    from mlx_sdm.monitor.session_file import read_sessions_jsonl
-    from mlx_sdm.monitor.signals import session_signals
+    from mlx_sdm.monitor.session_file.reader import read_sessions_jsonl
+    from mlx_sdm.monitor.forecast.signals import session_signals
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -145,16 +154,3 @@ class OnlineFusedMonitor:
 
 def _prob(x: Any) -> float:
     return NEUTRAL_CONFIDENCE if x is None else float(x)
-
-
-if __name__ == "__main__":  # rebuild the shipped parameters and pause policy: python -m mlx_sdm.monitor.fused [RATE]
-    import sys
-
-    from mlx_sdm.atomic import atomic_write_text
-    from mlx_sdm.monitor.policy_choice import DEFAULT_PAUSE_RATE, format_choice, shipped_params_with_policy
-
-    rate = float(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_PAUSE_RATE
-    params, choice = shipped_params_with_policy(datasets_dir() / "session_corpus.jsonl.gz", rate)
-    atomic_write_text(datasets_dir() / PARAMS_FILE, json.dumps(params, indent=1, sort_keys=True) + "\n")
-    print(format_choice(choice))
-    print(f"wrote {datasets_dir() / PARAMS_FILE}")

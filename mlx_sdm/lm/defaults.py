@@ -1,0 +1,4 @@
+"""The answer budget every front end shares when a request names none (the chat, generation, the server),
+in a module without MLX so that a command's ``--help`` stays fast."""
+
+DEFAULT_MAX_TOKENS = 256
