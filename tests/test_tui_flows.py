@@ -168,9 +168,11 @@ async def test_high_pause_shows_the_reflection_and_resumes_with_guidance(store, 
             await pilot.press(*"Is Oslo the capital of Norway?", "enter")
             await wait_until(pilot, lambda: isinstance(app.screen, EscalationPrompt))
             prompt = app.screen
-            assert "HIGH" in str(prompt.query_one(".dialog-title").render())
+            title = str(prompt.query_one(".dialog-title").render())
             paused = [m for m in store.messages(app.chat.session_id) if m.role == "assistant"]
             assert paused[-1].status == "paused"
+            # the dialog says what paused it, in the escalation's own words (stored with the answer)
+            assert "HIGH" in title and title == paused[-1].metadata.pause_message
             await pilot.pause()
             pilot.app.screen.query_one("#guidance").focus()
             await pilot.press(*"Say you are not sure.", "enter")
@@ -192,7 +194,8 @@ async def test_high_pause_shows_the_reflection_and_resumes_with_guidance(store, 
         again = SdmChatApp(engine=engine, store=store, session_id=session_id)
         async with again.run_test(size=SIZE) as pilot:
             await wait_until(pilot, lambda: isinstance(again.screen, EscalationPrompt))
-            assert engine.pending_pause(session_id) is not None
+            pause = engine.pending_pause(session_id)
+            assert pause is not None and str(again.screen.query_one(".dialog-title").render()) == pause.message != ""
     finally:
         engine.shutdown()
 

@@ -42,6 +42,6 @@ def pending_pause(records: Sequence[MessageRecord]) -> PauseInfo | None:
                 session_id=m.session_id, message_id=m.id, level=mon.get("level"),
                 confidence=mon.get("cumulative_confidence"),
                 reflection=meta.reflection or meta.reflection_prompt,
-                irreversible=bool(mon.get("irreversible")),
+                irreversible=bool(mon.get("irreversible")), message=meta.pause_message or "",
             )
     return None

@@ -184,3 +184,4 @@ class PauseInfo:
     confidence: float | None
     reflection: str | None
     irreversible: bool
+    message: str = ""  # the escalation's sentence: what paused it (AUQ level, the fused forecast, a tool)

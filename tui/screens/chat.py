@@ -131,7 +131,8 @@ class ChatScreen(Screen):
         log.anchor()
         pause = self.bridge.pending_pause(session_id)
         if pause is not None:  # a turn left waiting for guidance: ask again
-            self._ask_guidance(session_id, pause.level or "high", pause.confidence, pause.reflection or "", pause.irreversible)
+            self._ask_guidance(session_id, pause.level or "high", pause.confidence, pause.reflection or "",
+                              pause.irreversible, pause.message)
 
     async def _mount_stored(self, record: Any) -> None:
         """One stored message (the store's ``MessageRecord``) as it looked when it was written."""
@@ -317,10 +318,12 @@ class ChatScreen(Screen):
             await self._log_mount(self.reflection_bubble)
         if bubble is not None and bubble.badge is not None and not bubble.badge.resolved:
             bubble.set_cancelled(STATUS_TEXT["paused"])
-        self._ask_guidance(event.session_id, level, confidence, reflection, irreversible)
+        message = escalation.message if escalation is not None else ""
+        self._ask_guidance(event.session_id, level, confidence, reflection, irreversible, message)
 
     def _ask_guidance(
-        self, session_id: str, level: str, confidence: float | None, reflection: str, irreversible: bool
+        self, session_id: str, level: str, confidence: float | None, reflection: str, irreversible: bool,
+        message: str = "",
     ) -> None:
         """HIGH (or an irreversible tool at MEDIUM): show the reflection, ask for guidance, resume with it."""
         self.paused = session_id
@@ -334,7 +337,8 @@ class ChatScreen(Screen):
             await self._log_mount(MessageBubble("user", guidance.strip(), title="you · guidance"))
             await self._start(lambda: self.bridge.resume(session_id, guidance.strip()))
 
-        self.app.push_screen(EscalationPrompt(level, confidence, reflection, irreversible=irreversible), answered)
+        self.app.push_screen(EscalationPrompt(level, confidence, reflection, irreversible=irreversible, message=message),
+                             answered)
 
     async def on_call_failed(self, message: CallFailed) -> None:
         """A turn that failed before the engine could report it (its events never came)."""

@@ -85,16 +85,23 @@ class EscalationPrompt(ModalScreen[str | None]):
 
     BINDINGS = [Binding("escape", "leave", "Leave paused")]
 
-    def __init__(self, level: str, confidence: float | None, reflection: str, *, irreversible: bool = False) -> None:
+    def __init__(self, level: str, confidence: float | None, reflection: str, *, irreversible: bool = False,
+                 message: str = "") -> None:
         super().__init__(classes="modal")
         self._level, self._confidence = level, confidence
         self._reflection, self._irreversible = reflection, irreversible
+        self._message = message  # the escalation's own sentence (AUQ, a forecast pause, a tool): what paused it
 
-    def compose(self) -> ComposeResult:
+    def heading(self) -> str:
+        if self._message:
+            return self._message
         p = "—" if self._confidence is None else f"{self._confidence:.3f}"
         why = "an irreversible tool was proposed" if self._irreversible else "the session's confidence dropped"
+        return f"Paused: {self._level.upper()} — {why} (P = {p})"
+
+    def compose(self) -> ComposeResult:
         with Vertical(classes="dialog wide escalation"):
-            yield Label(f"Paused: {self._level.upper()} — {why} (P = {p})", classes="dialog-title")
+            yield Label(self.heading(), classes="dialog-title")
             with VerticalScroll(classes="reflection"):
                 yield Markdown(self._reflection or "(no reflection for this pause)")
             yield Label("Your guidance for the model:")
