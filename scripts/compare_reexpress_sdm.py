@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     work = args.work or Path(tempfile.mkdtemp(prefix="compare-reexpress-"))
     work.mkdir(parents=True, exist_ok=True)
-    rows, notes = [], []
+    rows, notes, classes = [], [], 2
     for name in args.dataset or ["spam", "bbc"]:
         sets = load_sets(name, args)
         if name == "spam" and args.spam_package:
@@ -319,10 +319,11 @@ def main(argv: list[str] | None = None) -> int:
         r, n = run_dataset(sdm, name.replace(":", "-"), sets, work)
         rows += r
         notes += n
+        classes = max(classes, int(sets["train"].labels.max()) + 1)
         print(format_rows(r, int(sets["train"].labels.max()) + 1))
         print("\n".join(n), flush=True)
     print()
-    print(format_rows(rows, 5))
+    print(format_rows(rows, classes))
     print()
     print("\n".join(notes))
     return 0
