@@ -6,6 +6,7 @@ in a venv of its own (``--sdk-venv``, default ``~/.cache/mlx-sdm/reexpress-sdm-v
 first use with ``python3 -m venv`` and ``pip install torch==2.13.0 reexpress-sdm==0.4.8``.
 
     .venv/bin/python scripts/compare_reexpress_sdm.py --dataset spam --dataset bbc
+    .venv/bin/python scripts/compare_reexpress_sdm.py --dataset suite:bbc_topic:800 --extract
     .venv/bin/python scripts/compare_reexpress_sdm.py --make-fixture tests/fixtures/reexpress_sdm
 
 For each data set (scripts/choose_defaults.py's splits: train, calibration, held-out test, shift;
@@ -15,6 +16,10 @@ it fits the SDK with its defaults (lr 1e-5, 20 epochs) and tuned (lr 1e-4, 50 ep
 own process under ``/usr/bin/time`` (wall seconds, peak resident memory), then prints one table:
 admitted, wrongly admitted, every class- and prediction-conditional stratum. The SDK admits a row
 when its DKW-lower region α ≥ 0.95 (``lowerRegionAlpha``), as our nested kind does.
+Each row also gives the no-reject accuracy of ŷ beside a logistic-regression probe fitted on the
+rows that model's adaptor was trained on (its support set), under the paper's scalar normalisation.
+``suite:TASK[:POOL]`` is a task of the suite under SmolLM2's states (mlx_sdm.app.suite_features:
+cached document features, ``--cache-dir``; ``--extract`` decodes what is missing).
 
 Parity, both ways: each SDK model is read by mlx-sdm and scored on the test rows beside ``sdm
 score`` (prediction, q, d, q′, both region α), and our nested model, written as ``.sdmkitmodel``,
