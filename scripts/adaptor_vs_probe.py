@@ -11,7 +11,7 @@ admitted count and wrong admissions on held-out (and shifted) rows, and the fit 
 Data sets: ``bbc`` and ``bbc-title`` (shipped MiniLM BBC News; test = held-out articles, shift =
 their titles), ``spam`` (shipped MiniLM SpamAssassin, shift = the later collection), and
 ``suite:TASK[:POOL]`` (SmolLM2 [mean(h); h_delimiter] features of the task suite's § 14 documents,
-from the feature cache (filled by ``--extract`` or ``scripts/build_suite_verifier.py --cache-dir``); the first
+from the feature cache (filled by ``--extract`` or ``mlx-sdm build-verifier``'s cache folder); the first
 POOL pool documents: 3/8 train, 3/8 calibration, 1/4 held-out test; shift = the task's shifted
 documents where cached); ``build:TASK``: that task's rows of the suite verifier's own build (its
 D_tr, D_ca, held-out and shifted documents).
@@ -35,9 +35,10 @@ import mlx_sdm  # noqa: F401  (BLAS before mlx)
 import numpy as np
 
 from mlx_sdm.calibration.data import LabelledSet
-from mlx_sdm.calibration.fit_config import FitConfig
 from mlx_sdm.calibration.estimator import SDMEstimator
-from mlx_sdm.calibration.training import logistic_regression
+from mlx_sdm.calibration.fit_config import FitConfig
+from mlx_sdm.app.suite_features import cached_features, task_feature_sets
+from mlx_sdm.calibration.fitting import scalar_probe
 
 ROOT = Path(__file__).resolve().parents[1]
 DATASETS = ROOT / "mlx_sdm" / "datasets"
@@ -61,96 +62,46 @@ def minilm_sets(name: str) -> dict[str, LabelledSet]:
     return {"train": train, "calibration": cal, "test": test, "shift": shifted}
 
 
-def _suite(name: str, default=None):
-    """The suite build's document helpers: ``mlx_sdm.app.suite_verifier`` where it has them (the
-    recipe-built suite), else ``scripts/build_suite_verifier.py``; ``default`` for a missing constant."""
-    import importlib
-
-    for module in ("mlx_sdm.app.suite_verifier", "scripts.build_suite_verifier"):
-        try:
-            found = getattr(importlib.import_module(module), name, None)
-        except ImportError:
-            continue
-        if found is not None:
-            return found
-    if default is None:
-        raise RuntimeError(f"no suite helper {name!r} in mlx_sdm.app.suite_verifier or scripts/build_suite_verifier.py")
-    return default
-
-
 def suite_sets(task_name: str, pool_size: int, cache_dir: Path, test_size: int, split: int = 0
                ) -> dict[str, LabelledSet]:
-    """Cached SmolLM2 features only (refuses to start the LM): the pool's first 3/4 in halves
-    (train, calibration), its last 1/4 the held-out test; the task's shifted documents when cached."""
-    constructed_documents, evaluation_documents = _suite("constructed_documents"), _suite("evaluation_documents")
-    from mlx_sdm.network.tasks.registry import load_tasks
-    from mlx_sdm.network.verifier import labelled_set
-
-    task = load_tasks([task_name])[0]
-    pool = constructed_documents(task, task.split("pool", size=pool_size), seed=0)
-    feats = cached_features(pool, cache_dir)
-    if split:  # another random partition of the same pool (--splits)
-        order = np.random.default_rng(split).permutation(len(pool))
-        pool, feats = [pool[i] for i in order], feats[order]
-    a, b = 3 * len(pool) // 8, 3 * len(pool) // 4
-    out = {"train": labelled_set(pool[:a], feats[:a]), "calibration": labelled_set(pool[a:b], feats[a:b]),
-           "test": labelled_set(pool[b:], feats[b:])}
-    shifted = evaluation_documents(task, "shifted", test_size, seed=0)
-    try:
-        out["shift"] = labelled_set(shifted, cached_features(shifted, cache_dir))
-    except RuntimeError:  # not cached: no shift column for this task
-        pass
-    return out
+    """Cached SmolLM2 features (``--extract``: computed where missing): see ``task_feature_sets``."""
+    return task_feature_sets(task_name, pool_size, feature_reader(cache_dir), test_size=test_size, split=split)
 
 
 def suite_build_sets(task_name: str, cache_dir: Path, test_size: int) -> dict[str, LabelledSet]:
-    """One task's rows of the suite verifier's own build (``scripts/build_suite_verifier.py`` defaults,
+    """One task's rows of the suite verifier's own build (the shipped recipe's pool sizes,
     seed 0): its D_tr and D_ca halves, read from the build's cache, and its held-out and shifted documents."""
-    evaluation_documents, pool_halves = _suite("evaluation_documents"), _suite("pool_halves")
-    sizes, per_task = _suite("DEFAULT_SIZES", {"bbc_topic": 1600}), _suite("DEFAULT_PER_TASK", 40)
+    from mlx_sdm.app.suite_verifier import evaluation_documents, pool_halves
+    from mlx_sdm.app.verifier_recipe import read_recipe
     from mlx_sdm.network.tasks.registry import load_tasks
     from mlx_sdm.network.verifier import labelled_set
+    from mlx_sdm.resources import default_verifier_dir
 
-    halves = {t.name: pool_halves(t, sizes.get(t.name, per_task), seed=0) for t in load_tasks(None)}
+    recipe = read_recipe(default_verifier_dir() / "recipe.json")
+    halves = {t.name: pool_halves(t, recipe.pool_size(t.name), seed=0) for t in load_tasks(None)}
     out = {}
     for key, part in (("train", 0), ("calibration", 1)):
         docs = [d for pair in halves.values() for d in pair[part]]
-        feats = cached_features(docs, cache_dir)
+        feats = cached_features_of(docs, cache_dir)
         keep = np.array([d.task == task_name for d in docs])
         out[key] = labelled_set([d for d, k in zip(docs, keep) if k], feats[keep])
     task = load_tasks([task_name])[0]
     for split, key in (("held_out", "test"), ("shifted", "shift")):
         docs = evaluation_documents(task, split, test_size, seed=0)
-        out[key] = labelled_set(docs, cached_features(docs, cache_dir))
+        out[key] = labelled_set(docs, cached_features_of(docs, cache_dir))
     return out
 
 
-class _CacheOnly:
-    """A stand-in LM for ``cached_document_features`` that fails instead of force-decoding."""
-
-    hidden_size = 576
-
-    def __init__(self):
-        import json
-
-        self.fingerprint = json.loads((ROOT / "weights" / "smollm2-suite" / "verifier.json").read_text())["model_fingerprint"]
-
-    def __getattr__(self, name):
-        raise RuntimeError("features not cached; run again with --extract (loads SmolLM2 and force-decodes)")
-
-
-#: The LM features are read with: the cache-only stand-in, or SmolLM2 itself with --extract.
+#: The LM features are computed with where not cached (--extract); None: the cache only.
 FEATURE_LM: list = []
 
 
-def cached_features(docs, cache_dir: Path) -> np.ndarray:
-    from mlx_sdm.app.verifiers import cached_document_features
-    from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE
+def feature_reader(cache_dir: Path):
+    return cached_features(cache_dir, FEATURE_LM[0] if FEATURE_LM else None)
 
-    if not FEATURE_LM:
-        FEATURE_LM.append(_CacheOnly())
-    return cached_document_features(FEATURE_LM[0], docs, delimiter=DELIMITER_JSON_CLOSE, cache_dir=cache_dir,
-                                     desc="features")
+
+def cached_features_of(docs, cache_dir: Path) -> np.ndarray:
+    return feature_reader(cache_dir)(docs)
 
 
 def transform(kind: str, fit_on: np.ndarray, clip: float):
@@ -191,7 +142,7 @@ def run_variant(sets: dict[str, LabelledSet], opts: dict, iterations: int) -> di
     support = set(est.support_ids)
     pool = LabelledSet.concat(sets["train"], sets["calibration"])
     sup_idx = np.array([i for i, rid in enumerate(pool.ids) if rid in support])
-    probe = fixed_probe(pool.subset(sup_idx))
+    probe = scalar_probe(pool.subset(sup_idx), int(pool.labels.max()) + 1)
     for key in ("test", "shift"):
         if key not in view:
             continue
@@ -202,13 +153,6 @@ def run_variant(sets: dict[str, LabelledSet], opts: dict, iterations: int) -> di
         out[f"probe_{key}"] = float(np.mean(probe(sets[key].embeddings) == y))
         out[f"adm_{key}"] = (int(a["admitted"].sum()), int((a["admitted"] & (a["prediction"] != y)).sum()), len(y))
     return out
-
-
-def fixed_probe(support: LabelledSet):
-    """Logistic regression on the support half under the paper's scalar normalisation."""
-    mu, sd = float(support.embeddings.mean()), float(support.embeddings.std(ddof=1))
-    w, b = logistic_regression((support.embeddings - mu) / sd, support.labels, int(support.labels.max()) + 1)
-    return lambda x: np.argmax(((x - mu) / sd) @ w + b, axis=1)
 
 
 def line(dataset: str, name: str, r: dict) -> str:

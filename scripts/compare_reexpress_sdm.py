@@ -6,6 +6,7 @@ in a venv of its own (``--sdk-venv``, default ``~/.cache/mlx-sdm/reexpress-sdm-v
 first use with ``python3 -m venv`` and ``pip install torch==2.13.0 reexpress-sdm==0.4.8``.
 
     .venv/bin/python scripts/compare_reexpress_sdm.py --dataset spam --dataset bbc
+    .venv/bin/python scripts/compare_reexpress_sdm.py --dataset suite:bbc_topic:800 --extract
     .venv/bin/python scripts/compare_reexpress_sdm.py --make-fixture tests/fixtures/reexpress_sdm
 
 For each data set (scripts/choose_defaults.py's splits: train, calibration, held-out test, shift;
@@ -15,6 +16,10 @@ it fits the SDK with its defaults (lr 1e-5, 20 epochs) and tuned (lr 1e-4, 50 ep
 own process under ``/usr/bin/time`` (wall seconds, peak resident memory), then prints one table:
 admitted, wrongly admitted, every class- and prediction-conditional stratum. The SDK admits a row
 when its DKW-lower region α ≥ 0.95 (``lowerRegionAlpha``), as our nested kind does.
+Each row also gives the no-reject accuracy of ŷ beside a logistic-regression probe fitted on the
+rows that model's adaptor was trained on (its support set), under the paper's scalar normalisation.
+``suite:TASK[:POOL]`` is a task of the suite under SmolLM2's states (mlx_sdm.app.suite_features:
+cached document features, ``--cache-dir``; ``--extract`` decodes what is missing).
 
 Parity, both ways: each SDK model is read by mlx-sdm and scored on the test rows beside ``sdm
 score`` (prediction, q, d, q′, both region α), and our nested model, written as ``.sdmkitmodel``,
@@ -91,9 +96,11 @@ def sdk_train(sdm: Path, files: dict[str, Path], out: Path, num_classes: int, ex
 
 
 def sdk_score(sdm: Path, model: Path, rows: Path, out: Path) -> list[dict]:
-    subprocess.run([str(sdm), "score", "--model", str(model), "--input", str(rows), "--output", str(out),
-                    "--nearest_exemplars", "0", "--matching_device", "cpu", "--overwrite"], check=True,
-                   stdout=subprocess.DEVNULL)
+    """``sdm score``'s rows; a scores file newer than the model is reused (an interrupted run resumes)."""
+    if not (out.is_file() and out.stat().st_mtime >= model.stat().st_mtime):
+        subprocess.run([str(sdm), "score", "--model", str(model), "--input", str(rows), "--output", str(out),
+                        "--nearest_exemplars", "0", "--matching_device", "cpu", "--overwrite"], check=True,
+                       stdout=subprocess.DEVNULL)
     return [{k: r[k] for k in ("id",) + SCORE_FIELDS} for r in map(json.loads, out.read_text().splitlines())]
 
 
@@ -157,9 +164,27 @@ def parity(est, ours: dict[str, np.ndarray], sdk: list[dict]) -> dict[str, int]:
     return out
 
 
-def row_cells(name: str, data: LabelledSet, prediction: np.ndarray, admitted: np.ndarray, num_classes: int) -> list[str]:
+def row_cells(name: str, data: LabelledSet, prediction: np.ndarray, admitted: np.ndarray, num_classes: int,
+              probe) -> list[str]:
+    """admitted, share, wrong, the strata, then the no-reject accuracy of ŷ beside the probe's."""
     r = table_row(name, data.labels, prediction, admitted, num_classes)
-    return [str(r.marginal.admitted), f"{r.marginal.fraction:.1%}", str(r.wrong)] + [s.cell() for s in r.strata()]
+    accuracy = float(np.mean(prediction == data.labels))
+    probe_accuracy = float(np.mean(probe(data.embeddings) == data.labels))
+    return ([str(r.marginal.admitted), f"{r.marginal.fraction:.1%}", str(r.wrong)] + [s.cell() for s in r.strata()]
+            + [f"{accuracy:.3f}", f"{probe_accuracy:.3f}"])
+
+
+def support_probe(model: Path, sets: dict[str, LabelledSet], num_classes: int):
+    """The logistic-regression probe on the rows the model's adaptor was trained on (its support
+    set, drawn from train ∪ calibration), under the paper's scalar normalisation."""
+    from mlx_sdm.calibration.estimator import SDMEstimator
+    from mlx_sdm.calibration.fitting import scalar_probe
+
+    est = SDMEstimator.load(model)
+
+    pool = LabelledSet.concat(sets["train"], sets["calibration"])
+    support = set(est.support_ids)
+    return scalar_probe(pool.subset(np.array([i for i, rid in enumerate(pool.ids) if rid in support])), num_classes)
 
 
 def run_dataset(sdm: Path, name: str, sets: dict[str, LabelledSet], work: Path) -> tuple[list[list[str]], list[str]]:
@@ -171,20 +196,23 @@ def run_dataset(sdm: Path, name: str, sets: dict[str, LabelledSet], work: Path) 
     for run, extra in SDK_RUNS.items():
         model = work / f"{name}-{run.replace(' ', '_')}.sdmkitmodel"
         seconds, mib = sdk_train(sdm, files, model, c, extra)
+        probe = support_probe(model, sets, c)
         for ev in evals:
             scores = sdk_score(sdm, model, files[ev], work / f"{model.stem}-{ev}.scores.jsonl")
             pred = np.array([r["prediction"] for r in scores])
             admitted = np.array([r["lowerRegionAlpha"] for r in scores]) >= ALPHA - 1e-9
-            rows.append([name, ev, run] + row_cells(run, sets[ev], pred, admitted, c) + [f"{seconds:.1f}", f"{mib:.0f}"])
+            rows.append([name, ev, run] + row_cells(run, sets[ev], pred, admitted, c, probe)
+                        + [f"{seconds:.1f}", f"{mib:.0f}"])
             notes.append(f"{name} {ev}: {run} read by mlx-sdm vs sdm score: {parity(*ours_scores(model, sets[ev]), scores)}")
     for run, extra in OUR_RUNS.items():
         model = work / f"{name}-{run.replace(' ', '_').replace(',', '')}"
         if "nested" in run:
             model = model.with_suffix(".sdmkitmodel")
         seconds, mib = ours_train(files, model, extra)
+        probe = support_probe(model, sets, c)
         for ev in evals:
             est, a = ours_scores(model, sets[ev])
-            rows.append([name, ev, run] + row_cells(run, sets[ev], a["prediction"], a["admitted"], c)
+            rows.append([name, ev, run] + row_cells(run, sets[ev], a["prediction"], a["admitted"], c, probe)
                         + [f"{seconds:.1f}", f"{mib:.0f}"])
             if "nested" in run:
                 scores = sdk_score(sdm, model, files[ev], work / f"{model.stem}-{ev}.scores.jsonl")
@@ -194,10 +222,10 @@ def run_dataset(sdm: Path, name: str, sets: dict[str, LabelledSet], work: Path) 
 
 def format_rows(rows: list[list[str]], max_classes: int) -> str:
     head = ["data", "rows", "estimator", "admitted", "share", "wrong"] + [f"y={i}" for i in range(max_classes)] + \
-        [f"ŷ={i}" for i in range(max_classes)] + ["marginal", "fit s", "peak MiB"]
+        [f"ŷ={i}" for i in range(max_classes)] + ["marginal", "accuracy ŷ", "LR probe", "fit s", "peak MiB"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        c = (len(r) - 9) // 2
+        c = (len(r) - 11) // 2
         pad = ["–"] * (max_classes - c)
         out.append("| " + " | ".join(r[:6] + r[6:6 + c] + pad + r[6 + c:6 + 2 * c] + pad + r[6 + 2 * c:]) + " |")
     return "\n".join(out)
@@ -248,9 +276,34 @@ def make_fixture(sdm: Path, out: Path) -> None:
         print(f"wrote {model} and {name}_expected.jsonl ({len(scores)} rows)")
 
 
+def load_sets(name: str, args) -> dict[str, LabelledSet]:
+    """scripts/choose_defaults.py's splits of ``spam`` and ``bbc``; for ``suite:TASK[:POOL]`` the
+    task's SmolLM2 document features (mlx_sdm.app.suite_features: 3/8 train, 3/8 calibration,
+    1/4 test of the pool; shift = the task's shifted documents where cached)."""
+    if name.startswith("suite:"):
+        from mlx_sdm.app.suite_features import cached_features, parse_suite_dataset, task_feature_sets
+
+        task, pool = parse_suite_dataset(name)
+        lm = None
+        if args.extract:
+            from mlx_sdm.lm.loading import load_model
+
+            lm = load_model()
+        return task_feature_sets(task, pool, cached_features(args.cache_dir, lm))
+    from choose_defaults import LOADERS
+
+    if name not in LOADERS:
+        raise SystemExit(f"--dataset {name}: expected spam, bbc or suite:TASK[:POOL]")
+    return LOADERS[name](0)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dataset", action="append", choices=("spam", "bbc"), help="data sets (default: both)")
+    p.add_argument("--dataset", action="append", metavar="NAME",
+                   help="spam, bbc or suite:TASK[:POOL] (a task of the suite under SmolLM2's states; default: spam, bbc)")
+    p.add_argument("--cache-dir", type=Path, default=ROOT / "runs" / "features",
+                   help="suite:TASK: the SmolLM2 feature cache (mlx-sdm build-verifier's cache folder)")
+    p.add_argument("--extract", action="store_true", help="suite:TASK: force-decode what is not cached (loads SmolLM2)")
     p.add_argument("--sdk-venv", type=Path, default=DEFAULT_VENV)
     p.add_argument("--work", type=Path, default=None, help="keep the models and scores here (default: a temp folder)")
     p.add_argument("--make-fixture", type=Path, metavar="DIR", help="write the parity test fixture and stop")
@@ -261,22 +314,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.make_fixture:
         make_fixture(sdm, args.make_fixture)
         return 0
-    from choose_defaults import LOADERS
-
     work = args.work or Path(tempfile.mkdtemp(prefix="compare-reexpress-"))
     work.mkdir(parents=True, exist_ok=True)
-    rows, notes = [], []
+    rows, notes, classes = [], [], 2
     for name in args.dataset or ["spam", "bbc"]:
-        sets = LOADERS[name](0)
+        sets = load_sets(name, args)
         if name == "spam" and args.spam_package:
             sets["hard-ham"] = hard_ham(args.spam_package, work)
-        r, n = run_dataset(sdm, name, sets, work)
+        r, n = run_dataset(sdm, name.replace(":", "-"), sets, work)
         rows += r
         notes += n
-        print(format_rows(r, 5 if name == "bbc" else 2))
+        classes = max(classes, int(sets["train"].labels.max()) + 1)
+        print(format_rows(r, int(sets["train"].labels.max()) + 1))
         print("\n".join(n), flush=True)
     print()
-    print(format_rows(rows, 5))
+    print(format_rows(rows, classes))
     print()
     print("\n".join(notes))
     return 0

@@ -11,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from mlx_sdm.calibration.adaptor import Normalization, apply_normalization
+from mlx_sdm.calibration.adaptor import Normalization, apply_normalization, scalar_normalization
 from mlx_sdm.calibration.canonical import KIND_V2
 from mlx_sdm.calibration.constants import Q_BINS
 from mlx_sdm.calibration.data import LabelledSet, check_fit_sets
@@ -96,6 +96,15 @@ def logistic_reference(support: LabelledSet, cal: LabelledSet, normalization: No
     lr_train = float(np.mean(np.argmax(x_tr @ lr_w + lr_b, 1) == support.labels))
     lr_cal = float(np.mean(np.argmax(x_ca @ lr_w + lr_b, 1) == cal.labels))
     return LogisticReference(lr_w, lr_b, lr_train, lr_cal)
+
+
+def scalar_probe(rows: LabelledSet, num_classes: int) -> Callable[[np.ndarray], np.ndarray]:
+    """Logistic regression fitted on ``rows`` under the paper's scalar normalisation (the mean and
+    std of all their entries), as a predictor x → ŷ: a fixed probe an adaptor trained on the same
+    rows is measured against, whatever that adaptor's own input scaling (issue 19)."""
+    normalization = scalar_normalization(rows.embeddings)
+    ref = logistic_reference(rows, rows, normalization, num_classes)
+    return lambda x: np.argmax(apply_normalization(x, normalization) @ ref.weight + ref.bias, axis=1)
 
 
 def fitted_state(best: IterationResult, support: LabelledSet, q_min_robust: float, offsets: np.ndarray,
