@@ -101,7 +101,7 @@ def _replayed_forecasts(session, params: FusedParams) -> list[float]:
 def test_the_shipped_policy_reproduces_its_pause_rate_on_the_recorded_sessions():
     policy, params = PausePolicy.shipped(), FusedParams.shipped()
     assert policy is not None and 0.10 <= policy.pause_rate <= 0.20
-    assert policy.chosen_on["file"] == CORPUS.name and policy.chosen_on["sessions"] == 351
+    assert policy.chosen_on["file"] == CORPUS.name and policy.chosen_on["sessions"] == 261
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         sessions = read_sessions_jsonl(CORPUS)

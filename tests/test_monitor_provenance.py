@@ -73,8 +73,7 @@ def test_a_labelled_verifier_is_another_verifier(tmp_path):
 
 
 def test_provenance_is_stored_and_read_back_and_old_files_read_as_unknown(tmp_path):
-    sessions = _corpus(2)
-    assert all(s.provenance is None for s in sessions)  # the shipped corpus predates provenance
+    sessions = [dataclasses.replace(s, provenance=None) for s in _corpus(2)]  # as files written before provenance
     sessions[0] = dataclasses.replace(sessions[0], provenance=_provenance())
     write_sessions_jsonl(tmp_path / "s.jsonl", sessions)
     back = read_sessions_jsonl(tmp_path / "s.jsonl")
@@ -114,7 +113,21 @@ def test_one_provenance_is_printed(tmp_path, capsys):
     assert "Made by:\n  12 sessions: mlx-sdm 0.1.0 @ abc123; model smollm2 (sha256 abababababab); verifier suite" \
         in capsys.readouterr().out
     assert eval_monitor.main([str(datasets_dir() / "session_corpus.jsonl.gz"), "--no-heldout", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["provenance"] == [{"sessions": 351, "provenance": None}]
+    (group,) = json.loads(capsys.readouterr().out)["provenance"]
+    assert group["sessions"] == 261
+
+
+def test_the_shipped_corpus_names_the_shipped_verifier_head_and_embedder():
+    """Issue 21: the corpus was made by the product as it ships (checksums of today's default artifacts)."""
+    from mlx_sdm.monitor.session_file.provenance import head_sha256, verifier_sha256
+    from mlx_sdm.monitor.session_file.reader import read_sessions_jsonl
+    from mlx_sdm.resources import default_head_dir, default_verifier_dir
+
+    provenances = {s.provenance for s in read_sessions_jsonl(datasets_dir() / "session_corpus.jsonl.gz")}
+    (p,) = provenances
+    assert p.verifier.sha256 == verifier_sha256(default_verifier_dir())
+    assert p.head.sha256 == head_sha256(default_head_dir())
+    assert p.embedder.name.startswith("minilm") and p.embedder.sha256
 
 
 def test_a_chat_export_names_what_the_store_recorded(tmp_path):
