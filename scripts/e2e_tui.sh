@@ -59,7 +59,7 @@ pane() { tmux capture-pane -p -t "$SESSION"; }
 # The chat column only: no left border, no monitor panel, no indentation.
 chat_column() { pane | sed -e 's/[[:space:]]*▏.*$//' -e 's/^ █ \{0,1\}//' -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//'; }
 # Turn N's lines: from its "assistant · turn N" title to its monitor line.
-turn_block() { chat_column | awk -v t="assistant · turn $1" '$0 == t {f = 1; next} f && /^AUQ / {exit} f {print}'; }
+turn_block() { no_toasts || true; chat_column | awk -v t="assistant · turn $1" '$0 == t {f = 1; next} f && /^AUQ / {exit} f {print}'; }
 turn_answer() { turn_block "$1" | awk '/^(▸|▾) / {exit} {print}' | sed '/^$/d'; }
 turn_badge() { turn_block "$1" | grep -E "^[▸▾]? ?$BADGE" | head -1 | sed 's/^[▸▾] //'; }
 support_in_status() { pane | grep -o "· support [0-9]*" | grep -o "[0-9]*$" | tail -1; }
