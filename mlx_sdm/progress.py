@@ -69,12 +69,6 @@ class PlainProgress:
             self.printed_step = step
             self._line()
 
-    def clear(self) -> None:
-        """Nothing to clear: a plain progress line is never redrawn (tqdm's ``clear`` before a message)."""
-
-    def refresh(self) -> None:
-        """Nothing to redraw (tqdm's ``refresh``)."""
-
     def set_description(self, desc: str, refresh: bool = True) -> None:
         self.desc = desc
 

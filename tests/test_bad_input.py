@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import json
 import warnings
 from pathlib import Path
 

@@ -165,7 +165,7 @@ def _raise_text_row_error(row: dict, *, path: str, line: int) -> None:
     """A row with "prompt"/"completion" but no "embedding" read as an embedding row: name the real problem."""
     for key in ("prompt", "completion"):
         if key not in row:
-            raise DataError(f"missing; a text row needs \"prompt\" and \"completion\" strings (and \"label\" 0/1 "
+            raise DataError("missing; a text row needs \"prompt\" and \"completion\" strings (and \"label\" 0/1 "
                             "for training), an embedding row needs \"embedding\"", path=path, line=line, field=key)
     raise DataError("a text row {prompt, completion} where embedding rows are read: text rows need a document "
                     "verifier (the folder holding verifier.json, made by `mlx-sdm train` on text rows), "

@@ -164,7 +164,6 @@ def _state(root: Path, m: dict, flat: np.ndarray, vectors: np.ndarray, records: 
 
 
 def _our_manifest(root: Path, m: dict, settings: NestedSettings) -> dict:
-    cfg = m["configuration"]
     ours = (m.get("metadata") or {}).get(MLX_SDM_KEY) or {}
     return {**_kit_manifest(root, m, settings), **{k: ours[k] for k in OUR_KEYS if k in ours}}
 

@@ -233,7 +233,6 @@ def load_head(directory: str | Path, model: nn.Module, fingerprint: dict[str, An
     check_fingerprint(manifest.get("base_model", {}), fingerprint, what="this head", where=str(directory))
     reference = output_head_weight(model)
     head_format = manifest.get("head_format", HEAD_FORMAT_FULL)
-    change = None
     if head_format == HEAD_FORMAT_LOW_RANK:
         u, v = _low_rank_factors_of(directory / LOW_RANK_WEIGHTS_FILE, reference, manifest.get("low_rank", {}))
         positive = reference + u @ v

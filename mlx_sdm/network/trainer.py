@@ -32,7 +32,7 @@ from mlx_sdm.calibration.constants import SOFTMAX_D, SOFTMAX_Q
 from mlx_sdm.errors import DataError
 from mlx_sdm.network.checkpoint import CheckpointError, read_checkpoint, write_checkpoint
 from mlx_sdm.network.data import FinetuneDocument, documents_hash
-from mlx_sdm.network.finetune_scoring import LMScorer, Scorer, admitted_count, outcomes_from_rows, score_all
+from mlx_sdm.network.finetune_scoring import Scorer, admitted_count, outcomes_from_rows, score_all
 from mlx_sdm.network.finetune_steps import (
     build_train_step,
     gather_token_targets,

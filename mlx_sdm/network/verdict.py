@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping
 
 from mlx_sdm.calibration.constants import ALPHA_PRIME
 from mlx_sdm.network.coverage import VerifierCoverage, VerifierTask, read_coverage

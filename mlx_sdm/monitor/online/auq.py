@@ -25,7 +25,6 @@ from mlx_sdm.monitor.online.auq_confidence import (
     ResponseSampler,
     adaptive_semantic_entropy,
     calibrate,
-    entropy_confidence,
     fuse,
     parse_verbalized_confidence,
 )

@@ -19,7 +19,6 @@ import numpy as np
 from mlx_sdm.errors import DataError
 from mlx_sdm.jsonl import iter_jsonl_objects
 from mlx_sdm.network.encoding import (
-    BBC_TOPICS,
     CHOICE_LETTERS,
     FACTCHECK,
     MULTIPLE_CHOICE,
