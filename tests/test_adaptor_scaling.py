@@ -100,14 +100,18 @@ def test_per_dimension_folder_round_trips_and_refuses_missing_vectors(per_dimens
         SDMEstimator.load(tmp_path / "est")
 
 
-def test_folder_saved_before_per_dimension_scaling_predicts_bit_identically(tmp_path):
+def test_folder_saved_before_per_dimension_scaling_predicts_the_same(tmp_path):
     """A folder (and its outputs) written by mlx-sdm before per-dimension scaling; see fixtures/README.md."""
     expected = np.load(OLD_FOLDER / "expected.npz")
     est = SDMEstimator.load(OLD_FOLDER / "estimator")
     assert est.manifest["format_version"] == 1 and "scaling" not in est.manifest["normalization"]
     got = est.predict_arrays(expected["inputs"])
-    for key in ("prediction", "q", "d", "q_bin", "p_lower", "admitted", "softmax"):
-        assert np.array_equal(got[key], expected[key], equal_nan=True), key
+    for key in ("prediction", "q", "q_bin", "admitted"):  # the discrete outputs: exactly
+        assert np.array_equal(got[key], expected[key]), key
+    # the float64 outputs to the last few bits: another CPU's BLAS kernels (the fixture was written on an Intel
+    # machine; AMD EPYC differs by 1 ulp, 5.6e-17) round a sum differently
+    for key in ("d", "p_lower", "softmax"):
+        assert np.allclose(got[key], expected[key], rtol=0, atol=1e-12, equal_nan=True), key
     assert np.array_equal(est.logistic_regression_predict(expected["inputs"]), expected["lr"])
     est.save(tmp_path / "again")  # a scalar folder is still written as format_version 1
     assert json.loads((tmp_path / "again" / "manifest.json").read_text())["format_version"] == 1

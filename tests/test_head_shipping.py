@@ -110,7 +110,9 @@ def test_reported_error_matches_a_recomputation(tmp_path, lm):
     assert info["relative_error_of_head"] == pytest.approx(error / np.linalg.norm(positive), rel=1e-4)
     s = np.linalg.svd(positive - reference, compute_uv=False)
     assert info["truncation_error"] == pytest.approx(np.sqrt(np.sum(s[rank:] ** 2) / np.sum(s ** 2)), rel=1e-4)
-    assert info["truncation_error"] <= info["relative_error"] < 1
+    # Eckart-Young: no rank-5 change is closer than the truncated SVD; the stored error is computed in float32
+    # (within ~1e-7 relative of its float64 value), so it may sit that much under the float64 optimum
+    assert info["truncation_error"] <= info["relative_error"] * (1 + 1e-6) and info["relative_error"] < 1
     u_v = mx.load(str(tmp_path / "small" / LOW_RANK_WEIGHTS_FILE))
     assert u_v["u"].shape == (lm.vocab_size, rank) and u_v["v"].shape == (rank, lm.hidden_size)
     assert u_v["u"].dtype == u_v["v"].dtype == mx.float16
