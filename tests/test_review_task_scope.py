@@ -14,6 +14,7 @@ from mlx_sdm.network.coverage import TaskRoute
 from mlx_sdm.network.verifier import DocumentVerifier, FeatureRecipe
 from mlx_sdm.session.schema import AnswerRecord, TaskScope
 from mlx_sdm.session.store import ChatStore
+from tests.stored import judged
 from tests.tiny_verifier import build_tiny_verifier
 
 V, OTHER = "/verifiers/suite", "/verifiers/other"
@@ -23,7 +24,7 @@ def _label(store, text, *, verifier, task, label=1, value=1.0):
     """An answer judged under (verifier, task), queued and labelled with the task it was stored under."""
     s = store.create_session(text)
     store.add_message(s.id, "user", text)
-    mid = store.add_answer(AnswerRecord(s.id, text, verdict_status="not_verified", verdict={"reason": "below_threshold"},
+    mid = store.add_answer(AnswerRecord(s.id, text, verdict_status="not_verified", verdict=judged(),
                                         features=np.full(4, value), feature_model="m", verifier=verifier,
                                         task=TaskScope(task), review_reasons=["below_threshold"]))
     message = store.message(mid)

@@ -126,7 +126,7 @@ def test_chat_completion_carries_a_verdict_and_is_stored(served):
     messages = served.store.messages(session_id)
     assert [m.role for m in messages] == ["user", "assistant"]
     assert messages[1].text == choice.message.content
-    assert messages[1].verdict["status"] == verdict["status"] and messages[1].features is not None
+    assert messages[1].verdict_status.value == verdict["status"] and messages[1].features is not None
     assert messages[0].metadata.source == messages[1].metadata.source == "api:chat"  # who asked, typed
     if verdict["status"] != "verified":  # not verified: in the TUI's review queue
         assert [i.message_id for i in served.store.review_items(session_id=session_id)] == [messages[1].id]

@@ -77,7 +77,7 @@ def test_kill_9_mid_stream_leaves_the_store_consistent(tmp_path):
         finished = store.messages(done.model_extra["session_id"])
         assert [m.role for m in finished] == ["user", "assistant"]
         assert finished[1].text == done.choices[0].message.content
-        assert finished[1].verdict["status"] == done.model_extra["verdict"]["status"]
+        assert finished[1].verdict_status.value == done.model_extra["verdict"]["status"]
         # the killed stream stored nothing half: no answer, and no lone user message either
         assert "API · killed" not in sessions or store.messages(sessions["API · killed"].id) == []
         for item in store.review_items():  # every review entry points at a whole answer with its verdict

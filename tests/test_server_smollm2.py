@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+from mlx_sdm.network.verdict import VerdictStatus
+
 pytest.importorskip("openai")
 pytest.importorskip("uvicorn")
 
@@ -45,7 +47,7 @@ def test_the_readme_article_gets_a_verified_answer_that_ends_at_the_judged_unit(
     assert verdict["status"] == "verified" and verdict["p_lower"] >= 0.95 and verdict["reason"].startswith("Verified")
     assert verdict["exemplars"][0]["text"]
     stored = topic_server.store.messages(reply.model_extra["session_id"])[-1]
-    assert stored.verdict["status"] == "verified" and stored.review_id is None  # verified: not in the review queue
+    assert stored.verdict_status is VerdictStatus.VERIFIED and stored.review_id is None  # verified: not in the review queue
 
 
 def test_verify_rejects_a_wrong_topic_made_elsewhere(topic_server):

@@ -59,6 +59,8 @@ def test_turn_streams_then_verdict_monitor_and_one_stored_answer(make_engine):
     seq = kinds(events, result.turn)
     assert seq[: result.tokens] == ["token"] * result.tokens and result.tokens == 12  # max_tokens, streamed one by one
     assert seq[result.tokens:] == ["verdict", "monitor", "finished"]
+    (finished,) = [e for e in events if e.kind == "finished" and e.turn == result.turn]
+    assert finished.result is result  # the last event carries the one typed turn record the future resolves to
     assert "".join(e.piece.text for e in events if e.kind == "token" and e.turn == result.turn) == result.text
     assert all(e.piece.logprob <= 0 for e in events if e.kind == "token" and e.piece.logprob is not None)
     assert result.status == "done" and result.first_token_s is not None and result.first_token_s < result.generation_s + 1
@@ -75,8 +77,9 @@ def test_turn_streams_then_verdict_monitor_and_one_stored_answer(make_engine):
     assert mon["tracer_risk"] >= 0 and mon["tracer"]["surprisal_source"] == "logprobs"
     user, answer = store.messages(session.id)
     assert user.text == QUESTION and answer.id == result.message_id and answer.text == result.text
-    assert answer.verdict == verdict and answer.verdict_status == result.verdict_status
-    assert answer.monitor == mon and answer.monitor["level"] == "low"
+    # the store reads the turn back as the same types the turn made (JSON only inside SQLite)
+    assert answer.verdict == result.verdict and answer.verdict_status is result.verdict_status
+    assert answer.monitor == result.monitor and answer.monitor.level.value == "low"
     assert answer.token_count == 12 and len(answer.tokens) == 12
     assert answer.features.shape == (64,) and answer.feature_model == engine.info().feature_model
     assert answer.prompt[-1] == {"role": "user", "content": QUESTION}
@@ -242,4 +245,4 @@ def test_prefix_reuse_gives_the_features_of_a_full_recompute(make_engine):
         assert a.text == b.text
         np.testing.assert_allclose(a.token_logprobs, b.token_logprobs, atol=1e-4)
         np.testing.assert_allclose(a.features, b.features, rtol=1e-4, atol=1e-5)
-        assert a.monitor["auq"]["p_true_confidence"] == pytest.approx(b.monitor["auq"]["p_true_confidence"], abs=1e-4)
+        assert a.monitor.auq["p_true_confidence"] == pytest.approx(b.monitor.auq["p_true_confidence"], abs=1e-4)

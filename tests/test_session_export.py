@@ -150,7 +150,7 @@ def test_session_outcome_follows_the_verdicts_and_review_labels(tmp_path):
     assert session_to_format(store, aborted).outcome == "failure"
     left, _ = session(("paused", "verified"),)
     assert (session_to_format(store, left).outcome, session_to_format(store, left).termination) == (None, "abandoned")
-    unknown, _ = session(("done", "unverifiable"),)
+    unknown, _ = session(("done", "no_verifier"),)
     assert session_to_format(store, unknown).outcome is None
     # review labels override: an unacceptable label anywhere is a failure, an acceptable last answer a success
     (first_rejected,) = [i for i in store.review_items(session_id=ok)]

@@ -71,7 +71,7 @@ def test_kill_mid_turn_loses_nothing_stored(tmp_path):
     for answer_id, user_id in stored:
         assert msgs[user_id].role == "user"
         answer = msgs[answer_id]
-        assert answer.verdict_status in {"verified", "not_verified", "out_of_scope"} and answer.monitor["level"] == "medium"
+        assert answer.verdict_status in {"verified", "not_verified", "out_of_scope"} and answer.monitor.level.value == "medium"
         assert answer.features is not None and answer.token_count > 0
     # the turn that was killed: its question and the answer so far (marked interrupted, text kept)
     *_, question, cut = msgs.values()

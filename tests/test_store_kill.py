@@ -14,11 +14,13 @@ import numpy as np
 
 from mlx_sdm.session.schema import AnswerRecord
 from mlx_sdm.session.store import ChatStore
+from tests.stored import judged, reading
 
 WRITER = r"""
 import sys
 import numpy as np
 from mlx_sdm.session.store import AnswerRecord, ChatStore
+from tests.stored import judged, reading
 
 store = ChatStore(sys.argv[1])
 session = store.create_session("killed")
@@ -29,7 +31,7 @@ while True:
     mid = store.add_answer(AnswerRecord(
         session.id, f"answer {i} " + "x" * 2000, tokens=["a"] * 50, token_logprobs=[-0.1] * 50,
         features=np.full(256, i, dtype=np.float32), feature_model="m", verdict_status="not_verified",
-        verdict={"p_lower": 0.1, "reason": "below_threshold", "exemplars": []}, monitor={"level": "high"},
+        verdict=judged(), monitor=reading("high"),
         review_reasons=["below_threshold"],
     ))
     print("committed", i, mid, flush=True)
@@ -69,8 +71,8 @@ def test_sigkill_mid_write_loses_nothing_committed(tmp_path):
     by_id = {m.id: m for m in answers}
     for i, mid in committed:  # every write the writer saw commit is there, whole
         m = by_id[mid]
-        assert m.text.startswith(f"answer {i} ") and m.verdict["reason"] == "below_threshold"
-        assert m.monitor == {"level": "high"} and m.token_count == 50
+        assert m.text.startswith(f"answer {i} ") and m.verdict == judged() and m.verdict.reason == "below_threshold"
+        assert m.monitor == reading("high") and m.token_count == 50
         np.testing.assert_array_equal(m.features, np.full(256, i, dtype=np.float32))
     # an answer is never there without its verdict and queue entry (one transaction each)
     assert all(m.verdict is not None and m.review_id is not None for m in answers)
@@ -83,6 +85,7 @@ def test_sigkill_mid_write_loses_nothing_committed(tmp_path):
 PARTIAL_WRITER = r"""
 import sys
 from mlx_sdm.session.store import ChatStore
+from tests.stored import judged, reading
 
 store = ChatStore(sys.argv[1])
 session = store.create_session()
@@ -143,7 +146,7 @@ def test_a_live_writers_answer_is_not_marked_interrupted_and_finishes_in_place(t
     assert reader.messages(session.id)[-1].status == "in_progress" and reader.messages(session.id)[-1].text == "Hello"
     mid = writer.finish_answer(answer_id, AnswerRecord(
         session.id, "Hello there.", tokens=["Hello", " there."], token_logprobs=[-0.1, -0.2],
-        verdict_status="not_verified", verdict={"p_lower": 0.2, "reason": "below_threshold"},
+        verdict_status="not_verified", verdict=judged(p_lower=0.2),
         review_reasons=["below_threshold"]))
     answer = reader.messages(session.id)[-1]
     assert mid == answer_id and answer.status == "done" and answer.text == "Hello there." and answer.token_count == 2

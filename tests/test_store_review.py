@@ -10,6 +10,7 @@ import pytest
 from mlx_sdm.errors import DataError
 from mlx_sdm.session.schema import AnswerRecord
 from mlx_sdm.session.store import ChatStore
+from tests.stored import judged
 
 
 def _fill(store):
@@ -19,10 +20,10 @@ def _fill(store):
     store.add_message(a.id, "user", "q1")
     ids["a_ok"] = store.add_answer(AnswerRecord(a.id, "fine", verdict_status="verified", features=np.ones(4), feature_model="m"))
     store.add_message(a.id, "user", "q2")
-    ids["a_ood"] = store.add_answer(AnswerRecord(a.id, "weird", verdict_status="out_of_scope", verdict={"reason": "out_of_distribution"},
+    ids["a_ood"] = store.add_answer(AnswerRecord(a.id, "weird", verdict_status="out_of_scope", verdict=judged("out_of_distribution", d=0.0),
                                     features=np.full(4, 2.0), feature_model="m", review_reasons=["out_of_distribution"]))
     store.add_message(b.id, "user", "q3")
-    ids["b_low"] = store.add_answer(AnswerRecord(b.id, "meh", verdict_status="not_verified", verdict={"reason": "below_threshold"},
+    ids["b_low"] = store.add_answer(AnswerRecord(b.id, "meh", verdict_status="not_verified", verdict=judged(),
                                     features=np.full(4, 3.0), feature_model="other",
                                     review_reasons=["below_threshold", "escalated_high"]))
     return a, b, ids

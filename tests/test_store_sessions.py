@@ -8,10 +8,15 @@ import numpy as np
 import pytest
 
 from mlx_sdm.errors import ArtifactError, DataError
+from mlx_sdm.monitor.online.auq_escalation import UncertaintyLevel
+from mlx_sdm.monitor.online.reading import MonitorReading
+from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
 from mlx_sdm.session.message_meta import MessageMeta
 from mlx_sdm.session.migrations import MIGRATIONS, SCHEMA_VERSION
 from mlx_sdm.session.schema import AnswerRecord
 from mlx_sdm.session.store import ChatStore
+
+VERIFIED_097 = DocumentVerdict.from_dict({"prediction": 1, "p_lower": 0.97, "admitted": True, "q": 5, "d": 0.1})
 
 
 def test_wal_mode_and_schema_version(tmp_path):
@@ -35,8 +40,8 @@ def test_session_lifecycle_and_reopen(tmp_path):
     mid = store.add_answer(AnswerRecord(
         a.id, "Yes.", prompt=[{"role": "user", "content": "Is Paris the capital of France?"}],
         tokens=["Yes", "."], token_logprobs=[-0.5, -1.5], features=feats, feature_model="abc",
-        verdict_status="verified", verdict=verdict, verifier="weights/default",
-        monitor={"level": "low", "action": "proceed", "cumulative_confidence": 0.84, "tracer_risk": 0.7},
+        verdict_status=VerdictStatus.VERIFIED, verdict=DocumentVerdict.from_dict(verdict), verifier="weights/default",
+        monitor=MonitorReading(cumulative_confidence=0.84, tracer_risk=0.7),
     ))
     store.rename_session(a.id, "capitals")
     store.close()
@@ -49,8 +54,10 @@ def test_session_lifecycle_and_reopen(tmp_path):
     ans = msgs[1]
     assert ans.id == mid and ans.text == "Yes." and ans.token_count == 2
     assert ans.logprob_mean == pytest.approx(-1.0) and ans.logprob_min == pytest.approx(-1.5)
-    assert ans.verdict == verdict and ans.verdict_status == "verified"
-    assert ans.monitor["cumulative_confidence"] == pytest.approx(0.84)
+    # read back as the same types (JSON only inside SQLite)
+    assert ans.verdict == DocumentVerdict.from_dict(verdict) and ans.verdict_status is VerdictStatus.VERIFIED
+    assert ans.verdict.verdict.exemplars[0].text == "x" and ans.verdict.verdict.softmax == [0.03, 0.97]
+    assert ans.monitor == MonitorReading(cumulative_confidence=0.84, tracer_risk=0.7)
     np.testing.assert_array_equal(ans.features, feats)
     assert ans.review_id is None
     row = store._query("SELECT p_lower, reason FROM verdicts WHERE message_id = ?", (mid,))[0]
@@ -94,13 +101,15 @@ def test_migration_from_v1_keeps_data(tmp_path):
     msgs = store.messages("s1")
     assert [m.text for m in msgs] == ["hi", "hello"]
     assert msgs[0].kind == "chat" and msgs[1].features is None  # new columns got their defaults
-    assert msgs[1].verdict == {"p_lower": 0.4} and msgs[1].verdict_status == "not_verified"  # v4: "rejected" is now named by state
+    assert msgs[1].verdict is not None and msgs[1].verdict_status is VerdictStatus.NOT_VERIFIED  # v4: "rejected" is now named by state
     # the new tables work on the migrated file
-    mid = store.add_answer(AnswerRecord("s1", "again", verdict_status="not_verified", verdict={"p_lower": 0.1, "reason": "out_of_distribution"},
-                           monitor={"level": "high"}, review_reasons=["out_of_distribution", "escalated_high"]))
+    high = MonitorReading(level=UncertaintyLevel.HIGH)
+    ood = DocumentVerdict.from_dict({"prediction": 1, "p_lower": 0.1, "admitted": False, "reason": "out_of_distribution"})
+    mid = store.add_answer(AnswerRecord("s1", "again", verdict_status=VerdictStatus.OUT_OF_SCOPE, verdict=ood,
+                           monitor=high, review_reasons=["out_of_distribution", "escalated_high"]))
     (item,) = store.review_items()
     assert item.message_id == mid and item.reasons == ["out_of_distribution", "escalated_high"]
-    assert item.prompt == "hi" and item.monitor == {"level": "high"}
+    assert item.prompt == "hi" and item.monitor == high and item.verdict == ood
     assert store.integrity_check() == "ok"
 
 
@@ -128,7 +137,7 @@ def test_add_turn_writes_question_and_answer_in_one_transaction(tmp_path, monkey
     store = ChatStore(tmp_path / "turn.db")
     session = store.create_session("t")
     user_id, answer_id = store.add_turn(
-        "Capital of France?", AnswerRecord(session.id, "Paris.", verdict_status="verified", verdict={"p_lower": 0.97},
+        "Capital of France?", AnswerRecord(session.id, "Paris.", verdict_status=VerdictStatus.VERIFIED, verdict=VERIFIED_097,
                                            verifier="v", review_reasons=("below",)),
         user_metadata=MessageMeta(source="api:test"))
     user, answer = store.messages(session.id)

@@ -43,7 +43,7 @@ async def test_escape_stops_the_answer_and_autoscroll_follows_only_at_the_bottom
     session = store.create_session("Long").id
     for i in range(10):  # enough history to scroll
         store.add_message(session, "user", f"Q{i}?")
-        store.add_answer(AnswerRecord(session, f"A{i}.\n\nMore.", verdict_status="unverifiable"))
+        store.add_answer(AnswerRecord(session, f"A{i}.\n\nMore.", verdict_status="no_verifier"))
     # The tiny model never emits end-of-turn and streams thousands of tokens a second on a quiet
     # machine: give it a budget it cannot finish while the test scrolls and presses escape.
     long_answer = 500_000
@@ -104,7 +104,7 @@ async def test_medium_is_logged_and_the_turn_goes_on(store, verifier_dir):
         async with app.run_test(size=SIZE) as pilot:
             bubble = await send(pilot, app, "Is the sky blue?")  # send() also checks no prompt is open
             answer = [m for m in store.messages(app.chat.session_id) if m.role == "assistant"][-1]
-            assert answer.status == "done" and answer.monitor["level"] == "medium"
+            assert answer.status == "done" and answer.monitor.level.value == "medium"
             assert str(bubble.query_one(".monitor-line").render()).startswith("AUQ MEDIUM")
             assert any("MEDIUM uncertainty logged" in n.message for n in app._notifications)
     finally:

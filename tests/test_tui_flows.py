@@ -102,7 +102,7 @@ async def test_message_streams_and_gets_a_badge(store, verifier_dir):
             assert badge.status == stored[0].verdict_status
             shown = str(badge.render())
             if badge.status == "verified":
-                assert f"p_lower {stored[0].verdict['p_lower']:.3f}" in shown
+                assert f"p_lower {stored[0].verdict.verdict.p_lower:.3f}" in shown
             else:
                 words = {"not_verified": "✘ not verified ·", "out_of_scope": "○ out of scope ·"}
                 assert words[badge.status] in shown
@@ -110,9 +110,9 @@ async def test_message_streams_and_gets_a_badge(store, verifier_dir):
             # the monitor line and panel show the stored AUQ / TRACER reading of the turn
             monitor = stored[0].monitor
             line = str(bubble.query_one(".monitor-line").render())
-            assert line.startswith(f"AUQ LOW · P {monitor['cumulative_confidence']:.3f} · TRACER {monitor['tracer_risk']:.2f}")
+            assert line.startswith(f"AUQ LOW · P {monitor.cumulative_confidence:.3f} · TRACER {monitor.tracer_risk:.2f}")
             rows = app.chat.query_one("#monitor").rows
-            assert [(r["turn"], r["confidence"]) for r in rows] == [(1, monitor["cumulative_confidence"])]
+            assert [(r.turn, r.confidence) for r in rows] == [(1, monitor.cumulative_confidence)]
     finally:
         engine.shutdown()
 
@@ -134,17 +134,17 @@ async def test_expanding_the_badge_shows_the_evidence(store, engine):
     app = SdmChatApp(engine=engine, store=store)
     async with app.run_test(size=SIZE) as pilot:
         bubble = await send(pilot, app, "Rome is the capital of Italy. Check the claim.")
-        verdict = store.messages(app.chat.session_id)[-1].verdict
+        verdict = store.messages(app.chat.session_id)[-1].verdict.verdict
         assert bubble.evidence is not None and not bubble.evidence.display
         bubble.badge.focus()
         await pilot.press("enter")
         await pilot.pause()
         assert bubble.evidence.display and bubble.badge.expanded
         text = plain(bubble.evidence.shown)
-        assert f"q {verdict['q']}" in text and f"⌊q̃⌋ {verdict['q_bin']}" in text
-        assert verdict["exemplars"], "the tiny verifier returns exemplars"
-        for exemplar in verdict["exemplars"]:
-            assert exemplar["id"][:10] in text
+        assert f"q {verdict.q}" in text and f"⌊q̃⌋ {verdict.q_bin}" in text
+        assert verdict.exemplars, "the tiny verifier returns exemplars"
+        for exemplar in verdict.exemplars:
+            assert exemplar.id[:10] in text
         await pilot.press("enter")
         await pilot.pause()
         assert not bubble.evidence.display
@@ -153,8 +153,8 @@ async def test_expanding_the_badge_shows_the_evidence(store, engine):
         await pilot.pause()
         assert isinstance(app.screen, EvidenceScreen)
         full = plain(app.screen.shown)
-        assert verdict["exemplars"][0]["text"] in full.replace("\n", " ").replace("  ", " ") or all(
-            word in full for word in verdict["exemplars"][0]["text"].split()
+        assert verdict.exemplars[0].text in full.replace("\n", " ").replace("  ", " ") or all(
+            word in full for word in verdict.exemplars[0].text.split()
         )
 
 

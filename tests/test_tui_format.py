@@ -2,15 +2,18 @@
 
 from types import SimpleNamespace
 
+from mlx_sdm.monitor.online.auq_escalation import EscalationAction, UncertaintyLevel
+from mlx_sdm.monitor.online.reading import MonitorReading
+from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, verdict_words
 from tui.format import (
     badge_text,
     decision_label,
     format_p,
     format_risk,
     level_label,
+    monitor_summary,
     reason_label,
     shorten,
-    verdict_status,
 )
 
 VERIFIED = {"admitted": True, "prediction": 1, "p_lower": 0.97349, "reason": None, "q": 12, "d": 0.5}
@@ -30,31 +33,42 @@ def test_reasons_read_in_plain_words():
     assert reason_label(None) == "" and reason_label("") == ""
 
 
+def words(stored, reason=None):
+    """The words of a verdict as the store reads it back (a stored dict -> DocumentVerdict, the SQLite edge)."""
+    return verdict_words(DocumentVerdict.from_dict(stored), no_verifier_reason=reason)
+
+
 def test_three_states_by_the_one_rule():
-    assert verdict_status(VERIFIED) == "verified"
-    assert verdict_status(OOD) == "out_of_scope"
-    assert verdict_status(BELOW) == "not_verified"
-    assert verdict_status(None) == "no_verifier"
-    assert verdict_status(None, "unverifiable") == "no_verifier"  # rows stored before "no_verifier"
-    assert verdict_status(NOT_A_TASK) == "out_of_scope"
+    assert words(VERIFIED).status is VerdictStatus.VERIFIED
+    assert words(OOD).status is VerdictStatus.OUT_OF_SCOPE
+    assert words(BELOW).status is VerdictStatus.NOT_VERIFIED
+    assert words(None).status is VerdictStatus.NO_VERIFIER
+    assert words({"status": "unverifiable"}).status is VerdictStatus.NO_VERIFIER  # rows stored before "no_verifier"
+    assert words(NOT_A_TASK).status is VerdictStatus.OUT_OF_SCOPE
     # admitted but predicted unacceptable: in scope, not verified
-    assert verdict_status({"admitted": True, "prediction": 0}) == "not_verified"
-    assert verdict_status({"admitted": True, "prediction": 1}, "not_verified") == "not_verified"  # the engine's word wins
+    assert words({"admitted": True, "prediction": 0, "p_lower": 0.99}).status is VerdictStatus.NOT_VERIFIED
 
 
 def test_badge_text():
-    assert badge_text(VERIFIED) == "▸ ✔ verified · p_lower 0.973"
-    assert badge_text(VERIFIED, expanded=True) == "▾ ✔ verified · p_lower 0.973"
-    assert badge_text(BELOW) == "▸ ✘ not verified · not confident enough"
+    assert badge_text(words(VERIFIED)) == "▸ ✔ verified · p_lower 0.973"
+    assert badge_text(words(VERIFIED), expanded=True) == "▾ ✔ verified · p_lower 0.973"
+    assert badge_text(words(BELOW)) == "▸ ✘ not verified · not confident enough"
     # out of scope is neutral: no red cross
-    assert badge_text(OOD) == "▸ ○ out of scope · unlike what it was built on"
-    assert badge_text(NOT_A_TASK) == "▸ ○ out of scope · not one of the verifier's tasks"
-    assert badge_text({"admitted": True, "prediction": 0, "p_lower": 0.99, "reason": "predicted_unacceptable"}) == (
+    assert badge_text(words(OOD)) == "▸ ○ out of scope · unlike what it was built on"
+    assert badge_text(words(NOT_A_TASK)) == "▸ ○ out of scope · not one of the verifier's tasks"
+    assert badge_text(words({"admitted": True, "prediction": 0, "p_lower": 0.99, "reason": "predicted_unacceptable"})) == (
         "▸ ✘ not verified · likely wrong")
-    assert badge_text(None) == "· no verifier · no verifier fits this model"
-    assert badge_text(None, reason="verification is off (--verifier none)") == (
+    assert badge_text(words(None)) == "· no verifier · no verifier fits this model"
+    assert badge_text(words(None, reason="verification is off (--verifier none)")) == (
         "· no verifier · verification is off (--verifier none)"
     )
+
+
+def test_monitor_summary():
+    reading = MonitorReading(level=UncertaintyLevel.MEDIUM, action=EscalationAction.PROCEED_WITH_LOG,
+                             cumulative_confidence=0.6123, tracer_risk=1.234)
+    assert monitor_summary(reading) == "AUQ MEDIUM · P 0.612 · TRACER 1.23"
+    assert monitor_summary(MonitorReading()) == "AUQ LOW · P — · TRACER —"
 
 
 def test_numbers_and_levels():

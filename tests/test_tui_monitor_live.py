@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from mlx_sdm.monitor.online.reading import MonitorReading
+
 from tests.test_tui_flows import SIZE, make_engine, plain, send, verifier_dir  # noqa: F401  (fixture)
 from mlx_sdm.session.store import ChatStore
 from tui.app import SdmChatApp
@@ -30,16 +32,16 @@ async def test_the_ok_column_fills_live_and_matches_the_reopened_session(tmp_pat
             await send(pilot, app, "Why did you pick that?")
             panel = app.chat.query_one("#monitor")
             stored = [m for m in store.messages(app.chat.session_id) if m.role == "assistant"]
-            live = [r["fused"]["p"] for r in panel.rows]
-            assert live == pytest.approx([m.monitor["extra"]["fused"]["p"] for m in stored])
+            live = [r.fused["p"] for r in panel.rows]
+            assert live == pytest.approx([m.monitor.fused_p for m in stored])
             shown = _ok_column(panel)
             assert shown == [f"{100 * p:.0f}%" for p in live] and "—" not in shown
             # the line under an answer says why the measured policy escalated it
             bubble = [b for b in app.chat.query(MessageBubble) if b.role == "assistant"][-1]
-            bubble.set_monitor({"level": "medium", "cumulative_confidence": 0.9, "tracer_risk": 0.1,
-                                "action": "pause_for_human",
-                                "degenerate": {"kind": "loop", "reason": "the answer loops: 'a b' repeated 5 times in a row"},
-                                "forecast_pause": {"p": 0.01, "threshold": 0.0243, "pause_rate": 0.15}})
+            bubble.set_monitor(MonitorReading.from_dict(
+                {"level": "medium", "cumulative_confidence": 0.9, "tracer_risk": 0.1, "action": "pause_for_human",
+                 "degenerate": {"kind": "loop", "reason": "the answer loops: 'a b' repeated 5 times in a row"},
+                 "forecast_pause": {"p": 0.01, "threshold": 0.0243, "pause_rate": 0.15}}))
             line = str(bubble.query_one(".monitor-line").render())
             assert "· the answer loops: 'a b' repeated 5 times in a row" in line
             assert "· the fused forecast 1% is below the measured threshold 2%" in line

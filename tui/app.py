@@ -18,8 +18,9 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from tui.bridge import Bridge
-from tui.messages import OpenEvidence
+from tui.widgets.verdict import VerdictBadge
 from tui.screens.chat import ChatScreen
+from tui.screens.clipboard import CLIPBOARD_FILE
 from tui.screens.help import HelpScreen
 from tui.screens.prompts import CopyFallback, TextPrompt
 from tui.screens.review import ReviewScreen
@@ -146,7 +147,7 @@ class SdmChatApp(App):
             return
         self.notify(f"Wrote {rows} training rows to {path}", title="Review labels", timeout=10)
 
-    def on_open_evidence(self, message: OpenEvidence) -> None:
+    def on_verdict_badge_open_evidence(self, message: VerdictBadge.OpenEvidence) -> None:
         """A verdict badge asked for the full evidence (widgets post; the app pushes screens)."""
         from tui.screens.evidence import EvidenceScreen
 
@@ -163,7 +164,7 @@ class SdmChatApp(App):
         self.chat.insert_prompt(prompt)
 
     def action_show_copied(self) -> None:
-        path = self.bridge.data_dir / "clipboard.txt"
+        path = self.bridge.data_dir / CLIPBOARD_FILE
         text = path.read_text(encoding="utf-8") if path.exists() else ""
         self.push_screen(CopyFallback(text or "(nothing copied yet: ctrl+y copies the last answer)", str(path)))
 

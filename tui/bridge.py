@@ -11,12 +11,22 @@ Textual thread workers, never from the UI thread.
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from mlx_sdm.session.events import EngineEvent
+from textual.message_pump import MessagePump
+
+from mlx_sdm.network.coverage import VerifierCoverage
+from mlx_sdm.session.events import EngineEvent, PauseInfo
+from mlx_sdm.session.review import DecisionResult
+from mlx_sdm.session.schema import Decision, MessageRecord, ReviewItem, SessionInfo
+from mlx_sdm.session.store import ChatStore
 from tui.messages import engine_message
+
+if TYPE_CHECKING:  # the engine module loads the MLX pipeline
+    from mlx_sdm.session.engine import ChatEngine
 
 #: How long a UI worker waits for the engine to apply a review decision, an undo or a delete (seconds).
 DECISION_TIMEOUT_S = 300.0
@@ -38,16 +48,16 @@ class UiInfo:
 
 
 class Bridge:
-    def __init__(self, engine: Any, store: Any) -> None:
+    def __init__(self, engine: ChatEngine, store: ChatStore) -> None:
         self.engine = engine
         self._original_engine = engine
         self.store = store
         self.data_dir = Path(store.path).parent
-        self._target: Any = None
+        self._target: MessagePump | None = None
         self._unsubscribe: Callable[[], None] | None = None
 
     # ----- events -------------------------------------------------------------------------------
-    def attach(self, target: Any) -> None:
+    def attach(self, target: MessagePump) -> None:
         """Deliver every engine event to ``target`` (a Textual widget) as its own Textual message."""
         self._target = target
         if self._unsubscribe is not None:
@@ -76,7 +86,7 @@ class Bridge:
         exc = ready.exception()
         return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
-    def when_loaded(self, callback) -> bool:
+    def when_loaded(self, callback: Callable[[], None]) -> bool:
         """Call ``callback()`` on the engine's thread when loading ends; False if it already has."""
         if self.engine.ready.done():
             return False
@@ -108,58 +118,57 @@ class Bridge:
         verifier = info.verifier_path if info is not None else None
         return self.store.create_session(title, model=model, verifier=verifier).id
 
-    def send(self, session_id: str, text: str) -> Any:
+    def send(self, session_id: str, text: str) -> Future:
         return self.engine.send(session_id, text)
 
-    def resume(self, session_id: str, guidance: str) -> Any:
+    def resume(self, session_id: str, guidance: str) -> Future:
         return self.engine.resume(session_id, guidance)
 
-    def pending_pause(self, session_id: str) -> Any:
-        """The turn of this session waiting for guidance (a ``PauseInfo``), or None."""
+    def pending_pause(self, session_id: str) -> PauseInfo | None:
+        """The turn of this session waiting for guidance, or None."""
         return self.engine.pending_pause(session_id)
 
     def cancel(self) -> None:
         self.engine.cancel()
 
     # ----- store reads and renames (SQLite, no MLX: fine on the UI thread) -----------------------
-    def sessions(self) -> list[Any]:
+    def sessions(self) -> list[SessionInfo]:
         return self.store.list_sessions()
 
-    def session(self, session_id: str) -> Any:
+    def session(self, session_id: str) -> SessionInfo:
         return self.store.get_session(session_id)
 
-    def messages(self, session_id: str) -> list[Any]:
+    def messages(self, session_id: str) -> list[MessageRecord]:
         return self.store.messages(session_id)
 
-    def rename_session(self, session_id: str, title: str) -> Any:
+    def rename_session(self, session_id: str, title: str) -> SessionInfo:
         return self.store.rename_session(session_id, title)
 
-    def review_items(self, **filters: Any) -> list[Any]:
+    def review_items(self, **filters: Any) -> list[ReviewItem]:
         return self.store.review_items(**filters)
 
     def review_reasons(self) -> list[str]:
         return self.store.review_reasons()
 
-    def last_decision(self) -> Any:
+    def last_decision(self) -> Decision | None:
         return self.store.last_decision()
 
     def export_training_rows(self, path: str | Path) -> int:
         return self.store.export_training_rows(path)
 
-    def coverage(self) -> Any:
-        """What the loaded verifier covers (``VerifierCoverage``; empty until loaded or without a verifier)."""
-        from mlx_sdm.network.coverage import VerifierCoverage
-
+    def coverage(self) -> VerifierCoverage:
+        """What the loaded verifier covers (empty until loaded or without a verifier)."""
         info = self.engine.info()
         return info.coverage if info is not None else VerifierCoverage()
 
     # ----- review (blocking: call from a thread worker) ----------------------------------------
-    def decide(self, review_id: int, label: int, *, note: str | None = None, completion: str | None = None) -> Any:
-        """Record a decision; the engine adds the point to the verifier's support set. Returns a ``DecisionResult``."""
+    def decide(self, review_id: int, label: int, *, note: str | None = None,
+               completion: str | None = None) -> DecisionResult:
+        """Record a decision; the engine adds the point to the verifier's support set."""
         return self.engine.decide(review_id, label, note=note, completion=completion).result(timeout=DECISION_TIMEOUT_S)
 
-    def undo(self) -> Any:
-        """Undo the last decision (its point leaves the support set). Returns a ``DecisionResult`` or None."""
+    def undo(self) -> DecisionResult | None:
+        """Undo the last decision (its point leaves the support set); None when there was none."""
         return self.engine.undo_decision().result(timeout=DECISION_TIMEOUT_S)
 
     def delete_session(self, session_id: str) -> int:

@@ -5,9 +5,10 @@ Kept free of Textual so the wording is tested on its own and shared by the chat,
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
-from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, VerdictWords, status_from_dict, verdict_words
+from mlx_sdm.monitor.online.reading import MonitorReading
+from mlx_sdm.network.verdict import VerdictStatus, VerdictWords
 
 #: A verdict's reason code -> the words the user reads (mlx_sdm.network.verdict reasons).
 REASON_LABELS: dict[str, str] = {
@@ -47,34 +48,22 @@ def reason_label(reason: str | None) -> str:
     return reason.replace("_", " ")
 
 
-def verdict_status(verdict: Mapping[str, Any] | None, status: str | None = None) -> str:
-    """A ``VerdictStatus`` value: the engine's status when given, else read off a stored verdict dict by
-    the one rule (None = no verifier judged it)."""
-    state = VerdictStatus.read(status) or status_from_dict(verdict) or VerdictStatus.NO_VERIFIER
-    return state.value
-
-
-def stored_verdict_words(verdict: Mapping[str, Any] | None, reason: str | None = None) -> VerdictWords:
-    """The one badge and sentence (network/verdict.verdict_words) of a stored verdict dict."""
-    return verdict_words(DocumentVerdict.from_dict(verdict), no_verifier_reason=reason)
-
-
 def format_p(value: float | None) -> str:
     """A probability to three decimals; ``—`` when absent (p_lower is None outside the index-conditional region)."""
     return "—" if value is None else f"{float(value):.3f}"
 
 
-def badge_text(
-    verdict: Mapping[str, Any] | None,
-    *,
-    status: str | None = None,
-    reason: str | None = None,
-    expanded: bool = False,
-) -> str:
-    """The one-line badge under an answer (``▸ ✔ verified · p_lower 0.973``): the one rule's badge."""
+def badge_text(words: VerdictWords, *, expanded: bool = False) -> str:
+    """The one-line badge under an answer (``▸ ✔ verified · p_lower 0.973``): the one rule's badge, with
+    an arrow when there is evidence to expand."""
     arrow = "▾" if expanded else "▸"
-    words = stored_verdict_words(verdict, reason)
     return words.badge if words.status is VerdictStatus.NO_VERIFIER else f"{arrow} {words.badge}"
+
+
+def monitor_summary(reading: MonitorReading) -> str:
+    """A monitor reading in one line: ``AUQ LOW · P 0.812 · TRACER 0.10``."""
+    return (f"AUQ {level_label(reading.level.value)} · P {format_p(reading.cumulative_confidence)}"
+            f" · TRACER {format_risk(reading.tracer_risk)}")
 
 
 def level_label(level: str | None) -> str:

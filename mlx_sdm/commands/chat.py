@@ -11,11 +11,14 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 from mlx_sdm.errors import MlxSdmError
 
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
+
+if TYPE_CHECKING:
+    from mlx_sdm.session.events import TurnResult
 DEFAULT_EMBEDDER = "minilm"
 DEFAULT_DB_NAME = "chat.db"
 APP_NAME = "mlx-sdm"
@@ -180,15 +183,16 @@ def _plain_event_handler(out, logged: list[str]):
     a logged escalation's message kept in ``logged`` for after the answer."""
     from mlx_sdm.app.prefill_progress import PrefillProgress
     from mlx_sdm.monitor.online.auq_escalation import EscalationAction
+    from mlx_sdm.session.events import EngineEvent, EscalationEvent, PrefillEvent, TokenEvent
 
     prefill_progress = PrefillProgress()
 
-    def on_event(event) -> None:
-        if event.kind == "prefill":
+    def on_event(event: EngineEvent) -> None:
+        if isinstance(event, PrefillEvent):
             prefill_progress(event.done, event.total)
-        elif event.kind == "token" and event.piece.phase == "answer":
+        elif isinstance(event, TokenEvent) and event.piece.phase == "answer":
             out(event.piece.text, end="")
-        elif event.kind == "escalation" and event.escalation.action is EscalationAction.PROCEED_WITH_LOG:
+        elif isinstance(event, EscalationEvent) and event.escalation.action is EscalationAction.PROCEED_WITH_LOG:
             logged.append(event.escalation.message)
 
     return on_event
@@ -301,16 +305,15 @@ def _open_plain_session(store, info, session_id: str | None, title: str | None, 
     return session_id
 
 
-def _print_turn(result, out, logged: list[str], timing: bool) -> bool:
+def _print_turn(result: TurnResult, out, logged: list[str], timing: bool) -> bool:
     """The lines after an answer: verdict and why, unverified text, monitor, escalation. True when paused."""
-    from mlx_sdm.network.verdict import verdict_words
+    from mlx_sdm.session.escalation import TurnStatus
     from mlx_sdm.session.export import monitor_line, verdict_line
 
     out()
-    verdict = result.verdict.to_dict() if result.verdict is not None else None
-    out(f"[{verdict_line(result.verdict_status, verdict, result.verdict_reason)}]")
-    if result.verdict_status is not None:
-        out(f"[{verdict_words(result.verdict, no_verifier_reason=result.verdict_reason).sentence}]")
+    out(f"[{verdict_line(result.verdict_status, result.verdict, result.verdict_reason)}]")
+    if result.words is not None:
+        out(f"[{result.words.sentence}]")
     if result.unverified_tail.strip():
         out(f"[unverified: the verdict covers only {result.judged_text.strip()!r}; the rest was not checked]")
     out(f"[{monitor_line(result.monitor)}]")
@@ -318,21 +321,21 @@ def _print_turn(result, out, logged: list[str], timing: bool) -> bool:
         out(f"[{message}]")
     if timing:
         out(f"[timing: {_timing_line(result)}]")
-    if result.status == "paused":
+    if result.status is TurnStatus.PAUSED:
         out(f"[PAUSED at {result.monitor.level.value.upper()} uncertainty: give guidance on the next line, "
             "or an empty line to move on]")
         if result.reflection:
             out(f"[reflection: {result.reflection.strip()}]")
-    elif result.status == "aborted":
+    elif result.status is TurnStatus.ABORTED:
         out(f"[ABORTED: {result.explanation}]")
-    elif result.status == "cancelled":
+    elif result.status is TurnStatus.CANCELLED:
         out("[stopped]")
     if result.review_id is not None:
         out(f"[queued for review as #{result.review_id}]")
-    return result.status == "paused"
+    return result.status is TurnStatus.PAUSED
 
 
-def _timing_line(result) -> str:
+def _timing_line(result: TurnResult) -> str:
     first = "n/a" if result.first_token_s is None else f"{result.first_token_s:.3f} s"
     rate = result.tokens / result.generation_s if result.generation_s else 0.0
     return (f"first token {first} after Enter; {result.tokens} tokens in {result.generation_s or 0:.2f} s ({rate:.1f} tok/s); "

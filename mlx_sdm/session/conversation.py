@@ -37,11 +37,11 @@ def pending_pause(records: Sequence[MessageRecord]) -> PauseInfo | None:
         if m.role == "assistant" and m.kind == "chat":
             if m.status != "paused":
                 return None
-            meta, mon = m.metadata, m.monitor or {}
+            meta, mon = m.metadata, m.monitor
             return PauseInfo(
-                session_id=m.session_id, message_id=m.id, level=mon.get("level"),
-                confidence=mon.get("cumulative_confidence"),
+                session_id=m.session_id, message_id=m.id, level=mon.level.value if mon else None,
+                confidence=mon.cumulative_confidence if mon else None,
                 reflection=meta.reflection or meta.reflection_prompt,
-                irreversible=bool(mon.get("irreversible")), message=meta.pause_message or "",
+                irreversible=bool(mon and mon.irreversible), message=meta.pause_message or "",
             )
     return None

@@ -34,15 +34,13 @@ from mlx_sdm.session.events import (
     TurnFinishedEvent,
     TurnResult,
 )
-from mlx_sdm.session.escalation import TurnStatus
 from mlx_sdm.session.review import DecisionResult, ReviewService
 from mlx_sdm.session.store import ChatStore
 from mlx_sdm.session.turn import TurnComponents, TurnOptions, TurnRequest
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 from mlx_sdm.session.turn_events import EventObserver
-from mlx_sdm.session.turn_service import StoredTurn, TurnService
+from mlx_sdm.session.turn_service import TurnService
 from mlx_sdm.session.worker import MlxWorker
-from mlx_sdm.network.verdict import verdict_words
 
 ComponentsFactory = Callable[["EngineConfig"], TurnComponents]
 
@@ -291,26 +289,12 @@ class ChatEngine:
                                      verifier=service.verifier_path, monitor=monitor)
             queued_s = time.perf_counter() - started
             stored = service.run_turn(session_id, request, observer=observer, stop=self._cancel, monitor=monitor)
-            self._emit(on_event, observer.finished(stored.outcome, stored.message_id, stored.review_id))
-            return _result(session_id, turn, user_id, stored, queued_s)
         except BaseException as exc:
             self._emit(on_event, ErrorEvent(session_id=session_id, turn=turn, message=str(exc), error_type=type(exc).__name__))
-            self._emit(on_event, TurnFinishedEvent(session_id=session_id, turn=turn, status="error"))
+            self._emit(on_event, TurnFinishedEvent(session_id=session_id, turn=turn))
             raise
+        result = TurnResult.of(session_id, turn, stored.outcome, message_id=stored.message_id,
+                               review_id=stored.review_id, user_message_id=user_id, queued_s=queued_s)
+        self._emit(on_event, TurnFinishedEvent(session_id=session_id, turn=turn, result=result))
+        return result
 
-
-def _result(session_id: str, turn: int, user_id: int, stored: StoredTurn, queued_s: float) -> TurnResult:
-    outcome, message_id, review_id = stored.outcome, stored.message_id, stored.review_id
-    verdict = outcome.verdict
-    cancelled = outcome.status is TurnStatus.CANCELLED
-    return TurnResult(
-        session_id=session_id, turn=turn, status=outcome.status.value, text=outcome.text, message_id=message_id,
-        verdict_status=None if cancelled else verdict_words(verdict).status.value,
-        verdict=verdict, monitor=outcome.monitor, review_id=review_id,
-        verdict_reason=None if cancelled else outcome.verdict_reason, reflection=outcome.reflection_shown,
-        explanation=outcome.escalation.explanation, user_message_id=user_id,
-        first_token_s=None if outcome.first_token_s is None else queued_s + outcome.first_token_s,
-        generation_s=outcome.generation_s, tokens=len(outcome.tokens),
-        prompt_tokens=outcome.prompt_tokens, reused_tokens=outcome.reused_tokens,
-        judged_text=outcome.judged_text, unverified_tail=outcome.unverified_tail,
-    )

@@ -9,9 +9,10 @@ Events arrive on the ENGINE's thread, in this order for one turn::
     EscalationEvent?                 an Escalation: proceed_with_log (MEDIUM), pause_for_human (HIGH /
                                      irreversible tool) or abort (CRITICAL)
     TokenEvent*  (phase "reflection", only on a HIGH pause with reflection generation on)
-    TurnFinishedEvent                status done / paused / aborted / cancelled / error
+    TurnFinishedEvent                the turn's typed record (TurnResult: status done / paused / aborted /
+                                     cancelled, the verdict, the reading, the stored ids)
 
-``ErrorEvent`` may come at any time (then ``TurnFinishedEvent(status="error")`` for a turn);
+``ErrorEvent`` may come at any time (then a ``TurnFinishedEvent`` without a record, status error);
 ``SupportEvent`` follows a review decision or undo; ``StatusEvent`` reports loading / ready.
 A UI re-posts them to its own thread (Textual: ``App.call_from_thread``); a callback must not block.
 """
@@ -24,8 +25,8 @@ from typing import Any, Callable, ClassVar
 from mlx_sdm.monitor.online.reading import HistoryPoint, MonitorReading
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, VerdictWords, verdict_words
 from mlx_sdm.network.coverage import VerifierCoverage
-from mlx_sdm.session.escalation import Escalation
-from mlx_sdm.session.turn import TokenPiece
+from mlx_sdm.session.escalation import Escalation, TurnStatus
+from mlx_sdm.session.turn import TokenPiece, TurnOutcome
 
 
 @dataclass
@@ -96,14 +97,15 @@ class EscalationEvent(EngineEvent):
 
 @dataclass
 class TurnFinishedEvent(EngineEvent):
+    """The turn's last event: its typed record (the same :class:`TurnResult` the engine's future
+    resolves to), or None when the turn failed before it produced one (an :class:`ErrorEvent` came first)."""
+
     kind: ClassVar[str] = "finished"
-    status: str = "done"  # "done" | "paused" | "aborted" | "cancelled" | "error"
-    message_id: int | None = None  # the stored answer
-    text: str = ""
-    reflection: str | None = None  # on a pause: the model's statement of its uncertainty (or the injected prompt)
-    explanation: str | None = None  # on an abort: why
-    review_id: int | None = None  # set when the answer landed in the review queue
-    unverified_tail: str = ""  # text after the unit the verifier judged (not covered by the verdict)
+    result: "TurnResult | None" = None
+
+    @property
+    def status(self) -> TurnStatus:
+        return self.result.status if self.result is not None else TurnStatus.ERROR
 
 
 @dataclass
@@ -152,18 +154,23 @@ class EngineInfo:
 
 @dataclass
 class TurnResult:
+    """One turn as every front end reads it: what was answered, its verdict and monitor reading, how
+    the turn ended and what the store keeps of it. Built once per turn (``TurnResult.of``); the engine's
+    future resolves to it and :class:`TurnFinishedEvent` carries it."""
+
     session_id: str
     turn: int
-    status: str  # "done" | "paused" | "aborted" | "cancelled" | "error"
+    status: TurnStatus
     text: str
     message_id: int | None
-    verdict_status: str | None  # a VerdictStatus value; None if cancelled
+    verdict_status: VerdictStatus | None  # None if cancelled
     verdict: DocumentVerdict | None
     monitor: MonitorReading | None
     review_id: int | None = None
     verdict_reason: str | None = None  # why rejected, or why unverifiable
-    reflection: str | None = None
-    explanation: str | None = None
+    reflection: str | None = None  # on a pause: the model's statement of its uncertainty (or the injected prompt)
+    explanation: str | None = None  # on an abort: why
+    escalation: Escalation = field(default_factory=Escalation)
     user_message_id: int | None = None
     first_token_s: float | None = None  # seconds from the call to the first streamed token
     generation_s: float | None = None
@@ -172,6 +179,30 @@ class TurnResult:
     reused_tokens: int = 0  # prompt tokens served from the previous turn's KV cache (not prefilled again)
     judged_text: str = ""  # the span the verdict covers
     unverified_tail: str = ""  # text after it (empty when the answer stopped at the judged unit)
+
+    @property
+    def words(self) -> VerdictWords | None:
+        """The badge and sentence a person reads (None: the turn made no verdict, e.g. stopped)."""
+        if self.verdict_status is None:
+            return None
+        return verdict_words(self.verdict, no_verifier_reason=self.verdict_reason)
+
+    @classmethod
+    def of(cls, session_id: str, turn: int, outcome: TurnOutcome, *, message_id: int | None,
+           review_id: int | None, user_message_id: int | None = None, queued_s: float = 0.0) -> "TurnResult":
+        """The record of a turn the pipeline ran (``queued_s``: how long it waited for the engine)."""
+        cancelled = outcome.status is TurnStatus.CANCELLED
+        return cls(
+            session_id=session_id, turn=turn, status=outcome.status, text=outcome.text, message_id=message_id,
+            verdict_status=None if cancelled else verdict_words(outcome.verdict).status,
+            verdict=outcome.verdict, monitor=outcome.monitor, review_id=review_id,
+            verdict_reason=None if cancelled else outcome.verdict_reason, reflection=outcome.reflection_shown,
+            explanation=outcome.escalation.explanation, escalation=outcome.escalation, user_message_id=user_message_id,
+            first_token_s=None if outcome.first_token_s is None else queued_s + outcome.first_token_s,
+            generation_s=outcome.generation_s, tokens=len(outcome.tokens),
+            prompt_tokens=outcome.prompt_tokens, reused_tokens=outcome.reused_tokens,
+            judged_text=outcome.judged_text, unverified_tail=outcome.unverified_tail,
+        )
 
 
 @dataclass

@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
-from typing import Mapping
 
 from mlx_sdm.atomic import atomic_write_text
 from mlx_sdm.errors import DataError
@@ -22,40 +21,31 @@ from mlx_sdm.monitor.session_file.records import (
 from mlx_sdm.monitor.session_file.writer import write_session_jsonl, write_sessions_jsonl
 from mlx_sdm.monitor.session_file.provenance import Provenance
 from mlx_sdm.monitor.online.reading import MonitorReading
-from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, VerdictWords, verdict_words
+from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, verdict_words
 from mlx_sdm.session.store import ChatStore
 from mlx_sdm.session.schema import MessageRecord
 
 EXPORT_FORMATS = ("markdown", "jsonl")
 
 
-def stored_words(verdict: Mapping | None, reason: str | None = None) -> VerdictWords:
-    """The words of a stored verdict dict (None: no verifier judged it; ``reason`` says why)."""
-    return verdict_words(DocumentVerdict.from_dict(verdict), no_verifier_reason=reason)
-
-
-def verdict_line(status: str | None, verdict: Mapping | None, reason: str | None = None) -> str:
-    """One line naming the verdict's state and badge, as the plain chat prints it (``verdict``: a stored
-    verdict dict; ``reason``: why no verifier judged it, if known), with the numbers when there are any."""
+def verdict_line(status: VerdictStatus | None, verdict: DocumentVerdict | None, reason: str | None = None) -> str:
+    """One line naming the verdict's state and badge, as the plain chat prints it (``reason``: why no
+    verifier judged it, if known), with the numbers when there are any."""
     if status is None:
         return "verdict: none"
-    words = stored_words(verdict, reason)
+    words = verdict_words(verdict, no_verifier_reason=reason)
     line = f"verdict: {words.status.words.upper()} · {words.short.split(' · ', 1)[-1]}"
-    if verdict and verdict.get("q") is not None:
-        line += (f" · p_lower={_num(verdict.get('p_lower'))} q={verdict.get('q')} d={_num(verdict.get('d'))} "
-                 f"q_bin={verdict.get('q_bin')}")
+    judged = verdict.verdict if verdict is not None else None
+    if judged is not None:
+        line += f" · p_lower={_num(judged.p_lower)} q={judged.q} d={_num(judged.d)} q_bin={judged.q_bin}"
     return line
 
 
-def monitor_line(monitor: MonitorReading | Mapping | None) -> str:
-    if isinstance(monitor, MonitorReading):
-        monitor = monitor.to_dict()
-    if not monitor:
+def monitor_line(monitor: MonitorReading | None) -> str:
+    if monitor is None:
         return "monitor: none"
-    return (
-        f"monitor: AUQ {str(monitor.get('level') or 'n/a').upper()} cumulative confidence {_num(monitor.get('cumulative_confidence'))}"
-        f" · TRACER risk {_num(monitor.get('tracer_risk'))}"
-    )
+    return (f"monitor: AUQ {monitor.level.value.upper()} cumulative confidence {_num(monitor.cumulative_confidence)}"
+            f" · TRACER risk {_num(monitor.tracer_risk)}")
 
 
 def _num(x) -> str:
@@ -87,12 +77,13 @@ def _message_markdown(m: MessageRecord) -> list[str]:
     out.append(f"> {verdict_line(m.verdict_status, m.verdict, meta.verdict_reason)}  ")
     out.append(f"> {monitor_line(m.monitor)}")
     out.append("")
-    if m.verdict and m.verdict.get("exemplars"):
+    exemplars = m.verdict.verdict.exemplars if m.verdict is not None and m.verdict.verdict is not None else []
+    if exemplars:
         out.append("Nearest training exemplars:")
         out.append("")
-        for e in m.verdict["exemplars"]:
-            text = (e.get("text") or "").replace("\n", " ")
-            out.append(f"- `{e.get('id')}` label {e.get('label')} (predicted {e.get('prediction')}), distance {_num(e.get('distance'))}: {text}")
+        for e in exemplars:
+            text = (e.text or "").replace("\n", " ")
+            out.append(f"- `{e.id}` label {e.label} (predicted {e.prediction}), distance {_num(e.distance)}: {text}")
         out.append("")
     if meta.reflection_prompt:
         out += ["**Reflection requested** (HIGH uncertainty):", "", f"> {meta.reflection_prompt}", ""]
@@ -120,9 +111,9 @@ def session_outcome(messages: list[MessageRecord], decisions: dict) -> tuple[str
         return "success", "complete"
     if last.status == "paused":
         return None, "abandoned"
-    if last.status == "aborted" or VerdictStatus.read(last.verdict_status) in {VerdictStatus.NOT_VERIFIED, VerdictStatus.OUT_OF_SCOPE}:
+    if last.status == "aborted" or last.verdict_status in {VerdictStatus.NOT_VERIFIED, VerdictStatus.OUT_OF_SCOPE}:
         return "failure", "complete"
-    if VerdictStatus.read(last.verdict_status) is VerdictStatus.VERIFIED:
+    if last.verdict_status is VerdictStatus.VERIFIED:
         return "success", "complete"
     return None, None
 
@@ -141,7 +132,7 @@ def session_to_format(store: ChatStore, session_id: str) -> Session:
             continue
         if m.role != "assistant" or m.kind != "chat":
             continue
-        mon = m.monitor or {}
+        mon = m.monitor
         calls = [ToolCall(name=c["name"], arguments=c.get("arguments", {})) for c in m.metadata.tool_calls]
         step_type = "tool_call" if calls else "llm_call"
         tokens, logprobs = m.tokens, m.token_logprobs
@@ -149,11 +140,12 @@ def session_to_format(store: ChatStore, session_id: str) -> Session:
             tokens = logprobs = None
         verifier = None
         if m.verdict is not None:
-            verifier = VerifierOutput(p_lower=m.verdict.get("p_lower"), admitted=m.verdict.get("admitted"),
-                                      reason=m.verdict.get("reason"), prediction=m.verdict.get("prediction"),
-                                      task=m.verdict.get("task"))
-        auq = AUQOutput(**{k: v for k, v in mon["auq"].items() if k in AUQOutput.__dataclass_fields__}) if mon.get("auq") else None
-        tracer = TracerOutput(**{k: v for k, v in mon["tracer"].items() if k in TracerOutput.__dataclass_fields__}) if mon.get("tracer") else None
+            judged = m.verdict.verdict
+            verifier = VerifierOutput(p_lower=judged.p_lower if judged else None,
+                                      admitted=bool(judged.admitted) if judged else False, reason=m.verdict.reason,
+                                      prediction=int(judged.prediction) if judged else None, task=m.verdict.task)
+        auq = AUQOutput(**{k: v for k, v in mon.auq.items() if k in AUQOutput.__dataclass_fields__}) if mon and mon.auq else None
+        tracer = TracerOutput(**{k: v for k, v in mon.tracer.items() if k in TracerOutput.__dataclass_fields__}) if mon and mon.tracer else None
         steps.append(SessionStep(
             step_id=step_id_for(step_type, "agent", len(steps)), actor="agent", step_type=step_type, text=m.text,
             tool_calls=calls, token_logprobs=logprobs, tokens=tokens, turn_index=turn, timestamp=m.created_at,

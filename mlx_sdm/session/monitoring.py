@@ -23,6 +23,7 @@ from mlx_sdm.monitor.online.auq_escalation import (
     UncertaintyPolicy,
 )
 from mlx_sdm.monitor.forecast.policy import apply_policy
+from mlx_sdm.monitor.forecast.verdict import TurnVerdict
 from mlx_sdm.monitor.online.reading import HistoryPoint, MonitorReading
 from mlx_sdm.monitor.online.tracer import TracerConfig, TracerMonitor
 from mlx_sdm.network.verdict import ACCEPTABLE, DocumentVerdict
@@ -87,9 +88,9 @@ class SessionMonitor:
             elif m.role == "assistant" and m.kind == "chat" and m.monitor:
                 calls = list(m.metadata.tool_calls)
                 out = self.tracer.observe(self._agent_step(m.text, m.tokens, m.token_logprobs, calls))
-                reading = m.monitor if isinstance(m.monitor, MonitorReading) else MonitorReading.from_dict(m.monitor)
+                reading = m.monitor
                 if self.fused is not None:
-                    self.fused.observe_answer(out.to_dict(), reading.auq, m.verdict if isinstance(m.verdict, dict) else None)
+                    self.fused.observe_answer(out.to_dict(), reading.auq, TurnVerdict.of(m.verdict))
                 if reading.cumulative_confidence is not None:
                     state.cumulative_confidence = float(reading.cumulative_confidence)
                 state.step_counter += 1
@@ -163,8 +164,7 @@ class SessionMonitor:
                                               "reused_tokens": ran.reused_tokens, "cache_restored": ran.cache_restored},
         )
         if self.fused is not None:
-            reading.extra["fused"] = self.fused.observe_answer(
-                tracer_out.to_dict(), auq, judged.to_dict() if judged is not None else None).to_dict()
+            reading.extra["fused"] = self.fused.observe_answer(tracer_out.to_dict(), auq, TurnVerdict.of(verdict)).to_dict()
         apply_policy(reading, answer, self.pause_policy)  # degenerate answers log, a low fused forecast pauses
         self.history.append(HistoryPoint.of(len(self.history) + 1, reading))
         return reading

@@ -27,9 +27,11 @@ from mlx_sdm.session.schema import (
     _features_array,
     _features_blob,
     _iso_bound,
-    _loads,
     now_iso,
+    stored_reading,
+    stored_verdict,
 )
+from mlx_sdm.network.verdict import VerdictStatus
 
 
 class ReviewQueueStore:
@@ -76,8 +78,8 @@ class ReviewQueueStore:
             items.append(ReviewItem(
                 id=int(r["id"]), message_id=int(r["message_id"]), session_id=r["session_id"],
                 session_title=r["session_title"], reason=r["reason"], created_at=r["created_at"],
-                prompt=r["user_text"] or "", answer=r["answer"], verdict_status=r["verdict_status"],
-                verdict=_loads(r["verdict_json"]), monitor=_loads(r["monitor_json"]), decision=decision,
+                prompt=r["user_text"] or "", answer=r["answer"], verdict_status=VerdictStatus.read(r["verdict_status"]),
+                verdict=stored_verdict(r), monitor=stored_reading(r), decision=decision,
             ))
         return items
 

@@ -12,8 +12,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from mlx_sdm.errors import DataError
+from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.monitor.session_file.provenance import Provenance
-from mlx_sdm.network.verdict import LEGACY_NO_VERIFIER, VerdictStatus
+from mlx_sdm.network.verdict import LEGACY_NO_VERIFIER, DocumentVerdict, VerdictStatus
 from mlx_sdm.session.message_meta import MessageMeta
 
 #: A stored answer's verdict state: a value of ``mlx_sdm.network.verdict.VerdictStatus`` (rows written
@@ -88,8 +89,8 @@ def _task_scope(r: sqlite3.Row, prefix: str = "") -> TaskScope | None:
 @dataclass
 class AnswerRecord:
     """An assistant answer to store (:meth:`ChatStore.add_answer`): the text and what the model saw,
-    its tokens and features, the verdict and monitor reading (as their ``to_dict()``), the review
-    reasons (empty = no review-queue entry)."""
+    its tokens and features, the typed verdict and monitor reading (the store writes their JSON), the
+    review reasons (empty = no review-queue entry)."""
 
     session_id: str
     text: str
@@ -101,11 +102,11 @@ class AnswerRecord:
     token_logprobs: Sequence[float] | None = None
     features: np.ndarray | None = None
     feature_model: str | None = None
-    verdict_status: str | None = None  # one of VERDICT_STATES
-    verdict: dict | None = None
+    verdict_status: VerdictStatus | None = None  # None: no verdict was made (a cancelled turn)
+    verdict: DocumentVerdict | None = None  # None with NO_VERIFIER: no verifier judged it
     verifier: str | None = None
     task: TaskScope = TaskScope()  # the verifier's task the question was routed to (kept with the verdict)
-    monitor: dict | None = None
+    monitor: MonitorReading | None = None
     review_reasons: Sequence[str] = ()
     metadata: MessageMeta = MessageMeta()
     provenance: Provenance | None = None  # the product that made it; the session keeps its first answer's
@@ -143,11 +144,11 @@ class MessageRecord:
     prompt: list[dict] | None = None  # the chat messages the model saw before this answer
     feature_model: str | None = None
     metadata: MessageMeta = MessageMeta()
-    verdict_status: str | None = None  # one of VERDICT_STATES
-    verdict: dict | None = None  # DocumentVerdict.to_dict(): status, reason, explanation, exemplars, ...
+    verdict_status: VerdictStatus | None = None  # None: no verdict (cancelled, or not an answer)
+    verdict: DocumentVerdict | None = None  # read back typed from its stored JSON
     verifier: str | None = None
     task: TaskScope | None = None  # the verifier's task it was judged under (None: no verdict, or stored before)
-    monitor: dict | None = None
+    monitor: MonitorReading | None = None
     review_id: int | None = None
     _features: bytes | None = field(default=None, repr=False)
 
@@ -159,6 +160,9 @@ class MessageRecord:
         out = asdict(self)
         out.pop("_features")
         out["metadata"] = self.metadata.to_dict()
+        out["verdict_status"] = None if self.verdict_status is None else self.verdict_status.value
+        out["verdict"] = None if self.verdict is None else self.verdict.to_dict()
+        out["monitor"] = None if self.monitor is None else self.monitor.to_dict()
         return out
 
 
@@ -196,9 +200,9 @@ class ReviewItem:
     created_at: str
     prompt: str  # the user message the answer replied to
     answer: str
-    verdict_status: str | None
-    verdict: dict | None
-    monitor: dict | None
+    verdict_status: VerdictStatus | None
+    verdict: DocumentVerdict | None
+    monitor: MonitorReading | None
     decision: Decision | None  # the latest decision that is not undone
 
     @property
@@ -256,14 +260,24 @@ def _message(r: sqlite3.Row) -> MessageRecord:
         prompt=_loads(r["prompt_json"]),
         feature_model=r["feature_model"],
         metadata=MessageMeta.from_dict(_loads(r["metadata_json"])),
-        verdict_status=r["verdict_status"],
-        verdict=_loads(r["verdict_json"]),
+        verdict_status=VerdictStatus.read(r["verdict_status"]),
+        verdict=stored_verdict(r),
         verifier=r["verifier"],
         task=_task_scope(r, "verdict_"),
-        monitor=_loads(r["monitor_json"]),
+        monitor=stored_reading(r),
         review_id=r["review_id"],
         _features=r["features"],
     )
+
+
+def stored_verdict(r: sqlite3.Row) -> DocumentVerdict | None:
+    """The row's verdict JSON read back as the typed verdict (the SQLite edge)."""
+    return DocumentVerdict.from_dict(_loads(r["verdict_json"]))
+
+
+def stored_reading(r: sqlite3.Row) -> MonitorReading | None:
+    """The row's monitor-snapshot JSON read back as the typed reading (the SQLite edge)."""
+    return MonitorReading.from_dict(_loads(r["monitor_json"]))
 
 
 def _decision(r: sqlite3.Row) -> Decision:

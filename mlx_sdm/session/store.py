@@ -25,6 +25,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from mlx_sdm.errors import ArtifactError, DataError, OutputError
+from mlx_sdm.network.verdict import VerdictStatus
 from mlx_sdm.session.message_meta import MessageMeta
 from mlx_sdm.session.migrations import MIGRATIONS, SCHEMA_VERSION
 from mlx_sdm.session.partial_answers import PartialAnswerStore
@@ -338,16 +339,16 @@ def _write_answer(conn: sqlite3.Connection, record: AnswerRecord, stamp: str, me
     if record.provenance is not None:  # the session keeps the product of its first answer
         conn.execute("UPDATE sessions SET provenance_json = ? WHERE id = ? AND provenance_json IS NULL",
                      (_dumps(record.provenance.to_dict()), record.session_id))
-    if record.verdict_status is not None:
-        verdict = record.verdict or {}
+    if record.verdict_status is not None:  # the typed verdict becomes its JSON here, and only here
+        verdict = record.verdict.to_dict() if record.verdict is not None else None
         conn.execute(
             "INSERT INTO verdicts(message_id, status, p_lower, reason, verdict_json, verifier, task, task_recorded, "
             "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?)",
-            (message_id, record.verdict_status, verdict.get("p_lower"), verdict.get("reason"),
-             _dumps(record.verdict), record.verifier, record.task.name, stamp),
+            (message_id, VerdictStatus(record.verdict_status).value, (verdict or {}).get("p_lower"),
+             (verdict or {}).get("reason"), _dumps(verdict), record.verifier, record.task.name, stamp),
         )
     if record.monitor is not None:
-        monitor = record.monitor
+        monitor = record.monitor.to_dict()
         conn.execute(
             "INSERT INTO monitor_snapshots(message_id, level, action, cumulative_confidence, step_confidence, "
             "tracer_risk, step_risk, details_json, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -20,6 +20,13 @@ from mlx_sdm.session.escalation import REFLECTION_PROMPT, Escalation, TurnStatus
 from mlx_sdm.session.answer import PrefixCache
 
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
+from mlx_sdm.monitor.online.embedders import Embedder
+
+if TYPE_CHECKING:  # MLX types: the UI imports this module without loading MLX
+    from mlx_sdm.lm.generation import Head
+    from mlx_sdm.lm.loading import LoadedModel
+    from mlx_sdm.network.verifier import DocumentVerifier
+
 #: Tool calls are read from the answer in the common ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` form.
 TOOL_CALL_RE = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
 #: The chat-template message shape every caller passes (mlx-lm / OpenAI): {"role", "content"}.
@@ -30,25 +37,25 @@ ChatMessage = dict[str, str]
 class TurnComponents:
     """Everything MLX a turn uses, built on the thread that owns MLX (``mlx_sdm.app.loading``)."""
 
-    lm: Any  # mlx_sdm.lm.loading.LoadedModel
-    verifier: Any | None = None  # mlx_sdm.network.verifier.DocumentVerifier
+    lm: LoadedModel
+    verifier: DocumentVerifier | None = None
     verifier_path: str | None = None
     unverifiable_reason: str | None = None  # why there is no verifier
-    head: Any | None = None  # hidden -> vocabulary logits (SDM network head)
+    head: Head | None = None  # hidden -> vocabulary logits (SDM network head)
     head_path: str | None = None
     #: the tasks the head was trained on: it decodes only turns routed to one of them (None: its manifest
     #: names none, and a head the user chose decodes every turn)
     head_tasks: tuple[TaskInstruction, ...] | None = None
-    embedder: Any | None = None  # TRACER sentence embedder; None = lexical fallback
+    embedder: Embedder | None = None  # TRACER sentence embedder; None = lexical fallback
     #: task name -> the verifier whose support set holds the review labels of that task (set by the review
     #: service, :class:`~mlx_sdm.session.review.ReviewService`); None: ``verifier`` judges every task
-    task_support: Callable[[str], Any] | None = None
+    task_support: Callable[[str], DocumentVerifier] | None = None
 
     @property
     def coverage(self) -> VerifierCoverage:
         return self.verifier.coverage if self.verifier is not None else VerifierCoverage()
 
-    def verifier_for(self, task: str | None) -> Any | None:
+    def verifier_for(self, task: str | None) -> DocumentVerifier | None:
         """The verifier that judges questions routed to ``task``: its support set takes only the review
         labels given under this verifier and that task (``verifier`` itself for unrouted questions)."""
         if self.verifier is None or task is None or self.task_support is None:
@@ -87,7 +94,7 @@ class TurnPlan:
     route: TaskRoute  # where this turn's question goes (route.matched: it is one of the tasks)
     messages: list[ChatMessage]  # what the model sees (system prompt included)
     judged: list[ChatMessage]  # what the verifier judges the answer against: a system prompt + this question
-    head: Any | None  # the SDM-network head this turn decodes with; None = the model's own head
+    head: Head | None  # the SDM-network head this turn decodes with; None = the model's own head
     judge: bool  # the verifier makes an estimator judgement (False: no verifier, or not one of its tasks)
 
     @property

@@ -1,6 +1,6 @@
 """A :class:`~mlx_sdm.session.pipeline.TurnObserver` that turns a running turn into the engine's
 events (:mod:`mlx_sdm.session.events`), in order: tokens → verdict → monitor → escalation →
-reflection tokens → finished."""
+reflection tokens (the engine sends the finished event with the turn's record)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,9 @@ from mlx_sdm.session.events import (
     MonitorEvent,
     PrefillEvent,
     TokenEvent,
-    TurnFinishedEvent,
     VerdictEvent,
 )
-from mlx_sdm.session.turn import TokenPiece, TurnObserver, TurnOutcome
+from mlx_sdm.session.turn import TokenPiece, TurnObserver
 
 
 class EventObserver(TurnObserver):
@@ -45,10 +44,3 @@ class EventObserver(TurnObserver):
 
     def escalation(self, escalation: Escalation) -> None:
         self.emit(EscalationEvent(session_id=self.session_id, turn=self.turn, escalation=escalation))
-
-    def finished(self, outcome: TurnOutcome, message_id: int, review_id: int | None) -> TurnFinishedEvent:
-        return TurnFinishedEvent(
-            session_id=self.session_id, turn=self.turn, status=outcome.status.value, message_id=message_id,
-            text=outcome.text, reflection=outcome.reflection_shown, explanation=outcome.escalation.explanation,
-            review_id=review_id, unverified_tail=outcome.unverified_tail,
-        )

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.monitor.session_file.provenance import Provenance, make_provenance
 from mlx_sdm.network.verdict import DocumentVerdict, verdict_words
 from mlx_sdm.session.answer import PrefixCache
@@ -168,14 +169,15 @@ class TurnService:
                             review_reasons=verdict_review_reasons(verdict))
 
     def _judged(self, record: AnswerRecord, verdict: DocumentVerdict | None, features: np.ndarray | None,
-                task: str | None, meta: MessageMeta, *, review_reasons: list[str], monitor: object = None) -> AnswerRecord:
+                task: str | None, meta: MessageMeta, *, review_reasons: list[str],
+                monitor: MonitorReading | None = None) -> AnswerRecord:
         record.features = features
         record.feature_model = None if features is None else self.review.feature_model
-        record.verdict_status = verdict_words(verdict).status.value
-        record.verdict = verdict.to_dict() if verdict is not None else None
+        record.verdict_status = verdict_words(verdict).status
+        record.verdict = verdict
         record.verifier = self.verifier_path
         record.task = TaskScope(task)
-        record.monitor = monitor.to_dict() if monitor is not None else None
+        record.monitor = monitor
         record.review_reasons = review_reasons
         record.metadata = meta
         return record

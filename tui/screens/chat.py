@@ -3,32 +3,36 @@ session monitor panel."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Footer, Header, Input, Static
 
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction
-from mlx_sdm.session.escalation import Escalation
-from mlx_sdm.session.events import EngineEvent, TurnFinishedEvent
+from mlx_sdm.session.escalation import TurnStatus
+from mlx_sdm.session.events import EngineEvent, TurnResult
+from mlx_sdm.session.schema import MessageRecord
 from tui.messages import (
-    CallFailed,
     EngineFailed,
     EngineStatus,
     Escalated,
     MonitorRead,
+    PrefillProgressed,
     SupportChanged,
     TokenArrived,
     TurnFinished,
     VerdictReady,
 )
-from tui.screens.prompts import CopyFallback, EscalationPrompt
+from tui.screens.clipboard import copy_text
+from tui.screens.prompts import EscalationPrompt
 from tui.screens.load_status import watch_load
 from tui.screens.transcript import STATUS_TEXT, apply_stored_verdict, coverage_text, stored_widgets, unverified_note
 from tui.widgets.message import MessageBubble
@@ -38,11 +42,17 @@ from tui.widgets.verdict import VerdictBadge
 if TYPE_CHECKING:
     from tui.bridge import Bridge
 
-#: Terminals known to drop OSC 52 clipboard writes: copying there opens the selectable fallback at once.
-OSC52_BLIND_TERMINALS = {"Apple_Terminal"}
-
 
 class ChatScreen(Screen):
+    @dataclass
+    class CallFailed(Message):
+        """An engine call's future failed without the engine reporting it as an event (e.g. the model never
+        loaded, or there was no paused turn to resume). ``answer`` is the bubble it was meant for (Textual's
+        ``Message.bubble`` is taken)."""
+
+        answer: MessageBubble
+        error: BaseException
+
     BINDINGS = [
         Binding("escape", "stop", "Stop", show=True),
         Binding("ctrl+t", "toggle_monitor", "Monitor", show=True),
@@ -58,7 +68,6 @@ class ChatScreen(Screen):
         self.session_id: str | None = None
         self.active: MessageBubble | None = None  # the answer being generated
         self.reflection_bubble: MessageBubble | None = None
-        self.last_escalation: Escalation | None = None
         self.paused: str | None = None  # the session whose turn waits for guidance (prompt open)
         self.turn_number = 0
 
@@ -134,8 +143,8 @@ class ChatScreen(Screen):
             self._ask_guidance(session_id, pause.level or "high", pause.confidence, pause.reflection or "",
                               pause.irreversible, pause.message)
 
-    async def _mount_stored(self, record: Any) -> None:
-        """One stored message (the store's ``MessageRecord``) as it looked when it was written."""
+    async def _mount_stored(self, record: MessageRecord) -> None:
+        """One stored message as it looked when it was written."""
         if record.role == "user" and record.kind == "chat":
             self.turn_number += 1
         log = self.query_one("#chat-log", VerticalScroll)
@@ -182,12 +191,11 @@ class ChatScreen(Screen):
         session_id = self.session_id
         await self._start(lambda: self.bridge.send(session_id, text))
 
-    async def _start(self, call: Any) -> None:
+    async def _start(self, call: Callable[[], Future]) -> None:
         """Mount the answer's bubble, then hand the turn to the engine (which returns at once)."""
         bubble = MessageBubble("assistant", "", title=f"assistant · turn {self.turn_number}", number=self.turn_number)
         self.active = bubble  # before the mount, so nobody sees the answer's bubble without a running turn
         self.reflection_bubble = None
-        self.last_escalation = None
         await self._log_mount(bubble)
         try:
             future = call()
@@ -197,14 +205,14 @@ class ChatScreen(Screen):
             self.notify(f"Could not start the turn: {exc}", severity="error", timeout=8)
             return
 
-        def done(f: Any) -> None:  # runs on the engine's thread
+        def done(f: Future) -> None:  # runs on the engine's thread
             if not f.cancelled() and f.exception() is not None:
-                self.post_message(CallFailed(bubble, f.exception()))
+                self.post_message(self.CallFailed(bubble, f.exception()))
 
         future.add_done_callback(done)
         self.refresh_status("generating… (escape stops)")
 
-    async def _log_mount(self, widget: Any) -> None:
+    async def _log_mount(self, widget: Widget) -> None:
         log = self.query_one("#chat-log", VerticalScroll)
         await log.mount(widget)
 
@@ -235,20 +243,19 @@ class ChatScreen(Screen):
         event = message.event
         if self._mine(event) and self.active is not None:
             await self.active.finish()
-            verdict = event.verdict.to_dict() if event.verdict is not None else None
-            self.active.set_verdict(verdict, status=event.status, reason=event.reason)
+            self.active.set_verdict(event.verdict, reason=event.unverifiable_reason)
 
     async def on_monitor_read(self, message: MonitorRead) -> None:
         event = message.event
         if not self._mine(event):
             return
-        reading = event.reading.to_dict()
+        reading = event.reading
         number = self.active.number if self.active is not None else self.turn_number
         if self.active is not None:
             self.active.set_monitor(reading)
         panel = self.query_one(MonitorPanel)
         if event.history:
-            panel.show_history([h.to_dict() for h in event.history], latest=reading)
+            panel.show_history(event.history, latest=reading)
         else:
             panel.add_turn(number, reading)
 
@@ -256,15 +263,20 @@ class ChatScreen(Screen):
         if not self._mine(message.event):
             return
         escalation = message.event.escalation
-        self.last_escalation = escalation
         if escalation.action is EscalationAction.PROCEED_WITH_LOG:  # MEDIUM: log it and carry on
             level = escalation.level.value.upper()
             self.log.warning(f"AUQ {level}: {escalation.message}")
             self.notify(escalation.message or f"{level}: logged", title="Monitor", severity="warning")
 
+    async def on_prefill_progressed(self, message: PrefillProgressed) -> None:
+        """A long prompt is being read before the first token: say how far (it can take seconds)."""
+        event = message.event
+        if self._mine(event) and self.active is not None:
+            self.refresh_status(f"reading the prompt… {event.done:,} of {event.total:,} tokens (escape stops)")
+
     async def on_turn_finished(self, message: TurnFinished) -> None:
         if self._mine(message.event):
-            await self._finished(message.event)
+            await self._finished(message.event.result)
 
     async def on_engine_failed(self, message: EngineFailed) -> None:
         event = message.event
@@ -281,7 +293,8 @@ class ChatScreen(Screen):
         if message.event.state == "ready" and self.session_id is None and self.bridge.coverage().tasks:
             await self.show_coverage()  # a new chat starts by saying what can be verified
 
-    async def _finished(self, event: TurnFinishedEvent) -> None:
+    async def _finished(self, result: TurnResult | None) -> None:
+        """The turn's record arrived (None: it failed before it made one; an error was shown)."""
         bubble = self.active
         self.active = None
         if self.session_id is not None:  # the store titles a new session after its first question
@@ -290,36 +303,33 @@ class ChatScreen(Screen):
             await bubble.finish()
         if self.reflection_bubble is not None:
             await self.reflection_bubble.finish()
-        if event.unverified_tail.strip() and bubble is not None:
-            judged = bubble.text[: len(bubble.text) - len(event.unverified_tail)]
+        status = result.status if result is not None else TurnStatus.ERROR
+        if result is not None and result.unverified_tail.strip() and bubble is not None:
+            judged = bubble.text[: len(bubble.text) - len(result.unverified_tail)]
             await self._log_mount(MessageBubble("system", unverified_note(judged), title="verifier · scope"))
-        status = event.status
-        if status == "paused":
-            await self._paused(event, bubble)
-        elif status == "aborted":
+        if status is TurnStatus.PAUSED:
+            await self._paused(result, bubble)
+        elif status is TurnStatus.ABORTED:
             if bubble is not None and bubble.badge is not None and not bubble.badge.resolved:
-                bubble.set_cancelled(STATUS_TEXT["aborted"])
-            explanation = event.explanation or "The session monitor aborted this turn (CRITICAL)."
+                bubble.set_cancelled(STATUS_TEXT[status.value])
+            explanation = result.explanation or "The session monitor aborted this turn (CRITICAL)."
             await self._log_mount(MessageBubble("system", explanation, title="monitor · CRITICAL"))
             self.notify(explanation, title="Turn aborted", severity="error", timeout=8)
-        elif status in ("cancelled", "error"):
+        elif status in (TurnStatus.CANCELLED, TurnStatus.ERROR):
             if bubble is not None and bubble.badge is not None and not bubble.badge.resolved:
-                bubble.set_cancelled(STATUS_TEXT[status])
+                bubble.set_cancelled(STATUS_TEXT[status.value])
         self.refresh_status()
 
-    async def _paused(self, event: TurnFinishedEvent, bubble: MessageBubble | None) -> None:
-        escalation = self.last_escalation
-        level = escalation.level.value if escalation is not None else "high"
-        confidence = escalation.confidence if escalation is not None else None
-        irreversible = bool(escalation.irreversible) if escalation is not None else False
-        reflection = event.reflection or ""
+    async def _paused(self, result: TurnResult, bubble: MessageBubble | None) -> None:
+        escalation = result.escalation
+        reflection = result.reflection or ""
         if reflection and self.reflection_bubble is None:
             self.reflection_bubble = MessageBubble("system", reflection, title="monitor · reflection")
             await self._log_mount(self.reflection_bubble)
         if bubble is not None and bubble.badge is not None and not bubble.badge.resolved:
-            bubble.set_cancelled(STATUS_TEXT["paused"])
-        message = escalation.message if escalation is not None else ""
-        self._ask_guidance(event.session_id, level, confidence, reflection, irreversible, message)
+            bubble.set_cancelled(STATUS_TEXT[TurnStatus.PAUSED.value])
+        self._ask_guidance(result.session_id, escalation.level.value, escalation.confidence, reflection,
+                           escalation.irreversible, escalation.message)
 
     def _ask_guidance(
         self, session_id: str, level: str, confidence: float | None, reflection: str, irreversible: bool,
@@ -340,14 +350,14 @@ class ChatScreen(Screen):
         self.app.push_screen(EscalationPrompt(level, confidence, reflection, irreversible=irreversible, message=message),
                              answered)
 
-    async def on_call_failed(self, message: CallFailed) -> None:
+    async def on_chat_screen_call_failed(self, message: "ChatScreen.CallFailed") -> None:
         """A turn that failed before the engine could report it (its events never came)."""
-        if self.active is not message.bubble:
+        if self.active is not message.answer:
             return  # the engine already finished this turn with its own events
         self.active = None
-        await message.bubble.finish()
-        if message.bubble.badge is not None and not message.bubble.badge.resolved:
-            message.bubble.set_cancelled(STATUS_TEXT["error"])
+        await message.answer.finish()
+        if message.answer.badge is not None and not message.answer.badge.resolved:
+            message.answer.set_cancelled(STATUS_TEXT["error"])
         self.notify(str(message.error), title=type(message.error).__name__, severity="error", timeout=10)
         self.refresh_status()
 
@@ -386,14 +396,4 @@ class ChatScreen(Screen):
         if bubble is None:
             self.notify("Nothing to copy yet.", severity="warning")
             return
-        path = Path(self.bridge.data_dir) / "clipboard.txt"
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(bubble.text, encoding="utf-8")
-        except OSError as exc:
-            self.notify(f"Could not write {path}: {exc}", severity="error")
-        self.app.copy_to_clipboard(bubble.text)
-        if os.environ.get("TERM_PROGRAM") in OSC52_BLIND_TERMINALS:
-            self.app.push_screen(CopyFallback(bubble.text, str(path)))
-        else:
-            self.notify(f"Copied (OSC 52). Also saved to {path}; ctrl+p → 'Show copied text' to select it by hand.")
+        copy_text(self, bubble.text, self.bridge.data_dir)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
+from mlx_sdm.network.verdict import DocumentVerdict
 from tui.widgets.evidence import evidence_renderable
 
 FULL_TEXT_WIDTH = 400
@@ -18,7 +17,7 @@ FULL_TEXT_WIDTH = 400
 class EvidenceScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q", "close", "Close")]
 
-    def __init__(self, verdict: Mapping[str, Any], answer: str = "") -> None:
+    def __init__(self, verdict: DocumentVerdict, answer: str = "") -> None:
         super().__init__(classes="modal")
         self.verdict, self.answer = verdict, answer
         self.shown = evidence_renderable(verdict, text_width=FULL_TEXT_WIDTH)

@@ -14,7 +14,8 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Select, Static
 
-from tui.format import decision_label, format_p, format_risk, level_label, reason_label
+from mlx_sdm.session.schema import ReviewItem
+from tui.format import decision_label, monitor_summary, reason_label
 from tui.screens.prompts import EditText, TextPrompt
 from tui.widgets.evidence import evidence_renderable
 from tui.widgets.review_list import ReviewList
@@ -125,15 +126,9 @@ class ReviewScreen(Screen):
             head.append("\nedited completion (acceptable)\n", style="bold underline")
             head.append(f"{item.decision.completion}\n")
         parts: list[Any] = [head]
-        if item.monitor:
-            m = item.monitor
-            parts.append(
-                Text(
-                    f"monitor: AUQ {level_label(m.get('level'))} · P {format_p(m.get('cumulative_confidence'))} · "
-                    f"TRACER {format_risk(m.get('tracer_risk'))}\n"
-                )
-            )
-        if item.verdict:
+        if item.monitor is not None:
+            parts.append(Text(f"monitor: {monitor_summary(item.monitor)}\n"))
+        if item.verdict is not None:
             parts.append(Text("evidence: the exemplars that drove the verdict", style="bold underline"))
             parts.append(evidence_renderable(item.verdict))
         else:
@@ -178,7 +173,7 @@ class ReviewScreen(Screen):
         self._decide(item, label, note, completion)
 
     @work(thread=True, exclusive=True, group="review")
-    def _decide(self, item: Any, label: int, note: str | None, completion: str | None) -> None:
+    def _decide(self, item: ReviewItem, label: int, note: str | None, completion: str | None) -> None:
         """The engine thread adds the point to the support set; this worker waits for it off the UI thread."""
         self.busy = True
         try:

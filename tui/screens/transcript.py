@@ -3,19 +3,23 @@ the note under an answer whose verdict covers only part of it, and what the veri
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Iterator
 
+from mlx_sdm.monitor.online.reading import MonitorReading
+from mlx_sdm.network.coverage import VerifierCoverage
+from mlx_sdm.session.escalation import TurnStatus
+from mlx_sdm.session.schema import MessageRecord
 from tui.widgets.message import MessageBubble
 
-#: How a stored answer without a verdict ended.
+#: How a stored answer without a verdict ended (a TurnStatus value, or a state of a row still being written).
 STATUS_TEXT = {
-    "cancelled": "■ stopped",
-    "paused": "‖ paused for guidance",
-    "aborted": "✘ aborted by the session monitor",
-    "error": "✘ failed",
+    TurnStatus.CANCELLED.value: "■ stopped",
+    TurnStatus.PAUSED.value: "‖ paused for guidance",
+    TurnStatus.ABORTED.value: "✘ aborted by the session monitor",
+    TurnStatus.ERROR.value: "✘ failed",
     "interrupted": "✘ interrupted: the app stopped before this answer was finished",
     "in_progress": "… still being written (by another process)",
-    "done": "no verdict",
+    TurnStatus.DONE.value: "no verdict",
 }
 
 
@@ -24,8 +28,8 @@ def unverified_note(judged: str) -> str:
     return f"The verdict covers only {judged.strip()!r}; the text after it was not checked (unverified)."
 
 
-def coverage_text(coverage: Any) -> str:
-    """What the loaded verifier covers (a ``VerifierCoverage``): its tasks, one example prompt each."""
+def coverage_text(coverage: VerifierCoverage) -> str:
+    """What the loaded verifier covers: its tasks, one example prompt each."""
     if not coverage.tasks:
         return ("What this verifier covers: " + coverage.sentence() + " Questions unlike its documents are answered "
                 "'out of scope'.")
@@ -37,9 +41,9 @@ def coverage_text(coverage: Any) -> str:
     return "\n".join(lines)
 
 
-def stored_widgets(record: Any, turn_number: int) -> Iterator[tuple[MessageBubble, dict | None]]:
-    """The bubbles one stored message (a ``MessageRecord``) shows as, in order, each with the monitor
-    reading to put in the panel (the answer's own; None for the others)."""
+def stored_widgets(record: MessageRecord, turn_number: int) -> Iterator[tuple[MessageBubble, MonitorReading | None]]:
+    """The bubbles one stored message shows as, in order, each with the monitor reading to put in the
+    panel (the answer's own; None for the others)."""
     if record.role == "user":
         title = None if record.kind == "chat" else f"you · {record.kind}"
         yield MessageBubble("user", record.text, title=title, turn_id=record.id), None
@@ -48,7 +52,7 @@ def stored_widgets(record: Any, turn_number: int) -> Iterator[tuple[MessageBubbl
         yield MessageBubble("system", record.text, title=f"monitor · {record.kind}", turn_id=record.id), None
         return
     yield MessageBubble("assistant", record.text, title=f"assistant · turn {turn_number}", turn_id=record.id,
-                        number=turn_number), record.monitor or None
+                        number=turn_number), record.monitor
     meta = record.metadata
     if meta.reflection or meta.reflection_prompt:
         yield MessageBubble("system", meta.reflection or meta.reflection_prompt, title="monitor · reflection"), None
@@ -58,11 +62,11 @@ def stored_widgets(record: Any, turn_number: int) -> Iterator[tuple[MessageBubbl
         yield MessageBubble("system", unverified_note(meta.judged_text), title="verifier · scope"), None
 
 
-def apply_stored_verdict(answer: MessageBubble, record: Any) -> None:
+def apply_stored_verdict(answer: MessageBubble, record: MessageRecord) -> None:
     """A mounted answer bubble shows the stored verdict (or how the turn ended) and monitor line."""
     if record.verdict_status is not None:
-        answer.set_verdict(record.verdict, status=record.verdict_status)
+        answer.set_verdict(record.verdict, reason=record.metadata.verdict_reason)
     else:
         answer.set_cancelled(STATUS_TEXT.get(record.status, record.status))
-    if record.monitor:
+    if record.monitor is not None:
         answer.set_monitor(record.monitor)

@@ -3,31 +3,33 @@ words), then q, d, ⌊q̃⌋, the prediction and p_lower."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 from rich.console import Group
 from rich.text import Text
 from textual.widgets import Static
 
 from mlx_sdm.network.evidence import evidence_of
-from tui.format import format_p, shorten, stored_verdict_words
+from mlx_sdm.network.verdict import DocumentVerdict, verdict_words
+from tui.format import format_p, shorten
 
 EXEMPLAR_TEXT_WIDTH = 72
 #: Ids are cut in the inline panel; the full evidence screen (a wide ``text_width``) shows them whole.
 INLINE_ID_WIDTH = 24
 
 
-def evidence_renderable(verdict: Mapping[str, Any], *, text_width: int = EXEMPLAR_TEXT_WIDTH) -> Group:
-    """A Rich renderable for a stored verdict dict: the state and its one sentence (the one rule), the
-    shared instruction once, each exemplar by what tells it apart (question, answer, label in words),
-    then the numbers for those who want them."""
-    words = stored_verdict_words(verdict)
+def evidence_renderable(verdict: DocumentVerdict, *, text_width: int = EXEMPLAR_TEXT_WIDTH) -> Group:
+    """A Rich renderable for a verdict: the state and its one sentence (the one rule), the shared
+    instruction once, each exemplar by what tells it apart (question, answer, label in words), then
+    the numbers for those who want them."""
+    words = verdict_words(verdict)
+    judged = verdict.verdict  # None: no estimator judgement (not one of the verifier's tasks, an empty answer)
     state, _, rest = words.sentence.partition(":")
     head = Text()
     head.append(state + ":", style="bold")
     head.append(rest)
     parts: list[Any] = [head]
-    evidence = evidence_of(list(verdict.get("exemplars") or []))
+    evidence = evidence_of(judged.exemplars if judged is not None else [])
     whole_ids = text_width > EXEMPLAR_TEXT_WIDTH
     if evidence.items:
         title = "The most similar examples the verifier was built on"
@@ -42,16 +44,14 @@ def evidence_renderable(verdict: Mapping[str, Any], *, text_width: int = EXEMPLA
             item_id = item.id if whole_ids else shorten(item.id, INLINE_ID_WIDTH)
             line.append(f" (distance {item.distance:.3f}, id {item_id})", style="dim")
             parts.append(line)
-    elif verdict.get("q") is not None:
+    elif judged is not None:
         parts.append(Text("no exemplars were stored with this verdict", style="italic"))
-    if verdict.get("q") is not None:
-        d = verdict.get("d")
+    if judged is not None:
         numbers = Text(style="dim")
-        numbers.append(f"prediction {verdict.get('prediction')}   p_lower {format_p(verdict.get('p_lower'))}   "
-                       f"q {verdict.get('q')}   d {'—' if d is None else f'{float(d):.3f}'}   ⌊q̃⌋ {verdict.get('q_bin')}")
-        softmax = verdict.get("softmax") or []
-        if softmax:
-            numbers.append("   softmax " + " ".join(f"{float(p):.3f}" for p in softmax))
+        numbers.append(f"prediction {judged.prediction}   p_lower {format_p(judged.p_lower)}   "
+                       f"q {judged.q}   d {judged.d:.3f}   ⌊q̃⌋ {judged.q_bin}")
+        if judged.softmax:
+            numbers.append("   softmax " + " ".join(f"{float(p):.3f}" for p in judged.softmax))
         parts.append(numbers)
     return Group(*parts)
 
@@ -59,14 +59,14 @@ def evidence_renderable(verdict: Mapping[str, Any], *, text_width: int = EXEMPLA
 class EvidencePanel(Static):
     """Hidden until its verdict badge is expanded."""
 
-    def __init__(self, verdict: Mapping[str, Any] | None = None, *, id: str | None = None) -> None:
+    def __init__(self, verdict: DocumentVerdict | None = None, *, id: str | None = None) -> None:
         super().__init__("", id=id, classes="evidence")
         self.verdict = verdict
         self.shown: Group | None = None
         if verdict is not None:
             self.show_verdict(verdict)
 
-    def show_verdict(self, verdict: Mapping[str, Any]) -> None:
+    def show_verdict(self, verdict: DocumentVerdict) -> None:
         self.verdict = verdict
         self.shown = evidence_renderable(verdict)
         self.update(self.shown)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.reactive import reactive
 from textual.widgets import Markdown, Static
 from textual.widgets._markdown import MarkdownStream
 
-from tui.format import format_p, format_risk, level_label
+from mlx_sdm.monitor.online.reading import MonitorReading
+from mlx_sdm.network.verdict import DocumentVerdict
+from tui.format import LEVELS, monitor_summary
 from tui.widgets.evidence import EvidencePanel
 from tui.widgets.verdict import VerdictBadge
 
@@ -18,7 +21,10 @@ EMPTY_ANSWER = "*(the model answered with whitespace only)*"
 
 
 class MessageBubble(Vertical, can_focus=True):
-    """A user message, an assistant answer (streamed), or a system note (reflection, abort)."""
+    """A user message, an assistant answer (streamed), or a system note (reflection, abort). An answer's
+    monitor reading is typed reactive state (:attr:`reading`); its watcher writes the line under the badge."""
+
+    reading: reactive[MonitorReading | None] = reactive(None, init=False)
 
     def __init__(
         self, role: str, text: str = "", *, title: str | None = None, turn_id: Any = None, number: int = 0
@@ -71,12 +77,11 @@ class MessageBubble(Vertical, can_focus=True):
         if self.role == "assistant" and self.text and not self.text.strip():
             await self.body.update(EMPTY_ANSWER)
 
-    def set_verdict(
-        self, verdict: Mapping[str, Any] | None, *, status: str | None = None, reason: str | None = None
-    ) -> None:
+    def set_verdict(self, verdict: DocumentVerdict | None, *, reason: str | None = None) -> None:
+        """The answer's verdict (None: no verifier judged it; ``reason`` says why)."""
         if self.badge is None:
             return
-        self.badge.set_verdict(verdict, status=status, reason=reason)
+        self.badge.set_verdict(verdict, reason=reason)
         if verdict is not None and self.evidence is not None:
             self.evidence.show_verdict(verdict)
 
@@ -84,31 +89,24 @@ class MessageBubble(Vertical, can_focus=True):
         if self.badge is not None:
             self.badge.set_cancelled(text)
 
-    def set_monitor(self, monitor: Mapping[str, Any]) -> None:
-        """The session monitor's reading for this turn, in one line under the badge."""
-        level = monitor.get("level")
-        line = (
-            f"AUQ {level_label(level)} · P {format_p(monitor.get('cumulative_confidence'))}"
-            f" · TRACER {format_risk(monitor.get('tracer_risk'))}"
-        )
-        action = monitor.get("action")
-        if action:
-            line += f" · {str(action).lower().replace('_', ' ')}"
-        for why in ((monitor.get("degenerate") or {}).get("reason"), _pause_reason(monitor.get("forecast_pause"))):
-            if why:  # what the measured policy saw (mlx_sdm.monitor.policy)
+    def set_monitor(self, reading: MonitorReading) -> None:
+        """The session monitor's reading for this turn (shown in one line under the badge)."""
+        self.reading = reading
+
+    def watch_reading(self, reading: MonitorReading | None) -> None:
+        if reading is None:
+            return
+        line = f"{monitor_summary(reading)} · {reading.action.value.replace('_', ' ')}"
+        pause = reading.forecast_pause
+        for why in (reading.degenerate.reason if reading.degenerate else None, pause.reason if pause else None):
+            if why:  # what the measured policy saw (mlx_sdm.monitor.forecast.policy)
                 line += f" · {why}"
         for widget in self.query(".monitor-line"):
             widget.update(line)
-            for lvl in ("low", "medium", "high", "critical"):
-                widget.set_class(str(level).lower() == lvl, f"level-{lvl}")
+            for level in LEVELS:
+                widget.set_class(reading.level.value == level, f"level-{level}")
 
     def toggle_evidence(self, expanded: bool) -> None:
         if self.evidence is not None:
             self.evidence.display = expanded
 
-
-def _pause_reason(pause: Mapping[str, Any] | None) -> str | None:
-    from mlx_sdm.monitor.online.reading import ForecastPause
-
-    found = ForecastPause.from_dict(pause)
-    return None if found is None else found.reason

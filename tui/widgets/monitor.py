@@ -3,7 +3,8 @@ with sparklines over turns (docs/monitoring.md, AUQ propagation; TRACER weights)
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from rich.console import Group
 from rich.table import Table
@@ -12,9 +13,32 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Label, Sparkline, Static
 
+from mlx_sdm.monitor.online.reading import HistoryPoint, MonitorReading
 from tui.format import format_p, format_risk, level_label
 
 LEVEL_STYLES = {"low": "green", "medium": "yellow", "high": "dark_orange", "critical": "bold red"}
+
+
+@dataclass(frozen=True)
+class PanelRow:
+    """One turn's row: AUQ level, P_t, TRACER R_t and the fused forecast (``fused``: p_t and, for the
+    newest turn, the sentence saying which signal moved it)."""
+
+    turn: int
+    level: str | None
+    confidence: float | None
+    risk: float | None
+    fused: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, turn: int, reading: MonitorReading) -> "PanelRow":
+        return cls(turn, reading.level.value, reading.cumulative_confidence, reading.tracer_risk,
+                   dict(reading.extra.get("fused") or {}))
+
+    @classmethod
+    def from_history(cls, point: HistoryPoint) -> "PanelRow":
+        return cls(point.turn, point.level, point.cumulative_confidence, point.tracer_risk,
+                   {} if point.fused_p is None else {"p": point.fused_p})
 
 
 class MonitorPanel(VerticalScroll, can_focus=False):
@@ -22,7 +46,7 @@ class MonitorPanel(VerticalScroll, can_focus=False):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[PanelRow] = []
 
     def compose(self) -> ComposeResult:
         yield Label("Session monitor", classes="panel-title")
@@ -36,43 +60,23 @@ class MonitorPanel(VerticalScroll, can_focus=False):
         self.rows = []
         self._render_rows()
 
-    def add_turn(self, turn: int, monitor: Mapping[str, Any]) -> None:
+    def add_turn(self, turn: int, reading: MonitorReading) -> None:
         """Record (or replace) the reading of one turn."""
-        row = {
-            "turn": turn,
-            "level": monitor.get("level"),
-            "confidence": monitor.get("cumulative_confidence"),
-            "risk": monitor.get("tracer_risk"),
-            "fused": (monitor.get("extra") or {}).get("fused"),  # fused forecast p_t + the signal that moved it
-        }
-        self.rows = [r for r in self.rows if r["turn"] != turn] + [row]
-        self.rows.sort(key=lambda r: r["turn"])
+        self.rows = sorted([r for r in self.rows if r.turn != turn] + [PanelRow.of(turn, reading)], key=lambda r: r.turn)
         self._render_rows()
 
-    def show_history(self, history: list[Mapping[str, Any]], latest: Mapping[str, Any] | None = None) -> None:
-        """The engine's whole-session history (``HistoryPoint.to_dict()``: turn, level, cumulative_confidence,
-        tracer_risk, fused_p); ``latest``: the newest turn's whole reading, whose fused forecast also says
-        what moved it."""
-        self.rows = []
-        for entry in history:
-            fused_p = entry.get("fused_p")
-            self.rows.append(
-                {
-                    "turn": entry.get("turn"),
-                    "level": entry.get("level"),
-                    "confidence": entry.get("cumulative_confidence"),
-                    "risk": entry.get("tracer_risk"),
-                    "fused": None if fused_p is None else {"p": fused_p},
-                }
-            )
-        newest = (latest.get("extra") or {}).get("fused") if latest else None
+    def show_history(self, history: list[HistoryPoint], latest: MonitorReading | None = None) -> None:
+        """The engine's whole-session history; ``latest``: the newest turn's whole reading, whose fused
+        forecast also says what moved it."""
+        self.rows = [PanelRow.from_history(point) for point in history]
+        newest = latest.extra.get("fused") if latest is not None else None
         if newest and self.rows:
-            self.rows[-1]["fused"] = newest
+            self.rows[-1] = PanelRow(**{**self.rows[-1].__dict__, "fused": dict(newest)})
         self._render_rows()
 
     def _render_rows(self) -> None:
-        confidence = [float(r["confidence"]) for r in self.rows if r["confidence"] is not None]
-        risk = [float(r["risk"]) for r in self.rows if r["risk"] is not None]
+        confidence = [float(r.confidence) for r in self.rows if r.confidence is not None]
+        risk = [float(r.risk) for r in self.rows if r.risk is not None]
         self.query_one("#spark-confidence", Sparkline).data = confidence
         self.query_one("#spark-risk", Sparkline).data = risk
         if not self.rows:
@@ -85,15 +89,15 @@ class MonitorPanel(VerticalScroll, can_focus=False):
         table.add_column("R", justify="right")
         table.add_column("ok%", justify="right")  # the fused forecast: chance the session succeeds
         for r in self.rows:
-            level = str(r["level"] or "").lower()
+            level = str(r.level or "").lower()
             table.add_row(
-                str(r["turn"]),
-                f"[{LEVEL_STYLES.get(level, 'dim')}]{level_label(r['level'])}[/]",
-                format_p(r["confidence"]),
-                format_risk(r["risk"]),
-                _percent((r.get("fused") or {}).get("p")),
+                str(r.turn),
+                f"[{LEVEL_STYLES.get(level, 'dim')}]{level_label(r.level)}[/]",
+                format_p(r.confidence),
+                format_risk(r.risk),
+                _percent(r.fused.get("p")),
             )
-        latest = next((r["fused"] for r in reversed(self.rows) if r.get("fused")), None)
+        latest = next((r.fused for r in reversed(self.rows) if r.fused), None)
         body = table
         if latest is not None and latest.get("message"):  # the signal that moved the fused forecast most
             body = Group(table, Text(f"ok {_percent(latest.get('p'))}: {latest['message']}", style="dim"))

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Sequence
 
 from textual.binding import Binding
 from textual.widgets import DataTable
 
+from mlx_sdm.session.schema import ReviewItem
 from tui.format import decision_label, format_p, reason_label, shorten
 
 ANSWER_WIDTH = 48
@@ -22,23 +23,23 @@ class ReviewList(DataTable):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
-        self.items: list[Any] = []
+        self.items: list[ReviewItem] = []
 
     def on_mount(self) -> None:
         self.add_columns("when", "session", "reason", "p_lower", "decision", "answer")
 
-    def show_items(self, items: Sequence[Any]) -> None:
+    def show_items(self, items: Sequence[ReviewItem]) -> None:
         """Replace the rows, keeping the cursor on the same item when it is still listed."""
         keep = self.current_item.id if self.current_item is not None else None
         self.items = list(items)
         self.clear()
         for item in self.items:
-            verdict = item.verdict or {}
+            judged = item.verdict.verdict if item.verdict is not None else None
             self.add_row(
                 str(item.created_at)[:16].replace("T", " "),
                 shorten(item.session_title, 18),
                 reason_label(item.reason),
-                format_p(verdict.get("p_lower")),
+                format_p(judged.p_lower if judged is not None else None),
                 decision_label(item.decision),
                 shorten(item.answer, ANSWER_WIDTH),
                 key=str(item.id),
@@ -50,7 +51,7 @@ class ReviewList(DataTable):
                     break
 
     @property
-    def current_item(self) -> Any | None:
+    def current_item(self) -> ReviewItem | None:
         if not self.items or self.cursor_row < 0 or self.cursor_row >= len(self.items):
             return None
         return self.items[self.cursor_row]

@@ -3,61 +3,78 @@ or no verifier."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from dataclasses import dataclass
 
 from textual.binding import Binding
 from textual.message import Message
+from textual.reactive import reactive
 from textual.widgets import Static
 
-from tui.format import PENDING, badge_text, verdict_status
-from tui.messages import OpenEvidence
+from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, VerdictWords, verdict_words
+from tui.format import PENDING, badge_text
 
 
 class VerdictBadge(Static, can_focus=True):
-    """One line; click it or press enter on it to expand the evidence behind the verdict."""
+    """One line; click it or press enter on it to expand the evidence behind the verdict. Its state is
+    typed and reactive: :attr:`words` (the one rule's badge and sentence; None while the answer streams)
+    and :attr:`expanded`; their watchers redraw it."""
 
     BINDINGS = [
         Binding("enter,space", "toggle", "Evidence", show=True),
         Binding("v", "full", "Full evidence", show=True),
     ]
 
+    @dataclass
     class Toggled(Message):
         """The user asked to show or hide the evidence."""
 
-        def __init__(self, badge: "VerdictBadge", expanded: bool) -> None:
-            super().__init__()
-            self.badge = badge
-            self.expanded = expanded
+        badge: "VerdictBadge"
+        expanded: bool
+
+    @dataclass
+    class OpenEvidence(Message):
+        """The user asked for the full evidence view of this verdict (the app opens it)."""
+
+        verdict: DocumentVerdict
+
+    words: reactive[VerdictWords | None] = reactive(None, init=False)
+    expanded: reactive[bool] = reactive(False, init=False)
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__("… verifying", id=id, classes=f"badge {PENDING}")
-        self.verdict: Mapping[str, Any] | None = None
-        self.status: str | None = None
-        self.reason: str | None = None
-        self.resolved = False
-        self.expanded = False
+        self.verdict: DocumentVerdict | None = None  # the verdict behind the words (None: no estimator judgement)
 
-    def set_verdict(
-        self, verdict: Mapping[str, Any] | None, *, status: str | None = None, reason: str | None = None
-    ) -> None:
-        """Show the final verdict (None = no verifier judged it)."""
+    @property
+    def status(self) -> VerdictStatus | None:
+        return self.words.status if self.words is not None else None
+
+    @property
+    def resolved(self) -> bool:
+        """A verdict is shown (False while streaming, and for a turn that ended without one)."""
+        return self.words is not None
+
+    def set_verdict(self, verdict: DocumentVerdict | None, *, reason: str | None = None) -> None:
+        """Show the final verdict (None = no verifier judged it; ``reason`` says why)."""
         self.verdict = verdict
-        self.status = verdict_status(verdict, status)
-        self.reason = reason
-        self.resolved = True
-        self.remove_class(PENDING, "cancelled")
-        self.add_class(self.status)
-        self._refresh_text()
+        self.words = verdict_words(verdict, no_verifier_reason=reason)
 
     def set_cancelled(self, text: str) -> None:
         """The turn ended without a verdict (stopped or aborted)."""
-        self.resolved = False
-        self.remove_class(PENDING)
+        self.verdict, self.words = None, None
+        self.remove_class(PENDING, *(s.value for s in VerdictStatus))
         self.add_class("cancelled")
         self.update(text)
 
-    def _refresh_text(self) -> None:
-        self.update(badge_text(self.verdict, status=self.status, reason=self.reason, expanded=self.expanded))
+    def watch_words(self, words: VerdictWords | None) -> None:
+        if words is None:
+            return
+        self.remove_class(PENDING, "cancelled", *(s.value for s in VerdictStatus))
+        self.add_class(words.status.value)
+        self.update(badge_text(words, expanded=self.expanded))
+
+    def watch_expanded(self, expanded: bool) -> None:
+        if self.words is not None:
+            self.update(badge_text(self.words, expanded=expanded))
 
     @property
     def expandable(self) -> bool:
@@ -67,13 +84,11 @@ class VerdictBadge(Static, can_focus=True):
         if not self.expandable:
             return
         self.expanded = not self.expanded
-        self._refresh_text()
         self.post_message(self.Toggled(self, self.expanded))
 
     def action_full(self) -> None:
-        if not self.expandable:
-            return
-        self.post_message(OpenEvidence(self.verdict))  # the app opens the evidence screen
+        if self.expandable:
+            self.post_message(self.OpenEvidence(self.verdict))  # the app opens the evidence screen
 
     def on_click(self) -> None:
         self.action_toggle()

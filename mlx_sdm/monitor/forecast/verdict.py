@@ -25,7 +25,7 @@ from types import SimpleNamespace
 
 from mlx_sdm.monitor.forecast.scoring import EPS
 from mlx_sdm.network.verdict import ACCEPTABLE as LABEL_ACCEPTABLE
-from mlx_sdm.network.verdict import LEGACY_NO_VERIFIER, REASON_NOT_A_TASK, VerdictStatus, status_of
+from mlx_sdm.network.verdict import LEGACY_NO_VERIFIER, REASON_NOT_A_TASK, DocumentVerdict, VerdictStatus, status_of
 #: Turn success rate of a status before any labelled session was seen (no information either way).
 PRIOR_TURN_RATE = 0.5
 #: Laplace smoothing of the fitted per-status rates: (correct + 1) / (turns + 2).
@@ -55,6 +55,16 @@ class TurnVerdict:
     d: float | None = None
     admitted: bool = False
     prediction: int | None = None
+
+    @classmethod
+    def of(cls, verdict: DocumentVerdict | None) -> "TurnVerdict":
+        """The chat's typed verdict (live or read back from the store) as the monitor reads it."""
+        if verdict is None:
+            return cls(VerdictStatus.NO_VERIFIER)
+        judged = verdict.verdict
+        if judged is None:
+            return cls(verdict.status)
+        return cls(verdict.status, judged.p_lower, judged.q, judged.d, bool(judged.admitted), int(judged.prediction))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> "TurnVerdict":
