@@ -88,8 +88,15 @@ def test_build_on_tiny_folder_writes_verifier_tasks_and_report_then_reuses_the_c
     assert "| capitals held-out (16) | no-reject |" in report and "| capitals shifted (16) | p̂ lower |" in report
     rows = json.loads((args.out / "report.json").read_text())["rows"]
     assert all(r["calibrated"] for r in rows)  # the promise on held-out and shifted answers (or nothing admitted)
-    assert "| dataset | adaptor accuracy | logistic-regression reference |" in report  # issue 19, beside Table 1
-    assert all(0 <= r["adaptor_accuracy"] <= 1 and 0 <= r["logistic_accuracy"] <= 1 for r in rows)
+    # issue 19, beside Table 1: the adaptor against the probe on the same rows, and whether a shortfall is real
+    assert "| dataset | adaptor accuracy | logistic-regression reference | b | c | McNemar p | verdict |" in report
+    for r in rows:
+        assert 0 <= r["adaptor_accuracy"] <= 1 and 0 <= r["logistic_accuracy"] <= 1 and 0 < r["mcnemar_p"] <= 1
+        b, c = r["adaptor_only_correct"], r["logistic_only_correct"]
+        assert r["adaptor_accuracy"] - r["logistic_accuracy"] == pytest.approx((b - c) / r["size"])
+        assert r["verdict"] == "adaptor ≥ probe" if b >= c else r["verdict"].startswith(f"behind by {c - b} row")
+        assert f"| {r['name']} ({r['size']}) | {r['adaptor_accuracy']:.3f} | {r['logistic_accuracy']:.3f} | {b} | {c} | " \
+            f"{r['mcnemar_p']:.3g} | {r['verdict']} |" in report
     labels = [a.label.label for a in result.outcomes[0].pool]
     assert 0 < sum(labels) < len(labels)  # both labels came from the model's states
     verifier = DocumentVerifier.load(args.out)

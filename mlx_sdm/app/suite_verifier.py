@@ -20,10 +20,12 @@ from typing import Callable
 
 import numpy as np
 
-from mlx_sdm.app.build_verifier import REPORT_JSON, REPORT_MD, REPORT_PLOT
+from mlx_sdm.app.build_verifier import ACCURACY_HEAD, REPORT_JSON, REPORT_MD, REPORT_PLOT, accuracy_cells, \
+    against_probe_record
 from mlx_sdm.app.verifier_recipe import RECIPE_FILE, VerifierRecipe, recipe_text
 from mlx_sdm.atomic import atomic_write_text
 from mlx_sdm.calibration.evaluation import evaluate, markdown_rows, plot
+from mlx_sdm.calibration.paired_test import paired_comparison
 from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE
 from mlx_sdm.network.encoding import NEGATIVE_PROBABILITY, VerificationDocument
 from mlx_sdm.network.tasks.registry import load_tasks
@@ -146,11 +148,12 @@ def suite_report(lm, verifier: DocumentVerifier, tests, cache_dir: Path, name: s
         arrays = verifier.estimator.predict_arrays(feats)
         labels = np.array([d.label for d in docs])
         lines += markdown_rows(f"{task.name} {split} ({len(docs)})", labels, arrays["prediction"], arrays["admitted"])
+        paired = paired_comparison(labels, arrays["prediction"], verifier.estimator.logistic_regression_predict(feats))
         records.append({"task": task.name, "split": split, "n": len(docs), "admitted": int(arrays["admitted"].sum()),
                         "admitted_correct": int((arrays["admitted"] & (arrays["prediction"] == labels)).sum()),
                         "admitted_y1": int((arrays["admitted"] & (labels == 1)).sum()),
-                        "adaptor_accuracy": float(np.mean(arrays["prediction"] == labels)),
-                        "logistic_accuracy": float(np.mean(verifier.estimator.logistic_regression_predict(feats) == labels))})
+                        "adaptor_accuracy": paired.accuracy_a, "logistic_accuracy": paired.accuracy_b,
+                        **against_probe_record(paired)})
         pooled[split][0].extend(docs)
         pooled[split][1].append(feats)
     evaluations = []
@@ -159,9 +162,7 @@ def suite_report(lm, verifier: DocumentVerifier, tests, cache_dir: Path, name: s
         arrays = verifier.estimator.predict_arrays(data.embeddings)
         lines += markdown_rows(f"all tasks {split} ({len(docs)})", data.labels, arrays["prediction"], arrays["admitted"])
         evaluations.append(evaluate(verifier.estimator, data, name=f"suite {split}"))
-    lines += ["", "| Dataset | adaptor accuracy | logistic-regression reference |", "|---|---|---|"]
-    lines += [f"| {r['task']} {r['split']} ({r['n']}) | {r['adaptor_accuracy']:.3f} | {r['logistic_accuracy']:.3f} |"
-              for r in records]
+    lines += ACCURACY_HEAD + [f"| {r['task']} {r['split']} ({r['n']}) | {accuracy_cells(r)}" for r in records]
     training = verifier.estimator.manifest["training"]
     lines += ["", f"Pool sizes {verifier.info['pool_sizes']} (halves: D_tr / D_ca); calibration accuracy "
               f"{training['calibration_accuracy']:.3f} (logistic regression "

@@ -1,14 +1,19 @@
 """Table-1 style evaluation (the paper's Table 1; docs/method.md § 19): class- and prediction-conditional accuracy of the
 admitted set with the admitted proportion per stratum, for no-reject, the plain softmax ≥ α′
-baseline and the estimator's p̂_lower; plus the reliability plot of ``mlx-sdm report --plot``."""
+baseline and the estimator's p̂_lower; the adaptor against its logistic-regression reference on the
+same rows (exact McNemar test, § 19); plus the reliability plot of ``mlx-sdm report --plot``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from mlx_sdm.calibration.data import LabelledSet
+from mlx_sdm.calibration.paired_test import PairedComparison, paired_comparison
+
+#: The verdict where the estimator holds no logistic reference (a .sdmkitmodel package).
+NO_REFERENCE = "no logistic reference stored with this estimator"
 
 
 @dataclass
@@ -73,6 +78,15 @@ def markdown_rows(name: str, labels: np.ndarray, predictions: np.ndarray, admitt
 
 
 @dataclass
+class AgainstProbe:
+    """One estimator row's adaptor against its logistic-regression reference on the evaluated rows."""
+
+    name: str
+    adaptor_accuracy: float
+    comparison: PairedComparison | None  # None: the estimator holds no logistic reference
+
+
+@dataclass
 class Evaluation:
     name: str
     alpha: float
@@ -86,6 +100,8 @@ class Evaluation:
     p_lower: np.ndarray
     softmax_max: np.ndarray
     q_bin: np.ndarray
+    logistic_predictions: np.ndarray | None = None  # None: the estimator holds no logistic reference
+    against_probe: list[AgainstProbe] = field(default_factory=list)  # one per estimator row
 
     def row(self, name: str) -> Row:
         return next(r for r in self.rows if r.name == name)
@@ -108,16 +124,20 @@ def evaluate(estimator, data: LabelledSet, name: str = "test") -> Evaluation:
         table_row(f"softmax>={alpha:g}", data.labels, yhat, sm_max >= alpha, c),
         table_row(sdm_row_name(estimator), data.labels, yhat, a["admitted"], c),
     ]
-    lr_acc = float(np.mean(estimator.logistic_regression_predict(data.embeddings) == data.labels)) \
-        if getattr(estimator, "has_logistic_reference", True) else float("nan")
-    return Evaluation(name, alpha, c, rows, float(np.mean(yhat == data.labels)), lr_acc,
-                      data.labels, yhat, a["admitted"], a["p_lower"], sm_max, a["q_bin"])
+    lr = estimator.logistic_regression_predict(data.embeddings) \
+        if getattr(estimator, "has_logistic_reference", True) else None
+    accuracy = float(np.mean(yhat == data.labels))
+    paired = None if lr is None else paired_comparison(data.labels, yhat, lr)
+    return Evaluation(name, alpha, c, rows, accuracy, float("nan") if lr is None else paired.accuracy_b,
+                      data.labels, yhat, a["admitted"], a["p_lower"], sm_max, a["q_bin"], lr,
+                      [AgainstProbe(rows[-1].name, accuracy, paired)])
 
 
 def add_estimator_row(ev: Evaluation, other: Evaluation) -> Evaluation:
     """``ev`` with the estimator row of ``other`` (another estimator on the same rows) appended, so
     that one table shows both estimator kinds beside the softmax baseline."""
     ev.rows.append(other.rows[-1])
+    ev.against_probe += other.against_probe
     return ev
 
 
@@ -134,8 +154,23 @@ def format_table(ev: Evaluation, class_names: list[str] | None = None) -> str:
         verdict = "yes" if r.calibrated(ev.alpha) else "NO"
         lines.append(f"  {r.name}: every admitted stratum >= {ev.alpha:g}? {verdict}  "
                      f"(admitted {r.marginal.admitted}, of them wrong {r.wrong})")
-    lines.append(f"  adaptor accuracy {ev.adaptor_accuracy:.3f}; logistic-regression reference {ev.logistic_regression_accuracy:.3f}")
-    return "\n".join(lines)
+    return "\n".join(lines + against_probe_lines(ev))
+
+
+def against_probe_lines(ev: Evaluation) -> list[str]:
+    """Each estimator's adaptor against its logistic-regression reference on these rows: accuracies, the
+    discordant rows b (only the adaptor right) and c (only the reference right), the exact McNemar p and
+    the verdict (docs/method.md § 19)."""
+    head = ["estimator", "adaptor", "logistic-regression reference", "b", "c", "McNemar p", "verdict"]
+    body = []
+    for row in ev.against_probe:
+        cmp = row.comparison
+        body.append([row.name, f"{row.adaptor_accuracy:.3f}"] + (["-"] * 4 + [NO_REFERENCE] if cmp is None else
+                    [f"{cmp.accuracy_b:.3f}", str(cmp.b), str(cmp.c), f"{cmp.p_value:.3g}", cmp.verdict()]))
+    widths = [max(len(line[i]) for line in [head] + body) for i in range(len(head))]
+    fmt = lambda line: "  " + "  ".join(x.ljust(w) for x, w in zip(line, widths)).rstrip()  # noqa: E731
+    return ["", "adaptor against its logistic-regression reference, same rows (b: rows only the adaptor gets right, "
+            "c: only the reference; exact McNemar test):", fmt(head)] + [fmt(b) for b in body]
 
 
 def format_training(manifest: dict) -> str:
