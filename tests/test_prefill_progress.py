@@ -68,7 +68,7 @@ def test_prefill_bar_prints_nothing_when_piped():
 
 def test_engine_event_observer_sends_prefill_events_only_for_long_prompts():
     from mlx_sdm.session.events import LONG_PREFILL_TOKENS, PrefillEvent
-    from mlx_sdm.session.turn_events import EventObserver
+    from mlx_sdm.session.engine import EventObserver
 
     sent = []
     observer = EventObserver(sent.append, "s", 1, verifier=None)

@@ -11,6 +11,7 @@ import pytest
 from mlx_sdm.errors import DataError
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction
 from mlx_sdm.session.engine import ChatEngine, EngineConfig
+from mlx_sdm.monitor.session_file.records import ToolCall
 from mlx_sdm.session.turn import parse_tool_calls
 from mlx_sdm.session.store import ChatStore
 from tests.tiny_verifier import build_tiny_verifier, tiny_components
@@ -222,7 +223,7 @@ def test_empty_message_and_unknown_session_are_refused(make_engine):
 
 def test_tool_calls_are_parsed_from_the_answer():
     text = 'Sure. <tool_call>{"name": "send_email_to_client", "arguments": {"to": "a@b"}}</tool_call> <tool_call>{bad}</tool_call>'
-    assert parse_tool_calls(text) == [{"name": "send_email_to_client", "arguments": {"to": "a@b"}}]
+    assert parse_tool_calls(text) == [ToolCall("send_email_to_client", {"to": "a@b"})]
     assert parse_tool_calls("no tools") == []
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from mlx_sdm.monitor.session_file.records import ToolCall
+
 from mlx_sdm.calibration.verdict import Verdict
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction
 from mlx_sdm.monitor.online.reading import HistoryPoint
@@ -16,7 +18,7 @@ from mlx_sdm.session.store import ChatStore
 
 pytestmark = pytest.mark.filterwarnings("ignore::mlx_sdm.monitor.online.tracer.MonitorWarning")  # steps without log-probs on purpose
 
-SEND = [{"name": "send_email_to_client", "arguments": {"to": "x@y"}}]
+SEND = [ToolCall("send_email_to_client", {"to": "x@y"})]
 TOKENS = ["I", " booked", " flight", " 1234", " the", " Paris"]
 LOGPROBS = [-0.01, -1.20, -0.80, -2.0, -0.50, -0.03]  # docs/monitoring.md, TRACER surprisal example: content = {booked, flight}, U = 1.0
 

@@ -10,6 +10,7 @@ import pytest
 from mlx_sdm.errors import ArtifactError, DataError
 from mlx_sdm.monitor.online.auq_escalation import UncertaintyLevel
 from mlx_sdm.monitor.online.reading import MonitorReading
+from mlx_sdm.monitor.session_file.records import ToolCall
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
 from mlx_sdm.session.message_meta import MessageMeta
 from mlx_sdm.session.migrations import MIGRATIONS, SCHEMA_VERSION
@@ -219,7 +220,7 @@ def test_message_meta_is_typed_in_the_store_and_older_rows_still_read(tmp_path):
     store = ChatStore(tmp_path / "meta.db")
     session = store.create_session("t")
     meta = MessageMeta(finish_reason="length", source="api:chat", verdict_reason="below_threshold", judged_text='{"a": 1}',
-                       tool_calls=({"name": "send", "arguments": {"to": "x"}},))
+                       tool_calls=(ToolCall("send", {"to": "x"}),))
     store.add_answer(AnswerRecord(session.id, '{"a": 1} and more', metadata=meta))
     store.add_message(session.id, "user", "plain")  # no metadata at all: the column stays NULL
     conn = sqlite3.connect(tmp_path / "meta.db")
@@ -230,7 +231,7 @@ def test_message_meta_is_typed_in_the_store_and_older_rows_still_read(tmp_path):
     stored = [row[0] for row in conn.execute("SELECT metadata_json FROM messages ORDER BY id")]
     conn.close()
     answer, user, old = store.messages(session.id)
-    assert answer.metadata == meta and answer.metadata.tool_calls[0]["name"] == "send"
+    assert answer.metadata == meta and answer.metadata.tool_calls[0].name == "send"
     assert user.metadata == MessageMeta() and stored[1] is None
     assert (old.metadata.finish_reason, old.metadata.reflection, old.metadata.tool_calls) == ("stop", "unsure", ())
     assert old.metadata.extra == {"written_by": "v0.1"}  # a key of another version, kept

@@ -130,8 +130,9 @@ def generate_answer(
         extra["prompt_progress_callback"] = on_prefill
     config = GenerationConfig(max_tokens=max_tokens, sampler=sampler, delimiter=delimiter,
                               stop_at_delimiter=stop_at_delimiter, extra=extra)
-    # token ids are used as is; messages are rendered (and left-truncated)
-    streamed = _stream(lm, start.feed if start.base_len else messages, config, head, on_token)
+    # the chat template is rendered once per turn (full_ids); generation reads the ids (all of them, or only
+    # the tokens after a reused prefix) and left-truncates them to the context
+    streamed = _stream(lm, start.feed, config, head, on_token)
     result = streamed.result
     vector = _feature_vector(result, start) if result.finish_reason != "cancelled" and streamed.ids else None
     cache, cached_tokens, next_prefix = _kept_cache(lm, full_ids, start, streamed.ids, result, vector)

@@ -19,28 +19,40 @@ import time
 import traceback
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from mlx_sdm.errors import DataError, MlxSdmError
 from mlx_sdm.session.conversation import conversation_from, pending_pause
+from mlx_sdm.monitor.online.reading import MonitorReading
+from mlx_sdm.network.verdict import DocumentVerdict
+from mlx_sdm.session.escalation import Escalation
 from mlx_sdm.session.events import (
+    LONG_PREFILL_TOKENS,
     EngineEvent,
     EngineInfo,
     ErrorEvent,
+    EscalationEvent,
     EventCallback,
+    MonitorEvent,
     PauseInfo,
+    PrefillEvent,
     StatusEvent,
     SupportEvent,
+    TokenEvent,
     TurnFinishedEvent,
     TurnResult,
+    VerdictEvent,
 )
 from mlx_sdm.session.review import DecisionResult, ReviewService
+from mlx_sdm.session.schema import MessageRecord
 from mlx_sdm.session.store import ChatStore
-from mlx_sdm.session.turn import TurnComponents, TurnOptions, TurnRequest
+from mlx_sdm.session.turn import TokenPiece, TurnComponents, TurnObserver, TurnOptions, TurnRequest
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
-from mlx_sdm.session.turn_events import EventObserver
 from mlx_sdm.session.turn_service import TurnService
 from mlx_sdm.session.worker import MlxWorker
+
+if TYPE_CHECKING:
+    from mlx_sdm.session.monitoring import SessionMonitor
 
 ComponentsFactory = Callable[["EngineConfig"], TurnComponents]
 
@@ -94,7 +106,7 @@ class ChatEngine:
         self._load_error: BaseException | None = None
         self._components: TurnComponents | None = None
         self._service: TurnService | None = None
-        self._monitors: dict[str, Any] = {}
+        self._monitors: dict[str, SessionMonitor] = {}
         self._worker = MlxWorker(on_stop=self._stopped)
         self.ready: Future = self._worker.submit(self._load)
 
@@ -245,7 +257,7 @@ class ChatEngine:
         self._emit(on_event, SupportEvent(session_id=session_id, turn=0, action=action, support_size=result.support_size,
                                           decision_id=result.decision_id, message=result.message))
 
-    def _monitor_for(self, session_id: str, messages: list) -> Any:
+    def _monitor_for(self, session_id: str, messages: list[MessageRecord]) -> SessionMonitor:
         monitor = self._monitors.get(session_id)
         if monitor is None:
             from mlx_sdm.session.monitoring import MonitorConfig, SessionMonitor
@@ -298,3 +310,31 @@ class ChatEngine:
         self._emit(on_event, TurnFinishedEvent(session_id=session_id, turn=turn, result=result))
         return result
 
+
+class EventObserver(TurnObserver):
+    """The pipeline's observer for a chat turn: each call becomes the engine's event, in order tokens →
+    verdict → monitor → escalation → reflection tokens (the engine then sends the finished event with
+    the turn's record)."""
+
+    def __init__(self, emit: Callable[[EngineEvent], None], session_id: str, turn: int, *,
+                 verifier: str | None, monitor: SessionMonitor | None = None):
+        self.emit, self.session_id, self.turn = emit, session_id, turn
+        self.verifier_path, self.session_monitor = verifier, monitor
+
+    def prefill(self, done: int, total: int) -> None:
+        if total >= LONG_PREFILL_TOKENS:
+            self.emit(PrefillEvent(session_id=self.session_id, turn=self.turn, done=int(done), total=int(total)))
+
+    def token(self, piece: TokenPiece) -> None:
+        self.emit(TokenEvent(session_id=self.session_id, turn=self.turn, piece=piece))
+
+    def verdict(self, verdict: DocumentVerdict | None, unverifiable_reason: str | None) -> None:
+        self.emit(VerdictEvent(session_id=self.session_id, turn=self.turn, verdict=verdict,
+                               unverifiable_reason=unverifiable_reason, verifier=self.verifier_path))
+
+    def monitor(self, reading: MonitorReading) -> None:
+        history = list(self.session_monitor.history) if self.session_monitor is not None else []
+        self.emit(MonitorEvent(session_id=self.session_id, turn=self.turn, reading=reading, history=history))
+
+    def escalation(self, escalation: Escalation) -> None:
+        self.emit(EscalationEvent(session_id=self.session_id, turn=self.turn, escalation=escalation))

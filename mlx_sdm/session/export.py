@@ -13,7 +13,6 @@ from mlx_sdm.monitor.session_file.records import (
     AUQOutput,
     Session,
     SessionStep,
-    ToolCall,
     TracerOutput,
     VerifierOutput,
     step_id_for,
@@ -133,7 +132,7 @@ def session_to_format(store: ChatStore, session_id: str) -> Session:
         if m.role != "assistant" or m.kind != "chat":
             continue
         mon = m.monitor
-        calls = [ToolCall(name=c["name"], arguments=c.get("arguments", {})) for c in m.metadata.tool_calls]
+        calls = list(m.metadata.tool_calls)
         step_type = "tool_call" if calls else "llm_call"
         tokens, logprobs = m.tokens, m.token_logprobs
         if tokens is None or logprobs is None or len(tokens) != len(logprobs):

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
+from mlx_sdm.monitor.session_file.records import ToolCall
+
 
 @dataclass(frozen=True)
 class MessageMeta:
@@ -25,7 +27,7 @@ class MessageMeta:
     pause_message: str | None = None  # on a pause: what the user is told
     reflection_prompt: str | None = None  # on a HIGH pause: the reflection asked of the model
     reflection: str | None = None  # ... and the model's statement of its uncertainty
-    tool_calls: tuple[dict, ...] = ()  # {"name", "arguments"} proposed in the answer
+    tool_calls: tuple[ToolCall, ...] = ()  # proposed in the answer
     resumes: int | None = None  # guidance: the paused answer's message id
     writer_pid: int | None = None  # an answer being written: the writing process (interrupted when it is gone)
     extra: Mapping[str, Any] = field(default_factory=dict)  # keys of another version, kept as they were
@@ -36,7 +38,7 @@ class MessageMeta:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name != "extra" and value is not None and value != ():
-                out[f.name] = [dict(c) for c in value] if f.name == "tool_calls" else value
+                out[f.name] = [c.to_dict() for c in value] if f.name == "tool_calls" else value
         return {**dict(self.extra), **out}
 
     @classmethod
@@ -47,5 +49,7 @@ class MessageMeta:
         known = {f.name for f in fields(cls)} - {"extra"}
         values = {k: v for k, v in data.items() if k in known}
         if "tool_calls" in values:
-            values["tool_calls"] = tuple(c for c in values["tool_calls"] or () if isinstance(c, dict))
+            values["tool_calls"] = tuple(ToolCall(c["name"], c.get("arguments", {}), c.get("id"))
+                                         for c in values["tool_calls"] or ()
+                                         if isinstance(c, dict) and isinstance(c.get("name"), str))
         return cls(**values, extra={k: v for k, v in data.items() if k not in known})

@@ -115,7 +115,7 @@ class SessionMonitor:
         answer: str,
         tokens: list[str] | None,
         logprobs: list[float] | None,
-        tool_calls: list[dict],
+        tool_calls: list[ToolCall],
         p_true: Any = None,
         verdict: DocumentVerdict | None = None,
         sampler: Any = None,
@@ -137,7 +137,7 @@ class SessionMonitor:
         step_type = "tool_call" if tool_calls else "llm_call"
         try:
             step = self.auq.score_step(
-                self.session_id, step_type, answer, p_true=p_true, tool_names=[c["name"] for c in tool_calls],
+                self.session_id, step_type, answer, p_true=p_true, tool_names=[c.name for c in tool_calls],
                 verifier_p=verifier_p, sampler=sampler,
             )
             auq = step.to_dict()
@@ -173,10 +173,10 @@ class SessionMonitor:
     def _user_step(self, text: str) -> SessionStep:
         return SessionStep(step_id=f"user_{len(self.tracer.outputs)}", actor="user", step_type=None, text=text)
 
-    def _agent_step(self, text: str, tokens, logprobs, tool_calls) -> SessionStep:
+    def _agent_step(self, text: str, tokens, logprobs, tool_calls: list[ToolCall]) -> SessionStep:
         if tokens is None or logprobs is None or len(tokens) != len(logprobs):
             tokens = logprobs = None
-        calls = [ToolCall(name=c["name"], arguments=c.get("arguments", {})) for c in tool_calls]
+        calls = list(tool_calls)
         return SessionStep(
             step_id=f"{'tool' if calls else 'llm'}_{len(self.tracer.outputs)}", actor="agent",
             step_type="tool_call" if calls else "llm_call", text=text, tool_calls=calls,

@@ -150,7 +150,7 @@ class TurnPipeline:
             observer.monitor(outcome.monitor)
         if options.reuse_cache:
             outcome.prefix = settle_prefix(gen.prefix)
-        outcome.escalation = plan_escalation(outcome.monitor, [c["name"] for c in outcome.tool_calls], outcome.verdict)
+        outcome.escalation = plan_escalation(outcome.monitor, [c.name for c in outcome.tool_calls], outcome.verdict)
         outcome.status = outcome.escalation.status
         if outcome.escalation.escalated:
             observer.escalation(outcome.escalation)

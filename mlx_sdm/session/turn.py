@@ -21,6 +21,7 @@ from mlx_sdm.session.answer import PrefixCache
 
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 from mlx_sdm.monitor.online.embedders import Embedder
+from mlx_sdm.monitor.session_file.records import ToolCall
 
 if TYPE_CHECKING:  # MLX types: the UI imports this module without loading MLX
     from mlx_sdm.lm.generation import Head
@@ -151,7 +152,7 @@ class TurnOutcome:
     monitor: MonitorReading | None = None
     escalation: Escalation = field(default_factory=Escalation)
     reflection: str | None = None  # on a HIGH pause: the model's own statement of its uncertainty
-    tool_calls: list[dict] = field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list)
     finish_reason: str = "stop"
     tokens: list[str] = field(default_factory=list)  # decoded piece per generated token
     token_ids: list[int] = field(default_factory=list)
@@ -175,7 +176,7 @@ class TurnOutcome:
         return self.verdict.reason if self.verdict is not None else self.unverifiable_reason
 
 
-def parse_tool_calls(text: str) -> list[dict]:
+def parse_tool_calls(text: str) -> list[ToolCall]:
     """Tool calls proposed in an answer (``<tool_call>{json}</tool_call>``); malformed blocks are ignored."""
     calls = []
     for block in TOOL_CALL_RE.findall(text):
@@ -185,7 +186,7 @@ def parse_tool_calls(text: str) -> list[dict]:
             continue
         if isinstance(obj, dict) and isinstance(obj.get("name"), str) and obj["name"]:
             args = obj.get("arguments", {})
-            calls.append({"name": obj["name"], "arguments": args if isinstance(args, (dict, str)) else {}})
+            calls.append(ToolCall(obj["name"], args if isinstance(args, (dict, str)) else {}))
     return calls
 
 

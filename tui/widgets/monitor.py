@@ -3,7 +3,7 @@ with sparklines over turns (docs/monitoring.md, AUQ propagation; TRACER weights)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rich.console import Group
@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
+from textual.reactive import reactive
 from textual.widgets import Label, Sparkline, Static
 
 from mlx_sdm.monitor.online.reading import HistoryPoint, MonitorReading
@@ -42,11 +43,10 @@ class PanelRow:
 
 
 class MonitorPanel(VerticalScroll, can_focus=False):
-    """Toggle it with ctrl+t (or the command palette)."""
+    """Toggle it with ctrl+t (or the command palette). Its state is the typed, reactive :attr:`rows`
+    (one :class:`PanelRow` per answered turn); :meth:`watch_rows` draws them."""
 
-    def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self.rows: list[PanelRow] = []
+    rows: reactive[tuple[PanelRow, ...]] = reactive((), init=False)
 
     def compose(self) -> ComposeResult:
         yield Label("Session monitor", classes="panel-title")
@@ -57,24 +57,23 @@ class MonitorPanel(VerticalScroll, can_focus=False):
         yield Static("no turns yet", id="monitor-table")
 
     def reset(self) -> None:
-        self.rows = []
-        self._render_rows()
+        self.rows = ()
 
     def add_turn(self, turn: int, reading: MonitorReading) -> None:
         """Record (or replace) the reading of one turn."""
-        self.rows = sorted([r for r in self.rows if r.turn != turn] + [PanelRow.of(turn, reading)], key=lambda r: r.turn)
-        self._render_rows()
+        self.rows = tuple(sorted([r for r in self.rows if r.turn != turn] + [PanelRow.of(turn, reading)],
+                                 key=lambda r: r.turn))
 
     def show_history(self, history: list[HistoryPoint], latest: MonitorReading | None = None) -> None:
         """The engine's whole-session history; ``latest``: the newest turn's whole reading, whose fused
         forecast also says what moved it."""
-        self.rows = [PanelRow.from_history(point) for point in history]
+        rows = [PanelRow.from_history(point) for point in history]
         newest = latest.extra.get("fused") if latest is not None else None
-        if newest and self.rows:
-            self.rows[-1] = PanelRow(**{**self.rows[-1].__dict__, "fused": dict(newest)})
-        self._render_rows()
+        if newest and rows:
+            rows[-1] = replace(rows[-1], fused=dict(newest))
+        self.rows = tuple(rows)
 
-    def _render_rows(self) -> None:
+    def watch_rows(self) -> None:
         confidence = [float(r.confidence) for r in self.rows if r.confidence is not None]
         risk = [float(r.risk) for r in self.rows if r.risk is not None]
         self.query_one("#spark-confidence", Sparkline).data = confidence
