@@ -59,3 +59,33 @@ def test_session_monitor_reading_carries_the_fused_forecast():
     fused = reading.extra["fused"]
     assert 0.0 < fused["p"] < 1.0 and fused["signal"] in FUSION_FEATURES and "turn 1" in fused["message"]
     assert reading.to_dict()["extra"]["fused"] == fused
+
+
+def test_the_live_forecast_reads_a_verdict_as_the_recorded_sessions_do():
+    """The chat's monitor and the corpus replay (the fit and the pause threshold were chosen on it) see
+    the same verdict status: an everyday question the verifier does not cover is out of scope for both
+    (not "no verifier"), and a routed task's verdict keeps its route."""
+    from mlx_sdm.calibration.verdict import Verdict
+    from mlx_sdm.monitor.forecast.fused import FusedParams, OnlineFusedMonitor
+    from mlx_sdm.monitor.forecast.verdict import TurnVerdict
+    from mlx_sdm.network.verdict import REASON_NOT_A_TASK, DocumentVerdict, VerdictStatus
+    from mlx_sdm.session.monitoring import MonitorConfig, SessionMonitor
+
+    everyday = DocumentVerdict(None, task=None, unjudged=REASON_NOT_A_TASK)
+    routed = DocumentVerdict(Verdict(prediction=1, p_lower=None, admitted=False, q=0, d=0.0, q_bin=0,
+                                     reason="out_of_distribution"), task="bbc_topic")
+    for verdict in (everyday, routed):
+        recorded = {**verdict.to_dict(), "status": verdict.status.value, "task": verdict.task}  # app/corpus.py
+        assert TurnVerdict.of(verdict) == TurnVerdict.from_dict(recorded)
+    assert TurnVerdict.of(everyday).status is VerdictStatus.OUT_OF_SCOPE
+    assert TurnVerdict.of(routed).status is VerdictStatus.NOT_VERIFIED  # a task's question the verifier did not place
+    live = SessionMonitor("s", MonitorConfig(enable_p_true=False))
+    replay = OnlineFusedMonitor(FusedParams.shipped())
+    for text, verdict in (("What is the capital of Australia?", everyday), ("Classify this article.", routed)):
+        live.observe_user(text)
+        reading = live.score_answer(answer="An answer.", tokens=["An", " answer."], logprobs=[-0.5, -1.0],
+                                    tool_calls=[], verdict=verdict)
+        replay.observe_user(live.tracer.outputs[-2].to_dict())
+        expected = replay.observe_answer(live.tracer.outputs[-1].to_dict(), reading.auq,
+                                         {**verdict.to_dict(), "status": verdict.status.value})
+        assert reading.fused_p == pytest.approx(expected.p)
