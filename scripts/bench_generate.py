@@ -27,7 +27,6 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from repository_tests import repository_tests  # noqa: E402  (beside this script)
 import mlx_sdm  # noqa: F401
