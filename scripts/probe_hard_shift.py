@@ -15,7 +15,8 @@ hard ham:
   the saved support set, calibration rows = the rest of the pool): v2's rule (v2 Alg. 1,
   SDM_HR^lower) and the nested regions on v1's adaptor, v1's rule (outCDFs, rescaler W'' with seed 0,
   Alg. 3; one iteration, so no offsets and q̃_min = q̃*_min) on v2's adaptor;
-* two changes to v2's rule tried as candidate fit options: q′ = min(q, (2+q)^{v_ŷ}) with v_ŷ the
+* three changes to v2's rule tried as candidate fit options: v2 admitting only what v1's rule on
+  v2's adaptor also admits; q′ = min(q, (2+q)^{v_ŷ}) with v_ŷ the
   class-ŷ calibration rank of the row's SDM log-odds (the Eq. 9 outCDF) instead of SDM(z′)_ŷ, and
   in addition ψ checked on that rank instead of on SDM(z′);
 * ``--refit``: v1's and v2's rules on adaptors refitted with v1's or v2's training q (flip rule on or off) and
@@ -161,6 +162,14 @@ def rank_rule_on(est: SDMEstimator, pool: LabelledSet, psi_on_rank: bool):
     return rule
 
 
+def both(rule, other):
+    """``rule``'s rows, admitted only where ``other`` (on the same adaptor) admits too."""
+    def admit(x):
+        a = rule(x)
+        return {**a, "admitted": a["admitted"] & other(x)["admitted"]}
+    return admit
+
+
 def refits(sets, pool: LabelledSet) -> None:
     """v1's and v2's rules on adaptors trained with either kind's training q and selection metric
     (v1's rule as fitted over the J iterations, v2's re-derived on the chosen iteration's split)."""
@@ -213,7 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     line("v2's rule on v1's adaptor", sets, v2_rule_on(models["v1"], pool))
     line("nested regions on v1's adaptor", sets, nested_on(models["v1"], pool))
     line("v1's rule re-derived on v1's adaptor, one iteration", sets, v1_rule_on(models["v1"], pool))
-    line("v1's rule on v2's adaptor, one iteration", sets, v1_rule_on(models["v2"], pool))
+    v1_on_v2 = v1_rule_on(models["v2"], pool)
+    line("v1's rule on v2's adaptor, one iteration", sets, v1_on_v2)
+    line("v2 as saved, admitted only where v1's rule on v2's adaptor also admits", sets,
+         both(models["v2"].predict_arrays, v1_on_v2))
     line("v2, q′ from the calibration rank v_ŷ", sets, rank_rule_on(models["v2"], pool, False))
     line("v2, q′ and ψ from the calibration rank v", sets, rank_rule_on(models["v2"], pool, True))
     if args.refit:
