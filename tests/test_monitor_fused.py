@@ -86,6 +86,6 @@ def test_the_live_forecast_reads_a_verdict_as_the_recorded_sessions_do():
         reading = live.score_answer(answer="An answer.", tokens=["An", " answer."], logprobs=[-0.5, -1.0],
                                     tool_calls=[], verdict=verdict)
         replay.observe_user(live.tracer.outputs[-2].to_dict())
-        expected = replay.observe_answer(live.tracer.outputs[-1].to_dict(), reading.auq,
+        expected = replay.observe_answer(live.tracer.outputs[-1].to_dict(), reading.auq.to_dict(),
                                          {**verdict.to_dict(), "status": verdict.status.value})
         assert reading.fused_p == pytest.approx(expected.p)

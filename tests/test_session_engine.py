@@ -246,4 +246,4 @@ def test_prefix_reuse_gives_the_features_of_a_full_recompute(make_engine):
         assert a.text == b.text
         np.testing.assert_allclose(a.token_logprobs, b.token_logprobs, atol=1e-4)
         np.testing.assert_allclose(a.features, b.features, rtol=1e-4, atol=1e-5)
-        assert a.monitor.auq["p_true_confidence"] == pytest.approx(b.monitor.auq["p_true_confidence"], abs=1e-4)
+        assert a.monitor.auq.p_true_confidence == pytest.approx(b.monitor.auq.p_true_confidence, abs=1e-4)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.monitor.session_file.records import ToolCall
 
 from mlx_sdm.calibration.verdict import Verdict
@@ -52,6 +53,9 @@ def test_p_true_drives_auq_and_tracer_reads_the_log_probs():
     assert snap["tracer"]["U"] == pytest.approx(1.0) and snap["step_risk"] == pytest.approx(1.0)
     assert snap["tracer_risk"] == pytest.approx(1.0)  # user step r = 0 (no log-probs, no agent before it)
     assert "history" not in snap  # the history lives in the session monitor, not in each reading
+    # typed all the way down: the AUQ step and the TRACER features, and back from the stored dict as the same values
+    assert reading.auq.level.value == "medium" and reading.tracer.U == pytest.approx(1.0)
+    assert MonitorReading.from_dict(snap) == reading
     assert m.history == [HistoryPoint(1, "medium", pytest.approx(0.70), pytest.approx(1.0), snap["extra"]["fused"]["p"])]
     plan = plan_escalation(reading, [], VERIFIED)
     assert (plan.status.value, plan.action, plan.review_reasons, plan.reflect) == (

@@ -41,4 +41,4 @@ def test_piped_chat_answers_with_verdict_and_monitor_lines(tmp_path):
     assert user.text == "What is the capital of France?" and answer.role == "assistant" and answer.text.strip()
     start = 2 if lines[1].startswith("[It covers") else 1  # a verifier that lists its tasks announces them
     assert "\n".join(lines[start:verdict]).strip() == answer.text.strip()  # the answer, then its verdict
-    assert answer.monitor.auq["p_true_ran"] and answer.token_count <= 12
+    assert answer.monitor.auq.p_true_ran and answer.token_count <= 12

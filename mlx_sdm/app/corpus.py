@@ -28,7 +28,7 @@ from typing import Any, Callable
 from mlx_sdm.app.corpus_plan import EVERYDAY, EverydayPrompt, PlannedTurn, SessionPlan, label_turn, plan_sessions, \
     session_success, user_text
 from mlx_sdm.monitor.session_file.provenance import Provenance, make_provenance
-from mlx_sdm.monitor.session_file.records import AUQOutput, Session, SessionStep, VerifierOutput
+from mlx_sdm.monitor.session_file.records import Session, SessionStep, VerifierOutput
 from mlx_sdm.monitor.session_file.writer import session_to_lines
 
 DEFAULT_SESSIONS = 400
@@ -81,7 +81,7 @@ def _steps(outcome: Any, monitor: Any, text: str, n: int, turn_index: int) -> tu
     """The user's and the answer's session-JSONL steps of one turn, from what the chat's turn produced."""
     user = SessionStep(f"user_{n}", "user", None, text, turn_index=turn_index, tracer=monitor.tracer.outputs[-2])
     reading, verdict = outcome.monitor, outcome.verdict
-    auq = AUQOutput(**{k: v for k, v in reading.auq.items() if k in AUQOutput.__dataclass_fields__})
+    auq = reading.auq.to_format() if reading.auq is not None else None
     agent = SessionStep(f"llm_{n + 1}", "agent", "llm_call", outcome.text, token_logprobs=list(outcome.logprobs),
                         tokens=list(outcome.tokens), turn_index=turn_index, auq=auq, tracer=monitor.tracer.outputs[-1],
                         p_t=reading.cumulative_confidence)

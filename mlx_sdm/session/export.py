@@ -10,10 +10,8 @@ from pathlib import Path
 from mlx_sdm.atomic import atomic_write_text
 from mlx_sdm.errors import DataError
 from mlx_sdm.monitor.session_file.records import (
-    AUQOutput,
     Session,
     SessionStep,
-    TracerOutput,
     VerifierOutput,
     step_id_for,
 )
@@ -143,8 +141,8 @@ def session_to_format(store: ChatStore, session_id: str) -> Session:
             verifier = VerifierOutput(p_lower=judged.p_lower if judged else None,
                                       admitted=bool(judged.admitted) if judged else False, reason=m.verdict.reason,
                                       prediction=int(judged.prediction) if judged else None, task=m.verdict.task)
-        auq = AUQOutput(**{k: v for k, v in mon.auq.items() if k in AUQOutput.__dataclass_fields__}) if mon and mon.auq else None
-        tracer = TracerOutput(**{k: v for k, v in mon.tracer.items() if k in TracerOutput.__dataclass_fields__}) if mon and mon.tracer else None
+        auq = mon.auq.to_format() if mon is not None and mon.auq is not None else None
+        tracer = mon.tracer if mon is not None else None
         steps.append(SessionStep(
             step_id=step_id_for(step_type, "agent", len(steps)), actor="agent", step_type=step_type, text=m.text,
             tool_calls=calls, token_logprobs=logprobs, tokens=tokens, turn_index=turn, timestamp=m.created_at,

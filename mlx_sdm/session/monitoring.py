@@ -16,7 +16,6 @@ from typing import Any, Sequence
 from mlx_sdm.monitor.online.auq_config import SAMPLING_TEMPERATURE
 from mlx_sdm.monitor.online.auq import AUQMonitor
 from mlx_sdm.monitor.online.auq_escalation import (
-    EscalationAction,
     SessionStatus,
     UncertaintyError,
     UncertaintyLevel,
@@ -90,7 +89,8 @@ class SessionMonitor:
                 out = self.tracer.observe(self._agent_step(m.text, m.tokens, m.token_logprobs, calls))
                 reading = m.monitor
                 if self.fused is not None:
-                    self.fused.observe_answer(out.to_dict(), reading.auq, TurnVerdict.of(m.verdict))
+                    self.fused.observe_answer(out.to_dict(), reading.auq.to_dict() if reading.auq else {},
+                                              TurnVerdict.of(m.verdict))
                 if reading.cumulative_confidence is not None:
                     state.cumulative_confidence = float(reading.cumulative_confidence)
                 state.step_counter += 1
@@ -140,31 +140,30 @@ class SessionMonitor:
                 self.session_id, step_type, answer, p_true=p_true, tool_names=[c.name for c in tool_calls],
                 verifier_p=verifier_p, sampler=sampler,
             )
-            auq = step.to_dict()
         except UncertaintyError:
             step = state.step_uncertainties[-1]  # recorded before the raise
-            auq = step.to_dict()
-        level = UncertaintyLevel(auq["level"])
+        level = step.level
         ran = getattr(p_true, "result", None)  # a PTrueScorer says how much of the KV cache it reused
         reading = MonitorReading(
             level=level,
-            action=EscalationAction(auq["action"]),
-            cumulative_confidence=auq["propagated_confidence"],
-            step_confidence=auq["step_confidence"],
+            action=step.action,
+            cumulative_confidence=step.propagated_confidence,
+            step_confidence=step.step_confidence,
             tracer_risk=tracer_out.prefix_risk,
             step_risk=tracer_out.r,
-            irreversible=bool(auq["irreversible"]),
+            irreversible=bool(step.irreversible),
             inject_reflection=bool(
                 level is UncertaintyLevel.HIGH and step_type == "llm_call" and self.config.inject_reflection_on_high
             ),
             critical_below=self.config.high_threshold,
-            auq=auq,
-            tracer=tracer_out.to_dict(),
+            auq=step,
+            tracer=tracer_out,
             p_true=None if ran is None else {"prefilled_tokens": ran.prefilled_tokens,
                                               "reused_tokens": ran.reused_tokens, "cache_restored": ran.cache_restored},
         )
         if self.fused is not None:
-            reading.extra["fused"] = self.fused.observe_answer(tracer_out.to_dict(), auq, TurnVerdict.of(verdict)).to_dict()
+            reading.extra["fused"] = self.fused.observe_answer(tracer_out.to_dict(), step.to_dict(),
+                                                               TurnVerdict.of(verdict)).to_dict()
         apply_policy(reading, answer, self.pause_policy)  # degenerate answers log, a low fused forecast pauses
         self.history.append(HistoryPoint.of(len(self.history) + 1, reading))
         return reading

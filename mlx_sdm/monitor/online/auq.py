@@ -16,8 +16,8 @@ Every choice the AUQ method leaves open (docs/monitoring.md, AUQ configuration) 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Callable, Mapping, Sequence
 
 from mlx_sdm.monitor.online import spans
 from mlx_sdm.monitor.online.auq_config import EstimatorConfig
@@ -69,6 +69,16 @@ class StepUncertainty:
         out = asdict(self)
         out["level"], out["action"] = self.level.value, self.action.value
         return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "StepUncertainty | None":
+        """A stored step (``to_dict``) back; None for none, or for a record that lacks a field."""
+        names = [f.name for f in fields(cls)]
+        if not data or any(name not in data for name in names if name != "verifier_confidence"):
+            return None
+        values = {name: data[name] for name in names if name in data}
+        values["level"], values["action"] = UncertaintyLevel(values["level"]), EscalationAction(values["action"])
+        return cls(**values)
 
     def to_format(self):
         """As the session JSONL ``auq`` record."""

@@ -14,8 +14,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
 
+from mlx_sdm.monitor.online.auq import StepUncertainty
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction, UncertaintyLevel
 from mlx_sdm.monitor.online.degenerate import DegenerateAnswer
+from mlx_sdm.monitor.session_file.records import TracerOutput
 
 
 @dataclass
@@ -31,8 +33,8 @@ class MonitorReading:
     irreversible: bool = False  # an irreversible tool call was proposed
     inject_reflection: bool = False  # HIGH on an llm/decision step: ask the model to state its uncertainty
     critical_below: float | None = None  # the CRITICAL floor on P_t
-    auq: dict[str, Any] = field(default_factory=dict)  # StepUncertainty.to_dict()
-    tracer: dict[str, Any] = field(default_factory=dict)  # TracerOutput.to_dict()
+    auq: StepUncertainty | None = None  # the AUQ step behind the level and P_t
+    tracer: TracerOutput | None = None  # the TRACER features behind R_t
     p_true: dict[str, Any] | None = None  # how much of the KV cache P(True) reused
     extra: dict[str, Any] = field(default_factory=dict)  # other monitors, by name
     degenerate: DegenerateAnswer | None = None  # why the answer is unusable (loop, quotes and braces), if it is
@@ -41,6 +43,8 @@ class MonitorReading:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["level"], out["action"] = self.level.value, self.action.value
+        out["auq"] = self.auq.to_dict() if self.auq is not None else {}
+        out["tracer"] = self.tracer.to_dict() if self.tracer is not None else {}
         for key in ("p_true", "degenerate", "forecast_pause"):
             if out[key] is None:
                 del out[key]
@@ -55,8 +59,11 @@ class MonitorReading:
         values = {k: v for k, v in data.items() if k in known}
         values["level"] = UncertaintyLevel(values.get("level") or "low")
         values["action"] = EscalationAction(values.get("action") or "proceed")
-        for key in ("auq", "tracer", "extra"):
-            values[key] = dict(values.get(key) or {})
+        values["extra"] = dict(values.get("extra") or {})
+        values["auq"] = StepUncertainty.from_dict(values.get("auq"))
+        tracer = values.get("tracer") or {}
+        values["tracer"] = TracerOutput(**{k: v for k, v in tracer.items() if k in TracerOutput.__dataclass_fields__}) \
+            if tracer else None
         values["degenerate"] = DegenerateAnswer.from_dict(values.get("degenerate"))
         values["forecast_pause"] = ForecastPause.from_dict(values.get("forecast_pause"))
         return cls(**values)
