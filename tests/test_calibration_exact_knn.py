@@ -129,3 +129,21 @@ def test_split_tf32_path_gives_the_same_bits(monkeypatch):
     assert np.array_equal(res.q, ref.q) and np.array_equal(res.d_nearest, ref.d_nearest)
     hi, lo = knn.split_tf32(support)
     assert np.array_equal(hi + lo, support) and ((hi.view(np.uint32) & 0x1FFF) == 0).all()
+
+
+def test_exact_sq_distances_by_hand_and_across_blocks(monkeypatch):
+    """Σ(a − b)² per (row, col) pair: a hand-computed case, then the same bits whatever the block size
+    (each pair's sum is NumPy's pairwise sum of its own row, so blocking cannot change it)."""
+    from mlx_sdm.calibration import knn
+
+    queries = np.array([[0.0, 0.0], [1.0, 2.0]], np.float32)
+    support = np.array([[3.0, 4.0], [1.0, 1.0]], np.float32)
+    got = knn.exact_sq_distances(queries, support, np.array([0, 1, 1]), np.array([0, 1, 0]))
+    assert got.dtype == np.float64 and got.tolist() == [25.0, 1.0, 8.0]  # 9 + 16, 0 + 1, 4 + 4
+    rng = np.random.default_rng(3)
+    q, s = rng.normal(0, 50, (30, 300)).astype(np.float32), rng.normal(0, 50, (40, 300)).astype(np.float32)
+    rows, cols = rng.integers(0, 30, 500), rng.integers(0, 40, 500)
+    direct = np.array([np.square(q[r].astype(np.float64) - s[c].astype(np.float64)).sum() for r, c in zip(rows, cols)])
+    one_block = knn.exact_sq_distances(q, s, rows, cols)
+    monkeypatch.setattr(knn, "EXACT_BLOCK_ELEMENTS", 7 * 300)  # 7 pairs a block, the last one short
+    assert np.array_equal(one_block, direct) and np.array_equal(knn.exact_sq_distances(q, s, rows, cols), direct)
