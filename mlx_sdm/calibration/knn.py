@@ -221,12 +221,13 @@ class SupportIndex:
         tol = self._tolerance(centred)
         q_out = np.zeros(n, dtype=np.int64)
         d_out = np.zeros(n, dtype=np.float64)
-        rows = np.arange(n)
+        rows = None  # every row, taken in slices (views, no copies)
         if self.backend == "faiss":
             rows = self._qd_faiss(queries, centred, tol, query_predictions, exclude, q_out, d_out)
-        step = self._chunk(max(1, len(rows)))
-        for s in range(0, len(rows), step):
-            r = rows[s:s + step]
+        count = n if rows is None else len(rows)
+        step = self._chunk(max(1, count))
+        for s in range(0, count, step):
+            r = slice(s, s + step) if rows is None else rows[s:s + step]
             q_out[r], d_out[r] = self._qd_exhaustive(queries[r], centred[r], tol[r], query_predictions[r], exclude[r])
         return QDResult(np.minimum(q_out, self.k), d_out)
 
