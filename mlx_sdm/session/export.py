@@ -31,11 +31,12 @@ def verdict_line(status: VerdictStatus | None, verdict: DocumentVerdict | None, 
     if status is None:
         return "verdict: none"
     words = verdict_words(verdict, no_verifier_reason=reason)
-    line = f"verdict: {words.status.words.upper()} · {words.short.split(' · ', 1)[-1]}"
+    detail = words.short.split(" · ", 1)[-1]  # why (not verified, out of scope), or the badge's p_lower
     judged = verdict.verdict if verdict is not None else None
-    if judged is not None:
-        line += f" · p_lower={_num(judged.p_lower)} q={judged.q} d={_num(judged.d)} q_bin={judged.q_bin}"
-    return line
+    numbers = None if judged is None else f"p_lower={_num(judged.p_lower)} q={judged.q} d={_num(judged.d)} q_bin={judged.q_bin}"
+    if numbers is not None and detail.startswith("p_lower"):
+        detail = None  # the numbers say it: no second p_lower on the line
+    return " · ".join(part for part in (f"verdict: {words.status.words.upper()}", detail, numbers) if part)
 
 
 def monitor_line(monitor: MonitorReading | None) -> str:
