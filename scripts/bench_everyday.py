@@ -44,7 +44,7 @@ def main() -> int:
         plain = lm.tokenizer.decode(tokens)
         same += ours.token_ids == tokens
         for name, answer in (("product", ours.text), ("mlx-lm", plain)):
-            right, degenerate = check_everyday(item.check, answer).correct, degenerate_answer(answer) is not None
+            right, degenerate = check_everyday(item.check, answer, item.prompt).correct, degenerate_answer(answer) is not None
             counts[name][0] += right
             counts[name][1] += degenerate
             print(f"{name:8} {'right' if right else 'wrong'} {'degenerate' if degenerate else '':10} "

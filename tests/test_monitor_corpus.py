@@ -59,6 +59,11 @@ def test_labels():
     assert label_turn(ask, "12 times 7 is 84.", check={"type": "number", "value": 84}).correct
     wrong = label_turn(ask, "12 times 7 is 72.", check={"type": "number", "value": 84})  # issue 18's answer
     assert not wrong.correct and wrong.why == "84 does not appear"
+    # a number the answer only repeats from the question is not its answer
+    division = {"type": "number", "value": 12}
+    echo = label_turn(ask, "144 divided by 12 is 1.44.", check=division, question="What is 144 divided by 12?")
+    assert not echo.correct and echo.why == "12 does not appear beyond the question's own"
+    assert label_turn(ask, "144 divided by 12 is 12.", check=division, question="What is 144 divided by 12?").correct
     broken = label_turn(ask, '{"{" "{" " " " " " " " "', check={"type": "words", "min": 1})
     assert not broken.correct and broken.why.startswith("degenerate: ")
     assert label_turn(ask, "The capital is canberra.", check={"type": "contains", "any": ["Canberra"]}).correct

@@ -13,6 +13,8 @@ from mlx_sdm.monitor.forecast.fused import (
     datasets_dir,
 )
 from mlx_sdm.monitor.forecast.fusion import FUSION_FEATURES
+from mlx_sdm.monitor.forecast.verdict import TurnVerdict
+from mlx_sdm.monitor.session_file.records import AUQOutput, TracerOutput
 
 VERIFIED = {"p_lower": 0.99, "admitted": True, "prediction": 1, "reason": None, "q": 40, "d": 0.9}
 OUT_OF_SCOPE = {"p_lower": None, "admitted": False, "prediction": 1, "reason": "out_of_distribution", "q": 0, "d": 0.0}
@@ -30,12 +32,12 @@ def test_shipped_parameters_are_the_fit_of_the_shipped_corpus():
 
 def test_online_fused_forecast_names_the_signal_that_moved_it():
     monitor = OnlineFusedMonitor(FusedParams.shipped())
-    auq = {"propagated_confidence": 0.7, "p_true_confidence": 0.8}
-    calm = {"U": 0.3, "Da": 0.0, "DoA": 0.0, "DoU": 0.0}
+    auq = AUQOutput(propagated_confidence=0.7, p_true_confidence=0.8)
+    calm = TracerOutput(U=0.3)
     readings = []
     for verdict in (VERIFIED, VERIFIED, OUT_OF_SCOPE):
-        monitor.observe_user({"U": 0.0, "DoU": 0.1})
-        readings.append(monitor.observe_answer(calm, auq, verdict))
+        monitor.observe_user(TracerOutput(U=0.0, DoU=0.1))
+        readings.append(monitor.observe_answer(calm, auq, TurnVerdict.from_dict(verdict)))
     for r in readings:
         assert 0.0 < r.p < 1.0 and r.signal in FUSION_FEATURES
     assert readings[2].p < readings[1].p
@@ -67,7 +69,6 @@ def test_the_live_forecast_reads_a_verdict_as_the_recorded_sessions_do():
     (not "no verifier"), and a routed task's verdict keeps its route."""
     from mlx_sdm.calibration.verdict import Verdict
     from mlx_sdm.monitor.forecast.fused import FusedParams, OnlineFusedMonitor
-    from mlx_sdm.monitor.forecast.verdict import TurnVerdict
     from mlx_sdm.network.verdict import REASON_NOT_A_TASK, DocumentVerdict, VerdictStatus
     from mlx_sdm.session.monitoring import MonitorConfig, SessionMonitor
 
@@ -85,7 +86,7 @@ def test_the_live_forecast_reads_a_verdict_as_the_recorded_sessions_do():
         live.observe_user(text)
         reading = live.score_answer(answer="An answer.", tokens=["An", " answer."], logprobs=[-0.5, -1.0],
                                     tool_calls=[], verdict=verdict)
-        replay.observe_user(live.tracer.outputs[-2].to_dict())
-        expected = replay.observe_answer(live.tracer.outputs[-1].to_dict(), reading.auq.to_dict(),
-                                         {**verdict.to_dict(), "status": verdict.status.value})
+        replay.observe_user(live.tracer.outputs[-2])
+        expected = replay.observe_answer(live.tracer.outputs[-1], reading.auq.to_format(),
+                                         TurnVerdict.from_dict({**verdict.to_dict(), "status": verdict.status.value}))
         assert reading.fused_p == pytest.approx(expected.p)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+
+from mlx_sdm.monitor.forecast.verdict import TurnVerdict
 import pytest
 
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction, UncertaintyLevel
@@ -89,12 +91,11 @@ def _replayed_forecasts(session, params: FusedParams) -> list[float]:
     """The chat's online fused forecast of each answer of a recorded session, fed step by step."""
     online, labels, out = OnlineFusedMonitor(params), _turn_labels(session), []
     for step in session.steps:
-        tracer = step.tracer.to_dict()
         if step.actor == "user":
-            online.observe_user(tracer)
+            online.observe_user(step.tracer)
             continue
         verdict = labels.get(step.step_id, {}).get("verdict") or (step.verifier.to_dict() if step.verifier else None)
-        out.append(online.observe_answer(tracer, step.auq.to_dict() if step.auq else {}, verdict).p)
+        out.append(online.observe_answer(step.tracer, step.auq, TurnVerdict.from_dict(verdict)).p)
     return out
 
 

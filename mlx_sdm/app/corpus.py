@@ -117,11 +117,11 @@ def run_session(plan: SessionPlan, setup: CorpusSetup, items: dict[str, list],
     messages: list[dict] = []
     steps: list[SessionStep] = []
     turns: list[dict] = []
-    prefix, asked = None, None
+    prefix, asked, asked_question = None, None, ""
     for turn_index, planned in enumerate(plan.turns):
         question, labelled_by = _question(setup, items, planned)
         if planned.kind in ("everyday", "task"):
-            asked = labelled_by
+            asked, asked_question = labelled_by, question
         text = user_text(planned, question)
         messages.append({"role": "user", "content": text})
         outcome = pipeline.run(TurnRequest(list(messages), setup.options), monitor=monitor, prefix=prefix)
@@ -129,7 +129,8 @@ def run_session(plan: SessionPlan, setup: CorpusSetup, items: dict[str, list],
         messages.append({"role": "assistant", "content": outcome.text})
         user, agent = _steps(outcome, monitor, text, len(steps), turn_index)
         steps += [user, agent]
-        label = label_turn(planned, outcome.text, task=asked.get("task"), gold=asked["gold"], check=asked.get("check"))
+        label = label_turn(planned, outcome.text, task=asked.get("task"), gold=asked["gold"], check=asked.get("check"),
+                           question=asked_question)
         turns.append(_turn_record(agent, planned, asked, outcome, label))
         if on_step is not None:
             on_step(len(steps))

@@ -122,13 +122,18 @@ class TurnLabel:
 _NUMBER = re.compile(r"-?\d+(?:[.,]\d+)?")
 
 
-def check_everyday(check: Mapping[str, Any], text: str) -> TurnLabel:
-    """An everyday answer against its prompt's check (module docstring)."""
+def check_everyday(check: Mapping[str, Any], text: str, question: str = "") -> TurnLabel:
+    """An everyday answer against its prompt's check (module docstring). A number the answer only
+    repeats from ``question`` ("144 divided by 12 is 1.44" for 12) does not count as the answer."""
     kind = check.get("type")
     if kind == "number":
         found = [float(n.replace(",", "")) for n in _NUMBER.findall(text)]
-        ok = float(check["value"]) in found
-        return TurnLabel(ok, found, bool(found), f"{check['value']} {'appears' if ok else 'does not appear'}")
+        value = float(check["value"])
+        echoed = [float(n.replace(",", "")) for n in _NUMBER.findall(question)].count(value)
+        ok = found.count(value) > echoed
+        why = f"{check['value']} {'appears' if ok else 'does not appear'}" + \
+            (" beyond the question's own" if echoed else "")
+        return TurnLabel(ok, found, bool(found), why)
     if kind == "contains":
         hit = next((w for w in check["any"] if w.lower() in text.lower()), None)
         return TurnLabel(hit is not None, hit, True, f"{hit!r} appears" if hit else f"none of {list(check['any'])} appears")
@@ -139,9 +144,9 @@ def check_everyday(check: Mapping[str, Any], text: str) -> TurnLabel:
 
 
 def label_turn(turn: PlannedTurn, text: str, *, task: Any = None, gold: Any = None,
-               check: Mapping[str, Any] | None = None) -> TurnLabel:
-    """The label of one answer (module docstring): ``task``/``gold`` for task questions, ``check`` for
-    everyday ones."""
+               check: Mapping[str, Any] | None = None, question: str = "") -> TurnLabel:
+    """The label of one answer (module docstring): ``task``/``gold`` for task questions, ``check`` and the
+    ``question`` asked for everyday ones."""
     degenerate = degenerate_answer(text)
     if degenerate is not None:
         return TurnLabel(False, None, False, f"degenerate: {degenerate.reason}")
@@ -149,7 +154,7 @@ def label_turn(turn: PlannedTurn, text: str, *, task: Any = None, gold: Any = No
         n = len(text.split())
         return TurnLabel(n >= MIN_WHY_WORDS, n, n > 0, f"{n} words of explanation")
     if turn.task == EVERYDAY:
-        return check_everyday(check or {}, text)
+        return check_everyday(check or {}, text, question)
     label = task.label_answer(text, gold)
     return TurnLabel(bool(label.correct), label.answer, bool(label.well_formed),
                      "the answer matches the gold" if label.correct else "the answer does not match the gold")

@@ -169,8 +169,7 @@ class TurnResult:
     review_id: int | None = None
     verdict_reason: str | None = None  # why rejected, or why unverifiable
     reflection: str | None = None  # on a pause: the model's statement of its uncertainty (or the injected prompt)
-    explanation: str | None = None  # on an abort: why
-    escalation: Escalation = field(default_factory=Escalation)
+    escalation: Escalation = field(default_factory=Escalation)  # what the monitor's reading made the turn do
     user_message_id: int | None = None
     first_token_s: float | None = None  # seconds from the call to the first streamed token
     generation_s: float | None = None
@@ -179,6 +178,11 @@ class TurnResult:
     reused_tokens: int = 0  # prompt tokens served from the previous turn's KV cache (not prefilled again)
     judged_text: str = ""  # the span the verdict covers
     unverified_tail: str = ""  # text after it (empty when the answer stopped at the judged unit)
+
+    @property
+    def explanation(self) -> str | None:
+        """On an abort: why."""
+        return self.escalation.explanation
 
     @property
     def words(self) -> VerdictWords | None:
@@ -197,7 +201,7 @@ class TurnResult:
             verdict_status=None if cancelled else verdict_words(outcome.verdict).status,
             verdict=outcome.verdict, monitor=outcome.monitor, review_id=review_id,
             verdict_reason=None if cancelled else outcome.verdict_reason, reflection=outcome.reflection_shown,
-            explanation=outcome.escalation.explanation, escalation=outcome.escalation, user_message_id=user_message_id,
+            escalation=outcome.escalation, user_message_id=user_message_id,
             first_token_s=None if outcome.first_token_s is None else queued_s + outcome.first_token_s,
             generation_s=outcome.generation_s, tokens=len(outcome.tokens),
             prompt_tokens=outcome.prompt_tokens, reused_tokens=outcome.reused_tokens,

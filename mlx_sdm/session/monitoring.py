@@ -89,7 +89,7 @@ class SessionMonitor:
                 out = self.tracer.observe(self._agent_step(m.text, m.tokens, m.token_logprobs, calls))
                 reading = m.monitor
                 if self.fused is not None:
-                    self.fused.observe_answer(out.to_dict(), reading.auq.to_dict() if reading.auq else {},
+                    self.fused.observe_answer(out, reading.auq.to_format() if reading.auq else None,
                                               TurnVerdict.of(m.verdict))
                 if reading.cumulative_confidence is not None:
                     state.cumulative_confidence = float(reading.cumulative_confidence)
@@ -102,7 +102,7 @@ class SessionMonitor:
 
     def _observe_user_fused(self, out: Any) -> None:
         if self.fused is not None:
-            self.fused.observe_user(out.to_dict())
+            self.fused.observe_user(out)
 
     def resume(self, guidance: str) -> None:
         if self.auq.belief(self.session_id).status is SessionStatus.WAITING_FOR_HUMAN:
@@ -162,7 +162,7 @@ class SessionMonitor:
                                               "reused_tokens": ran.reused_tokens, "cache_restored": ran.cache_restored},
         )
         if self.fused is not None:
-            reading.extra["fused"] = self.fused.observe_answer(tracer_out.to_dict(), step.to_dict(),
+            reading.extra["fused"] = self.fused.observe_answer(tracer_out, step.to_format(),
                                                                TurnVerdict.of(verdict)).to_dict()
         apply_policy(reading, answer, self.pause_policy)  # degenerate answers log, a low fused forecast pauses
         self.history.append(HistoryPoint.of(len(self.history) + 1, reading))

@@ -29,6 +29,7 @@ from mlx_sdm.monitor.forecast.fusion import (
 )
 from mlx_sdm.monitor.forecast.signals import SessionSignals
 from mlx_sdm.monitor.online.tracer import TracerConfig
+from mlx_sdm.monitor.session_file.records import AUQOutput, TracerOutput
 from mlx_sdm.monitor.forecast.verdict import TurnVerdict, VerdictMonitorParams
 from mlx_sdm.network.verdict import VerdictStatus
 
@@ -124,19 +125,20 @@ class OnlineFusedMonitor:
         self._last_features: np.ndarray | None = None
 
     @staticmethod
-    def _tracer_row(tracer: Mapping[str, Any]) -> list[float]:
-        return [float(tracer.get(k) or 0.0) for k in ("U", "Da", "DoA", "DoU")]
+    def _tracer_row(tracer: TracerOutput | None) -> list[float]:
+        return [0.0 if tracer is None else float(getattr(tracer, k) or 0.0) for k in ("U", "Da", "DoA", "DoU")]
 
-    def observe_user(self, tracer: Mapping[str, Any]) -> None:
+    def observe_user(self, tracer: TracerOutput | None) -> None:
         self._parts.append(self._tracer_row(tracer))
 
-    def observe_answer(self, tracer: Mapping[str, Any], auq: Mapping[str, Any],
-                       verdict: TurnVerdict | Mapping[str, Any] | None) -> FusedReading:
+    def observe_answer(self, tracer: TracerOutput | None, auq: AUQOutput | None, verdict: TurnVerdict) -> FusedReading:
+        """The answer's TRACER features, AUQ belief (None: AUQ did not score it) and verdict, as the chat
+        makes them or a session file records them."""
         self._agent.append(len(self._parts))
         self._parts.append(self._tracer_row(tracer))
-        self._auq.append(_prob(auq.get("propagated_confidence")))
-        self._p_true.append(_prob(auq.get("p_true_confidence")))
-        self._verdicts.append(verdict if isinstance(verdict, TurnVerdict) else TurnVerdict.from_dict(verdict))
+        self._auq.append(_prob(auq.propagated_confidence if auq is not None else None))
+        self._p_true.append(_prob(auq.p_true_confidence if auq is not None else None))
+        self._verdicts.append(verdict)
         signals = SessionSignals("live", 0, np.asarray(self._auq), np.asarray(self._p_true),
                                  np.asarray([p[0] for p in (self._parts[i] for i in self._agent)]),
                                  tuple(self._verdicts), (None,) * len(self._agent), np.asarray(self._parts, dtype=np.float64),
