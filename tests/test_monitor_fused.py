@@ -14,6 +14,7 @@ from mlx_sdm.monitor.forecast.fused import (
 )
 from mlx_sdm.monitor.forecast.fusion import FUSION_FEATURES
 from mlx_sdm.monitor.forecast.verdict import TurnVerdict
+from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.monitor.session_file.records import AUQOutput, TracerOutput
 
 VERIFIED = {"p_lower": 0.99, "admitted": True, "prediction": 1, "reason": None, "q": 40, "d": 0.9}
@@ -58,9 +59,22 @@ def test_session_monitor_reading_carries_the_fused_forecast():
                                      reason="out_of_distribution"))
     reading = monitor.score_answer(answer='{"topic": "tech"}', tokens=['{"', "topic"], logprobs=[-0.5, -1.0],
                                    tool_calls=[], verdict=judged)
-    fused = reading.extra["fused"]
-    assert 0.0 < fused["p"] < 1.0 and fused["signal"] in FUSION_FEATURES and "turn 1" in fused["message"]
-    assert reading.to_dict()["extra"]["fused"] == fused
+    fused = reading.fused
+    assert 0.0 < fused.p < 1.0 and fused.signal in FUSION_FEATURES and "turn 1" in fused.message
+    assert reading.to_dict()["fused"] == fused.to_dict() and "fused" not in reading.extra
+    assert MonitorReading.from_dict(reading.to_dict()).fused == fused
+
+
+def test_a_reading_stored_with_the_forecast_under_extra_reads_back_typed():
+    """Readings stored before the forecast had its own field kept it under ``extra["fused"]``."""
+    from mlx_sdm.monitor.online.reading import FusedReading
+
+    old = {"level": "medium", "action": "proceed_with_log", "extra": {"fused": {
+        "p": 0.42, "signal": "verifier", "delta": -0.3, "message": "the verifier could not vouch for turn 2"},
+        "other_monitor": {"x": 1}}}
+    reading = MonitorReading.from_dict(old)
+    assert reading.fused == FusedReading(0.42, "verifier", -0.3, "the verifier could not vouch for turn 2")
+    assert reading.fused_p == 0.42 and reading.extra == {"other_monitor": {"x": 1}}
 
 
 def test_the_live_forecast_reads_a_verdict_as_the_recorded_sessions_do():

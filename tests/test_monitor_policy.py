@@ -15,7 +15,7 @@ from mlx_sdm.monitor.online.auq_escalation import EscalationAction, UncertaintyL
 from mlx_sdm.monitor.forecast.fused import FusedParams, OnlineFusedMonitor, datasets_dir
 from mlx_sdm.monitor.forecast.policy import PausePolicy, apply_policy
 from mlx_sdm.monitor.evaluation.policy_choice import choose_policy, corpus_signals, threshold_at
-from mlx_sdm.monitor.online.reading import MonitorReading
+from mlx_sdm.monitor.online.reading import FusedReading, MonitorReading
 from mlx_sdm.monitor.session_file.reader import read_sessions_jsonl
 from mlx_sdm.monitor.forecast.signals import _turn_labels
 from mlx_sdm.session.escalation import REASON_DEGENERATE, REASON_ESCALATED_FORECAST, plan_escalation
@@ -69,7 +69,7 @@ def test_a_turn_below_the_forecast_threshold_pauses_and_says_why():
 
 
 def test_the_policy_never_lowers_what_auq_decided():
-    reading = MonitorReading(level=UncertaintyLevel.CRITICAL, action=EscalationAction.ABORT, extra={"fused": {"p": 0.0}})
+    reading = MonitorReading(level=UncertaintyLevel.CRITICAL, action=EscalationAction.ABORT, fused=FusedReading(0.0, "verifier", -1.0, "the verifier could not vouch for turn 1"))
     apply_policy(reading, BROKEN, PausePolicy(0.5, 0.15))
     assert reading.action is EscalationAction.ABORT and reading.level is UncertaintyLevel.CRITICAL
     assert reading.degenerate is not None and reading.forecast_pause is not None

@@ -56,7 +56,7 @@ def test_p_true_drives_auq_and_tracer_reads_the_log_probs():
     # typed all the way down: the AUQ step and the TRACER features, and back from the stored dict as the same values
     assert reading.auq.level.value == "medium" and reading.tracer.U == pytest.approx(1.0)
     assert MonitorReading.from_dict(snap) == reading
-    assert m.history == [HistoryPoint(1, "medium", pytest.approx(0.70), pytest.approx(1.0), snap["extra"]["fused"]["p"])]
+    assert m.history == [HistoryPoint(1, "medium", pytest.approx(0.70), pytest.approx(1.0), snap["fused"]["p"])]
     plan = plan_escalation(reading, [], VERIFIED)
     assert (plan.status.value, plan.action, plan.review_reasons, plan.reflect) == (
         "done", EscalationAction.PROCEED_WITH_LOG, [], False)

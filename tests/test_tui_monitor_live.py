@@ -32,7 +32,7 @@ async def test_the_ok_column_fills_live_and_matches_the_reopened_session(tmp_pat
             await send(pilot, app, "Why did you pick that?")
             panel = app.chat.query_one("#monitor")
             stored = [m for m in store.messages(app.chat.session_id) if m.role == "assistant"]
-            live = [r.fused["p"] for r in panel.rows]
+            live = [r.fused_p for r in panel.rows]
             assert live == pytest.approx([m.monitor.fused_p for m in stored])
             shown = _ok_column(panel)
             assert shown == [f"{100 * p:.0f}%" for p in live] and "—" not in shown

@@ -70,7 +70,7 @@ class SessionMonitor:
         self.auq = AUQMonitor(config.policy())
         self.auq.start(session_id)
         self.tracer = TracerMonitor(config.tracer, embedder, session_id=session_id)
-        self.fused = _fused_monitor()  # the fused forecast p_t and the signal that moved it (reading.extra["fused"])
+        self.fused = _fused_monitor()  # the fused forecast p_t and the signal that moved it (reading.fused)
         # the measured pause threshold on p_t (mlx_sdm.monitor.forecast.policy); degenerate answers are caught either way
         self.pause_policy = _pause_policy() if config.forecast_pause and self.fused is not None else None
         self.history: list[HistoryPoint] = []  # per answered turn: level, cumulative confidence, TRACER prefix risk
@@ -162,8 +162,7 @@ class SessionMonitor:
                                               "reused_tokens": ran.reused_tokens, "cache_restored": ran.cache_restored},
         )
         if self.fused is not None:
-            reading.extra["fused"] = self.fused.observe_answer(tracer_out, step.to_format(),
-                                                               TurnVerdict.of(verdict)).to_dict()
+            reading.fused = self.fused.observe_answer(tracer_out, step.to_format(), TurnVerdict.of(verdict))
         apply_policy(reading, answer, self.pause_policy)  # degenerate answers log, a low fused forecast pauses
         self.history.append(HistoryPoint.of(len(self.history) + 1, reading))
         return reading

@@ -3,8 +3,7 @@ with sparklines over turns (docs/monitoring.md, AUQ propagation; TRACER weights)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, replace
 
 from rich.console import Group
 from rich.table import Table
@@ -22,24 +21,24 @@ LEVEL_STYLES = {"low": "green", "medium": "yellow", "high": "dark_orange", "crit
 
 @dataclass(frozen=True)
 class PanelRow:
-    """One turn's row: AUQ level, P_t, TRACER R_t and the fused forecast (``fused``: p_t and, for the
-    newest turn, the sentence saying which signal moved it)."""
+    """One turn's row: AUQ level, P_t, TRACER R_t and the fused forecast p_t; for the newest turn also
+    the sentence saying which signal moved the forecast (``fused_message``)."""
 
     turn: int
     level: str | None
     confidence: float | None
     risk: float | None
-    fused: dict[str, Any] = field(default_factory=dict)
+    fused_p: float | None = None
+    fused_message: str = ""
 
     @classmethod
     def of(cls, turn: int, reading: MonitorReading) -> "PanelRow":
         return cls(turn, reading.level.value, reading.cumulative_confidence, reading.tracer_risk,
-                   dict(reading.extra.get("fused") or {}))
+                   reading.fused_p, reading.fused.message if reading.fused is not None else "")
 
     @classmethod
     def from_history(cls, point: HistoryPoint) -> "PanelRow":
-        return cls(point.turn, point.level, point.cumulative_confidence, point.tracer_risk,
-                   {} if point.fused_p is None else {"p": point.fused_p})
+        return cls(point.turn, point.level, point.cumulative_confidence, point.tracer_risk, point.fused_p)
 
 
 class MonitorPanel(VerticalScroll, can_focus=False):
@@ -68,9 +67,9 @@ class MonitorPanel(VerticalScroll, can_focus=False):
         """The engine's whole-session history; ``latest``: the newest turn's whole reading, whose fused
         forecast also says what moved it."""
         rows = [PanelRow.from_history(point) for point in history]
-        newest = latest.extra.get("fused") if latest is not None else None
-        if newest and rows:
-            rows[-1] = replace(rows[-1], fused=dict(newest))
+        newest = latest.fused if latest is not None else None
+        if newest is not None and rows:
+            rows[-1] = replace(rows[-1], fused_p=newest.p, fused_message=newest.message)
         self.rows = tuple(rows)
 
     def watch_rows(self) -> None:
@@ -94,12 +93,12 @@ class MonitorPanel(VerticalScroll, can_focus=False):
                 f"[{LEVEL_STYLES.get(level, 'dim')}]{level_label(r.level)}[/]",
                 format_p(r.confidence),
                 format_risk(r.risk),
-                _percent(r.fused.get("p")),
+                _percent(r.fused_p),
             )
-        latest = next((r.fused for r in reversed(self.rows) if r.fused), None)
+        latest = next((r for r in reversed(self.rows) if r.fused_p is not None), None)
         body = table
-        if latest is not None and latest.get("message"):  # the signal that moved the fused forecast most
-            body = Group(table, Text(f"ok {_percent(latest.get('p'))}: {latest['message']}", style="dim"))
+        if latest is not None and latest.fused_message:  # the signal that moved the fused forecast most
+            body = Group(table, Text(f"ok {_percent(latest.fused_p)}: {latest.fused_message}", style="dim"))
         self.query_one("#monitor-table", Static).update(body)
 
 

@@ -13,7 +13,7 @@ which rebuilds this file: ``python -m mlx_sdm.monitor.evaluation.policy_choice [
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -28,6 +28,7 @@ from mlx_sdm.monitor.forecast.fusion import (
     strongest_signal,
 )
 from mlx_sdm.monitor.forecast.signals import SessionSignals
+from mlx_sdm.monitor.online.reading import FusedReading
 from mlx_sdm.monitor.online.tracer import TracerConfig
 from mlx_sdm.monitor.session_file.records import AUQOutput, TracerOutput
 from mlx_sdm.monitor.forecast.verdict import TurnVerdict, VerdictMonitorParams
@@ -51,19 +52,6 @@ def datasets_dir() -> Path:
     import mlx_sdm.datasets
 
     return Path(mlx_sdm.datasets.__file__).resolve().parent
-
-
-@dataclass(frozen=True)
-class FusedReading:
-    """The fused forecast after one answer and what moved it."""
-
-    p: float  # P(session succeeds | history), calibrated on the shipped corpus
-    signal: str  # one of FUSION_FEATURES
-    delta: float  # change of that signal's logit contribution since the previous answer
-    message: str  # plain words, e.g. "the verifier could not vouch for turn 3"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def params_to_dict(fitted: FittedMonitors) -> dict[str, Any]:

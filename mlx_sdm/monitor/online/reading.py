@@ -5,8 +5,8 @@ A reading holds its own turn only; the per-session history (for sparklines) is k
 holds the session (:class:`mlx_sdm.session.monitoring.SessionMonitor.history`), so a stored
 reading does not grow with the session's length.
 
-Other monitors plug in through :attr:`MonitorReading.extra` (``{monitor name: its own dict}``),
-kept and stored as is.
+The fused forecast (mlx_sdm.monitor.forecast.fused) is :attr:`MonitorReading.fused`; any other monitor
+plugs in through :attr:`MonitorReading.extra` (``{monitor name: its own dict}``), kept and stored as is.
 """
 
 from __future__ import annotations
@@ -18,6 +18,26 @@ from mlx_sdm.monitor.online.auq import StepUncertainty
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction, UncertaintyLevel
 from mlx_sdm.monitor.online.degenerate import DegenerateAnswer
 from mlx_sdm.monitor.session_file.records import TracerOutput
+
+
+@dataclass(frozen=True)
+class FusedReading:
+    """The fused forecast after one answer and what moved it (docs/monitoring-eval.md)."""
+
+    p: float  # P(session succeeds | history), calibrated on the shipped corpus
+    signal: str  # one of mlx_sdm.monitor.forecast.fusion.FUSION_FEATURES
+    delta: float  # change of that signal's logit contribution since the previous answer
+    message: str  # plain words, e.g. "the verifier could not vouch for turn 3"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "FusedReading | None":
+        if not data or data.get("p") is None:
+            return None
+        return cls(float(data["p"]), str(data.get("signal", "")), float(data.get("delta", 0.0)),
+                   str(data.get("message", "")))
 
 
 @dataclass
@@ -36,6 +56,7 @@ class MonitorReading:
     auq: StepUncertainty | None = None  # the AUQ step behind the level and P_t
     tracer: TracerOutput | None = None  # the TRACER features behind R_t
     p_true: dict[str, Any] | None = None  # how much of the KV cache P(True) reused
+    fused: FusedReading | None = None  # the fused forecast p_t and the signal that moved it
     extra: dict[str, Any] = field(default_factory=dict)  # other monitors, by name
     degenerate: DegenerateAnswer | None = None  # why the answer is unusable (loop, quotes and braces), if it is
     forecast_pause: "ForecastPause | None" = None  # the measured policy paused this turn on the fused forecast
@@ -45,7 +66,7 @@ class MonitorReading:
         out["level"], out["action"] = self.level.value, self.action.value
         out["auq"] = self.auq.to_dict() if self.auq is not None else {}
         out["tracer"] = self.tracer.to_dict() if self.tracer is not None else {}
-        for key in ("p_true", "degenerate", "forecast_pause"):
+        for key in ("p_true", "degenerate", "forecast_pause", "fused"):
             if out[key] is None:
                 del out[key]
         return out
@@ -60,6 +81,8 @@ class MonitorReading:
         values["level"] = UncertaintyLevel(values.get("level") or "low")
         values["action"] = EscalationAction(values.get("action") or "proceed")
         values["extra"] = dict(values.get("extra") or {})
+        # Readings stored before the forecast had its own field kept it under extra["fused"].
+        values["fused"] = FusedReading.from_dict(values.get("fused") or values["extra"].pop("fused", None))
         values["auq"] = StepUncertainty.from_dict(values.get("auq"))
         tracer = values.get("tracer") or {}
         values["tracer"] = TracerOutput(**{k: v for k, v in tracer.items() if k in TracerOutput.__dataclass_fields__}) \
@@ -71,8 +94,7 @@ class MonitorReading:
     @property
     def fused_p(self) -> float | None:
         """The fused forecast p_t of this turn (None when the fused monitor did not run)."""
-        fused = self.extra.get("fused") or {}
-        return None if fused.get("p") is None else float(fused["p"])
+        return None if self.fused is None else self.fused.p
 
 
 @dataclass(frozen=True)
