@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     from mlx_sdm.app.head_training import build_config, read_config_file
     from mlx_sdm.atomic import atomic_write_text
     from mlx_sdm.lm.loading import load_model
-    from mlx_sdm.network.heads import HeadManifest, VocabularyHeads, load_head, save_head
+    from mlx_sdm.network.heads import HeadManifest, VocabularyHeads, load_head, save_head, tasks_the_head_improves
     from mlx_sdm.network.finetune_scoring import LMScorer
     from mlx_sdm.network.trainer import train_positive_head
     from mlx_sdm.network.verifier import DocumentVerifier
@@ -183,6 +183,14 @@ def main(argv: list[str] | None = None) -> int:
     atomic_write_text(ROOT / "build" / f"{stem}.json", json.dumps(report, indent=1, default=str) + "\n")
     if args.ship and "shipped" in report:
         atomic_write_text(Path(report["shipped"]) / "report.md", text + "\n")
+        # the head decodes only the tasks it was measured to improve (network/heads.tasks_the_head_improves)
+        decodes = tasks_the_head_improves((r["task"], r["split"], r["model"] != "untuned", r["task_accuracy"])
+                                          for r in records)
+        manifest_path = Path(report["shipped"]) / "manifest.json"
+        shipped_manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        shipped_manifest["decodes"] = decodes
+        atomic_write_text(manifest_path, json.dumps(shipped_manifest, indent=2, sort_keys=True) + "\n")
+        print(f"the shipped head decodes {decodes}; the model answers the other tasks itself", flush=True)
     return 0
 
 

@@ -110,3 +110,24 @@ def test_a_follow_up_sees_the_conversation_and_is_not_forced_into_the_task_forma
     assert not follow.decoded_with_head and not follow.text.lstrip().startswith('{"topic"')
     assert follow.messages[-3]["content"] == ARTICLE  # the model saw the earlier turn
     assert follow.verdict.status.value == "out_of_scope"
+
+
+def test_the_head_decodes_only_the_tasks_it_improves_and_no_task_answer_is_broken_by_it(pipelines):
+    """The shipped head was trained on all seven tasks of the suite but improves only BBC topic and
+    sentiment (weights/smollm2-suite-head/report.md); on the other five it looped ('{"topic": "{"topic"…').
+    Those five are answered by the model itself, token for token as with --head none, and no task answer
+    the product gives is degenerate where the plain model's is not."""
+    from mlx_sdm.monitor.online.degenerate import degenerate_answer
+    from mlx_sdm.network.tasks.registry import load_tasks
+
+    default, plain = pipelines
+    decoded = {t.name for t in default.components.head_tasks}
+    assert decoded == {"bbc_topic", "sentiment"}
+    for task in load_tasks(None):
+        item = task.split("held_out")[0]
+        messages = [{"role": "user", "content": item.prompt}]
+        assert (default.plan(messages).head is not None) == (task.name in decoded), task.name
+        ours, theirs = _ask(default, messages, max_tokens=48), _ask(plain, messages, max_tokens=48)
+        if task.name not in decoded:
+            assert ours.token_ids == theirs.token_ids, task.name
+        assert degenerate_answer(ours.text) is None or degenerate_answer(theirs.text) is not None, (task.name, ours.text)

@@ -259,3 +259,30 @@ def test_the_shipped_default_head_fits_the_embedded_model(request):
     heads = load_head(default_head_dir(), smollm2.model, smollm2.fingerprint)
     assert heads.positive.shape == (smollm2.vocab_size, smollm2.hidden_size)
     assert app_load_head(None, smollm2).path == str(default_head_dir())
+
+
+def test_a_head_decodes_the_tasks_it_improves_on_held_out_and_shifted_answers():
+    from mlx_sdm.network.heads import tasks_the_head_improves
+
+    rows = [("topic", "held_out", False, 0.267), ("topic", "held_out", True, 0.400),
+            ("topic", "shifted", False, 0.200), ("topic", "shifted", True, 0.333),
+            ("spam", "held_out", False, 0.033), ("spam", "held_out", True, 0.000),  # worse: not decoded
+            ("fever", "held_out", False, 0.0), ("fever", "held_out", True, 0.0),  # no better: not decoded
+            ("mood", "held_out", False, 0.4), ("mood", "held_out", True, 0.6),
+            ("mood", "shifted", False, 0.5), ("mood", "shifted", True, 0.4),  # worse on the shift: not decoded
+            ("only", "held_out", True, 0.9)]  # no untuned row to compare with: not decoded
+    assert tasks_the_head_improves(rows) == ["topic"]
+
+
+def test_a_manifest_naming_a_task_it_was_not_trained_on_is_refused():
+    from mlx_sdm.network.coverage import TaskInstruction
+    from mlx_sdm.network.heads import decoded_tasks
+
+    tasks = (TaskInstruction("Classify the topic.", None, "topic"), TaskInstruction("Is it spam?", None, "spam"))
+    assert decoded_tasks(tasks, None) == tasks
+    assert decoded_tasks(tasks, ["topic"]) == tasks[:1]
+    assert decoded_tasks(tasks, []) == ()
+    with pytest.raises(ValueError, match=r"'decodes' names \['fever'\].*\['spam', 'topic'\]"):
+        decoded_tasks(tasks, ["fever"], where="head/manifest.json")
+    with pytest.raises(ValueError, match="'decodes' must be a list of task names"):
+        decoded_tasks(tasks, "topic")

@@ -56,16 +56,30 @@ def test_an_ordinary_answer_stays_low():
 def test_a_turn_below_the_forecast_threshold_pauses_and_says_why():
     m = _monitor()
     p = _answer(_monitor(forecast_pause=False), "Canberra.").fused_p
-    m.pause_policy = PausePolicy(threshold=p + 1e-6, pause_rate=0.15)
+    m.pause_policy = PausePolicy(threshold=p + 1e-6, pause_rate=0.15, measured={"in_sample_paused": 0.101})
     reading = _answer(m, "Canberra.")
     assert reading.forecast_pause is not None and reading.action is EscalationAction.PAUSE_FOR_HUMAN
     assert reading.level is UncertaintyLevel.LOW  # AUQ's own level is kept; the policy acts on the forecast
     plan = plan_escalation(reading, [], None)
     assert plan.action is EscalationAction.PAUSE_FOR_HUMAN and REASON_ESCALATED_FORECAST in plan.review_reasons
-    assert plan.message.startswith("Paused: the fused forecast") and "15% of turns" in plan.message
+    assert plan.message.startswith("Paused: the fused forecast") and "about 10% of the recorded turns" in plan.message
     m2 = _monitor()
     m2.pause_policy = PausePolicy(threshold=p - 1e-6, pause_rate=0.15)
     assert _answer(m2, "Canberra.").action is EscalationAction.PROCEED
+
+
+def test_the_pause_sentence_is_true_of_its_numbers():
+    """The forecast and the threshold are told apart ("2.1% is below 2.4%", never "2% is below 2%"),
+    and the share paused is the one the threshold pauses on the recorded turns, not the rate asked for."""
+    from mlx_sdm.monitor.online.reading import ForecastPause
+
+    assert ForecastPause(0.0212, 0.0243, 0.101).reason == (
+        "the fused forecast 2.1% is below the measured threshold 2.4% "
+        "(a threshold that pauses about 10% of the recorded turns)")
+    assert "forecast 1% is below the measured threshold 3%" in ForecastPause(0.01, 0.03, 0.15).reason
+    assert "0.0172% is below the measured threshold 0.0173%" in ForecastPause(0.000172, 0.000173, 0.1).reason
+    assert PausePolicy(0.02, 0.15, measured={"in_sample_paused": 0.101}).paused_share == 0.101
+    assert PausePolicy(0.02, 0.15).paused_share == 0.15  # a policy stored without it says the rate it was chosen at
 
 
 def test_the_policy_never_lowers_what_auq_decided():
@@ -102,13 +116,15 @@ def _replayed_forecasts(session, params: FusedParams) -> list[float]:
 def test_the_shipped_policy_reproduces_its_pause_rate_on_the_recorded_sessions():
     policy, params = PausePolicy.shipped(), FusedParams.shipped()
     assert policy is not None and 0.10 <= policy.pause_rate <= 0.20
-    assert policy.chosen_on["file"] == CORPUS.name and policy.chosen_on["sessions"] == 261
+    assert policy.chosen_on["file"] == CORPUS.name and policy.chosen_on["sessions"] == 400
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         sessions = read_sessions_jsonl(CORPUS)
     p = np.concatenate([_replayed_forecasts(s, params) for s in sessions if s.success is not None])
     paused = np.mean([policy.pauses(x) for x in p])
-    assert abs(paused - policy.pause_rate) <= 0.01, f"the shipped threshold pauses {paused:.3f} of the corpus's turns"
+    # what the chat says it pauses ("pauses about 10% of the recorded turns") is what it pauses
+    assert abs(paused - policy.paused_share) <= 0.01, f"the shipped threshold pauses {paused:.3f} of the corpus's turns"
+    assert paused <= policy.pause_rate  # never more than the rate it was chosen at
     held_out = policy.measured["paused"]
     assert held_out["low"] <= policy.pause_rate <= held_out["high"]  # cross-fitted, the rate holds out of sample
 

@@ -114,7 +114,7 @@ def test_one_provenance_is_printed(tmp_path, capsys):
         in capsys.readouterr().out
     assert eval_monitor.main([str(datasets_dir() / "session_corpus.jsonl.gz"), "--no-heldout", "--json"]) == 0
     (group,) = json.loads(capsys.readouterr().out)["provenance"]
-    assert group["sessions"] == 261
+    assert group["sessions"] == 400
 
 
 def test_the_shipped_corpus_names_the_shipped_verifier_head_and_embedder():

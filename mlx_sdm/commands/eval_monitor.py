@@ -18,7 +18,7 @@ DEFAULT_SEED = 0
 DEFAULT_CENSOR_BUDGET = 2
 DEFAULT_PAUSE_RATE = 0.15  # the shipped policy's rate (mlx_sdm/datasets/fused_monitor.json)
 #: ``mlx-sdm eval-monitor shipped-corpus`` reads the session corpus shipped with the package
-#: (scripts/session_corpus.py, 351 SmolLM2-135M sessions).
+#: (scripts/session_corpus.py, 400 SmolLM2-135M sessions of the product as it ships).
 SHIPPED_CORPUS_NAME = "shipped-corpus"
 CLI_EMBEDDERS = ("minilm", "none")  # the chat model's hidden states are used online, by the session engine
 
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Inputs: a session JSONL as exported by the chat store (see docs/interfaces.md), or a tau2-bench\n"
             "Results JSON (detected by its 'simulations' list; success = reward 1.0).\n\n"
             "examples:\n"
-            "  mlx-sdm eval-monitor shipped-corpus --plot monitors.png   # the shipped 351-session corpus\n"
+            "  mlx-sdm eval-monitor shipped-corpus --plot monitors.png   # the shipped 400-session corpus\n"
             "  mlx-sdm eval-monitor sessions.jsonl\n"
             "  mlx-sdm eval-monitor sessions.jsonl --plot monitors.png\n"
             "  mlx-sdm eval-monitor airline_results.json --embedder minilm --json\n"

@@ -25,7 +25,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -33,7 +33,7 @@ import numpy as np
 
 from mlx_sdm.atomic import atomic_directory, check_output_folder
 from mlx_sdm.errors import ArtifactError, DataError, ModelMismatchError
-from mlx_sdm.network.coverage import read_task_instructions
+from mlx_sdm.network.coverage import TaskInstruction, read_task_instructions
 
 HEAD_FORMAT_VERSION = 1
 HEAD_WEIGHTS_FILE = "positive_head.safetensors"
@@ -169,6 +169,8 @@ class HeadManifest:
     #: the tasks the head was trained on ([{"name", "instruction", "system"}]): it decodes only turns whose
     #: question starts one of these instructions (coverage.match_instruction); empty = not recorded
     tasks: list[dict[str, Any]] = field(default_factory=list)
+    #: of those, the tasks it decodes (:func:`tasks_the_head_improves`); None = every task it was trained on
+    decodes: list[str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -181,6 +183,7 @@ class HeadManifest:
             "best_epoch": self.best_epoch,
             "metrics": self.metrics,
             **({"tasks": list(self.tasks)} if self.tasks else {}),
+            **({"decodes": list(self.decodes)} if self.decodes is not None else {}),
         }
 
 
@@ -249,6 +252,7 @@ def load_head(directory: str | Path, model: nn.Module, fingerprint: dict[str, An
     heads = VocabularyHeads(reference, positive)
     try:
         tasks = read_task_instructions(manifest.get("tasks"), where=str(directory / HEAD_MANIFEST_FILE))
+        tasks = decoded_tasks(tasks, manifest.get("decodes"), where=str(directory / HEAD_MANIFEST_FILE))
     except ValueError as exc:
         raise ArtifactError(str(exc)) from None
     object.__setattr__(heads, "manifest", manifest)  # plain attributes, not parameters
@@ -348,3 +352,44 @@ def compress_head(head_dir: str | Path, out_dir: str | Path, rank: int, *, model
         manifest = dict(manifest, head_format=HEAD_FORMAT_LOW_RANK, low_rank=low_rank)
         (tmp / HEAD_MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True))
     return manifest
+
+
+# ---------------------------------------------------------------------------- which tasks a head decodes
+
+
+def tasks_the_head_improves(rows: Iterable[tuple[str, str, bool, float]]) -> list[str]:
+    """The tasks whose answers the head makes better than the model's own, from a before/after report:
+    ``rows`` of (task, split, with the head?, task accuracy). A task qualifies when the head's held-out
+    accuracy is above the untuned model's and no other split's is below it. On the rest the head
+    decodes nothing: the product must not make an answer worse than the plain model's, and a head
+    trained on several tasks can break the answers of those it did not learn (the shipped suite head
+    loops on ``{"topic": "{`` for spam, FEVER and three more; weights/smollm2-suite-head/report.md)."""
+    acc: dict[tuple[str, str], dict[bool, float]] = {}
+    for task, split, with_head, accuracy in rows:
+        acc.setdefault((task, split), {})[bool(with_head)] = float(accuracy)
+    tasks = sorted({task for task, _ in acc})
+    out = []
+    for task in tasks:
+        splits = {split: pair for (t, split), pair in acc.items() if t == task and len(pair) == 2}
+        held_out = splits.get("held_out")
+        if held_out is None or held_out[True] <= held_out[False]:
+            continue
+        if all(pair[True] >= pair[False] for pair in splits.values()):
+            out.append(task)
+    return out
+
+
+def decoded_tasks(tasks: tuple[TaskInstruction, ...] | None, decodes: Any, *,
+                  where: str = "manifest") -> tuple[TaskInstruction, ...] | None:
+    """The manifest's ``tasks`` narrowed to its ``decodes`` list (absent: all of them). Each name in
+    ``decodes`` must be one of the tasks, or the head could be taken to decode a task it never learnt."""
+    if decodes is None:
+        return tasks
+    if not isinstance(decodes, list) or not all(isinstance(n, str) for n in decodes):
+        raise ValueError(f"{where}: field 'decodes' must be a list of task names")
+    known = {t.name for t in tasks or ()}
+    unknown = [n for n in decodes if n not in known]
+    if unknown:
+        raise ValueError(f"{where}: field 'decodes' names {unknown}, which are not among the head's 'tasks' "
+                         f"({sorted(n for n in known if n)}); name only tasks the head was trained on")
+    return tuple(t for t in tasks or () if t.name in decodes)

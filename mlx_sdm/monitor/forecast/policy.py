@@ -30,8 +30,8 @@ LEVEL_ORDER = (UncertaintyLevel.LOW, UncertaintyLevel.MEDIUM, UncertaintyLevel.H
 
 @dataclass(frozen=True)
 class PausePolicy:
-    """Pause a turn whose fused forecast is below ``threshold``; chosen to pause ``pause_rate`` of the
-    turns of the corpus named in ``chosen_on`` (its file, sha256, session count and provenance);
+    """Pause a turn whose fused forecast is below ``threshold``; chosen to pause at most ``pause_rate`` of
+    the turns of the corpus named in ``chosen_on`` (:attr:`paused_share` is what it pauses there) (its file, sha256, session count and provenance);
     ``measured``: the cross-fitted held-out figures (share paused, failures caught, with intervals)."""
 
     threshold: float
@@ -63,6 +63,13 @@ class PausePolicy:
         path = datasets_dir() / PARAMS_FILE
         return cls.from_dict(json.loads(path.read_text(encoding="utf-8")).get(POLICY_KEY), f"{path}: {POLICY_KEY}")
 
+    @property
+    def paused_share(self) -> float:
+        """The share of the corpus's turns this threshold pauses. Below ``pause_rate`` where many turns
+        share one forecast: the threshold never pauses more than the rate, so a tie group that would
+        cross it stays unpaused."""
+        return float(self.measured.get("in_sample_paused", self.pause_rate))
+
     def pauses(self, p: float | None) -> bool:
         return p is not None and p < self.threshold
 
@@ -81,6 +88,6 @@ def apply_policy(reading: MonitorReading, answer: str, policy: PausePolicy | Non
         reading.action = _stricter(reading.action, EscalationAction.PROCEED_WITH_LOG)
     p = reading.fused_p
     if policy is not None and policy.pauses(p):
-        reading.forecast_pause = ForecastPause(float(p), policy.threshold, policy.pause_rate)
+        reading.forecast_pause = ForecastPause(float(p), policy.threshold, policy.paused_share)
         reading.action = _stricter(reading.action, EscalationAction.PAUSE_FOR_HUMAN)
     return reading

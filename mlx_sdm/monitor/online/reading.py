@@ -100,7 +100,7 @@ class MonitorReading:
 @dataclass(frozen=True)
 class ForecastPause:
     """The measured escalation policy paused a turn: its fused forecast ``p`` fell below ``threshold``,
-    the threshold chosen on a session corpus to pause about ``pause_rate`` of turns."""
+    a threshold chosen on a session corpus that pauses ``pause_rate`` of that corpus's turns."""
 
     p: float
     threshold: float
@@ -108,8 +108,9 @@ class ForecastPause:
 
     @property
     def reason(self) -> str:
-        return (f"the fused forecast {100 * self.p:.0f}% is below the measured threshold {100 * self.threshold:.0f}% "
-                f"(chosen to pause about {100 * self.pause_rate:.0f}% of turns)")
+        p, threshold = _distinct_percents(self.p, self.threshold)
+        return (f"the fused forecast {p} is below the measured threshold {threshold} "
+                f"(a threshold that pauses about {100 * self.pause_rate:.0f}% of the recorded turns)")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -119,6 +120,16 @@ class ForecastPause:
         if not data:
             return None
         return cls(float(data["p"]), float(data["threshold"]), float(data["pause_rate"]))
+
+
+def _distinct_percents(a: float, b: float) -> tuple[str, str]:
+    """``a`` and ``b`` as percentages with the fewest decimals (up to four) that tell them apart, so
+    "2.1% is below 2.4%" never reads "2% is below 2%"."""
+    for decimals in range(5):
+        sa, sb = f"{100 * a:.{decimals}f}%", f"{100 * b:.{decimals}f}%"
+        if sa != sb:
+            break
+    return sa, sb
 
 
 @dataclass(frozen=True)
