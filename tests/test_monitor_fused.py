@@ -46,6 +46,21 @@ def test_online_fused_forecast_names_the_signal_that_moved_it():
     assert readings[2].message == "the verifier could not vouch for turn 3"
     assert "could not vouch" not in readings[1].message  # turn 2 was verified
     assert readings[0].to_dict()["message"]
+    assert " rose " not in readings[0].message and " fell " not in readings[0].message  # nothing came before turn 1
+
+
+def test_the_first_answer_s_words_compare_with_the_usual_not_with_an_earlier_turn():
+    """At turn 1 a signal's contribution is measured against the corpus average: TRACER's risk can be
+    "below the usual", it cannot have "fallen"."""
+    from mlx_sdm.monitor.forecast.fused import FIRST_ANSWER_WORDS, SIGNAL_WORDS
+
+    for name, (low, high) in FIRST_ANSWER_WORDS.items():
+        assert "usual" in low and "usual" in high and (low, high) != SIGNAL_WORDS[name]
+    monitor = OnlineFusedMonitor(FusedParams.shipped())
+    monitor.observe_user(TracerOutput(U=0.0, DoU=0.1))
+    first = monitor.observe_answer(TracerOutput(U=0.0), None, TurnVerdict.from_dict(OUT_OF_SCOPE))
+    if first.signal in FIRST_ANSWER_WORDS:
+        assert first.message in [w.format(turn=1) for w in FIRST_ANSWER_WORDS[first.signal]]
 
 
 def test_session_monitor_reading_carries_the_fused_forecast():

@@ -124,7 +124,7 @@ def test_the_shipped_policy_reproduces_its_pause_rate_on_the_recorded_sessions()
     paused = np.mean([policy.pauses(x) for x in p])
     # what the chat says it pauses ("pauses about 10% of the recorded turns") is what it pauses
     assert abs(paused - policy.paused_share) <= 0.01, f"the shipped threshold pauses {paused:.3f} of the corpus's turns"
-    assert paused <= policy.pause_rate  # never more than the rate it was chosen at
+    assert paused <= policy.pause_rate + 1e-9  # never more than the rate it was chosen at
     held_out = policy.measured["paused"]
     assert held_out["low"] <= policy.pause_rate <= held_out["high"]  # cross-fitted, the rate holds out of sample
 

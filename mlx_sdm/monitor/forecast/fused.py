@@ -46,6 +46,13 @@ SIGNAL_WORDS = {
     "tracer": ("TRACER's trajectory risk rose at turn {turn}", "TRACER's trajectory risk fell at turn {turn}"),
     "surprisal": ("the model was unsure of its words in turn {turn}", "the model was sure of its words in turn {turn}"),
 }
+#: At the first answer nothing came before it to rise or fall from: a signal's contribution is measured
+#: against the corpus average (the stacker's standardisation), and the words say so.
+FIRST_ANSWER_WORDS = {
+    "auq": ("AUQ confidence is below the usual at turn {turn}", "AUQ confidence is above the usual at turn {turn}"),
+    "tracer": ("TRACER's trajectory risk is above the usual at turn {turn}",
+               "TRACER's trajectory risk is below the usual at turn {turn}"),
+}
 
 
 def datasets_dir() -> Path:
@@ -133,12 +140,14 @@ class OnlineFusedMonitor:
                                  np.asarray(self._agent, dtype=np.int64))
         features = fusion_features(signals, self.params.tracer, self.params.verdict)[-1:]
         p = float(self.params.stacker.apply(features)[0])
+        first = self._last_features is None
         name, delta = strongest_signal(self.params.stacker, features, self._last_features)
         self._last_features = features
         lowered = delta < 0
         if name == "verifier":  # say what the verifier did with this turn, not only which way p_t moved
             lowered = self._verdicts[-1].status is not VerdictStatus.VERIFIED
-        words = SIGNAL_WORDS[name][0 if lowered else 1].format(turn=len(self._agent))
+        phrases = FIRST_ANSWER_WORDS.get(name, SIGNAL_WORDS[name]) if first else SIGNAL_WORDS[name]
+        words = phrases[0 if lowered else 1].format(turn=len(self._agent))
         return FusedReading(p, name, delta, words)
 
 

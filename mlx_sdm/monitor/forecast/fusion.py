@@ -259,8 +259,8 @@ def crossfit_monitors(signals: Sequence[SessionSignals], k: int = DEFAULT_FOLDS,
 
 
 def strongest_signal(stacker: Stacker, features: np.ndarray, previous: np.ndarray | None) -> tuple[str, float]:
-    """The fusion feature whose logit contribution changed most since the previous step (or the most
-    negative one at the first step): (name, change in logit p_t)."""
+    """The fusion feature whose logit contribution changed most since the previous step (at the first
+    step: whose contribution is largest in size, against the corpus average): (name, change in logit p_t)."""
     now = stacker.contributions(features)[0]
     delta = now - (stacker.contributions(previous)[0] if previous is not None else 0.0)
     j = int(np.argmax(np.abs(delta)))
