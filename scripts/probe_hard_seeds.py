@@ -17,17 +17,15 @@ total. Hard ham is embedded as ``scripts/compare_reexpress_sdm.py`` embeds it (`
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from pathlib import Path
 
 import numpy as np
 
 import mlx_sdm  # noqa: F401  (BLAS preload before mlx)
 from compare_reexpress_sdm import SDK_RUNS, ensure_sdk, hard_ham, load_sets, ours_train, sdk_train, write_jsonl
-from mlx_sdm.calibration import training
-from mlx_sdm.calibration.canonical import KIND_V1, balanced_sdm_loss
+from mlx_sdm.calibration.canonical import KIND_V1, KIND_V2
 from mlx_sdm.calibration.estimator import SDMEstimator
-from mlx_sdm.calibration.fit_config import FitConfig
+from probe_hard_shift import fit_hybrid
 
 OURS = {"v1": ["--estimator", "v1"], "v2": ["--estimator", "v2"], "nested": ["--estimator", "nested"],
         "nested, SDK tuned settings": ["--estimator", "nested", "--iterations", "1", "--epochs", "50",
@@ -43,22 +41,6 @@ def counts(est: SDMEstimator, data) -> tuple[int, int]:
 
 
 V1_V2_SELECTION = "ours v1, v2's selection"
-
-
-def fit_with_v2_selection(sets, seed: int) -> SDMEstimator:
-    """v1 (project defaults) whose epoch and iteration are chosen by v2's minimum balanced calibration
-    sdm loss instead of the paper's maximum balanced median q (scripts/probe_hard_shift.py's refit)."""
-    original = training.reestimate
-
-    def reestimate(adaptor, h_tr, y_tr, h_ca, y_ca, num_classes, backend, kind=KIND_V1):
-        r = original(adaptor, h_tr, y_tr, h_ca, y_ca, num_classes, backend, kind)
-        return dataclasses.replace(r, metric=-balanced_sdm_loss(r.z_ca, y_ca, r.q_ca_raw, r.d_ca, num_classes))
-
-    training.reestimate = reestimate
-    try:
-        return SDMEstimator.fit(sets["train"], sets["calibration"], FitConfig(seed=seed))
-    finally:
-        training.reestimate = original
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
                     sdk_train(ensure_sdk(args.sdk_venv), files, out, 2, extra + ["--seed", str(seed)])
             elif kind == V1_V2_SELECTION:
                 if not (out / "manifest.json").is_file():
-                    fit_with_v2_selection(sets, seed).save(out)
+                    fit_hybrid(sets, KIND_V1, KIND_V2, seed).save(out)  # v1, with v2's selection
             elif not (out / "manifest.json").is_file() and not out.with_suffix(".sdmkitmodel").exists():
                 ours_train(files, out, extra + ["--seed", str(seed), "--force"])
             est = SDMEstimator.load(out)

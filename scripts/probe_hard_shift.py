@@ -170,31 +170,35 @@ def both(rule, other):
     return admit
 
 
+def fit_hybrid(sets, train_kind: str, select: str, seed: int = 0) -> SDMEstimator:
+    """v1 (project defaults, ``seed``) whose adaptor trains with ``train_kind``'s training q (v1: the
+    § 6.3 flip rule on) and whose epoch and iteration are chosen by ``select``'s metric (v1: the
+    balanced median q; v2: the balanced calibration sdm loss)."""
+    original = training.reestimate
+
+    def reestimate(adaptor, h_tr, y_tr, h_ca, y_ca, num_classes, backend, kind=KIND_V1):
+        r = original(adaptor, h_tr, y_tr, h_ca, y_ca, num_classes, backend, train_kind)
+        metric = (r.balanced_median_q if select == KIND_V1
+                  else -balanced_sdm_loss(r.z_ca, y_ca, r.q_ca_raw, r.d_ca, num_classes))
+        return dataclasses.replace(r, metric=metric)
+
+    training.reestimate = reestimate
+    try:
+        return SDMEstimator.fit(sets["train"], sets["calibration"], FitConfig(seed=seed))
+    finally:
+        training.reestimate = original
+
+
 def refits(sets, pool: LabelledSet) -> None:
     """v1's and v2's rules on adaptors trained with either kind's training q and selection metric
     (v1's rule as fitted over the J iterations, v2's re-derived on the chosen iteration's split)."""
-    original = training.reestimate
-
-    def hybrid(train_kind: str, select: str):
-        def reestimate(adaptor, h_tr, y_tr, h_ca, y_ca, num_classes, backend, kind=KIND_V1):
-            r = original(adaptor, h_tr, y_tr, h_ca, y_ca, num_classes, backend, train_kind)
-            metric = (r.balanced_median_q if select == KIND_V1
-                      else -balanced_sdm_loss(r.z_ca, y_ca, r.q_ca_raw, r.d_ca, num_classes))
-            return dataclasses.replace(r, metric=metric)
-        return reestimate
-
-    try:
-        for train_kind in (KIND_V1, KIND_V2):
-            for select in (KIND_V1, KIND_V2):
-                training.reestimate = hybrid(train_kind, select)
-                est = SDMEstimator.fit(sets["train"], sets["calibration"], FitConfig())
-                training.reestimate = original
-                fit = (f"refit with the training q of {train_kind} (flip rule {'on' if train_kind == KIND_V1 else 'off'})"
-                       f" and the selection of {select}")
-                line(f"{fit}: v1's rule", sets, est.predict_arrays)
-                line(f"{fit}: v2's rule", sets, v2_rule_on(est, pool))
-    finally:
-        training.reestimate = original
+    for train_kind in (KIND_V1, KIND_V2):
+        for select in (KIND_V1, KIND_V2):
+            est = fit_hybrid(sets, train_kind, select)
+            fit = (f"refit with the training q of {train_kind} (flip rule {'on' if train_kind == KIND_V1 else 'off'})"
+                   f" and the selection of {select}")
+            line(f"{fit}: v1's rule", sets, est.predict_arrays)
+            line(f"{fit}: v2's rule", sets, v2_rule_on(est, pool))
 
 
 def main(argv: list[str] | None = None) -> int:
