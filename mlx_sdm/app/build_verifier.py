@@ -33,7 +33,7 @@ from mlx_sdm.calibration.paired_test import PairedComparison
 from mlx_sdm.errors import DataError
 from mlx_sdm.network.tasks import Task
 from mlx_sdm.network.tasks.registry import load_tasks
-from mlx_sdm.network.tasks.answers import AnsweredItem, AnswerSettings, SamplerFor, answer_items
+from mlx_sdm.network.tasks.answers import CACHE_CHUNK, AnsweredItem, AnswerSettings, SamplerFor, answer_items
 from mlx_sdm.network.verifier import VERIFIER_MANIFEST, DocumentVerifier, FeatureRecipe, labelled_set
 
 DEFAULT_PER_TASK = 300
@@ -62,6 +62,7 @@ class BuildVerifierArgs:
     iterations: int | None = None
     epochs: int | None = None
     estimator: str | None = None  # FitConfig.estimator ("v1" the paper's, "v2" canonical); None: the default
+    batch: int = CACHE_CHUNK  # answers generated together (and kept per cache file)
     plot: bool = True
     progress: bool = True
 
@@ -122,6 +123,7 @@ def _answer_task(lm, task: Task, args: BuildVerifierArgs, settings: AnswerSettin
     pool_items = task.split("pool", size=args.pool_size(task.name))
     held_items = task.split("held_out", size=args.eval_size)
     shift_items = task.split("shifted", size=args.eval_size)
+    settings = settings.for_task(task)
     first = answer_items(lm, task, pool_items[:EARLY_CHECK], settings, on_item=progress)
     if not any(a.label.well_formed for a in first):
         field_name = task.answer_format.field
@@ -151,7 +153,7 @@ def _fit(lm, kept: list[TaskOutcome], args: BuildVerifierArgs) -> DocumentVerifi
     overrides = {"iterations": args.iterations, "epochs": args.epochs, "estimator": args.estimator}
     config = FitConfig(seed=args.seed, **{k: v for k, v in overrides.items() if v})
     systems = {o.task.system for o in kept}
-    recipe = FeatureRecipe(delimiter=AnswerSettings(args.max_tokens).delimiter,
+    recipe = FeatureRecipe(delimiter=kept[0].task.delimiter,
                            system=next(iter(systems)) if len(systems) == 1 else None,
                            task_systems=tuple((o.task.prompt_prefix, o.task.system) for o in kept if o.task.prompt_prefix),
                            task_names=tuple(o.task.name for o in kept if o.task.prompt_prefix))
@@ -181,6 +183,10 @@ def build_verifier(args: BuildVerifierArgs, *, sampler_for: SamplerFor | None = 
     # Before any work: never over a file or a folder that is not a verifier (a verifier is rebuilt in place).
     check_output_folder(args.out, force=True, artifact_files=(VERIFIER_MANIFEST,))
     tasks = load_tasks(args.tasks)  # unknown names and bad JSONL fail here, before the model loads
+    if len({t.delimiter for t in tasks}) > 1:
+        raise DataError("open questions (free-text answers) and JSON tasks end their judged answers differently, so "
+                        "one verifier cannot read both; build them apart (--tasks open_questions, then the others)",
+                        field="--tasks")
     with _cache_kept_only_if_used(args.resolved_cache_dir()):
         return _build(args, tasks, started, sampler_for, sampler_tag, log)
 
@@ -204,7 +210,7 @@ def _build(args: BuildVerifierArgs, tasks: list[Task], started: float, sampler_f
 
     lm = load_model(args.model, quantized=args.quantized)
     settings = AnswerSettings(args.max_tokens, cache_dir=args.resolved_cache_dir(), sampler_for=sampler_for,
-                              sampler_tag=sampler_tag)
+                              sampler_tag=sampler_tag, chunk=args.batch)
     total = sum(len(t.split("pool", size=args.pool_size(t.name))) + len(t.split("held_out", size=args.eval_size))
                 + len(t.split("shifted", size=args.eval_size)) for t in tasks)
     progress = _Progress(total, args.progress)

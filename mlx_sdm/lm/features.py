@@ -9,7 +9,10 @@ offsets or a length cut:
 
 - ``"json_close"``: the first completion token whose text closes the JSON unit, i.e. holds a ``}``
   after the first ``{`` (the span the § 14 parsing rule reads: first ``{`` to first ``}``);
-- ``"end_of_turn"``: the end-of-turn token that follows the completion (ChatML ``<|im_end|>``).
+- ``"end_of_turn"``: the end-of-turn token that follows the completion (ChatML ``<|im_end|>``);
+- ``"answer_head"``: the end-of-turn token, or, for an answer longer than ``ANSWER_HEAD_TOKENS``
+  tokens, the token after its first ``ANSWER_HEAD_TOKENS`` (an everyday answer: the verdict covers
+  its head, where a short factual answer is, and the rest streams on as the model's, unjudged).
 
 If a ``json_close`` document has no closing brace the features fall back to the end of the
 completion and say so (``delimiter_kind == "end_of_completion"``) instead of silently cutting.
@@ -31,7 +34,10 @@ from mlx_sdm.lm.prompt import render_prompt, truncate_left
 
 DELIMITER_END_OF_TURN = "end_of_turn"
 DELIMITER_JSON_CLOSE = "json_close"
-DELIMITER_RULES = (DELIMITER_END_OF_TURN, DELIMITER_JSON_CLOSE)
+DELIMITER_ANSWER_HEAD = "answer_head"
+DELIMITER_RULES = (DELIMITER_END_OF_TURN, DELIMITER_JSON_CLOSE, DELIMITER_ANSWER_HEAD)
+#: The answer tokens an ``answer_head`` verdict covers (open questions; docs/verifiers.md).
+ANSWER_HEAD_TOKENS = 64
 #: Reported when a json_close document has no closing brace.
 DELIMITER_MISSING = "end_of_completion"
 
@@ -56,6 +62,8 @@ def delimiter_index(tokenizer, completion: Sequence[int], rule: str) -> int | No
     end-of-turn token that follows it; None when a ``json_close`` unit never closes."""
     if rule == DELIMITER_END_OF_TURN:
         return len(completion)
+    if rule == DELIMITER_ANSWER_HEAD:
+        return min(len(completion), ANSWER_HEAD_TOKENS)
     if rule != DELIMITER_JSON_CLOSE:
         raise ValueError(f"unknown delimiter rule {rule!r}; expected one of {DELIMITER_RULES}.")
     opened = False

@@ -33,6 +33,7 @@ from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 from mlx_sdm.lm.prompt import Prompt, render_prompt, truncate_left
 from mlx_sdm.lm.features import (
     DELIMITER_END_OF_TURN,
+    DELIMITER_JSON_CLOSE,
     DocumentFeatures,
     delimiter_index,
     document_features_from_hidden,
@@ -233,7 +234,7 @@ def stream_generate_features(lm, prompt: Prompt, config: GenerationConfig | None
         pieces.append(piece)
         yield GenerationChunk(text=piece, token=int(token), logprob=logprobs[-1], index=index)
         index += 1
-        if config.delimiter != DELIMITER_END_OF_TURN and config.stop_at_delimiter and _json_closed("".join(pieces)):
+        if config.delimiter == DELIMITER_JSON_CLOSE and config.stop_at_delimiter and _json_closed("".join(pieces)):
             finish = "delimiter"
             break
         if _is_stopped(stop):

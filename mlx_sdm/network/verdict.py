@@ -26,7 +26,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Mapping
 
 from mlx_sdm.calibration.constants import ALPHA_PRIME
-from mlx_sdm.network.coverage import VerifierCoverage, VerifierTask, read_coverage
+from mlx_sdm.network.coverage import RouteKind, TaskRoute, VerifierCoverage, VerifierTask, read_coverage
 
 if TYPE_CHECKING:  # no MLX import here: the UI and the store read verdicts without loading MLX
     from mlx_sdm.calibration.verdict import Verdict
@@ -42,8 +42,12 @@ REASON_PREDICTED_UNACCEPTABLE = "predicted_unacceptable"
 #: or the model's answer is empty.
 REASON_NOT_A_TASK = "not_a_task"
 REASON_EMPTY_ANSWER = "empty_answer"
+#: No estimator judgement: the question router reads the message as having no checkable answer.
+REASON_NO_CHECKABLE_ANSWER = "no_checkable_answer"
 VERDICT_REASONS = (REASON_OUT_OF_DISTRIBUTION, REASON_BELOW_THRESHOLD, REASON_INDEX_FLIPPED,
-                   REASON_PREDICTED_UNACCEPTABLE, REASON_NOT_A_TASK, REASON_EMPTY_ANSWER)
+                   REASON_PREDICTED_UNACCEPTABLE, REASON_NOT_A_TASK, REASON_EMPTY_ANSWER, REASON_NO_CHECKABLE_ANSWER)
+#: The two reasons of an out-of-scope turn with no estimator judgement.
+UNJUDGED_OUT_OF_SCOPE = (REASON_NOT_A_TASK, REASON_NO_CHECKABLE_ANSWER)
 #: Older stored spellings of "no verifier judged it".
 LEGACY_NO_VERIFIER = ("unverifiable", "none")
 
@@ -90,10 +94,16 @@ def _unlike(verdict: "Verdict") -> bool:
     return float(verdict.d) <= 0.0
 
 
-def status_of(verdict: "Verdict", *, routed: bool = False) -> VerdictStatus:
-    """THE rule: verified = admitted and y_hat = 1; out of scope = d = 0 on a question routed to no task
-    (then the question, not only the answer, is unlike what the verifier was built on); else not verified
-    (q = 0 with d > 0 is a disagreeing nearest answer, not an unknown question)."""
+#: The task name of everyday open questions (network/tasks/registry.OPEN_TASK).
+OPEN_QUESTIONS = "open_questions"
+
+
+def status_of(verdict: "Verdict", *, task: str | None = None) -> VerdictStatus:
+    """THE rule: verified = admitted and y_hat = 1; out of scope = d = 0 on a question routed to no task or
+    judged as an open question (then the question, not only the answer, is unlike what the verifier was
+    built on); else not verified (q = 0 with d > 0 is a disagreeing nearest answer, not an unknown
+    question; d = 0 on a task's question is an answer unlike the task's answers)."""
+    routed = task is not None and task != OPEN_QUESTIONS
     if verdict.admitted and int(verdict.prediction) == ACCEPTABLE:
         return VerdictStatus.VERIFIED
     if verdict.reason == REASON_OUT_OF_DISTRIBUTION and not routed and _unlike(verdict):
@@ -119,7 +129,13 @@ class DocumentVerdict:
     coverage: VerifierCoverage = field(default_factory=VerifierCoverage)
     #: the verifier's task the question was routed to (TaskRoute.task); None = unrouted / single-task
     task: str | None = None
-    unjudged: str | None = None  # REASON_NOT_A_TASK | REASON_EMPTY_ANSWER when ``verdict`` is None
+    unjudged: str | None = None  # REASON_NOT_A_TASK | REASON_NO_CHECKABLE_ANSWER | REASON_EMPTY_ANSWER
+    route: TaskRoute | None = None  # how the question was routed (None: not recorded)
+
+    @property
+    def open_question(self) -> bool:
+        """Judged as an everyday open question (d = 0 then means a question unlike those it was built on)."""
+        return self.task == OPEN_QUESTIONS
 
     @property
     def routed_task(self) -> VerifierTask | None:
@@ -131,8 +147,8 @@ class DocumentVerdict:
     @property
     def status(self) -> VerdictStatus:
         if self.verdict is None:
-            return VerdictStatus.OUT_OF_SCOPE if self.unjudged == REASON_NOT_A_TASK else VerdictStatus.NOT_VERIFIED
-        return status_of(self.verdict, routed=self.task is not None)
+            return VerdictStatus.OUT_OF_SCOPE if self.unjudged in UNJUDGED_OUT_OF_SCOPE else VerdictStatus.NOT_VERIFIED
+        return status_of(self.verdict, task=self.task)
 
     @property
     def verified(self) -> bool:
@@ -154,9 +170,10 @@ class DocumentVerdict:
             "exemplars": [], "softmax": []}
         words = verdict_words(self)
         covers = [{"name": t.name, "description": t.description} for t in self.coverage.tasks]
+        route = None if self.route is None else {"kind": self.route.how.value, "probability": self.route.probability}
         return {**numbers, "status": self.status.value, "verified": self.verified, "reason": self.reason,
                 "explanation": words.sentence, "badge": words.badge, "task": self.task, "alpha": self.alpha,
-                "covers": covers, "built_on": self.coverage.built_on}
+                "covers": covers, "built_on": self.coverage.built_on, "route": route}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None,
@@ -167,10 +184,11 @@ class DocumentVerdict:
         alpha = float(data.get("alpha") or ALPHA_PRIME)
         # the coverage of the verifier that judged it, as stored with the verdict (older rows: unknown)
         coverage = coverage or read_coverage({"tasks": data.get("covers") or [], "info": {"task": data.get("built_on")}})
+        route = _route_from(data.get("route"))
         if data.get("prediction") is None:
-            unjudged = data.get("reason") if data.get("reason") in (REASON_NOT_A_TASK, REASON_EMPTY_ANSWER) else \
+            unjudged = data.get("reason") if data.get("reason") in UNJUDGED_OUT_OF_SCOPE + (REASON_EMPTY_ANSWER,) else \
                 REASON_NOT_A_TASK
-            return cls(None, alpha, coverage, data.get("task"), unjudged)
+            return cls(None, alpha, coverage, data.get("task"), unjudged, route)
         from mlx_sdm.calibration.verdict import Exemplar, Verdict
 
         exemplars = [Exemplar(str(e.get("id", "")), int(e.get("label", -1)), int(e.get("prediction", -1)),
@@ -184,7 +202,16 @@ class DocumentVerdict:
             q_tilde_lower=float(data.get("q_tilde_lower") or 0.0),
             region_alpha=_optional_float(data.get("region_alpha")),
             region_alpha_lower=_optional_float(data.get("region_alpha_lower")))
-        return cls(verdict, alpha, coverage, data.get("task"))
+        return cls(verdict, alpha, coverage, data.get("task"), route=route)
+
+
+def _route_from(data: Any) -> TaskRoute | None:
+    """A stored ``route`` ({"kind", "probability"}) back as a TaskRoute (unknown kinds: None)."""
+    if not isinstance(data, Mapping):
+        return None
+    kind = next((k for k in RouteKind if k.value == data.get("kind")), None)
+    probability = data.get("probability")
+    return None if kind is None else TaskRoute(kind=kind, probability=None if probability is None else float(probability))
 
 
 def _optional_float(value: Any) -> float | None:
@@ -284,6 +311,26 @@ def _region_words(v: "Verdict", alpha: float) -> str:
             f"are {judged} (nested region α {region:.2f}, lower estimate), short of the {alpha:.2f} needed to vouch.")
 
 
+def _probability(verdict: DocumentVerdict) -> str:
+    p = None if verdict.route is None else verdict.route.probability
+    return "" if p is None else f", probability {p:.2f}"
+
+
+def _route_words(verdict: DocumentVerdict) -> str:
+    """How a judged question was routed, when not by its task instruction: asked in a person's own words
+    (the router's reading) or an everyday open question."""
+    route = verdict.route
+    if route is None or route.probability is None:
+        return ""
+    if route.how is RouteKind.MEANING and verdict.routed_task is not None:
+        task = verdict.routed_task
+        return (f" The question router read this as the task {task.description or task.name!r} asked in your own words "
+                f"(probability {route.probability:.2f}).")
+    if route.how is RouteKind.OPEN_QUESTION:
+        return f" Judged as an everyday question with a short answer (question router probability {route.probability:.2f})."
+    return ""
+
+
 def verdict_words(verdict: DocumentVerdict | None, *, no_verifier_reason: str | None = None) -> VerdictWords:
     """THE words of a verdict (None: no verifier judged it, ``no_verifier_reason`` says why). The chat,
     ``generate``, plain chat, the server and export all show these and nothing else."""
@@ -294,11 +341,19 @@ def verdict_words(verdict: DocumentVerdict | None, *, no_verifier_reason: str | 
     if verdict.verdict is None and verdict.unjudged == REASON_EMPTY_ANSWER:
         return VerdictWords(status, "✘ not verified · empty answer",
                             "Not verified: the model produced an empty answer; there is nothing to verify.")
+    if verdict.verdict is None and verdict.unjudged == REASON_NO_CHECKABLE_ANSWER:
+        return VerdictWords(status, "○ out of scope · no checkable answer",
+                            "Out of scope: this message has no short answer that can be checked (the question router "
+                            f"reads it as a greeting, a request for writing, advice or a how-to{_probability(verdict)}), "
+                            f"so the verifier makes no judgement. {verdict.coverage.sentence()}")
     if verdict.verdict is None:
+        routed = verdict.route is not None and verdict.route.probability is not None
+        why = ("the question router reads it as none of the kinds of question the verifier covers" if routed else
+               "this question starts none of the task instructions the verifier was built on")
         return VerdictWords(status, "○ out of scope · not one of the verifier's tasks",
-                            "Out of scope: this question starts none of the task instructions the verifier was "
-                            f"built on, so it makes no judgement. {verdict.coverage.sentence()}")
+                            f"Out of scope: {why}, so it makes no judgement. {verdict.coverage.sentence()}")
     short, sentence = _judged_words(verdict, verdict.alpha)
+    sentence += _route_words(verdict)
     if status is VerdictStatus.NOT_VERIFIED:
         region = _region_words(verdict.verdict, verdict.alpha)
         if region:

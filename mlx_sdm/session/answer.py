@@ -247,8 +247,11 @@ def _kept_cache(lm: Any, full_ids: list[int], start: _Start, ids: list[int], res
 
 def _judged_tokens(features: Any, generated: int) -> int:
     """Answer tokens through the delimiter token (h_k predicts token k + 1 = the delimiter, § 15.3)."""
-    if getattr(features, "delimiter_kind", None) == "json_close":
+    kind = getattr(features, "delimiter_kind", None)
+    if kind == "json_close":
         return min(generated, int(features.completion_tokens) + 1)
+    if kind == "answer_head":  # the verdict reads the answer's first ANSWER_HEAD_TOKENS tokens
+        return min(generated, int(features.completion_tokens))
     return generated
 
 

@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE
 from mlx_sdm.network.encoding import TaskFormat, parse_answer
 
 #: Seed of every split (the paper's encoding seed).
@@ -94,6 +95,10 @@ class Task:
     render: Callable[[SourceExample, str], str]  # (example, view "main" | "shifted") -> user message
     system: str | None = SUITE_SYSTEM_PROMPT
     shift_by_view: bool = True  # shifted = held-out items rendered in the "shifted" view; else the other collection
+    #: where the judged unit of an answer ends (``lm.features``): the JSON unit's closing brace for the suite
+    delimiter: str = DELIMITER_JSON_CLOSE
+    #: the answer tokens a build generates for this task (None: ``build-verifier --max-tokens``)
+    max_tokens: int | None = None
     _cache: tuple | None = field(default=None, repr=False)
 
     # ------------------------------------------------------------------------------------ items

@@ -56,6 +56,13 @@ class AnswerSettings:
     cache_dir: Path | None = None
     sampler_for: SamplerFor | None = None
     sampler_tag: str = ""  # part of the cache key when ``sampler_for`` scripts the answers
+    chunk: int = CACHE_CHUNK  # items per cache file and generation batch
+
+    def for_task(self, task: Task) -> "AnswerSettings":
+        """These settings with the task's own answer unit and budget (open questions: ``answer_head``, 64)."""
+        from dataclasses import replace
+
+        return replace(self, delimiter=task.delimiter, max_tokens=task.max_tokens or self.max_tokens)
 
 
 def _chunk_path(lm, task: Task, chunk: Sequence[TaskItem], settings: AnswerSettings) -> Path | None:
@@ -111,8 +118,8 @@ def answer_items(lm, task: Task, items: Sequence[TaskItem], settings: AnswerSett
     with features from the same pass; ``on_item(from_cache)`` is called once per item (progress bars)."""
     width = 2 * lm.hidden_size
     out: list[AnsweredItem] = []
-    for start in range(0, len(items), CACHE_CHUNK):
-        chunk = list(items[start : start + CACHE_CHUNK])
+    for start in range(0, len(items), settings.chunk):
+        chunk = list(items[start : start + settings.chunk])
         path = _chunk_path(lm, task, chunk, settings)
         cached = _load_chunk(path, len(chunk), width)
         if cached is None:

@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 import mlx.core as mx
 from mlx_lm.models.cache import BatchKVCache
 
-from mlx_sdm.lm.features import DELIMITER_END_OF_TURN, DocumentFeatures, delimiter_index, document_features_from_hidden
+from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE, DocumentFeatures, delimiter_index, document_features_from_hidden
 from mlx_sdm.lm.generation import default_head, fold_joint_logits
 from mlx_sdm.lm.prompt import render_prompt, truncate_left
 
@@ -87,7 +87,7 @@ def generate_batch(lm, prompts: Sequence[Any], *, max_tokens: int, delimiter: st
                 done[b], finish[b] = True, "stop"
                 continue
             tokens[b].append(token)
-            if delimiter != DELIMITER_END_OF_TURN and _closed_json(tokenizer.decode(tokens[b])):
+            if delimiter == DELIMITER_JSON_CLOSE and _closed_json(tokenizer.decode(tokens[b])):
                 done[b], finish[b] = True, "delimiter"
         hidden, logits = forward(mx.array(step)[:, None])  # every row's last token is fed (its state is used)
         blocks.append(hidden)

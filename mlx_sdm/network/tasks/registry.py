@@ -8,8 +8,6 @@ set is every VALUE seen (booleans if all are booleans). The prompt must ask for 
 
 from __future__ import annotations
 
-import gzip
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -29,27 +27,12 @@ from mlx_sdm.network.encoding import (
     YES_NO,
     TaskFormat,
 )
+from mlx_sdm.network.verdict import OPEN_QUESTIONS
 from mlx_sdm.network.tasks import SPLIT_SEED, SUITE_SYSTEM_PROMPT, SourceExample, Task
+from mlx_sdm.network.tasks.vendored import read_vendored
 
-DATA_DIR = Path(__file__).resolve().parent / "data"
 BBC_PROMPT_WORDS = 40  # words of the article in the prompt (title first); the shift shows the title only
 MAX_CHOICES = 4  # TruthfulQA: the correct answer and the first three wrong ones, shuffled
-
-
-def read_vendored(name: str) -> tuple[list[SourceExample], list[SourceExample]]:
-    """(main, shift) examples of a vendored ``data/<name>.jsonl.gz``."""
-    path = DATA_DIR / f"{name}.jsonl.gz"
-    if not path.is_file():
-        raise DataError("the task data is missing from this install; reinstall mlx-sdm (the wheel ships "
-                        "mlx_sdm/network/tasks/data/)",
-                        path=str(path))
-    main, shift = [], []
-    with gzip.open(path, "rt", encoding="utf-8") as handle:
-        for line in handle:
-            row = json.loads(line)
-            extra = {k: v for k, v in row.items() if k not in ("id", "input", "gold", "group")}
-            (shift if row["group"] == "shift" else main).append(SourceExample(row["id"], row["input"], row["gold"], extra))
-    return main, shift
 
 
 #: Shipped tasks a fine-tune config names as ``data: package:NAME``: their vendored rows given back as
@@ -76,14 +59,14 @@ def _plain(fmt: TaskFormat):
     return lambda ex, view: fmt.user_message(ex.text)
 
 
-_FEVER_WRAPPER = re.compile(r"^On [^,]*, the following claim was made:\s*(.*?)\s*Q: Was this claim true or false\?\s*$",
+FEVER_WRAPPER = re.compile(r"^On [^,]*, the following claim was made:\s*(.*?)\s*Q: Was this claim true or false\?\s*$",
                             re.S)
 
 
 def _fever(ex: SourceExample, view: str) -> str:
     """Shifted view: the bare claim, without BIG-bench's date wrapper and question."""
     if view == "shifted":
-        match = _FEVER_WRAPPER.match(ex.text)
+        match = FEVER_WRAPPER.match(ex.text)
         return FACTCHECK.user_message(match.group(1) if match else ex.text)
     return FACTCHECK.user_message(ex.text)
 
@@ -197,10 +180,16 @@ def _shipped() -> dict[str, Task]:
     }
     for name, task in tasks.items():
         task.system = SYSTEM_PROMPTS[name]
+    from mlx_sdm.network.tasks.open_questions import open_question_task
+
+    tasks[OPEN_TASK] = open_question_task()  # no system prompt: asked exactly as the everyday chat asks
     return tasks
 
 
+#: The suite's seven tasks (JSON answers): ``build-verifier``'s default.
 SHIPPED_TASK_NAMES = ("bbc_topic", "fever", "sports_understanding", "strategyqa", "truthful_qa", "spam", "sentiment")
+#: The open-question task (free-text answers to everyday questions): ``build-verifier --tasks open_questions``.
+OPEN_TASK = OPEN_QUESTIONS
 
 
 def load_task(name_or_path: str) -> Task:
@@ -211,7 +200,7 @@ def load_task(name_or_path: str) -> Task:
     path = Path(name_or_path)
     if path.suffix in (".jsonl", ".json") or path.exists():
         return user_task(path)
-    raise DataError(f"unknown task {name_or_path!r}; shipped tasks are {', '.join(SHIPPED_TASK_NAMES)}, "
+    raise DataError(f"unknown task {name_or_path!r}; shipped tasks are {', '.join(SHIPPED_TASK_NAMES + (OPEN_TASK,))}, "
                     "or give the path of your own .jsonl task", field="--tasks")
 
 
@@ -232,7 +221,7 @@ def load_tasks(names: list[str] | None) -> list[Task]:
     names = list(names) if names else list(SHIPPED_TASK_NAMES)
     expanded: list[str] = []
     for name in names:
-        is_folder = name not in SHIPPED_TASK_NAMES and Path(name).is_dir()
+        is_folder = name not in SHIPPED_TASK_NAMES + (OPEN_TASK,) and Path(name).is_dir()
         expanded += [str(p) for p in task_files_in(Path(name))] if is_folder else [name]
     tasks = [load_task(n) for n in expanded]
     seen: set[str] = set()
