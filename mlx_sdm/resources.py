@@ -54,5 +54,13 @@ def default_verifier_dir() -> Path:
     return shipped(DEFAULT_VERIFIER_NAME)
 
 
+#: The question router every shipped-task verifier routes by meaning with (network/question_router.py).
+ROUTER_NAME = "question-router"
+
+
+def default_router_dir() -> Path | None:
+    return shipped(ROUTER_NAME)
+
+
 def default_head_dir() -> Path | None:
     return shipped(DEFAULT_HEAD_NAME) if DEFAULT_HEAD_NAME else None

@@ -102,6 +102,9 @@ def load_components(model: str | None = None, *, verifier: str | None = None, he
         raise DataError(f"unknown embedder {embedder!r}; use one of {', '.join(EMBEDDER_CHOICES)}", field="embedder")
     lm = load_model(model, quantized=quantized)
     loaded = load_verifier(verifier, lm)
+    router = getattr(loaded.verifier, "router", None)
+    if router is not None:
+        router.embed(["warm up"])  # load the question router's sentence embedder now, not on the first turn
     head_loaded = load_head(head, lm, model)
     return TurnComponents(
         lm=lm, verifier=loaded.verifier, verifier_path=loaded.path, unverifiable_reason=loaded.unverifiable_reason,

@@ -139,7 +139,8 @@ def verify_text_rows(verifier_dir: str | Path, input_path: str | Path, *, model:
     import dataclasses
 
     from mlx_sdm.network.encoding import read_text_jsonl
-    from mlx_sdm.network.verdict import REASON_NOT_A_TASK
+    from mlx_sdm.network.coverage import RouteKind
+    from mlx_sdm.network.verdict import REASON_NO_CHECKABLE_ANSWER, REASON_NOT_A_TASK
     from mlx_sdm.session.pipeline import TurnPipeline
     from mlx_sdm.session.turn import TurnComponents
 
@@ -153,16 +154,25 @@ def verify_text_rows(verifier_dir: str | Path, input_path: str | Path, *, model:
     for doc, plan in zip(documents, plans):
         system = plan.judged[0]["content"] if plan.judged and plan.judged[0].get("role") == "system" else None
         judged.append(doc if doc.system is not None else dataclasses.replace(doc, system=system))
-    index = [i for i, plan in enumerate(plans) if plan.judge]
-    feats = cached_document_features(lm, [judged[i] for i in index], delimiter=verifier.recipe.delimiter,
-                                     cache_dir=None, desc="rows")
-    # the nearest exemplar is kept even with explain=0: the sentence names it as the chat's does
-    verdicts = dict(zip(index, verifier.verify_batch(feats, explain=max(explain, 1)))) if index else {}
+    verdicts = {}
+    by_judge: dict[str | None, list[int]] = {}  # the member verifier that judges each row's route
+    for i, plan in enumerate(plans):
+        if plan.judge:
+            by_judge.setdefault(plan.route.task if plan.route.task in verifier.members else None, []).append(i)
+    for task, index in by_judge.items():
+        member = verifier.member_for(task)
+        feats = cached_document_features(lm, [judged[i] for i in index], delimiter=member.recipe.delimiter,
+                                         cache_dir=None, desc="rows")
+        # the nearest exemplar is kept even with explain=0: the sentence names it as the chat's does
+        verdicts.update(zip(index, member.verify_batch(feats, explain=max(explain, 1))))
     out = []
     for i, (doc, plan) in enumerate(zip(documents, plans)):
         made = verdicts.get(i)
-        judged_verdict = DocumentVerdict(made, alpha=verifier.estimator.alpha, coverage=verifier.coverage,
-                                         task=plan.route.task, unjudged=None if made is not None else REASON_NOT_A_TASK)
+        unjudged = None if made is not None else (
+            REASON_NO_CHECKABLE_ANSWER if plan.route.how is RouteKind.NO_CHECKABLE_ANSWER else REASON_NOT_A_TASK)
+        judged_verdict = DocumentVerdict(made, alpha=verifier.estimator_for(plan.route.task).alpha,
+                                         coverage=verifier.coverage, task=plan.route.task, unjudged=unjudged,
+                                         route=plan.route)
         data = judged_verdict.to_dict()
         row = {"id": doc.id, **{k: v for k, v in data.items() if k not in ("exemplars", "softmax", "alpha")}}
         if explain > 0:

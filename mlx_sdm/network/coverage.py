@@ -13,7 +13,23 @@ out-of-scope sentence names those tasks.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any, Mapping, Sequence
+
+
+#: A verifier's member verifiers, one folder per task it judges with its own features (``members/<task>/``):
+#: the default's open-question verifier beside its JSON task suite.
+MEMBERS_DIR = "members"
+
+
+class RouteKind(str, Enum):
+    """How a turn's question was routed (the verdict's sentence says which)."""
+
+    INSTRUCTION = "instruction"  # it starts one of the verifier's task instructions
+    MEANING = "meaning"  # the question router read it as one of the tasks, asked in a person's own words
+    OPEN_QUESTION = "open_question"  # an everyday question with a short checkable answer
+    NO_CHECKABLE_ANSWER = "no_checkable_answer"  # a greeting, a request for writing, a how-to: nothing to check
+    NOT_COVERED = "not_covered"  # none of what the verifier covers
 
 
 @dataclass(frozen=True)
@@ -36,11 +52,25 @@ class TaskRoute:
     system: str | None = None
     task: str | None = None
     instruction: str | None = None
+    kind: RouteKind | None = None  # None: as ``instruction`` says (INSTRUCTION when set, else NOT_COVERED)
+    probability: float | None = None  # the question router's probability of ``kind`` (routes by meaning)
 
     @property
     def matched(self) -> bool:
-        """The question starts one of the task instructions (it is answered and judged as that task)."""
+        """The question is one of the verifier's tasks (by its instruction or by meaning): it is answered and
+        judged as that task alone."""
         return self.instruction is not None
+
+    @property
+    def how(self) -> RouteKind:
+        if self.kind is not None:
+            return self.kind
+        return RouteKind.INSTRUCTION if self.instruction is not None else RouteKind.NOT_COVERED
+
+    @property
+    def open_question(self) -> bool:
+        """An everyday question the open-question verifier judges (answered as plain chat)."""
+        return self.how is RouteKind.OPEN_QUESTION
 
 
 def match_instruction(instructions: Sequence[str], question: Any) -> int | None:

@@ -35,7 +35,16 @@ from mlx_sdm.resources import default_verifier_dir, resolve_artifact
 from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE, DocumentFeatures, force_decode_batch
 from mlx_sdm.network.encoding import VerificationDocument
 from mlx_sdm.network.verdict import DocumentVerdict
-from mlx_sdm.network.coverage import TaskInstruction, TaskRoute, VerifierCoverage, match_instruction, read_coverage
+from mlx_sdm.network.coverage import (
+    MEMBERS_DIR,
+    RouteKind,
+    TaskInstruction,
+    TaskRoute,
+    VerifierCoverage,
+    match_instruction,
+    read_coverage,
+)
+from mlx_sdm.network.question_router import NO_ANSWER_KIND, OPEN_KIND, QuestionRouter
 
 VERIFIER_FORMAT_VERSION = 1
 VERIFIER_MANIFEST = "verifier.json"
@@ -134,28 +143,72 @@ def labelled_set(documents: Sequence[VerificationDocument], features: np.ndarray
 
 
 class DocumentVerifier:
-    """SDMEstimator + the model fingerprint and feature recipe it was built with."""
+    """SDMEstimator + the model fingerprint and feature recipe it was built with; optionally member
+    verifiers for tasks read with other features (``members``: the open-question verifier) and the
+    question router that sends a question to what the verifier covers (``router``)."""
 
     def __init__(self, estimator: SDMEstimator, model_fingerprint: dict[str, Any], recipe: FeatureRecipe | None = None,
-                 info: dict[str, Any] | None = None, tasks: list[dict[str, Any]] | None = None):
+                 info: dict[str, Any] | None = None, tasks: list[dict[str, Any]] | None = None,
+                 members: dict[str, "DocumentVerifier"] | None = None, router: QuestionRouter | None = None):
         self.estimator = estimator
         self.model_fingerprint = dict(model_fingerprint)
         self.recipe = recipe or FeatureRecipe()
         self.info = dict(info or {})
         self.tasks = list(tasks or [])  # verifier.json "tasks": [{"name", "description", "example_prompt"}]
+        self.members = dict(members or {})
+        self.router = router
+
+    @property
+    def judges_open_questions(self) -> bool:
+        """It judges everyday open questions: a member does, or it was built on them itself."""
+        return OPEN_KIND in self.members or any(t.get("name") == OPEN_KIND for t in self.tasks)
 
     def route(self, prompt: Any) -> TaskRoute:
-        """Where a question (the first user message) goes: its system prompt and, for a multi-task
-        verifier, its task (see :meth:`FeatureRecipe.route`)."""
+        """Where a question (this turn's user message) goes (docs/verifiers.md, "Routing"): a question that
+        starts one of the task instructions goes to that task; else the question router's reading of it
+        (``network/question_router.py``): a task of this verifier asked in a person's words, an open question
+        (when it judges them), or no checkable answer; without a router, none of its tasks."""
         recipe = self.recipe
         if recipe.task_systems and not recipe.task_names and self.tasks:
             recipe.task_names = task_names_for(recipe.task_systems, self.tasks)
-        return recipe.route(prompt)
+        route = recipe.route(prompt)
+        if route.matched or not isinstance(prompt, str):
+            return route
+        if self.router is None:
+            return TaskRoute(None, OPEN_KIND, kind=RouteKind.OPEN_QUESTION) if self._open_only else route
+        guess = self.router.guess(prompt)
+        if guess.kind == NO_ANSWER_KIND:
+            return TaskRoute(route.system, kind=RouteKind.NO_CHECKABLE_ANSWER, probability=guess.probability)
+        if guess.kind == OPEN_KIND:
+            if not self.judges_open_questions:
+                return TaskRoute(route.system, probability=guess.probability)
+            return TaskRoute(None, OPEN_KIND, kind=RouteKind.OPEN_QUESTION, probability=guess.probability)
+        for (prefix, system), name in zip(recipe.task_systems, recipe.task_names):
+            if name == guess.kind:
+                return TaskRoute(system, name if len(recipe.task_systems) > 1 else None, prefix,
+                                 kind=RouteKind.MEANING, probability=guess.probability)
+        return TaskRoute(route.system, probability=guess.probability)  # a task this verifier does not cover
+
+    @property
+    def _open_only(self) -> bool:
+        return not self.recipe.task_systems and self.judges_open_questions
+
+    def member_for(self, task: str | None) -> "DocumentVerifier":
+        """The verifier whose estimator judges questions routed to ``task`` (a member's, else this one)."""
+        return self.members.get(task, self) if task is not None else self
+
+    def estimator_for(self, task: str | None) -> SDMEstimator:
+        return self.member_for(task).estimator
+
+    def recipe_for(self, task: str | None) -> FeatureRecipe:
+        """The feature recipe of the verifier that judges ``task`` (its delimiter ends the judged answer)."""
+        return self.member_for(task).recipe
 
     @property
     def coverage(self) -> VerifierCoverage:
-        """What this verifier covers (its tasks; unknown when its manifest does not say)."""
-        return read_coverage({"tasks": self.tasks, "info": self.info} if self.tasks else {"info": self.info})
+        """What this verifier covers (its tasks and its members'; unknown when its manifest does not say)."""
+        tasks = self.tasks + [t for m in self.members.values() for t in m.tasks]
+        return read_coverage({"tasks": tasks, "info": self.info} if tasks else {"info": self.info})
 
     # ------------------------------------------------------------------------------------- build
     @classmethod
@@ -189,11 +242,14 @@ class DocumentVerifier:
         vector = features.vector if isinstance(features, DocumentFeatures) else np.asarray(features, dtype=np.float32)
         return self.estimator.predict(vector.reshape(1, -1), explain=explain)[0]
 
-    def judge(self, features: np.ndarray | DocumentFeatures, explain: int = 5, *, task: str | None = None) -> DocumentVerdict:
+    def judge(self, features: np.ndarray | DocumentFeatures, explain: int = 5, *, task: str | None = None,
+              route: TaskRoute | None = None) -> DocumentVerdict:
         """The verdict with its user-facing state (verified / not verified / out of scope); ``task``: the
-        task of this verifier the question was routed to (:meth:`route`), None when unrouted."""
-        return DocumentVerdict(self.verify_features(features, explain=explain), alpha=self.estimator.alpha,
-                               coverage=self.coverage, task=task)
+        task of this verifier the question was routed to (:meth:`route`), None when unrouted; ``route``:
+        how it was routed (the verdict's sentence says so)."""
+        judge = self.member_for(task)
+        return DocumentVerdict(judge.verify_features(features, explain=explain), alpha=judge.estimator.alpha,
+                               coverage=self.coverage, task=task, route=route)
 
     def verify_batch(self, features: np.ndarray, explain: int = 0) -> list[Verdict]:
         return self.estimator.predict(np.asarray(features, dtype=np.float32), explain=explain)
@@ -224,6 +280,8 @@ class DocumentVerifier:
     def save(self, directory: str | Path) -> None:
         with atomic_directory(directory) as tmp:
             self.estimator.save(tmp / ESTIMATOR_DIR)
+            for name, member in self.members.items():
+                member.save(tmp / MEMBERS_DIR / name)
             (tmp / VERIFIER_MANIFEST).write_text(json.dumps(self.manifest(), indent=2, sort_keys=True), encoding="utf-8")
             tmp.chmod(0o755)
             (tmp / VERIFIER_MANIFEST).chmod(0o644)
@@ -255,4 +313,21 @@ class DocumentVerifier:
             task_names_for(task_systems, tasks or [])
         recipe = FeatureRecipe(delimiter=feature.get("delimiter", DELIMITER_JSON_CLOSE), system=feature.get("system"),
                                task_systems=task_systems, task_names=names)
-        return cls(estimator, fingerprint, recipe, manifest.get("info"), tasks)
+        members = {p.name: cls.load(p, expect_fingerprint) for p in sorted((directory / MEMBERS_DIR).glob("*"))
+                   if (p / VERIFIER_MANIFEST).is_file()}
+        verifier = cls(estimator, fingerprint, recipe, manifest.get("info"), tasks, members)
+        verifier.router = default_router_for(verifier)
+        return verifier
+
+
+def default_router_for(verifier: DocumentVerifier) -> QuestionRouter | None:
+    """The shipped question router (``weights/question-router``) for a verifier that covers one of the kinds it
+    reads (a suite task or open questions); None for others (they route by their instructions alone)."""
+    from mlx_sdm.resources import default_router_dir
+
+    folder = default_router_dir()
+    if folder is None or not (folder / "router.json").is_file():
+        return None
+    router = QuestionRouter.load(folder)
+    covered = {t.name for t in verifier.coverage.tasks} | set(verifier.recipe.task_names or ())
+    return router if covered & set(router.labels) else None

@@ -37,8 +37,8 @@ import numpy as np
 
 from mlx_sdm.errors import DataError
 from mlx_sdm.monitor.online.reading import MonitorReading
-from mlx_sdm.network.coverage import TaskRoute, match_instruction
-from mlx_sdm.network.verdict import REASON_EMPTY_ANSWER, REASON_NOT_A_TASK, DocumentVerdict
+from mlx_sdm.network.coverage import RouteKind, TaskRoute, match_instruction
+from mlx_sdm.network.verdict import REASON_EMPTY_ANSWER, REASON_NO_CHECKABLE_ANSWER, REASON_NOT_A_TASK, DocumentVerdict
 from mlx_sdm.session.answer import GeneratedAnswer, PrefixCache, TopLogprobs, generate_answer, settle_prefix
 from mlx_sdm.session.escalation import REFLECTION_PROMPT, TurnStatus, plan_escalation
 from mlx_sdm.session.turn import (
@@ -62,10 +62,14 @@ class TurnPipeline:
         self.components = components
 
     # -- the recipe the verifier was built with, and the plan of a turn ----------------------------
-    @property
-    def delimiter(self) -> str:
-        recipe = getattr(self.components.verifier, "recipe", None)
-        return recipe.delimiter if recipe is not None else "end_of_turn"
+    def delimiter_for(self, route: TaskRoute) -> str:
+        """Where the judged answer ends for this route: the delimiter of the verifier that judges it (the JSON
+        unit's closing brace for the task suite, the answer's head for open questions)."""
+        verifier = self.components.verifier
+        if verifier is None:
+            return "end_of_turn"
+        recipe = verifier.recipe_for(route.task) if hasattr(verifier, "recipe_for") else verifier.recipe
+        return recipe.delimiter
 
     @property
     def routes_tasks(self) -> bool:
@@ -84,12 +88,20 @@ class TurnPipeline:
         index = match_instruction([t.instruction for t in tasks], question)
         return route if index is None else TaskRoute(tasks[index].system, None, tasks[index].instruction)
 
-    def head_for(self, question: str) -> Any | None:
+    def _delimiter(self, plan: TurnPlan) -> str:
+        """The judged unit's end on a judged turn; an unjudged answer is read whole (nothing is left unverified)."""
+        return self.delimiter_for(plan.route) if plan.judge else "end_of_turn"
+
+    def head_for(self, route: TaskRoute, question: str) -> Any | None:
         """The head a turn decodes with: the SDM-network head only when the question starts one of the
-        tasks it was trained on (the same router as the verifier's), else the model's own (None)."""
+        tasks it was trained on (the same router as the verifier's), else the model's own (None). A task
+        asked in a person's own words (routed by meaning) is answered by the model's own head: the head
+        was measured on its tasks' instructions only."""
         head, tasks = self.components.head, self.components.head_tasks
         if head is None or tasks is None:
             return head
+        if route.how is RouteKind.MEANING:
+            return None
         return head if match_instruction([t.instruction for t in tasks], question) is not None else None
 
     @staticmethod
@@ -114,8 +126,9 @@ class TurnPipeline:
         else:
             seen = ours + list(messages)
         judged = ([seen[0]] if seen and seen[0].get("role") == "system" else []) + [question]
-        judge = self.components.verifier is not None and (route.matched or not self.routes_tasks)
-        return TurnPlan(route, seen, judged, self.head_for(question["content"]), judge)
+        judge = self.components.verifier is not None and route.how is not RouteKind.NO_CHECKABLE_ANSWER and (
+            route.matched or route.open_question or not self.routes_tasks)
+        return TurnPlan(route, seen, judged, self.head_for(route, question["content"]), judge)
 
     # -- the turn -------------------------------------------------------------------------------
     def run(self, request: TurnRequest, *, observer: TurnObserver | None = None,
@@ -167,24 +180,28 @@ class TurnPipeline:
         if verifier is None:
             return None, self.components.unverifiable_reason or "no verifier is loaded"
         if not plan.judge:
-            return DocumentVerdict(None, coverage=verifier.coverage, unjudged=REASON_NOT_A_TASK), None
+            why = REASON_NO_CHECKABLE_ANSWER if plan.route.how is RouteKind.NO_CHECKABLE_ANSWER else REASON_NOT_A_TASK
+            return DocumentVerdict(None, coverage=verifier.coverage, unjudged=why, route=plan.route), None
         if features is None and text.strip():
             try:
-                features = self._force_decode(plan.judged, text)
+                features = self._force_decode(plan.judged, text, self.delimiter_for(plan.route))
             except DataError:  # nothing of the answer is left to read once tokenised (e.g. only special tokens)
                 features = None
-        return self.verify(features, text if features is not None else "", options, task=plan.route.task)
+        return self.verify(features, text if features is not None else "", options, task=plan.route.task,
+                           route=plan.route)
 
     def verify(self, features: np.ndarray | None, text: str, options: TurnOptions = TurnOptions(), *,
-               task: str | None = None) -> tuple[DocumentVerdict | None, str | None]:
+               task: str | None = None, route: TaskRoute | None = None) -> tuple[DocumentVerdict | None, str | None]:
         """The verdict on an answer's features, or (None, why there is none); ``task``: the verifier's
         task the question was routed to (:meth:`route`), whose review labels the support set holds."""
         verifier = self.components.verifier_for(task)
         if verifier is None:
             return None, self.components.unverifiable_reason or "no verifier is loaded"
         if features is None or not text:
-            return DocumentVerdict(None, coverage=verifier.coverage, task=task, unjudged=REASON_EMPTY_ANSWER), None
-        return verifier.judge(np.asarray(features, dtype=np.float32), explain=options.explain, task=task), None
+            return DocumentVerdict(None, coverage=verifier.coverage, task=task, unjudged=REASON_EMPTY_ANSWER,
+                                   route=route), None
+        return verifier.judge(np.asarray(features, dtype=np.float32), explain=options.explain, task=task,
+                              route=route), None
 
     def verify_completion(self, messages: list[ChatMessage], completion: str,
                           options: TurnOptions = TurnOptions()) -> tuple[DocumentVerdict | None, str | None]:
@@ -195,12 +212,13 @@ class TurnPipeline:
     def features_for(self, messages: list[ChatMessage], completion: str,
                      options: TurnOptions = TurnOptions()) -> np.ndarray:
         """The features the verifier judges for (this turn's question, ``completion``)."""
-        return self._force_decode(self.plan(messages, options).judged, completion)
+        plan = self.plan(messages, options)
+        return self._force_decode(plan.judged, completion, self.delimiter_for(plan.route))
 
-    def _force_decode(self, judged: list[ChatMessage], completion: str) -> np.ndarray:
+    def _force_decode(self, judged: list[ChatMessage], completion: str, delimiter: str) -> np.ndarray:
         from mlx_sdm.lm.features import force_decode_features
 
-        vector = force_decode_features(self.components.lm, judged, completion, delimiter=self.delimiter)
+        vector = force_decode_features(self.components.lm, judged, completion, delimiter=delimiter)
         return np.asarray(vector, dtype=np.float32)
 
     # -- steps ----------------------------------------------------------------------------------
@@ -223,7 +241,7 @@ class TurnPipeline:
 
         gen = generate_answer(
             self.components.lm, plan.messages, max_tokens=options.max_tokens, temperature=options.temperature,
-            head=plan.head, on_token=on_token, features=True, keep_cache=True, delimiter=self.delimiter,
+            head=plan.head, on_token=on_token, features=True, keep_cache=True, delimiter=self._delimiter(plan),
             prefix=prefix if options.reuse_cache else None,
             stop_at_delimiter=options.stop_at_judged_unit and plan.judge,
             top_logprobs=top, on_prefill=observer.prefill,
@@ -260,5 +278,5 @@ class TurnPipeline:
 
         stated = generate_answer(self.components.lm, ask, max_tokens=options.reflection_max_tokens,
                                  temperature=options.temperature, head=None, on_token=on_token,
-                                 features=False, keep_cache=False, delimiter=self.delimiter)
+                                 features=False, keep_cache=False, delimiter=self._delimiter(plan))
         return stated.text

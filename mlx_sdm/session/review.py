@@ -79,7 +79,7 @@ class ReviewService:
 
     def support_size_for(self, task: str | None) -> int | None:
         verifier = self.verifier_for_task(task)
-        return None if verifier is None else int(verifier.estimator.support_size)
+        return None if verifier is None else int(_estimator(verifier, task).support_size)
 
     def reviewed_dir(self, task: str | None = None) -> Path | None:
         """Where the reviewed verifier is saved (a task of a multi-task verifier: a sibling per task)."""
@@ -112,7 +112,7 @@ class ReviewService:
             from mlx_sdm.network.verifier import DocumentVerifier
 
             verifier = DocumentVerifier.load(components.verifier_path, expect_fingerprint=components.lm.fingerprint)
-            _add_points(verifier.estimator, self.points(task))
+            _add_points(_estimator(verifier, task), self.points(task))
             self._tasks[task] = verifier
         return self._tasks[task]
 
@@ -144,7 +144,7 @@ class ReviewService:
         atomic_write_text(target.parent / (target.name + ".review.json"), json.dumps(
             {"base_verifier": self.components.verifier_path, "task": task,
              "decision_ids": [p.decision.id for p in self.points(task)],
-             "support_size": int(verifier.estimator.support_size), "store": str(self.store.path)}, indent=1))
+             "support_size": int(_estimator(verifier, task).support_size), "store": str(self.store.path)}, indent=1))
         if task is not None:
             self._saved_tasks.add(task)
         return str(target)
@@ -194,9 +194,10 @@ class ReviewService:
             self.apply_all(save=False)
         else:
             target = self.verifier_for_task(task)  # built from the store: may hold the new point already
-            if decision.support_id not in target.estimator.support_ids:
+            estimator = _estimator(target, task)
+            if decision.support_id not in estimator.support_ids:
                 vector = features if features is not None else message.features
-                target.estimator.add_support(
+                estimator.add_support(
                     [decision.support_id], np.asarray(vector, dtype=np.float32)[None, :],
                     np.array([decision.label], dtype=np.int64), [completion or message.text])
         saved = self.save(task) if scope is not None else self.save_all()
@@ -236,6 +237,11 @@ class ReviewService:
         if removed and self.components.verifier is not None:
             self.apply_all(save=False)
             self.save_all()
+
+
+def _estimator(verifier: Any, task: str | None) -> Any:
+    """The estimator that judges ``task``'s questions: a member verifier's (open questions) or the verifier's own."""
+    return verifier.estimator_for(task) if hasattr(verifier, "estimator_for") else verifier.estimator
 
 
 def _add_points(estimator: Any, points: list[SupportPoint]) -> None:

@@ -25,7 +25,7 @@ from types import SimpleNamespace
 
 from mlx_sdm.monitor.forecast.scoring import EPS
 from mlx_sdm.network.verdict import ACCEPTABLE as LABEL_ACCEPTABLE
-from mlx_sdm.network.verdict import LEGACY_NO_VERIFIER, REASON_NOT_A_TASK, DocumentVerdict, VerdictStatus, status_of
+from mlx_sdm.network.verdict import LEGACY_NO_VERIFIER, UNJUDGED_OUT_OF_SCOPE, DocumentVerdict, VerdictStatus, status_of
 #: Turn success rate of a status before any labelled session was seen (no information either way).
 PRIOR_TURN_RATE = 0.5
 #: Laplace smoothing of the fitted per-status rates: (correct + 1) / (turns + 2).
@@ -39,10 +39,10 @@ def verdict_status(admitted: bool | None, prediction: int | None, reason: str | 
     if admitted is None and prediction is None and reason is None:
         return VerdictStatus.NO_VERIFIER
     if prediction is None:  # no estimator judgement: not one of the verifier's tasks, or an empty answer
-        return VerdictStatus.OUT_OF_SCOPE if reason == REASON_NOT_A_TASK else VerdictStatus.NOT_VERIFIED
+        return VerdictStatus.OUT_OF_SCOPE if reason in UNJUDGED_OUT_OF_SCOPE else VerdictStatus.NOT_VERIFIED
     judged = SimpleNamespace(admitted=bool(admitted), prediction=-1 if prediction is None else int(prediction), reason=reason,
                              d=0.0 if d is None else d)  # rows without d: out of distribution read as before
-    return VerdictStatus(status_of(judged, routed=task is not None).value)
+    return VerdictStatus(status_of(judged, task=task).value)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from mlx_sdm.network.coverage import MEMBERS_DIR
+
 VERIFIER_FILE = "verifier.json"
 ESTIMATOR_DIR = "estimator"
 HEAD_MANIFEST = "manifest.json"
@@ -99,9 +101,11 @@ def file_sha256(path: str | Path) -> str:
 
 
 def verifier_sha256(folder: str | Path) -> str:
-    """sha256 over ``verifier.json`` and ``estimator/*`` (path and bytes of each, in path order)."""
+    """sha256 over ``verifier.json``, ``estimator/*`` and its member verifiers ``members/*`` (path and bytes
+    of each, in path order)."""
     folder = Path(folder)
-    files = [folder / VERIFIER_FILE] + sorted(p for p in (folder / ESTIMATOR_DIR).rglob("*") if p.is_file())
+    files = [folder / VERIFIER_FILE] + sorted(p for part in (ESTIMATOR_DIR, MEMBERS_DIR)
+                                              for p in (folder / part).rglob("*") if p.is_file())
     digest = hashlib.sha256()
     for path in files:
         if path.is_file():

@@ -1,0 +1,106 @@
+"""Use case: build the question router (``network/question_router.py``) and measure it on held-out prompts.
+
+1. Embed every prompt of ``network/tasks/router_data.py`` with all-MiniLM-L6-v2.
+2. Fit a multinomial logistic regression on the training prompts (``calibration.training``).
+3. Choose the task threshold on the held-out prompts: the smallest probability at which at most
+   ``MAX_TASK_FALSE_ROUTES`` of the held-out open questions and prompts with no checkable answer are
+   taken for a suite task.
+4. Report the held-out routing (per true kind: where its prompts went) into the router's manifest.
+
+    router = build_router(); router.save("weights/question-router")
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from mlx_sdm.network.question_router import (
+    MAX_OPEN_FALSE_ROUTES,
+    MAX_TASK_FALSE_ROUTES,
+    NO_ANSWER_KIND,
+    OPEN_KIND,
+    QuestionRouter,
+)
+from mlx_sdm.network.tasks.router_data import RoutedPrompt, router_prompts
+
+#: L2 penalty of the router's logistic regression (embeddings are unit vectors; a mild penalty).
+ROUTER_L2 = 1e-3
+
+
+def _threshold(router: QuestionRouter, probabilities: np.ndarray, labels: list[str]) -> float:
+    """The smallest task threshold that routes at most MAX_TASK_FALSE_ROUTES of the held-out non-task prompts
+    to a task (their highest task probability above it)."""
+    task_columns = [i for i, k in enumerate(router.labels) if k not in (OPEN_KIND, NO_ANSWER_KIND)]
+    others = np.array([k in (OPEN_KIND, NO_ANSWER_KIND) for k in labels])
+    best_task = probabilities[others][:, task_columns].max(axis=1)
+    allowed = int(np.floor(MAX_TASK_FALSE_ROUTES * len(best_task)))
+    ordered = np.sort(best_task)[::-1]
+    threshold = float(np.nextafter(ordered[allowed], 1.0)) if allowed < len(ordered) else 0.5
+    return max(threshold, 0.5)
+
+
+def _open_threshold(probabilities: np.ndarray, labels: list[str], router: QuestionRouter) -> float:
+    """The smallest P(open question) at which at most MAX_OPEN_FALSE_ROUTES of the held-out prompts with no
+    checkable answer count as open questions (never below 0.5: no kind is chosen over a likelier one)."""
+    column = router.labels.index(OPEN_KIND)
+    none = np.sort(probabilities[np.array([k == NO_ANSWER_KIND for k in labels]), column])[::-1]
+    allowed = int(np.floor(MAX_OPEN_FALSE_ROUTES * len(none)))
+    threshold = float(np.nextafter(none[allowed], 1.0)) if allowed < len(none) else 0.5
+    return max(threshold, 0.5)
+
+
+def _embeddings(embedder, texts: list[str], cache_dir: Path | None) -> np.ndarray:
+    """MiniLM embeddings, kept in ``cache_dir`` by the texts' hash (a rebuild after a change of rule only)."""
+    key = hashlib.sha256(json.dumps(texts).encode()).hexdigest()[:16]
+    path = None if cache_dir is None else Path(cache_dir) / f"router-embeddings-{key}.npy"
+    if path is not None and path.is_file():
+        return np.load(path)
+    embeddings = embedder.encode(texts)
+    if path is not None:
+        from mlx_sdm.atomic import atomic_write_bytes
+        import io
+
+        buffer = io.BytesIO()
+        np.save(buffer, embeddings)
+        atomic_write_bytes(path, buffer.getvalue())
+    return embeddings
+
+
+def routing_table(router: QuestionRouter, prompts: list[RoutedPrompt], probabilities: np.ndarray) -> dict:
+    """Per true kind: how many held-out prompts went where."""
+    table: dict[str, Counter] = {}
+    for prompt, guess in zip(prompts, router.decide(probabilities)):
+        table.setdefault(prompt.label, Counter())[guess.kind] += 1
+    return {kind: dict(counts) for kind, counts in sorted(table.items())}
+
+
+def build_router(cache_dir: Path | None = None) -> QuestionRouter:
+    from mlx_sdm.calibration.training import logistic_regression
+    from mlx_sdm.lm.minilm import load_minilm
+
+    prompts = router_prompts()
+    labels = tuple(sorted({p.label for p in prompts}))
+    embedder = load_minilm()
+    embeddings = _embeddings(embedder, [p.prompt for p in prompts], cache_dir)
+    y = np.array([labels.index(p.label) for p in prompts])
+    train = np.array([not p.held_out for p in prompts])
+    # every kind weighs the same in the fit: each training row is repeated in proportion to its kind's rarity
+    counts = np.bincount(y[train], minlength=len(labels))
+    repeat = np.round(counts.max() / counts[y[train]]).astype(int)
+    x_fit, y_fit = np.repeat(embeddings[train], repeat, axis=0), np.repeat(y[train], repeat)
+    weights, bias = logistic_regression(x_fit, y_fit, len(labels), l2=ROUTER_L2, max_iter=500)
+    router = QuestionRouter(labels, weights, bias, 0.5)
+    held = [p for p, t in zip(prompts, train) if not t]
+    probabilities = router.probabilities(embeddings[~train])
+    router.task_threshold = _threshold(router, probabilities, [p.label for p in held])
+    router.open_threshold = _open_threshold(probabilities, [p.label for p in held], router)
+    router.measured = {"held_out": routing_table(router, held, probabilities),
+                       "train_size": int(train.sum()), "held_out_size": len(held),
+                       "max_task_false_routes": MAX_TASK_FALSE_ROUTES, "max_open_false_routes": MAX_OPEN_FALSE_ROUTES}
+    router._embedder = embedder
+    return router

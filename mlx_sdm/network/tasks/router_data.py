@@ -1,0 +1,161 @@
+"""What the question router learns from (``network/question_router.py``): prompts of each kind a
+verifier covers, as people type them.
+
+- each suite task: its own prompts (the instruction the verifier was built on) and the same payloads
+  asked in a person's words (``TASK_PHRASINGS``; the last two phrasings of each task are kept for
+  the held-out measurement only);
+- open questions: the open-question task's questions (NQ-open, questions made in code; its shifted
+  WebQuestions collection and held-out split are for the measurement only);
+- no checkable answer: greetings, thanks, writing requests, how-tos, advice and opinions, made from
+  templates (``NO_ANSWER_TEMPLATES``; the last template of each kind is held out).
+
+The everyday check (``data/everyday_check_40.json``) is never among them. Deterministic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mlx_sdm.network.tasks.open_label import normalise_words
+from mlx_sdm.network.tasks.registry import FEVER_WRAPPER
+
+#: The router's class for a prompt whose answer nothing can check (a greeting, a poem, a how-to).
+NO_CHECKABLE_ANSWER = "no_checkable_answer"
+ROUTER_SEED = 0
+#: Words of a payload shown in a person's phrasing (the BBC task shows 40 as well).
+PAYLOAD_WORDS = 40
+#: Phrasings held out of training per task (the last ones listed).
+HELD_OUT_PHRASINGS = 2
+
+#: A person's ways of asking each suite task; ``{x}`` is the payload (article, claim, e-mail, ...).
+TASK_PHRASINGS = {
+    "bbc_topic": ("What is this article about? {x}", "What topic is this news story? {x}",
+                  "Is this article about business, entertainment, politics, sports or tech? {x}",
+                  "Tell me the topic of this news article: {x}", "Which section of the newspaper is this from? {x}",
+                  "Please classify the topic of the following news article. {x}",
+                  "Can you tell me what kind of news this is?\n\n{x}"),
+    "fever": ("Is this claim true? {x}", "True or false: {x}", "Fact check this: {x}",
+              "Is the following statement accurate? {x}", "Verify this claim for me: {x}",
+              "Please check whether this is correct: {x}", "Is this a true fact or a false one? {x}"),
+    "sports_understanding": ("Is this sentence plausible? {x}", "Does this sound plausible: {x}",
+                             "Could this really happen in a game? {x}", "Plausible or implausible: {x}",
+                             "Is the following sports statement plausible? {x}",
+                             "Would a sports fan find this believable? {x}", "Does this make sense for that athlete? {x}"),
+    "strategyqa": ("Yes or no: {x}", "Answer yes or no. {x}", "{x} Yes or no?", "Please answer with yes or no: {x}",
+                   "Answer with true or false: {x}", "{x} Just say yes or no.", "Yes/no question: {x}"),
+    "truthful_qa": ("Which of these is true? {x}", "Pick the correct option. {x}", "Choose the right answer: {x}",
+                    "Which option is correct? {x}", "Multiple choice: {x}", "Select the true answer. {x}",
+                    "What is the right choice here? {x}"),
+    "spam": ("Is this e-mail spam? {x}", "Spam or not? {x}", "Is this message junk mail? {x}",
+             "Should this e-mail go to my spam folder? {x}", "Check whether this e-mail is spam: {x}",
+             "Does this email look like spam to you? {x}", "Is the following email legitimate or spam? {x}"),
+    "sentiment": ("Is this tweet positive or negative? {x}", "What is the sentiment of this tweet? {x}",
+                  "How does the author of this tweet feel? {x}", "Positive or negative: {x}",
+                  "Classify this tweet's sentiment: {x}", "Is the tone of this tweet happy or unhappy? {x}",
+                  "Does this tweet sound positive or negative? {x}"),
+}
+
+_TOPICS = ("the sea", "autumn", "my cat", "friendship", "the moon", "a rainy day", "coffee", "winter", "the city",
+           "mountains", "a lost dog", "the stars", "summer holidays", "my grandmother", "robots", "the forest",
+           "a birthday", "spring flowers", "the ocean at night", "a train journey")
+_ACTIVITIES = ("boil an egg", "learn to swim", "make bread", "fix a flat tire", "start running", "learn French",
+               "write a cover letter", "save money", "clean my oven", "plant tomatoes", "tie a tie", "meditate",
+               "get better sleep", "make pancakes", "study for exams", "train my puppy", "paint a room",
+               "organise my closet", "stay motivated", "make new friends", "play chess", "bake a cake",
+               "change a light bulb", "lose weight", "get a job", "learn to draw", "speak in public",
+               "take better photos", "grow herbs indoors", "reduce stress")
+#: Prompts with no checkable answer, by kind; each template is filled with topics or activities.
+NO_ANSWER_TEMPLATES = {
+    "greeting": ("Hello!", "Hi there!", "Hey, how's it going?", "Good evening!", "Hi, how are you doing today?",
+                 "Hello, nice to meet you.", "Hey there, what's up?", "Good afternoon! How are you?", "Hi",
+                 "Hey!", "Yo, anyone there?", "Greetings!", "Hello again.", "Hi, I have a question.",
+                 "Hello, can you help me?", "Hey, good to see you.", "Hi! Are you there?", "Morning! How are you feeling?"),
+    "thanks": ("Thank you!", "Thanks a lot, that helps.", "Great, thanks!", "Ok, got it.", "Cool, thank you so much.",
+               "Perfect, that's what I needed.", "Thanks!", "That makes sense.", "Nice, I appreciate it.", "Ok",
+               "Got it, thanks for the help.", "Wonderful, thank you.", "Okay, that was useful.", "Sounds good.",
+               "Awesome, thanks for explaining.", "Okay, bye for now!"),
+    "explain": ("Explain {t} to a child.", "Can you explain why people enjoy {t}?", "Tell me more about that.",
+                "Why is that?", "Can you elaborate?", "Explain it in simpler words.", "What do you mean?",
+                "Can you give me an example?", "Summarise our conversation so far.", "Continue."),
+    "code": ("Write a Python function that sorts a list.", "Write a JavaScript snippet that shows an alert.",
+             "Fix the bug in my code.", "Write a SQL query that counts rows.", "Write a bash script that backs up a folder.",
+             "How do I reverse a string in Python?", "Write a regular expression that matches an email address.",
+             "Refactor this function to be shorter."),
+    "rewrite": ("Rewrite this sentence more formally: i cant come today.", "Make this sound friendlier: Send it now.",
+                "Translate this into a polite request: give me the report.", "Shorten this: I would like to ask you if "
+                "it would be possible to meet.", "Write an email to my boss asking for a day off.",
+                "Draft a text message inviting friends to dinner.", "Write a product description for a water bottle.",
+                "Write a thank-you note to my teacher."),
+    "writing": ("Write a poem about {t}.", "Write a short story about {t}.", "Write a haiku about {t}.",
+                "Compose a song about {t}.", "Write a limerick about {t}.", "Write a few lines describing {t}.",
+                "Describe {t} in three sentences.", "Write a paragraph about {t}."),
+    "howto": ("How do I {a}?", "How can I {a}?", "What's the best way to {a}?", "Can you explain how to {a}?",
+              "Give me step by step instructions to {a}.", "I want to {a}. Where do I start?",
+              "Any tips on how to {a}?"),
+    "advice": ("Can you help me plan a trip to {t}?", "Give me some ideas about {t}.",
+               "What should I do this weekend?", "Help me decide what to cook for dinner.",
+               "Can you recommend a good book about {t}?", "I'm feeling bored. Any suggestions?",
+               "What gift should I buy for my friend?", "Can you help me with my homework?"),
+    "opinion": ("What do you think about {t}?", "Do you like {t}?", "What is your favourite thing about {t}?",
+                "Tell me a joke about {t}.", "Tell me something interesting about {t}.", "Tell me a joke.",
+                "Why do people love {t}?"),
+}
+
+
+@dataclass(frozen=True)
+class RoutedPrompt:
+    prompt: str
+    label: str  # a task name, "open_questions", or NO_CHECKABLE_ANSWER
+    held_out: bool
+
+
+def _payload(text: str) -> str:
+    return " ".join(text.split()[:PAYLOAD_WORDS])
+
+
+def _task_prompts(task, per_task: int, rng: np.random.Generator) -> list[RoutedPrompt]:
+    phrasings = TASK_PHRASINGS.get(task.name, ())
+    kept = len(phrasings) - HELD_OUT_PHRASINGS
+    out = [RoutedPrompt(i.prompt, task.name, False) for i in task.split("pool", size=per_task)]
+    out += [RoutedPrompt(i.prompt, task.name, True) for i in task.split("held_out", size=per_task // 4)]
+    examples = task._examples()[0]
+    for j, phrasing in enumerate(phrasings):
+        held = j >= kept
+        for i in rng.permutation(len(examples))[: (per_task // 4 if held else per_task // 2)]:
+            text = examples[int(i)].text
+            if task.name == "truthful_qa":  # the question with its lettered options
+                text = task.render(examples[int(i)], "main").split("QUESTION:", 1)[-1]
+            elif task.name == "fever":  # the bare claim, without BIG-bench's date wrapper and question
+                match = FEVER_WRAPPER.match(text)
+                text = match.group(1) if match else text
+            out.append(RoutedPrompt(phrasing.format(x=_payload(text)), task.name, held))
+    return out
+
+
+def _no_answer_prompts() -> list[RoutedPrompt]:
+    out = []
+    for kind, templates in NO_ANSWER_TEMPLATES.items():
+        for j, template in enumerate(templates):
+            held = j == len(templates) - 1
+            fills = [template.format(t=t, a=a) for t, a in zip(_TOPICS * 2, _ACTIVITIES)] if "{" in template else [template]
+            out += [RoutedPrompt(p, NO_CHECKABLE_ANSWER, held) for p in dict.fromkeys(fills)]
+    return out
+
+
+def router_prompts(per_task: int = 100) -> list[RoutedPrompt]:
+    """Every prompt the router learns from or is measured on (``held_out``), the everyday check excluded."""
+    from mlx_sdm.network.tasks.open_questions import everyday_check
+    from mlx_sdm.network.tasks.registry import OPEN_TASK, SHIPPED_TASK_NAMES, load_task
+
+    rng = np.random.default_rng(ROUTER_SEED)
+    out: list[RoutedPrompt] = []
+    for name in SHIPPED_TASK_NAMES:
+        out += _task_prompts(load_task(name), per_task, rng)
+    open_task = load_task(OPEN_TASK)
+    out += [RoutedPrompt(i.prompt, OPEN_TASK, False) for i in open_task.split("pool")]
+    out += [RoutedPrompt(i.prompt, OPEN_TASK, True) for i in open_task.split("held_out") + open_task.split("shifted")]
+    out += _no_answer_prompts()
+    checked = {tuple(normalise_words(q["prompt"])) for q in everyday_check().questions + everyday_check().no_checkable_answer}
+    return [p for p in out if tuple(normalise_words(p.prompt)) not in checked]

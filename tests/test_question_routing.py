@@ -1,0 +1,148 @@
+"""Routing by meaning: the router's rule on hand-made probabilities, its folder, and where a verifier with a
+router sends each kind of question (a task's instruction first, then the router's reading), with the words
+each case gets. The shipped router on real prompts is in tests/test_open_verifier_smollm2.py."""
+
+import json
+
+import numpy as np
+import pytest
+
+from mlx_sdm.errors import ArtifactError
+from mlx_sdm.network.coverage import RouteKind, TaskRoute
+from mlx_sdm.network.question_router import NO_ANSWER_KIND, OPEN_KIND, QuestionRouter, RouteGuess
+from mlx_sdm.network.verdict import (
+    REASON_NO_CHECKABLE_ANSWER,
+    DocumentVerdict,
+    VerdictStatus,
+    verdict_words,
+)
+from mlx_sdm.network.verifier import DocumentVerifier, FeatureRecipe
+
+LABELS = ("bbc_topic", NO_ANSWER_KIND, OPEN_KIND)
+
+
+def _router(task_threshold=0.9, open_threshold=0.6) -> QuestionRouter:
+    return QuestionRouter(LABELS, np.eye(3, dtype=np.float32), np.zeros(3, dtype=np.float32), task_threshold,
+                          open_threshold)
+
+
+@pytest.mark.parametrize("row, kind, probability", [
+    ((0.95, 0.03, 0.02), "bbc_topic", 0.95),  # a task at or above its threshold
+    ((0.85, 0.05, 0.10), NO_ANSWER_KIND, 0.10),  # a task below it: open or not, by P(open)
+    ((0.50, 0.05, 0.45), NO_ANSWER_KIND, 0.45),  # P(open) below the open threshold
+    ((0.30, 0.05, 0.65), OPEN_KIND, 0.65),
+    ((0.00, 0.70, 0.30), NO_ANSWER_KIND, 0.30),  # the probability is always the one the rule compared
+    ((0.00, 0.40, 0.60), OPEN_KIND, 0.60),  # exactly at the threshold counts
+])
+def test_the_rule_on_hand_made_probabilities(row, kind, probability):
+    guess = _router().decide(np.array([row], dtype=np.float32))[0]
+    assert guess == RouteGuess(kind, pytest.approx(probability))
+    assert guess.is_task is (kind == "bbc_topic")
+
+
+def test_probabilities_are_a_softmax_of_the_linear_scores():
+    router = _router()
+    p = router.probabilities(np.array([[1.0, 0.0, 0.0], [0.0, 0.0, 0.0]], dtype=np.float32))
+    e = np.e
+    np.testing.assert_allclose(p[0], [e / (e + 2), 1 / (e + 2), 1 / (e + 2)], rtol=1e-6)
+    np.testing.assert_allclose(p[1], [1 / 3] * 3, rtol=1e-6)
+
+
+def test_folder_round_trip_and_a_clear_error(tmp_path):
+    router = _router()
+    router.measured = {"held_out": {"open_questions": {"open_questions": 3}}}
+    router.save(tmp_path / "r")
+    back = QuestionRouter.load(tmp_path / "r")
+    assert back.labels == LABELS and back.task_threshold == 0.9 and back.open_threshold == 0.6
+    np.testing.assert_array_equal(back.weights, router.weights)
+    manifest = json.loads((tmp_path / "r" / "router.json").read_text())
+    manifest["labels"] = ["bbc_topic", "open_questions"]
+    (tmp_path / "r" / "router.json").write_text(json.dumps(manifest))
+    with pytest.raises(ArtifactError, match="router.json: field 'labels'"):
+        QuestionRouter.load(tmp_path / "r")
+
+
+class _Scripted(QuestionRouter):
+    """A router whose reading of each question is given (the rule is tested above; here: the verifier's use)."""
+
+    def __init__(self, guesses):
+        super().__init__(LABELS, np.eye(3), np.zeros(3), 0.9, 0.6)
+        self.guesses = guesses
+
+    def guess(self, question):
+        return self.guesses[question]
+
+
+INSTRUCTION = 'Classify the topic of the following news article. Respond using the following JSON: {"topic": str}.'
+
+
+def _verifier(with_open=True, guesses=None) -> DocumentVerifier:
+    recipe = FeatureRecipe(task_systems=((INSTRUCTION, "You classify news."), ("Decide spam.", "You filter spam.")),
+                           task_names=("bbc_topic", "spam"))
+    members = {OPEN_KIND: DocumentVerifier(None, {}, FeatureRecipe(delimiter="answer_head", system=None),
+                                           tasks=[{"name": OPEN_KIND, "description": "everyday questions"}])} if with_open else {}
+    tasks = [{"name": "bbc_topic", "description": "news topics"}, {"name": "spam", "description": "spam"}]
+    return DocumentVerifier(None, {}, recipe, tasks=tasks, members=members, router=_Scripted(guesses or {}))
+
+
+def test_a_task_instruction_wins_without_asking_the_router():
+    route = _verifier().route(INSTRUCTION + " ARTICLE: Arsenal won.")
+    assert route.how is RouteKind.INSTRUCTION and route.task == "bbc_topic" and route.probability is None
+
+
+def test_each_reading_of_the_router_goes_where_it_says():
+    verifier = _verifier(guesses={"What is this article about? Arsenal won.": RouteGuess("bbc_topic", 0.97),
+                                  "What is 2 plus 2?": RouteGuess(OPEN_KIND, 0.9),
+                                  "Write a poem.": RouteGuess(NO_ANSWER_KIND, 0.1)})
+    meaning = verifier.route("What is this article about? Arsenal won.")
+    assert (meaning.how, meaning.task, meaning.instruction, meaning.system, meaning.probability) == \
+        (RouteKind.MEANING, "bbc_topic", INSTRUCTION, "You classify news.", 0.97)
+    assert meaning.matched  # answered and judged as that task alone
+    open_route = verifier.route("What is 2 plus 2?")
+    assert open_route.open_question and open_route.task == OPEN_KIND and open_route.system is None
+    assert not open_route.matched  # answered as the everyday chat answers it: the whole conversation
+    poem = verifier.route("Write a poem.")
+    assert poem.how is RouteKind.NO_CHECKABLE_ANSWER and poem.task is None
+    assert verifier.recipe_for(OPEN_KIND).delimiter == "answer_head"
+    assert verifier.recipe_for("bbc_topic") is verifier.recipe
+    assert [t.name for t in verifier.coverage.tasks] == ["bbc_topic", "spam", OPEN_KIND]
+
+
+def test_a_verifier_without_an_open_member_leaves_open_questions_out_of_scope():
+    route = _verifier(with_open=False, guesses={"What is 2 plus 2?": RouteGuess(OPEN_KIND, 0.9)}).route("What is 2 plus 2?")
+    assert route.how is RouteKind.NOT_COVERED and route.task is None
+
+
+def test_the_words_say_which_case_it_is():
+    verifier = _verifier()
+    none = DocumentVerdict(None, coverage=verifier.coverage, unjudged=REASON_NO_CHECKABLE_ANSWER,
+                           route=TaskRoute(kind=RouteKind.NO_CHECKABLE_ANSWER, probability=0.12))
+    words = verdict_words(none)
+    assert none.status is VerdictStatus.OUT_OF_SCOPE and words.badge == "○ out of scope · no checkable answer"
+    assert "probability 0.12" in words.sentence and "no short answer that can be checked" in words.sentence
+    back = DocumentVerdict.from_dict(none.to_dict())
+    assert back.status is VerdictStatus.OUT_OF_SCOPE and verdict_words(back).sentence == words.sentence
+
+
+def _judged(d, admitted, prediction, task, route):
+    from mlx_sdm.calibration.verdict import Verdict
+
+    v = Verdict(prediction=prediction, p_lower=0.97 if admitted else 0.5, admitted=admitted, q=12, d=d, q_bin=3,
+                reason=None if admitted else ("out_of_distribution" if d == 0 else "below_threshold"))
+    return DocumentVerdict(v, coverage=_verifier().coverage, task=task, route=route)
+
+
+def test_an_open_question_unlike_all_it_was_built_on_is_out_of_scope_and_a_task_answer_is_not_verified():
+    open_route = TaskRoute(None, OPEN_KIND, kind=RouteKind.OPEN_QUESTION, probability=0.8)
+    far_open = _judged(0.0, False, 1, OPEN_KIND, open_route)
+    assert far_open.status is VerdictStatus.OUT_OF_SCOPE
+    far_task = _judged(0.0, False, 1, "bbc_topic", TaskRoute("s", "bbc_topic", INSTRUCTION))
+    assert far_task.status is VerdictStatus.NOT_VERIFIED
+    verified = _judged(0.4, True, 1, OPEN_KIND, open_route)
+    words = verdict_words(verified)
+    assert verified.status is VerdictStatus.VERIFIED
+    assert words.sentence.startswith("Verified: calibrated lower probability 0.970")
+    assert "Judged as an everyday question with a short answer (question router probability 0.80)." in words.sentence
+    meaning = _judged(0.4, False, 1, "bbc_topic", TaskRoute("s", "bbc_topic", INSTRUCTION, RouteKind.MEANING, 0.97))
+    assert "read this as the task 'news topics' asked in your own words (probability 0.97)" in verdict_words(meaning).sentence
+    assert DocumentVerdict.from_dict(meaning.to_dict()).route.how is RouteKind.MEANING
