@@ -7,6 +7,13 @@ check, how many are degenerate (mlx_sdm/monitor/online/degenerate.py) and how ma
     .venv/bin/python scripts/bench_everyday.py --system "You are a helpful assistant. Answer briefly and accurately."
 
 `--system` measures what a system prompt of your own does to the same prompts (on both sides).
+
+`--check40` instead runs the checked-in everyday check (mlx_sdm/network/tasks/data/everyday_check_40.json,
+written before the open-question verifier was built): each of the 40 questions and 15 prompts with no
+checkable answer through the product's chat turn, with its verdict, and counts how many are judged,
+verified (and whether any verified answer is wrong) and left without a verdict:
+
+    .venv/bin/python scripts/bench_everyday.py --check40
 """
 
 from __future__ import annotations
@@ -26,7 +33,10 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--max-tokens", type=int, default=96)
     p.add_argument("--system", default=None, help="a system prompt for both sides (default: none of ours)")
+    p.add_argument("--check40", action="store_true", help="the everyday check with verdicts (see above)")
     args = p.parse_args()
+    if args.check40:
+        return check40(args.max_tokens)
     pipeline = TurnPipeline(load_components(None))
     lm = pipeline.components.lm
     options = TurnOptions(max_tokens=args.max_tokens, system_prompt=args.system, reuse_cache=False)
@@ -52,6 +62,42 @@ def main() -> int:
     for name, (right, degenerate) in counts.items():
         print(f"{name}: {right}/{len(prompts)} right, {degenerate} degenerate")
     print(f"token for token the same: {same}/{len(prompts)}")
+    return 0
+
+
+def check40(max_tokens: int) -> int:
+    from collections import Counter
+
+    from mlx_sdm.app.corpus_plan import check_everyday
+    from mlx_sdm.app.loading import load_components
+    from mlx_sdm.network.tasks.open_questions import everyday_check
+    from mlx_sdm.session.pipeline import TurnPipeline
+    from mlx_sdm.session.turn import TurnOptions, TurnRequest
+
+    pipeline = TurnPipeline(load_components(None))
+    options = TurnOptions(max_tokens=max_tokens, reuse_cache=False)
+    check = everyday_check()
+    statuses, right_by_status = Counter(), Counter()
+    print("| question | answer (first 60 characters) | right by its check | verdict |")
+    print("|---|---|---|---|")
+    for item in check.questions:
+        got = pipeline.run(TurnRequest([{"role": "user", "content": item["prompt"]}], options))
+        right = check_everyday(item["check"], got.text, item["prompt"]).correct
+        status = got.verdict.status.value
+        statuses[status] += 1
+        right_by_status[status] += right
+        print(f"| {item['prompt']} | {got.text[:60]!r} | {'right' if right else 'wrong'} | {status} |", flush=True)
+    judged = statuses["verified"] + statuses["not_verified"]
+    print(f"40 questions: {sum(right_by_status.values())} answered right; judged {judged}/40 "
+          f"({statuses['verified']} verified, {right_by_status['verified']} of them right; "
+          f"{statuses['not_verified']} not verified, {right_by_status['not_verified']} of them right); "
+          f"out of scope {statuses['out_of_scope']}")
+    no_verdict = Counter()
+    for item in check.no_checkable_answer:
+        got = pipeline.run(TurnRequest([{"role": "user", "content": item["prompt"]}], options))
+        no_verdict[got.verdict.status.value] += 1
+        print(f"  {item['prompt']!r}: {got.verdict.status.value} ({got.verdict.explanation()[:90]}...)", flush=True)
+    print(f"15 prompts with no checkable answer: {dict(no_verdict)}")
     return 0
 
 

@@ -4,7 +4,8 @@
 #
 #   scripts/e2e_tui.sh [--svg DIR]
 #
-#   1. an everyday question ("What is the capital of Australia?"): a prose answer, "○ out of scope";
+#   1. an everyday question ("What is the capital of Australia?"): a prose answer, judged as an everyday
+#      question by the open-question verifier ("✔ verified" or "✘ not verified", never "out of scope");
 #   2. the README's news article: {"topic": "sports"}, "✔ verified"; its evidence expanded (ctrl+b);
 #   3. a follow-up ("Why did you pick that topic?"): a prose answer, not forced into the task's JSON;
 #   4. the review queue (ctrl+r): the turn-1 answer (else the first queued one) marked acceptable; the
@@ -14,7 +15,7 @@
 #
 # Each step's screen is saved as text under E2E_OUT (NN-step.txt; the store is E2E_OUT/store). With
 # --svg DIR (or E2E_SVG=DIR) the same run also saves SVG screenshots there, taken by the app itself (f12):
-# chat-out-of-scope, verified-answer, chat-follow-up, review-queue, chat-same-again (.svg); the docs'
+# chat-everyday, verified-answer, chat-follow-up, review-queue, chat-same-again (.svg); the docs'
 # screenshots are made with `scripts/e2e_tui.sh --svg docs/screenshots`.
 #
 # Environment: PYTHON (default .venv/bin/python), E2E_OUT (default a new temp dir), E2E_SIZE (the
@@ -172,11 +173,11 @@ echo "e2e: -- step 1: an everyday question"
 if ask 1 "$QUESTION"; then
     show_turn 1
     check "1: a prose answer" "$(is_prose 1 && echo 1)"
-    check "1: out of scope (○ out of scope · not one of the verifier's tasks)" \
-        "$(turn_badge 1 | grep -q "^○ out of scope · not one of the verifier's tasks" && echo 1)"
+    check "1: judged as an everyday question (✔ verified or ✘ not verified)" \
+        "$(turn_badge 1 | grep -qE "^(✔ verified|✘ not verified)" && echo 1)"
 fi
 save "01-everyday-question"
-shot chat-out-of-scope
+shot chat-everyday
 
 echo "e2e: -- step 2: the README's news article"
 if ask 2 "$ARTICLE"; then
@@ -217,7 +218,7 @@ if wait_for "Review queue" 10 && wait_for "support set [0-9]+ points" 10; then
     chat_column | awk '/^when +session +reason/{f=1; print; next} f && /^▔/{exit} f && NF && !/^▉$/' | sed 's/^/e2e:     /'
     save "04-review-queue"
     if pane | grep -q "The queue is empty"; then
-        fail "4: the queue is empty (the out-of-scope answers of turns 1 and 3 should be in it)"
+        fail "4: the queue is empty (the unverified answer of turn 1 should be in it)"
     else
         for _ in 1 2 3 4 5 6; do  # move to the turn-1 answer when it is queued
             chat_column | awk '$0 == "prompt" {getline; print; exit}' | grep -qxF "$QUESTION" && break

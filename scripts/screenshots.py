@@ -129,8 +129,8 @@ async def shoot(args: argparse.Namespace, engine, store) -> int:
         await pilot.pause(0.3)
         if verified is None:
             print("no answer was verified (does this verifier admit anything? see its report): saving the last "
-                  "answer with its evidence as chat-out-of-scope.svg instead of verified-answer.svg", file=sys.stderr)
-            print("saved", app.save_screenshot("chat-out-of-scope.svg", str(args.out_dir)))
+                  "answer with its evidence as chat-everyday.svg instead of verified-answer.svg", file=sys.stderr)
+            print("saved", app.save_screenshot("chat-everyday.svg", str(args.out_dir)))
         else:
             verified.scroll_visible(animate=False)
             await pilot.pause(0.3)

@@ -62,9 +62,10 @@ def test_everyday_prompts_are_answered_exactly_as_without_the_head(pipelines):
         messages = [{"role": "user", "content": prompt}]
         plan = default.plan(messages)
         assert plan.head is None and not plan.route.matched, prompt  # routed to no task: the model's own head
+        assert plan.route.how.value in ("open_question", "no_checkable_answer"), prompt  # never a task's format
         got = _ask(default, messages)
         assert not DEGENERATE.match(got.text), (prompt, got.text)
-        assert got.verdict is not None and got.verdict.status.value == "out_of_scope", prompt
+        assert got.verdict is not None and got.task in (None, "open_questions"), prompt
     from mlx_lm import stream_generate
 
     lm = default.components.lm
@@ -109,7 +110,7 @@ def test_a_follow_up_sees_the_conversation_and_is_not_forced_into_the_task_forma
     follow = _ask(default, _history((ARTICLE, first.text)) + [{"role": "user", "content": "Why did you pick that topic?"}])
     assert not follow.decoded_with_head and not follow.text.lstrip().startswith('{"topic"')
     assert follow.messages[-3]["content"] == ARTICLE  # the model saw the earlier turn
-    assert follow.verdict.status.value == "out_of_scope"
+    assert follow.task in (None, "open_questions")  # judged, if at all, as an everyday question
 
 
 def test_the_head_decodes_only_the_tasks_it_improves_and_no_task_answer_is_broken_by_it(pipelines):

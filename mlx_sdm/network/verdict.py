@@ -131,6 +131,8 @@ class DocumentVerdict:
     task: str | None = None
     unjudged: str | None = None  # REASON_NOT_A_TASK | REASON_NO_CHECKABLE_ANSWER | REASON_EMPTY_ANSWER
     route: TaskRoute | None = None  # how the question was routed (None: not recorded)
+    #: the judging estimator found no high-probability region (Alg. 3 failed): it admits no answer at all
+    admits_nothing: bool = False
 
     @property
     def open_question(self) -> bool:
@@ -170,10 +172,13 @@ class DocumentVerdict:
             "exemplars": [], "softmax": []}
         words = verdict_words(self)
         covers = [{"name": t.name, "description": t.description} for t in self.coverage.tasks]
-        route = None if self.route is None else {"kind": self.route.how.value, "probability": self.route.probability}
+        route = None if self.route is None else {
+            "kind": None if self.route.kind is None else self.route.kind.value, "probability": self.route.probability,
+            "system": self.route.system, "task": self.route.task, "instruction": self.route.instruction}
         return {**numbers, "status": self.status.value, "verified": self.verified, "reason": self.reason,
                 "explanation": words.sentence, "badge": words.badge, "task": self.task, "alpha": self.alpha,
-                "covers": covers, "built_on": self.coverage.built_on, "route": route}
+                "covers": covers, "built_on": self.coverage.built_on, "route": route,
+                "admits_nothing": self.admits_nothing}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None,
@@ -202,16 +207,17 @@ class DocumentVerdict:
             q_tilde_lower=float(data.get("q_tilde_lower") or 0.0),
             region_alpha=_optional_float(data.get("region_alpha")),
             region_alpha_lower=_optional_float(data.get("region_alpha_lower")))
-        return cls(verdict, alpha, coverage, data.get("task"), route=route)
+        return cls(verdict, alpha, coverage, data.get("task"), route=route, admits_nothing=bool(data.get("admits_nothing")))
 
 
 def _route_from(data: Any) -> TaskRoute | None:
-    """A stored ``route`` ({"kind", "probability"}) back as a TaskRoute (unknown kinds: None)."""
+    """A stored ``route`` (``to_dict``) back as the TaskRoute it was."""
     if not isinstance(data, Mapping):
         return None
     kind = next((k for k in RouteKind if k.value == data.get("kind")), None)
     probability = data.get("probability")
-    return None if kind is None else TaskRoute(kind=kind, probability=None if probability is None else float(probability))
+    text = {key: data.get(key) if isinstance(data.get(key), str) else None for key in ("system", "task", "instruction")}
+    return TaskRoute(kind=kind, probability=None if probability is None else float(probability), **text)
 
 
 def _optional_float(value: Any) -> float | None:
@@ -354,6 +360,9 @@ def verdict_words(verdict: DocumentVerdict | None, *, no_verifier_reason: str | 
                             f"Out of scope: {why}, so it makes no judgement. {verdict.coverage.sentence()}")
     short, sentence = _judged_words(verdict, verdict.alpha)
     sentence += _route_words(verdict)
+    if verdict.admits_nothing and status is VerdictStatus.NOT_VERIFIED:
+        sentence += (f" This verifier vouches for no answer on this model: its calibration found no region where "
+                     f"answers are at least {verdict.alpha:.2f} right, so every answer it judges is not verified.")
     if status is VerdictStatus.NOT_VERIFIED:
         region = _region_words(verdict.verdict, verdict.alpha)
         if region:

@@ -249,7 +249,8 @@ class DocumentVerifier:
         how it was routed (the verdict's sentence says so)."""
         judge = self.member_for(task)
         return DocumentVerdict(judge.verify_features(features, explain=explain), alpha=judge.estimator.alpha,
-                               coverage=self.coverage, task=task, route=route)
+                               coverage=self.coverage, task=task, route=route,
+                               admits_nothing=not judge.estimator.manifest.get("threshold_succeeded", True))
 
     def verify_batch(self, features: np.ndarray, explain: int = 0) -> list[Verdict]:
         return self.estimator.predict(np.asarray(features, dtype=np.float32), explain=explain)
