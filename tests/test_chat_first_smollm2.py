@@ -36,6 +36,11 @@ EVERYDAY = [
 MAX_TOKENS = 16
 #: A run of quotes, braces and blanks with nothing else: the broken answers of issue 18 (`{"{" "{" " "`).
 DEGENERATE = re.compile(r'^[\s"{}:,\[\]]*$')
+#: Tokens asked of the everyday prompts that are not also compared token by token with mlx-lm. Greedy, so an
+#: answer of 8 tokens is the first 8 of the 16-token one: if it holds a character outside DEGENERATE's set,
+#: so does the longer one, and "not degenerate" on the prefix is the stricter check (the verdict depends on
+#: the question only).
+PREFIX_TOKENS = 8
 
 
 @pytest.fixture(scope="module")
@@ -63,18 +68,19 @@ def _ask(pipeline, messages, max_tokens=MAX_TOKENS):
 def test_everyday_prompts_are_answered_exactly_as_without_the_head(pipelines):
     default, plain = pipelines
     assert len(EVERYDAY) >= 30
+    compared = EVERYDAY[::5]  # the same tokens as --head none and as plain mlx-lm (below)
     answers = {}
     for prompt in EVERYDAY:
         messages = [{"role": "user", "content": prompt}]
         plan = default.plan(messages)
         assert plan.head is None and not plan.route.matched, prompt  # routed to no task: the model's own head
-        got = answers[prompt] = _ask(default, messages)
+        got = answers[prompt] = _ask(default, messages, MAX_TOKENS if prompt in compared else PREFIX_TOKENS)
         assert not DEGENERATE.match(got.text), (prompt, got.text)
         assert got.verdict is not None and got.verdict.status.value == "out_of_scope", prompt
     from mlx_lm import stream_generate
 
     lm = default.components.lm
-    for prompt in EVERYDAY[::5]:  # the same tokens as --head none and as plain mlx-lm, greedy
+    for prompt in compared:  # the same tokens as --head none and as plain mlx-lm, greedy
         messages = [{"role": "user", "content": prompt}]
         ours = answers[prompt]  # the default pipeline's answer above (greedy, no cache reuse: asking again repeats it)
         assert not any(m["role"] == "system" for m in ours.messages), "no system prompt of mlx-sdm's own"
