@@ -33,3 +33,29 @@ def smollm2():
         return load_model()
     except MissingDependencyError as exc:  # setup installs it; say how when it is missing
         pytest.skip(str(exc))
+
+
+def share_smollm2(monkeypatch: pytest.MonkeyPatch, loaded) -> None:
+    """Make the product's ``load_model`` return ``loaded`` (the session's SmolLM2) for the embedded default,
+    so an in-process command or pipeline does not load its own copy (5 s a load on 2 busy cores); any
+    other model, and the quantized layout, still load for real. Real loading of the default stays covered
+    by the :func:`smollm2` fixture itself and by the CLI tests that run ``python -m mlx_sdm`` in a
+    subprocess (tests/test_default_verifies_smollm2.py, tests/test_session_smollm2.py, tests/test_wheel.py)."""
+    from mlx_sdm.lm import loading
+
+    real = loading.load_model
+
+    def load_model(name_or_path=None, *, quantized: bool = False):
+        key = None if name_or_path is None else str(name_or_path)
+        if key in loading.EMBEDDED_ALIASES and not quantized:
+            return loaded
+        return real(name_or_path, quantized=quantized)
+
+    monkeypatch.setattr(loading, "load_model", load_model)
+
+
+@pytest.fixture
+def smollm2_shared(smollm2, monkeypatch):
+    """The session's SmolLM2, also returned by the product's ``load_model()`` during the test (:func:`share_smollm2`)."""
+    share_smollm2(monkeypatch, smollm2)
+    return smollm2

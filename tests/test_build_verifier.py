@@ -184,8 +184,10 @@ def test_batched_answers_equal_one_at_a_time_generation(tiny_folder):
 
 
 @pytest.mark.smollm2
-def test_build_verifier_on_the_embedded_model(smollm2, tmp_path, capsys):
-    rc = command.main(["--tasks", "sentiment", "--per-task", "48", "--eval-size", "0", "--iterations", "1",
+def test_build_verifier_on_the_embedded_model(smollm2_shared, tmp_path, capsys):
+    """The command end to end on SmolLM2 (the session's copy, tests/conftest.py share_smollm2): 32 answers,
+    two batches of 16; the fit itself is checked on the tiny model above."""
+    rc = command.main(["--tasks", "sentiment", "--per-task", "32", "--eval-size", "0", "--iterations", "1",
                        "--epochs", "8", "--out", str(tmp_path / "v"), "--no-plot"])
     out = capsys.readouterr().out
     assert rc == 0, out

@@ -1,11 +1,16 @@
 """The shipped default (weights/smollm2-suite + the SDM-network head weights/smollm2-suite-head) on the
 embedded SmolLM2, end to end through the CLI: the README's quick-start article gets a VERIFIED answer in
 `generate` and in the line-mode chat; without the head (`--head none`) the untuned model answers
-"business" and the verifier says it is wrong; a question outside the suite is out of scope."""
+"business" and the verifier says it is wrong; a question outside the suite is out of scope.
+
+The quick-start itself runs as the README runs it, `python -m mlx_sdm generate` in a fresh process (the
+chat's fresh process is tests/test_session_smollm2.py); the other commands run in this process with the
+session's SmolLM2 (tests/conftest.py share_smollm2), the same code after the model is loaded."""
 
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import os
 import subprocess
@@ -33,30 +38,39 @@ def _run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return proc
 
 
-def _generate(*flags: str) -> dict:
-    return json.loads(_run("generate", "--json", *flags, ARTICLE).stdout)
+def _generate_here(capsys, *args: str) -> dict:
+    """``mlx-sdm generate --json ARGS`` in this process (its model: the session's SmolLM2)."""
+    from mlx_sdm.commands import generate
+
+    capsys.readouterr()
+    assert generate.main(["--json", *args]) == 0, capsys.readouterr().err[-2000:]
+    return json.loads(capsys.readouterr().out)
 
 
-def test_the_readme_article_is_verified_with_the_default_head_and_caught_without_it():
+def test_the_readme_article_is_verified_with_the_default_head_and_caught_without_it(smollm2_shared, capsys):
     from mlx_sdm.resources import DEFAULT_HEAD_NAME, DEFAULT_VERIFIER_NAME
 
-    tuned = _generate()
+    tuned = json.loads(_run("generate", "--json", ARTICLE).stdout)  # a fresh process, as the README runs it
     assert Path(tuned["verifier"]).name == DEFAULT_VERIFIER_NAME and Path(tuned["head"]).name == DEFAULT_HEAD_NAME
     assert json.loads(tuned["judged_text"]) == {"topic": "sports"}
     assert tuned["status"] == "verified" and tuned["verdict"]["p_lower"] >= 0.95
     assert tuned["verdict"]["task"] == "bbc_topic"
 
-    untuned = _generate("--head", "none")
+    untuned = _generate_here(capsys, "--head", "none", ARTICLE)
     assert untuned["head"] is None and json.loads(untuned["judged_text"]) == {"topic": "business"}
     assert untuned["status"] == "not_verified" and untuned["verdict"]["reason"] == "predicted_unacceptable"
 
 
-def test_the_line_mode_chat_verifies_the_readme_article(tmp_path):
-    out = _run("chat", "--plain", "--db", str(tmp_path / "chat.db"), "--embedder", "none", stdin=ARTICLE + "\n\n").stdout
+def test_the_line_mode_chat_verifies_the_readme_article(smollm2_shared, tmp_path, capsys, monkeypatch):
+    from mlx_sdm.commands import chat
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(ARTICLE + "\n\n"))
+    assert chat.main(["--plain", "--db", str(tmp_path / "chat.db"), "--embedder", "none"]) == 0
+    out = capsys.readouterr().out
     assert '{"topic": "sports"}' in out and "VERIFIED" in out and "NOT VERIFIED" not in out
 
 
-def test_a_question_outside_the_suite_is_out_of_scope_with_what_is_covered():
-    answer = json.loads(_run("generate", "--json", "--max-tokens", "16", "What is the capital of Australia?").stdout)
+def test_a_question_outside_the_suite_is_out_of_scope_with_what_is_covered(smollm2_shared, capsys):
+    answer = _generate_here(capsys, "--max-tokens", "16", "What is the capital of Australia?")
     assert answer["status"] == "out_of_scope"
     assert "It covers:" in answer["verdict"]["explanation"] and "news article" in answer["verdict"]["explanation"]

@@ -20,6 +20,8 @@ from mlx_sdm.network.encoding import (
     read_text_jsonl,
 )
 
+#: BIG-bench's own task.json files, where the workspace keeps them beside the checkout (they are not in the
+#: repository: mlx_sdm/network/tasks/data ships converted copies). A clone made elsewhere does not have them.
 BIGBENCH = Path(__file__).resolve().parents[2] / "shared" / "data" / "bigbench"
 
 
@@ -86,6 +88,7 @@ def test_parse_rule(text, expected):
     assert parse_answer(text, FACTCHECK) == expected
 
 
+@pytest.mark.skipif(not BIGBENCH.is_dir(), reason=f"BIG-bench's task.json files are not at {BIGBENCH}")
 def test_real_fever_and_sports_encode():
     fever = encode_task(BIGBENCH / "fact_checker_fever" / "task.json")
     assert len(fever) == 6612 and abs(np.mean([d.label for d in fever]) - 0.5) < 0.02

@@ -30,6 +30,8 @@ def fitted():
 
 
 def _arrays_equal(a, b):
+    """Exactly, floats included: both sides run in this process on this machine, the same float32 weights
+    (save and load are exact) through the same ops, so any difference is a round-trip bug."""
     for key in ("prediction", "q", "d", "q_bin", "p_lower", "admitted", "softmax"):
         assert np.array_equal(a[key], b[key]), key
 
@@ -104,6 +106,7 @@ def test_q_and_d_matches_predict(fitted):
     est, test, _ = fitted
     a = est.predict_arrays(test.embeddings)
     b = est.q_and_d(test.embeddings)
+    # the same forward and the same kNN in one process; q a count, d an eCDF quantile: exactly
     assert np.array_equal(a["q"], b["q"]) and np.array_equal(a["d"], b["d"])
     tr = est.q_and_d(test.embeddings, distance_cdfs="training")
     assert np.array_equal(tr["q"], b["q"]) and tr["d"].shape == b["d"].shape

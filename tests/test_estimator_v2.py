@@ -68,6 +68,7 @@ def test_v2_fit_predict_save_load(tmp_path):
     loaded = SDMEstimator.load(tmp_path / "v2")
     assert loaded.kind == "v2"
     b = loaded.predict_arrays(test.embeddings)
+    # one process, one machine, the same float32 weights (the save is exact) through the same ops: bit for bit
     for key in ("prediction", "q", "d", "p_lower", "admitted"):
         assert np.array_equal(a[key], b[key]), key
 

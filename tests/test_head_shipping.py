@@ -90,10 +90,12 @@ def test_a_shipped_head_decodes_through_its_factors_until_it_is_trained(tmp_path
     assert np.abs(fast - slow).max() <= reordered_forward_atol(scale, width=lm.hidden_size, layers=1)
     assert (fast.argmax(-1) == slow.argmax(-1)).all()
     change = small.low_rank_change  # decoding reads the factors, not W_pos: zeroing U leaves z_neg alone
+    # (exactly: the same product of the same arrays in this process, plus an exact zero)
     object.__setattr__(small, "low_rank_change", LowRankChange(change.u * 0, change.v, small.positive))
     assert np.array_equal(np.asarray(small.vocab_logits(hidden)), np.asarray(hidden @ small.reference.T))
     object.__setattr__(small, "low_rank_change", change)
-    small.positive = small.positive * 0.5  # what an optimizer step does: a new W_pos array
+    small.positive = small.positive * 0.5  # what an optimizer step does: a new W_pos array (then the same ops
+    # as a fresh VocabularyHeads of the same arrays in this process: exactly)
     assert np.array_equal(np.asarray(small.vocab_logits(hidden)),
                           np.asarray(VocabularyHeads(small.reference, small.positive).vocab_logits(hidden)))
 

@@ -1,5 +1,6 @@
 """The Phi-3.5 path: a randomly initialised mlx-lm ``phi3`` model with Phi-3.5-mini's width and
-vocabulary (hidden 3072, vocabulary 32064) but 2 layers, and one fine-tuning step of the full
+vocabulary (hidden 3072, vocabulary 32064) but one layer (the layers only supply the final-norm states the
+head reads; each one is 113 M random parameters to build), and one fine-tuning step of the full
 32064 × 3072 positive head (no low-rank adaptor, docs/method.md § 16). The 4-bit frozen base is measured in
 ``scripts/phi3_memory.py`` (MLX's 4-bit matmul on CPU is too slow for the test budget)."""
 
@@ -17,7 +18,7 @@ from mlx_sdm.network.finetune_steps import build_train_step, make_optimizer
 PHI35_HIDDEN, PHI35_VOCAB = 3072, 32064
 
 
-def build_phi3(num_layers: int = 2, seed: int = 0) -> nn.Module:
+def build_phi3(num_layers: int = 1, seed: int = 0) -> nn.Module:
     """Phi-3.5-mini-instruct's shape (config.json of microsoft/Phi-3.5-mini-instruct) with fewer layers."""
     mx.random.seed(seed)
     args = phi3.ModelArgs(

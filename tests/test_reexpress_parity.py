@@ -16,7 +16,11 @@ from mlx_sdm.calibration.nested import fit_regions
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "reexpress_sdm"
 DATASETS = Path(__file__).resolve().parents[1] / "mlx_sdm" / "datasets"
 SOURCES = {"spam": ("spam_minilm.npz", "emb"), "bbc": ("bbc_minilm.npz", "full")}
-#: q′ and SDM come from float32 logits that MLX and torch round differently in the last bits.
+#: q′ and SDM come from float32 logits (a 384-wide and a 32-wide reduction) that MLX and the SDK's torch
+#: round differently in the last bits, and the SDK computes q′ in float32 too: measured 1.8e-7 (SDM,
+#: absolute) and 6.1e-7 (q′, relative), a few float32 ulps on each side. Wider than FLOAT32_TOLERANCE
+#: (tests/tolerance.py) because two libraries' kernels differ here, not one library's on two CPUs:
+#: 1e-5 (168 u) keeps a margin of 16 over the measured q′ whichever CPU runs our side.
 FLOAT_TOLERANCE = 1e-5
 
 
@@ -96,4 +100,4 @@ def test_package_written_back_is_the_same_model(tmp_path):
     again = SDMEstimator.load(tmp_path / "copy.sdmkitmodel").predict_arrays(x)
     first = est.predict_arrays(x)
     for key in ("prediction", "q", "d", "q_tilde", "region_alpha", "region_alpha_lower", "admitted"):
-        np.testing.assert_array_equal(again[key], first[key])
+        np.testing.assert_array_equal(again[key], first[key])  # byte-identical files, one process: exactly

@@ -28,6 +28,17 @@ FLOAT32_UNIT_ROUNDOFF = 2.0**-24
 TF32_UNIT_ROUNDOFF = 2.0**-11  # 10 explicit mantissa bits
 REDUCTIONS_PER_LAYER = 9
 
+#: Values computed from float32 logits or float32 MLX/BLAS products (a softmax or SDM output, a p_lower,
+#: a probability), compared with a stored fixture, another implementation, or what another machine wrote.
+#: Another CPU's kernels round the same float32 products differently (FMA or not, AVX-512 or AVX2
+#: reduction trees, a vectorised exp), so the logits of a small network (|z| of order 1, reductions of a
+#: few dozen terms) differ by a few float32 ulps, and a probability computed from them by about as much:
+#: a softmax moves by at most 2 * max|dz| (max|dz| / 2 with two classes). 16 u (about 9.5e-7), used as
+#: both rtol and atol, leaves room for about eight such roundings on each side. Measured (issue 28):
+#: 2.7e-8, one ulp of a logit of 0.64, between an Intel Xeon and the machine that wrote the fixture.
+#: Discrete outputs (predictions, q, eCDF quantiles, counts, admitted) are compared exactly instead.
+FLOAT32_TOLERANCE = 16 * FLOAT32_UNIT_ROUNDOFF
+
 
 def matmul_unit_roundoff() -> float:
     """Unit roundoff of float32 matmuls on the default device."""
