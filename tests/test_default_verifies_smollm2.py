@@ -70,7 +70,14 @@ def test_the_line_mode_chat_verifies_the_readme_article(smollm2_shared, tmp_path
     assert '{"topic": "sports"}' in out and "VERIFIED" in out and "NOT VERIFIED" not in out
 
 
-def test_a_question_outside_the_suite_is_out_of_scope_with_what_is_covered(smollm2_shared, capsys):
-    answer = _generate_here(capsys, "--max-tokens", "16", "What is the capital of Australia?")
-    assert answer["status"] == "out_of_scope"
+def test_a_message_with_no_checkable_answer_is_out_of_scope_with_what_is_covered(smollm2_shared, capsys):
+    answer = _generate_here(capsys, "--max-tokens", "16", "Write a haiku about autumn.")
+    assert answer["status"] == "out_of_scope" and answer["verdict"]["reason"] == "no_checkable_answer"
     assert "It covers:" in answer["verdict"]["explanation"] and "news article" in answer["verdict"]["explanation"]
+    assert "everyday questions" in answer["verdict"]["explanation"]
+
+
+def test_an_everyday_question_is_judged_by_the_open_question_verifier(smollm2_shared, capsys):
+    answer = _generate_here(capsys, "--max-tokens", "16", "What is the capital of Australia?")
+    assert answer["status"] in ("verified", "not_verified") and answer["verdict"]["task"] == "open_questions"
+    assert answer["verdict"]["route"]["kind"] == "open_question"

@@ -117,15 +117,21 @@ def test_one_provenance_is_printed(tmp_path, capsys):
     assert group["sessions"] == 400
 
 
-def test_the_shipped_corpus_names_the_shipped_verifier_head_and_embedder():
-    """Issue 21: the corpus was made by the product as it ships (checksums of today's default artifacts)."""
+def test_the_shipped_corpus_names_the_shipped_verifier_head_and_embedder(tmp_path):
+    """The corpus was made by the product with today's suite verifier and head (their checksums), before the
+    default verifier gained its open-question member (docs/monitoring.md says so): the corpus's verifier is
+    today's default without ``members/``, and is not today's default with it."""
+    import shutil
+
     from mlx_sdm.monitor.session_file.provenance import head_sha256, verifier_sha256
     from mlx_sdm.monitor.session_file.reader import read_sessions_jsonl
     from mlx_sdm.resources import default_head_dir, default_verifier_dir
 
     provenances = {s.provenance for s in read_sessions_jsonl(datasets_dir() / "session_corpus.jsonl.gz")}
     (p,) = provenances
-    assert p.verifier.sha256 == verifier_sha256(default_verifier_dir())
+    without_members = shutil.copytree(default_verifier_dir(), tmp_path / "smollm2-suite",
+                                      ignore=shutil.ignore_patterns("members"))
+    assert p.verifier.sha256 == verifier_sha256(without_members) != verifier_sha256(default_verifier_dir())
     assert p.head.sha256 == head_sha256(default_head_dir())
     assert p.embedder.name.startswith("minilm") and p.embedder.sha256
 
