@@ -146,3 +146,16 @@ def test_an_open_question_unlike_all_it_was_built_on_is_out_of_scope_and_a_task_
     meaning = _judged(0.4, False, 1, "bbc_topic", TaskRoute("s", "bbc_topic", INSTRUCTION, RouteKind.MEANING, 0.97))
     assert "read this as the task 'news topics' asked in your own words (probability 0.97)" in verdict_words(meaning).sentence
     assert DocumentVerdict.from_dict(meaning.to_dict()).route.how is RouteKind.MEANING
+
+
+def test_the_monitor_reads_a_verdict_of_a_verifier_that_admits_nothing_as_unjudged():
+    from mlx_sdm.monitor.forecast.verdict import TurnVerdict
+
+    route = TaskRoute(None, OPEN_KIND, kind=RouteKind.OPEN_QUESTION, probability=0.8)
+    judged = _judged(0.4, False, 1, OPEN_KIND, route)
+    assert TurnVerdict.of(judged).status is VerdictStatus.NOT_VERIFIED
+    judged.admits_nothing = True
+    assert judged.status is VerdictStatus.NOT_VERIFIED  # what the user reads is unchanged
+    assert "vouches for no answer on this model" in verdict_words(judged).sentence
+    assert TurnVerdict.of(judged).status is VerdictStatus.OUT_OF_SCOPE  # what the fused forecast's rates know it as
+    assert DocumentVerdict.from_dict(judged.to_dict()).admits_nothing

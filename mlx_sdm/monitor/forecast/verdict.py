@@ -64,6 +64,11 @@ class TurnVerdict:
         judged = verdict.verdict
         if judged is None:
             return cls(verdict.status)
+        if verdict.admits_nothing:
+            # A verifier that admits no answer at all (Alg. 3 found no region) vouches for none, so its status
+            # says nothing of this answer. The fused forecast's per-status rates were fitted on sessions in which
+            # such turns (everyday questions, before the open-question verifier) were unjudged: read it so.
+            return cls(VerdictStatus.OUT_OF_SCOPE)
         return cls(verdict.status, judged.p_lower, judged.q, judged.d, bool(judged.admitted), int(judged.prediction))
 
     @classmethod
