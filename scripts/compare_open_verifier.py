@@ -51,7 +51,9 @@ def mean_logprobs(lm, items, batch: int = 16) -> np.ndarray:
     from mlx_sdm.lm.features import ANSWER_HEAD_TOKENS
     from mlx_sdm.lm.prompt import render_prompt
 
-    tok = lm.tokenizer
+    from mlx_sdm.lm.generation import default_head
+
+    tok, head = lm.tokenizer, default_head(lm.model)
     out = np.zeros(len(items))
     for start in range(0, len(items), batch):
         rows = items[start:start + batch]
@@ -65,14 +67,13 @@ def mean_logprobs(lm, items, batch: int = 16) -> np.ndarray:
         pads = [width - len(s) for s in seqs]
         ids = mx.array([[0] * p + s for p, s in zip(pads, seqs)])
         cache = [BatchKVCache(pads) for _ in lm.model.layers]
-        logits = lm.model(ids, cache=cache).astype(mx.float32)
-        logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-        mx.eval(logprobs)
-        lp = np.array(logprobs)
+        hidden = lm.model.model(ids, cache=cache)  # the vocabulary head only where an answer token is predicted
         for r, ((n_prompt, n_answer), p) in enumerate(zip(spans, pads)):
             first = p + n_prompt  # position of the first answer token
-            targets = np.array(seqs[r][n_prompt:])
-            out[start + r] = lp[r, first - 1:first - 1 + n_answer][np.arange(n_answer), targets].mean()
+            logits = head(hidden[r, first - 1:first - 1 + n_answer]).astype(mx.float32)
+            logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+            targets = mx.array(seqs[r][n_prompt:])
+            out[start + r] = float(mx.take_along_axis(logprobs, targets[:, None], axis=-1).mean().item())
     return out
 
 
@@ -81,6 +82,7 @@ def p_true(lm, items, batch: int = 16) -> np.ndarray:
     import mlx.core as mx
     from mlx_lm.models.cache import BatchKVCache
 
+    from mlx_sdm.lm.generation import default_head
     from mlx_sdm.monitor.online.p_true import option_token_ids, render_question_prompt
 
     true_ids, false_ids = option_token_ids(lm.tokenizer)
@@ -92,7 +94,8 @@ def p_true(lm, items, batch: int = 16) -> np.ndarray:
         width = max(len(s) for s in seqs)
         pads = [width - len(s) for s in seqs]
         cache = [BatchKVCache(pads) for _ in lm.model.layers]
-        logits = lm.model(mx.array([[0] * p + s for p, s in zip(pads, seqs)]), cache=cache)[:, -1].astype(mx.float32)
+        hidden = lm.model.model(mx.array([[0] * p + s for p, s in zip(pads, seqs)]), cache=cache)[:, -1]
+        logits = default_head(lm.model)(hidden).astype(mx.float32)  # the last position only
         lt = mx.logsumexp(logits[:, mx.array(true_ids)], axis=-1)
         lf = mx.logsumexp(logits[:, mx.array(false_ids)], axis=-1)
         out[start:start + len(rows)] = np.array(mx.sigmoid(lt - lf))
