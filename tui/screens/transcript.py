@@ -7,6 +7,7 @@ from typing import Iterator
 
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.coverage import VerifierCoverage
+from mlx_sdm.network.verdict import OPEN_QUESTIONS
 from mlx_sdm.session.escalation import TurnStatus
 from mlx_sdm.session.schema import MessageRecord
 from tui.widgets.message import MessageBubble
@@ -37,7 +38,12 @@ def coverage_text(coverage: VerifierCoverage) -> str:
     for task in coverage.tasks:
         example = f" (e.g. “{task.example_prompt}”)" if task.example_prompt else ""
         lines.append(f"- {task.description or task.name}{example}")
-    lines += ["", "ctrl+p → 'Insert example' puts one in the prompt. Other questions are 'out of scope'."]
+    if any(task.name == OPEN_QUESTIONS for task in coverage.tasks):
+        rest = ("A question asked in your own words goes to what it is about; a message with no checkable answer "
+                "(a greeting, a poem, a how-to) is 'out of scope'.")
+    else:
+        rest = "Other questions are 'out of scope'."
+    lines += ["", f"ctrl+p → 'Insert example' puts one in the prompt. {rest}"]
     return "\n".join(lines)
 
 
