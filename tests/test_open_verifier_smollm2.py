@@ -53,6 +53,11 @@ def test_the_router_sends_everyday_questions_to_the_open_verifier_and_nothing_el
     assert routes.count(RouteKind.OPEN_QUESTION) >= 36  # at least 90 % of the 40 questions are judged
     for prompt in [p["prompt"] for p in check.no_checkable_answer] + EVERYDAY:
         assert verifier.route(prompt).how in (RouteKind.OPEN_QUESTION, RouteKind.NO_CHECKABLE_ANSWER), prompt
+    # a factual request asked as an instruction is a question; a request for a poem or for code is not
+    for prompt in ("Name three colours of the rainbow.", "List the planets of the solar system."):
+        assert verifier.route(prompt).how is RouteKind.OPEN_QUESTION, prompt
+    for prompt in ("Write a poem about the rainbow.", "Write a Python function that adds two numbers."):
+        assert verifier.route(prompt).how is RouteKind.NO_CHECKABLE_ANSWER, prompt
 
 
 def test_everyday_verdicts_are_true_of_the_answers(pipeline):

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import Counter
 from pathlib import Path
@@ -55,20 +54,23 @@ def _open_threshold(probabilities: np.ndarray, labels: list[str], router: Questi
 
 
 def _embeddings(embedder, texts: list[str], cache_dir: Path | None) -> np.ndarray:
-    """MiniLM embeddings, kept in ``cache_dir`` by the texts' hash (a rebuild after a change of rule only)."""
-    key = hashlib.sha256(json.dumps(texts).encode()).hexdigest()[:16]
-    path = None if cache_dir is None else Path(cache_dir) / f"router-embeddings-{key}.npy"
+    """MiniLM embeddings, kept per text in ``cache_dir`` (a rebuild embeds only the prompts it has not seen)."""
+    path = None if cache_dir is None else Path(cache_dir) / "router-embeddings.npz"
+    known: dict[str, np.ndarray] = {}
     if path is not None and path.is_file():
-        return np.load(path)
-    embeddings = embedder.encode(texts)
-    if path is not None:
-        from mlx_sdm.atomic import atomic_write_bytes
-        import io
+        with np.load(path, allow_pickle=False) as data:
+            known = dict(zip(json.loads(str(data["texts"])), data["embeddings"]))
+    missing = list(dict.fromkeys(t for t in texts if t not in known))
+    if missing:
+        known.update(zip(missing, embedder.encode(missing)))
+        if path is not None:
+            from mlx_sdm.atomic import atomic_write_bytes
+            import io
 
-        buffer = io.BytesIO()
-        np.save(buffer, embeddings)
-        atomic_write_bytes(path, buffer.getvalue())
-    return embeddings
+            buffer = io.BytesIO()
+            np.savez(buffer, texts=np.array(json.dumps(list(known))), embeddings=np.stack(list(known.values())))
+            atomic_write_bytes(path, buffer.getvalue())
+    return np.stack([known[t] for t in texts])
 
 
 def routing_table(router: QuestionRouter, prompts: list[RoutedPrompt], probabilities: np.ndarray) -> dict:
@@ -90,8 +92,10 @@ def build_router(cache_dir: Path | None = None) -> QuestionRouter:
     y = np.array([labels.index(p.label) for p in prompts])
     train = np.array([not p.held_out for p in prompts])
     # every kind weighs the same in the fit: each training row is repeated in proportion to its kind's rarity
+    # (and its own weight within its kind)
+    weight = np.array([p.weight for p in prompts])
     counts = np.bincount(y[train], minlength=len(labels))
-    repeat = np.round(counts.max() / counts[y[train]]).astype(int)
+    repeat = np.round(counts.max() / counts[y[train]]).astype(int) * weight[train]
     x_fit, y_fit = np.repeat(embeddings[train], repeat, axis=0), np.repeat(y[train], repeat)
     weights, bias = logistic_regression(x_fit, y_fit, len(labels), l2=ROUTER_L2, max_iter=500)
     router = QuestionRouter(labels, weights, bias, 0.5)

@@ -5,7 +5,8 @@ verifier covers, as people type them.
   asked in a person's words (``TASK_PHRASINGS``; the last two phrasings of each task are kept for
   the held-out measurement only);
 - open questions: the open-question task's questions (NQ-open, questions made in code; its shifted
-  WebQuestions collection and held-out split are for the measurement only);
+  WebQuestions collection and held-out split are for the measurement only), and factual requests asked as
+  instructions ("Name three planets.", ``OPEN_REQUESTS``; the last template held out);
 - no checkable answer: greetings, thanks, writing requests, how-tos, advice and opinions, made from
   templates (``NO_ANSWER_TEMPLATES``; the last template of each kind is held out).
 
@@ -76,10 +77,14 @@ NO_ANSWER_TEMPLATES = {
                "Perfect, that's what I needed.", "Thanks!", "That makes sense.", "Nice, I appreciate it.", "Ok",
                "Got it, thanks for the help.", "Wonderful, thank you.", "Okay, that was useful.", "Sounds good.",
                "Awesome, thanks for explaining.", "Okay, bye for now!"),
-    "explain": ("Explain {t} to a child.", "Can you explain why people enjoy {t}?", "Tell me more about that.",
+    "explain": ("Explain {t} to a child.", "Translate 'good morning' into Italian.", "How do you say 'please' in German?",
+                "Explain what gravity is in simple words.", "Summarise the story of Snow White.", "Can you explain why people enjoy {t}?", "Tell me more about that.",
                 "Why is that?", "Can you elaborate?", "Explain it in simpler words.", "What do you mean?",
                 "Can you give me an example?", "Summarise our conversation so far.", "Continue."),
     "code": ("Write a Python function that sorts a list.", "Write a JavaScript snippet that shows an alert.",
+             "Write a Python function that multiplies two numbers.", "Write a function in C that reverses an array.",
+             "Write a Python script that reads a CSV file.", "Show me code that prints hello world.",
+             "Write a Python class for a bank account.", "Write a unit test for this function.",
              "Fix the bug in my code.", "Write a SQL query that counts rows.", "Write a bash script that backs up a folder.",
              "How do I reverse a string in Python?", "Write a regular expression that matches an email address.",
              "Refactor this function to be shorter."),
@@ -104,11 +109,29 @@ NO_ANSWER_TEMPLATES = {
 }
 
 
+#: Factual requests asked as an instruction rather than a question ("Name three planets."): open questions too.
+_LISTED = ("planets in the solar system", "oceans on Earth", "continents", "primary colours", "countries in South America",
+           "capital cities in Europe", "noble gases", "types of triangles", "plays by Shakespeare", "vowels in English",
+           "mammals that live in the sea", "bones in the human arm", "rivers in Africa", "US presidents",
+           "elements on the periodic table", "languages spoken in Switzerland", "planets with rings", "states of matter",
+           "members of the Beatles", "Olympic sports", "instruments in an orchestra", "parts of a flower",
+           "countries that border France", "prime numbers under 20", "chess pieces", "gases in the air we breathe")
+OPEN_REQUESTS = ("Name three {x}.", "List the {x}.", "Name two {x}.", "Tell me three {x}.", "Give me the names of the {x}.",
+                 "List three {x}.", "Name one of the {x}.")
+#: How much more a factual request counts in the fit than an open question: they are few beside ~1,650 questions.
+REQUEST_WEIGHT = 4
+#: Code requests start like factual requests ("Write a function that adds two numbers"): they count more.
+CODE_WEIGHT = 3
+#: An exact question asked as an instruction; ``{q}`` is the question without its question mark.
+OPEN_INSTRUCTIONS = ("Tell me: {q}.", "Quick question: {q}?", "Answer this: {q}?", "I need to know: {q}?")
+
+
 @dataclass(frozen=True)
 class RoutedPrompt:
     prompt: str
     label: str  # a task name, "open_questions", or NO_CHECKABLE_ANSWER
     held_out: bool
+    weight: int = 1  # times the row counts in the fit, within its kind's balance (a rare form of a common kind)
 
 
 def _payload(text: str) -> str:
@@ -140,7 +163,25 @@ def _no_answer_prompts() -> list[RoutedPrompt]:
         for j, template in enumerate(templates):
             held = j == len(templates) - 1
             fills = [template.format(t=t, a=a) for t, a in zip(_TOPICS * 2, _ACTIVITIES)] if "{" in template else [template]
-            out += [RoutedPrompt(p, NO_CHECKABLE_ANSWER, held) for p in dict.fromkeys(fills)]
+            out += [RoutedPrompt(p, NO_CHECKABLE_ANSWER, held, CODE_WEIGHT if kind == "code" else 1)
+                    for p in dict.fromkeys(fills)]
+    return out
+
+
+def _open_requests() -> list[RoutedPrompt]:
+    """Factual requests as instructions (the last template of each list held out)."""
+    from mlx_sdm.network.tasks.exact_questions import exact_questions
+
+    out = []
+    for j, template in enumerate(OPEN_REQUESTS):
+        out += [RoutedPrompt(template.format(x=x), "open_questions", j == len(OPEN_REQUESTS) - 1, REQUEST_WEIGHT)
+                for x in _LISTED]
+    questions = exact_questions()
+    for j, template in enumerate(OPEN_INSTRUCTIONS):
+        for q in questions[j::12]:
+            asked = q.question.rstrip("?.")
+            out.append(RoutedPrompt(template.format(q=asked[:1].lower() + asked[1:]), "open_questions",
+                                    j == len(OPEN_INSTRUCTIONS) - 1, REQUEST_WEIGHT))
     return out
 
 
@@ -156,6 +197,7 @@ def router_prompts(per_task: int = 100) -> list[RoutedPrompt]:
     open_task = load_task(OPEN_TASK)
     out += [RoutedPrompt(i.prompt, OPEN_TASK, False) for i in open_task.split("pool")]
     out += [RoutedPrompt(i.prompt, OPEN_TASK, True) for i in open_task.split("held_out") + open_task.split("shifted")]
+    out += _open_requests()
     out += _no_answer_prompts()
     checked = {tuple(normalise_words(q["prompt"])) for q in everyday_check().questions + everyday_check().no_checkable_answer}
     return [p for p in out if tuple(normalise_words(p.prompt)) not in checked]
