@@ -75,7 +75,7 @@ def test_everyday_verdicts_are_true_of_the_answers(pipeline):
         if status == "verified":
             assert check_everyday(by_prompt[prompt]["check"], got.text, prompt).correct, (prompt, got.text)
         else:
-            assert sentence.startswith("Not verified:") and "vouches for no answer on this model" in sentence
+            assert sentence.startswith("Not verified:") and "cannot vouch for any answer" in sentence
         assert "Judged as an everyday question" in sentence
         nearest = got.verdict.verdict.exemplars[0]
         assert " => " in nearest.text and nearest.label in (0, 1)  # a known question, its answer, right or not

@@ -156,6 +156,6 @@ def test_the_monitor_reads_a_verdict_of_a_verifier_that_admits_nothing_as_unjudg
     assert TurnVerdict.of(judged).status is VerdictStatus.NOT_VERIFIED
     judged.admits_nothing = True
     assert judged.status is VerdictStatus.NOT_VERIFIED  # what the user reads is unchanged
-    assert "vouches for no answer on this model" in verdict_words(judged).sentence
+    assert "cannot vouch for any answer" in verdict_words(judged).sentence
     assert TurnVerdict.of(judged).status is VerdictStatus.OUT_OF_SCOPE  # what the fused forecast's rates know it as
     assert DocumentVerdict.from_dict(judged.to_dict()).admits_nothing

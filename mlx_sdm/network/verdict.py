@@ -317,6 +317,20 @@ def _region_words(v: "Verdict", alpha: float) -> str:
             f"are {judged} (nested region α {region:.2f}, lower estimate), short of the {alpha:.2f} needed to vouch.")
 
 
+def _admits_nothing_words(v: "Verdict", alpha: float) -> tuple[str, str]:
+    """A verifier whose calibration found no high-probability region (Alg. 3) vouches for no answer: say that
+    first, then which way it leans and on what (the q most similar known answers, Eq. 5)."""
+    lean = _answer_words(v.prediction)
+    if v.q > 0:
+        known = "correct" if int(v.prediction) == ACCEPTABLE else "incorrect"
+        evidence = f": the {v.q} most similar known answers were {known} and judged so"
+    else:
+        evidence = ", though its most similar known answer does not agree (q = 0)"
+    return ("vouches for no answer on this model",
+            f"Not verified: on this model the verifier cannot vouch for any answer (in calibration no group of similar "
+            f"answers was at least {alpha * 100:.0f} % right). It leans toward this answer being {lean}{evidence}.")
+
+
 def _probability(verdict: DocumentVerdict) -> str:
     p = None if verdict.route is None else verdict.route.probability
     return "" if p is None else f", probability {p:.2f}"
@@ -358,11 +372,11 @@ def verdict_words(verdict: DocumentVerdict | None, *, no_verifier_reason: str | 
                "this question starts none of the task instructions the verifier was built on")
         return VerdictWords(status, "○ out of scope · not one of the verifier's tasks",
                             f"Out of scope: {why}, so it makes no judgement. {verdict.coverage.sentence()}")
-    short, sentence = _judged_words(verdict, verdict.alpha)
-    sentence += _route_words(verdict)
     if verdict.admits_nothing and status is VerdictStatus.NOT_VERIFIED:
-        sentence += (f" This verifier vouches for no answer on this model: its calibration found no region where "
-                     f"answers are at least {verdict.alpha:.2f} right, so every answer it judges is not verified.")
+        short, sentence = _admits_nothing_words(verdict.verdict, verdict.alpha)
+    else:
+        short, sentence = _judged_words(verdict, verdict.alpha)
+    sentence += _route_words(verdict)
     if status is VerdictStatus.NOT_VERIFIED:
         region = _region_words(verdict.verdict, verdict.alpha)
         if region:
