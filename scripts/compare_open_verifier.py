@@ -7,6 +7,8 @@ shifted answers. SDM admits an answer as right when it is verified (p_lower >= 0
     .venv/bin/python scripts/compare_open_verifier.py --verifier weights/smollm2-suite/members/open_questions \
         --cache weights-build/open.cache
 
+`--families` prints the model's accuracy per source of question instead (seconds, from the cache).
+
 The answers and features come from the build's cache (mlx-sdm build-verifier --tasks open_questions,
 same --per-task / --eval-size / --batch), so nothing is generated again; the log-probabilities and
 P(True) are computed here, batched.
@@ -111,6 +113,22 @@ def threshold_for(scores: np.ndarray, labels: np.ndarray) -> float:
     return float("inf")
 
 
+def families(args) -> int:
+    """How often the model's answer is right, per source of question (NQ-open, WebQuestions, each made family)."""
+    from collections import Counter
+
+    _, parts = answered(args.verifier, args.cache, args.per_task, args.eval_size, args.batch)
+    for name, part in (("pool", parts["train"] + parts["calibration"]), ("test", parts["test"]), ("shift", parts["shift"])):
+        total, right = Counter(), Counter()
+        for a in part:
+            family = a.item.id.split("-")[0]
+            total[family] += 1
+            right[family] += a.label.correct
+        cells = ", ".join(f"{f} {right[f]}/{total[f]} ({right[f] / total[f]:.0%})" for f in sorted(total))
+        print(f"{name}: {sum(right.values())}/{len(part)} right; {cells}")
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--verifier", type=Path, required=True)
@@ -119,7 +137,11 @@ def main() -> int:
     p.add_argument("--eval-size", type=int, default=300)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--json", type=Path, default=None, help="write the table's numbers here")
+    p.add_argument("--families", action="store_true",
+                   help="only the model's accuracy per source of question (from the cache; no model pass)")
     args = p.parse_args()
+    if args.families:
+        return families(args)
     from mlx_sdm.calibration.training import logistic_regression
     from mlx_sdm.network.verifier import DocumentVerifier
 

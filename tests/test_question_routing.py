@@ -159,3 +159,20 @@ def test_the_monitor_reads_a_verdict_of_a_verifier_that_admits_nothing_as_unjudg
     assert "cannot vouch for any answer" in verdict_words(judged).sentence
     assert TurnVerdict.of(judged).status is VerdictStatus.OUT_OF_SCOPE  # what the fused forecast's rates know it as
     assert DocumentVerdict.from_dict(judged.to_dict()).admits_nothing
+
+
+def test_a_question_planned_twice_is_embedded_once():
+    class Counting:
+        calls = 0
+
+        def encode(self, texts):
+            Counting.calls += 1
+            return np.array([[0.0, 0.0, 5.0]] * len(texts), dtype=np.float32)
+
+    router = _router()
+    router._embedder = Counting()
+    first = router.guess("What is 2 plus 2?")
+    assert router.guess("What is 2 plus 2?") == first == RouteGuess(OPEN_KIND, pytest.approx(first.probability))
+    assert Counting.calls == 1
+    router.guess("Another question?")
+    assert Counting.calls == 2

@@ -167,6 +167,12 @@ class SDMEstimator:
         return list(self._state.support_ids)
 
     @property
+    def admits_nothing(self) -> bool:
+        """v1 / v2: Alg. 3 found no high-probability region (docs/method.md § 11), so no input is ever admitted
+        (the nested kind admits by its own region ladder: not decided here, False)."""
+        return self.nested is None and not self._state.threshold_succeeded
+
+    @property
     def has_logistic_reference(self) -> bool:
         """False for a model read from a .sdmkitmodel package, which holds no such reference."""
         return bool(np.any(self._state.lr_weight))

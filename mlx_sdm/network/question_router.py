@@ -36,6 +36,8 @@ ROUTER_FORMAT_VERSION = 1
 MAX_TASK_FALSE_ROUTES = 0.005
 #: The share of held-out prompts with no checkable answer the open threshold may take for open questions.
 MAX_OPEN_FALSE_ROUTES = 0.05
+#: Questions whose reading a router keeps (a turn is planned at most a few times).
+RECENT_GUESSES = 8
 #: The two kinds that are not suite tasks (open_questions is the task name of open questions).
 OPEN_KIND = OPEN_QUESTIONS
 NO_ANSWER_KIND = "no_checkable_answer"
@@ -63,6 +65,7 @@ class QuestionRouter:
     open_threshold: float = 0.5
     measured: dict[str, Any] = field(default_factory=dict)  # the held-out measurement behind the threshold
     _embedder: Any = field(default=None, repr=False)
+    _recent: dict[str, RouteGuess] = field(default_factory=dict, repr=False)
 
     def probabilities(self, embeddings: np.ndarray) -> np.ndarray:
         z = np.asarray(embeddings, dtype=np.float32) @ self.weights + self.bias
@@ -92,7 +95,13 @@ class QuestionRouter:
         return self._embedder.encode(list(texts))
 
     def guess(self, question: str) -> RouteGuess:
-        return self.decide(self.probabilities(self.embed([question])))[0]
+        """The reading of one question; the last few are kept, so planning a turn twice (the server checks the
+        prompt's length, then runs it) embeds it once."""
+        if question not in self._recent:
+            if len(self._recent) >= RECENT_GUESSES:
+                self._recent.pop(next(iter(self._recent)))
+            self._recent[question] = self.decide(self.probabilities(self.embed([question])))[0]
+        return self._recent[question]
 
     # ------------------------------------------------------------------------------- save/load
     def save(self, directory: str | Path) -> None:

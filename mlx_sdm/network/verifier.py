@@ -250,7 +250,7 @@ class DocumentVerifier:
         judge = self.member_for(task)
         return DocumentVerdict(judge.verify_features(features, explain=explain), alpha=judge.estimator.alpha,
                                coverage=self.coverage, task=task, route=route,
-                               admits_nothing=not judge.estimator.manifest.get("threshold_succeeded", True))
+                               admits_nothing=judge.estimator.admits_nothing)
 
     def verify_batch(self, features: np.ndarray, explain: int = 0) -> list[Verdict]:
         return self.estimator.predict(np.asarray(features, dtype=np.float32), explain=explain)

@@ -212,7 +212,10 @@ class TurnPipeline:
     def features_for(self, messages: list[ChatMessage], completion: str,
                      options: TurnOptions = TurnOptions()) -> np.ndarray:
         """The features the verifier judges for (this turn's question, ``completion``)."""
-        plan = self.plan(messages, options)
+        return self.features_of(self.plan(messages, options), completion)
+
+    def features_of(self, plan: TurnPlan, completion: str) -> np.ndarray:
+        """The features the verifier judges for a planned turn's question and ``completion``."""
         return self._force_decode(plan.judged, completion, self.delimiter_for(plan.route))
 
     def _force_decode(self, judged: list[ChatMessage], completion: str, delimiter: str) -> np.ndarray:

@@ -127,7 +127,7 @@ class TurnService:
     def verify(self, messages: list[ChatMessage], completion: str, options: TurnOptions = TurnOptions()) -> Verified:
         """Judge a completion made elsewhere as the chat judges that turn (``/v1/verify``)."""
         plan = self.pipeline.plan(messages, options)
-        features = self.pipeline.features_for(messages, completion, options) if plan.judge else None
+        features = self.pipeline.features_of(plan, completion) if plan.judge else None
         verdict, why = self.pipeline.judge(plan, features, completion, options)
         return Verified(plan, completion, features, verdict, why)
 

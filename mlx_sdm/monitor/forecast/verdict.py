@@ -45,6 +45,14 @@ def verdict_status(admitted: bool | None, prediction: int | None, reason: str | 
     return VerdictStatus(status_of(judged, task=task).value)
 
 
+def forecast_status(status: VerdictStatus, admits_nothing: bool) -> VerdictStatus:
+    """The status the fused forecast reads. A verifier that admits no answer at all (Alg. 3 found no region)
+    vouches for none, so its "not verified" says nothing of this answer; the forecast's per-status rates were
+    fitted on sessions in which such turns (everyday questions, before the open-question verifier) were
+    unjudged, so it is read as unjudged."""
+    return VerdictStatus.OUT_OF_SCOPE if admits_nothing and status is VerdictStatus.NOT_VERIFIED else status
+
+
 @dataclass(frozen=True)
 class TurnVerdict:
     """One turn's calibrated verdict, as the monitor reads it."""
@@ -65,10 +73,7 @@ class TurnVerdict:
         if judged is None:
             return cls(verdict.status)
         if verdict.admits_nothing:
-            # A verifier that admits no answer at all (Alg. 3 found no region) vouches for none, so its status
-            # says nothing of this answer. The fused forecast's per-status rates were fitted on sessions in which
-            # such turns (everyday questions, before the open-question verifier) were unjudged: read it so.
-            return cls(VerdictStatus.OUT_OF_SCOPE)
+            return cls(forecast_status(verdict.status, True))
         return cls(verdict.status, judged.p_lower, judged.q, judged.d, bool(judged.admitted), int(judged.prediction))
 
     @classmethod
@@ -81,6 +86,8 @@ class TurnVerdict:
         status = data.get("status")
         status = VerdictStatus.read(status) or \
             verdict_status(admitted, prediction, data.get("reason"), data.get("task"), data.get("d"))
+        if data.get("admits_nothing"):
+            return cls(forecast_status(status, True))
         return cls(status, data.get("p_lower"), data.get("q"), data.get("d"), bool(admitted),
                    None if prediction is None else int(prediction))
 
