@@ -5,7 +5,7 @@ produce exactly --tokens tokens); runs alternate to share the machine's load fai
 
 Prints decode tokens/s of each, their ratio (goal >= 0.95), peak memory, the memory-bandwidth limit
 (weight bytes / device bandwidth: each decoded token reads every weight once) and, with a verifier,
-the share of the answer's total time spent on verification (features + verdict; goal <= 3%).
+the share of the answer's total time spent on verification (routing + features + verdict; goal <= 3%).
 
     .venv/bin/python scripts/bench_generate.py                 # SmolLM2 float32, 128 tokens, 3 rounds
     .venv/bin/python scripts/bench_generate.py --tokens 128 --rounds 5 --quantized
@@ -213,7 +213,12 @@ def main(argv: list[str] | None = None) -> int:
         return logits + mask
 
     ids = render_prompt(bench.tokenizer, args.prompt, bench.system)
-    delimiter = bench.verifier.recipe.delimiter if bench.verifier is not None else DELIMITER_END_OF_TURN
+    # the verifier that judges this prompt, as the chat routes it (a task, or an everyday question's member)
+    route = bench.verifier.route(args.prompt) if bench.verifier is not None else None
+    judge = bench.verifier.member_for(route.task) if route is not None else None
+    delimiter = judge.recipe.delimiter if judge is not None else DELIMITER_END_OF_TURN
+    if route is not None:
+        print(f"routed: {route.how.value}" + (f" ({route.task})" if route.task else ""))
 
     def plain() -> tuple[float, float]:
         tic = time.perf_counter()
@@ -229,14 +234,19 @@ def main(argv: list[str] | None = None) -> int:
 
     def ours() -> tuple[float, float, float | None]:
         tic = time.perf_counter()
+        routing = 0.0
+        if bench.verifier is not None and bench.verifier.router is not None:  # the question router, before generation
+            bench.verifier.router.forget()
+            bench.verifier.route(args.prompt)
+            routing = time.perf_counter() - tic
         config = GenerationConfig(max_tokens=args.tokens, delimiter=delimiter, stop_at_delimiter=False,
                                   extra={"logits_processors": [masked]})
         result = generate_with_features(bench, ids, config, head=bench.head)
         t_verify = time.perf_counter()
-        if bench.verifier is not None:
-            bench.verifier.verify_features(result.features, explain=3)
+        if judge is not None and route.how.value != "no_checkable_answer":
+            judge.verify_features(result.features, explain=3)
         end = time.perf_counter()
-        verification = result.feature_time_s + (end - t_verify) if bench.verifier is not None else None
+        verification = routing + result.feature_time_s + (end - t_verify) if bench.verifier is not None else None
         return len(result.tokens) / result.generation_time_s, end - tic, verification
 
     plain()

@@ -229,7 +229,7 @@ def _build(args: BuildVerifierArgs, tasks: list[Task], started: float, sampler_f
                         "nothing to verify; try a larger model or your own tasks (--tasks my.jsonl)", field="--tasks")
     verifier = _fit(lm, kept, args)
     verifier.info = {"built_by": "mlx-sdm build-verifier", "per_task": args.per_task, "eval_size": args.eval_size,
-                     "max_tokens": args.max_tokens, "seed": args.seed,
+                     "max_tokens": kept[0].task.max_tokens or args.max_tokens, "seed": args.seed,
                      "left_out": [o.task.name for o in outcomes if o.left_out]}
     verifier.save(args.out)
     report, data = write_report(verifier, outcomes, Path(args.out), plot_png=args.plot)

@@ -4,8 +4,8 @@
 
 where ``h_i`` is the final normed hidden state (input to the LM head) at position ``i`` of the
 document (prompt then completion) and ``k`` is the position whose state PREDICTS the end-of-unit
-delimiter token, i.e. the position just before it. The delimiter is found by token, never by fixed
-offsets or a length cut:
+delimiter token, i.e. the position just before it. The delimiter is found by token (only the
+``answer_head`` rule also caps the unit at a fixed number of answer tokens, and says so):
 
 - ``"json_close"``: the first completion token whose text closes the JSON unit, i.e. holds a ``}``
   after the first ``{`` (the span the § 14 parsing rule reads: first ``{`` to first ``}``);

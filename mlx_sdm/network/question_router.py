@@ -94,6 +94,10 @@ class QuestionRouter:
             self._embedder = load_minilm()
         return self._embedder.encode(list(texts))
 
+    def forget(self) -> None:
+        """Drop the kept readings (a benchmark times the embedding every round)."""
+        self._recent.clear()
+
     def guess(self, question: str) -> RouteGuess:
         """The reading of one question; the last few are kept, so planning a turn twice (the server checks the
         prompt's length, then runs it) embeds it once."""

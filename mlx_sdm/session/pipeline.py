@@ -9,12 +9,14 @@ No thread, store or UI is involved: the CLI (``generate``, ``chat --plain``), th
 (a thin executor on the thread that owns MLX), the server and the tests call this. The steps:
 
 0. plan (:class:`TurnPlan`, before generation): route THIS turn's question (its last user message)
-   with the one router (``coverage.match_instruction``). A question that starts a task's instruction
-   is answered and judged as that task alone, as the verifier was built (the task's system prompt,
-   the question without the earlier turns), so it gets the same answer and verdict as turn 1 or 5;
-   only such a turn decodes with an SDM-network head trained on that task. Every other turn sees
-   the whole conversation, with no system prompt of ours and the model's own head: the answer is
-   plain mlx-lm's.
+   with the one router (``DocumentVerifier.route``: a task's instruction, else the question router's
+   reading). A task question is answered and judged as that task alone, as the verifier was built
+   (the task's system prompt, the question without the earlier turns), so it gets the same answer and
+   verdict as turn 1 or 5; only a question that starts a task's instruction decodes with an
+   SDM-network head trained on that task. Every other turn sees the whole conversation, with no
+   system prompt of ours and the model's own head: the answer is plain mlx-lm's; an everyday question
+   is judged by the open-question verifier on that question and the answer's first 64 tokens, and a
+   message with no checkable answer is not judged.
 1. generate: stream tokens (log-probs and the document features ``[mean(h_0..h_k); h_k]`` come
    from the same pass, docs/method.md § 15.3); on a judged turn the answer ends at the unit the
    verifier judges (the closing brace of the JSON answer for ``json_close`` verifiers), so a verdict
