@@ -47,7 +47,8 @@ def test_online_fused_forecast_names_the_signal_that_moved_it():
         assert 0.0 < r.p < 1.0 and r.signal in FUSION_FEATURES
     assert readings[2].p < readings[1].p
     assert readings[2].signal == "verifier" and readings[2].delta < 0
-    assert readings[2].message == "the verifier could not vouch for turn 3"
+    # turn 3 was out of scope: never judged, so not a turn the verifier "could not vouch for"
+    assert readings[2].message == "turn 3 was outside what the verifier covers (not judged)"
     assert "could not vouch" not in readings[1].message  # turn 2 was verified
     assert readings[0].to_dict()["message"]
     assert " rose " not in readings[0].message and " fell " not in readings[0].message  # nothing came before turn 1

@@ -121,3 +121,27 @@ def test_the_reported_contradictions_are_gone():
     near = DocumentVerdict(Verdict(1, None, False, 0, 0.01, 0, "out_of_distribution", misjudged), task="bbc_topic")
     assert "unlike" not in near.explanation() and "misjudged" in near.explanation()
     assert near.status is VerdictStatus.NOT_VERIFIED
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(verdicts(), st.booleans())
+def test_the_monitor_panel_names_what_the_verifier_did_with_the_turn(judged: DocumentVerdict, admits_nothing: bool):
+    """The fused forecast's sentence when the verifier moved p_t most: "vouched" only for a verified turn,
+    "could not vouch" only for a turn shown as not verified (also by a verifier that vouches for no answer,
+    which the forecast reads as unjudged), "outside what the verifier covers" only for an unjudged one."""
+    from dataclasses import replace
+
+    from mlx_sdm.monitor.forecast.fused import signal_words
+    from mlx_sdm.monitor.forecast.verdict import TurnVerdict
+
+    judged = replace(judged, admits_nothing=admits_nothing and not judged.verdict.admitted)
+    shown = judged.status
+    for turn_verdict in (TurnVerdict.of(judged), TurnVerdict.from_dict(judged.to_dict())):
+        for delta in (-0.4, 0.4):
+            words = signal_words("verifier", delta, turn_verdict, 3, first=False)
+            assert ("vouched for turn 3" in words) == (shown is VerdictStatus.VERIFIED), (shown, words)
+            assert ("could not vouch for turn 3" in words) == (shown is VerdictStatus.NOT_VERIFIED), (shown, words)
+            assert ("outside what the verifier covers" in words) == (shown is VerdictStatus.OUT_OF_SCOPE), (shown, words)
+    unjudged = TurnVerdict.of(DocumentVerdict(None, coverage=COVERAGE, unjudged="not_a_task"))
+    assert "outside what the verifier covers" in signal_words("verifier", -1.0, unjudged, 2, first=True)
+    assert signal_words("verifier", -1.0, TurnVerdict.of(None), 2, first=True) == "no verifier judged turn 2"

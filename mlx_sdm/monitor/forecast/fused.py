@@ -38,9 +38,16 @@ PARAMS_FILE = "fused_monitor.json"
 PARAMS_VERSION = 1
 NEUTRAL_CONFIDENCE = 0.5
 
-#: Plain words for the signal that moved the forecast most, by direction (lowered, raised).
+#: What the verifier did with the turn, by the status the user was shown: the verifier signal's words say
+#: that, whichever way it moved p_t (an unjudged turn is not one the verifier "could not vouch for").
+VERIFIER_WORDS = {
+    VerdictStatus.VERIFIED: "the verifier vouched for turn {turn}",
+    VerdictStatus.NOT_VERIFIED: "the verifier could not vouch for turn {turn}",
+    VerdictStatus.OUT_OF_SCOPE: "turn {turn} was outside what the verifier covers (not judged)",
+    VerdictStatus.NO_VERIFIER: "no verifier judged turn {turn}",
+}
+#: Plain words for the other signals that can move the forecast most, by direction (lowered, raised).
 SIGNAL_WORDS = {
-    "verifier": ("the verifier could not vouch for turn {turn}", "the verifier vouched for turn {turn}"),
     "p_true": ("the model doubted its own answer in turn {turn}", "the model stood by its answer in turn {turn}"),
     "auq": ("AUQ confidence fell at turn {turn}", "AUQ confidence rose at turn {turn}"),
     "tracer": ("TRACER's trajectory risk rose at turn {turn}", "TRACER's trajectory risk fell at turn {turn}"),
@@ -143,12 +150,15 @@ class OnlineFusedMonitor:
         first = self._last_features is None
         name, delta = strongest_signal(self.params.stacker, features, self._last_features)
         self._last_features = features
-        lowered = delta < 0
-        if name == "verifier":  # say what the verifier did with this turn, not only which way p_t moved
-            lowered = self._verdicts[-1].status is not VerdictStatus.VERIFIED
-        phrases = FIRST_ANSWER_WORDS.get(name, SIGNAL_WORDS[name]) if first else SIGNAL_WORDS[name]
-        words = phrases[0 if lowered else 1].format(turn=len(self._agent))
-        return FusedReading(p, name, delta, words)
+        return FusedReading(p, name, delta, signal_words(name, delta, self._verdicts[-1], len(self._agent), first))
+
+
+def signal_words(name: str, delta: float, verdict: TurnVerdict, turn: int, first: bool) -> str:
+    """The sentence for the signal that moved p_t most at answer ``turn`` (``delta``: its change in logit)."""
+    if name == "verifier":
+        return VERIFIER_WORDS[verdict.shown].format(turn=turn)
+    phrases = FIRST_ANSWER_WORDS.get(name, SIGNAL_WORDS[name]) if first else SIGNAL_WORDS[name]
+    return phrases[0 if delta < 0 else 1].format(turn=turn)
 
 
 def _prob(x: Any) -> float:

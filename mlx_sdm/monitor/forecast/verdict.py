@@ -63,6 +63,14 @@ class TurnVerdict:
     d: float | None = None
     admitted: bool = False
     prediction: int | None = None
+    #: The verifier judged the answer "not verified" but vouches for no answer at all; ``status`` is then
+    #: what the forecast reads (:func:`forecast_status`), and this keeps what the user was shown.
+    admits_nothing: bool = False
+
+    @property
+    def shown(self) -> VerdictStatus:
+        """The status the user saw for this turn."""
+        return VerdictStatus.NOT_VERIFIED if self.admits_nothing else self.status
 
     @classmethod
     def of(cls, verdict: DocumentVerdict | None) -> "TurnVerdict":
@@ -73,7 +81,7 @@ class TurnVerdict:
         if judged is None:
             return cls(verdict.status)
         if verdict.admits_nothing:
-            return cls(forecast_status(verdict.status, True))
+            return cls(forecast_status(verdict.status, True), admits_nothing=verdict.status is VerdictStatus.NOT_VERIFIED)
         return cls(verdict.status, judged.p_lower, judged.q, judged.d, bool(judged.admitted), int(judged.prediction))
 
     @classmethod
@@ -87,7 +95,7 @@ class TurnVerdict:
         status = VerdictStatus.read(status) or \
             verdict_status(admitted, prediction, data.get("reason"), data.get("task"), data.get("d"))
         if data.get("admits_nothing"):
-            return cls(forecast_status(status, True))
+            return cls(forecast_status(status, True), admits_nothing=status is VerdictStatus.NOT_VERIFIED)
         return cls(status, data.get("p_lower"), data.get("q"), data.get("d"), bool(admitted),
                    None if prediction is None else int(prediction))
 
