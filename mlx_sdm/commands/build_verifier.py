@@ -14,6 +14,7 @@ from mlx_sdm.app.build_verifier import (
     build_verifier,
     describe,
 )
+from mlx_sdm.commands.arguments import CommandParser, positive_int
 from mlx_sdm.errors import MlxSdmError
 
 DEFAULT_MODEL = "smollm2"
@@ -51,7 +52,7 @@ examples:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mlx-sdm build-verifier", epilog=EPILOG,
+    p = CommandParser(prog="mlx-sdm build-verifier", epilog=EPILOG,
                                 description="Build a document verifier for a model from its own answers to the task suite.",
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=DEFAULT_MODEL,
@@ -65,8 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="held-out and shifted answers per task for the report (default %(default)s)")
     p.add_argument("--out", required=True, type=Path, metavar="DIR", help="verifier folder to write (atomically)")
     p.add_argument("--cache-dir", type=Path, default=None, help="answer/feature cache (default: DIR.cache)")
-    p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
-                   help="answer length limit; answers stop at the JSON's closing brace (default %(default)s)")
+    p.add_argument("--max-tokens", type=positive_int, default=DEFAULT_MAX_TOKENS,
+                   help="answer length limit, at least 1; answers stop at the JSON's closing brace (default %(default)s)")
     p.add_argument("--batch", type=int, default=DEFAULT_BATCH,
                    help="answers generated together in one batch (default %(default)s; 32 is faster on a CPU)")
     p.add_argument("--quantized", action="store_true", help="keep a GGUF's 4-bit weights (default: float32)")

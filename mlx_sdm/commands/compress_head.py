@@ -14,6 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from mlx_sdm.commands.arguments import CommandParser
 from mlx_sdm.errors import MlxSdmError
 
 DEFAULT_RANK = 64
@@ -25,7 +26,7 @@ example:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mlx-sdm compress-head", description="Store a fine-tuned SDM-network head as its low-rank change from the model's own head.",
+    p = CommandParser(prog="mlx-sdm compress-head", description="Store a fine-tuned SDM-network head as its low-rank change from the model's own head.",
                                 epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--head", required=True, help="the full head folder mlx-sdm finetune wrote")
     p.add_argument("--out", required=True, help="folder for the compressed head (written atomically)")

@@ -27,6 +27,7 @@ from mlx_sdm.calibration.constants import (
 from mlx_sdm.calibration.fit_config import DEFAULT_EPOCHS, DEFAULT_ITERATIONS, DEFAULT_LEARNING_RATE, FitConfig
 from mlx_sdm.calibration.estimator import SDMEstimator
 from mlx_sdm.calibration.evaluation import evaluate, format_table, format_training, plot
+from mlx_sdm.commands.arguments import CommandParser, non_negative_int
 from mlx_sdm.errors import DataError, MlxSdmError
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / "datasets" / "bbc_minilm.npz"
@@ -36,7 +37,7 @@ DEFAULT_EXPLAIN = 3
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mlx-sdm demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = CommandParser(prog="mlx-sdm demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="example:\n  mlx-sdm demo --out bbc-estimator --plot bbc.png")
     p.add_argument("--data", default=str(DEFAULT_DATA), help="embedded BBC file (default: %(default)s)")
     p.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS, help="J (default %(default)s)")
@@ -48,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{PAPER_BATCH_SIZE}, rescaler batch 1 at lr {PAPER_RESCALER_LEARNING_RATE:g} (--iterations still applies)")
     p.add_argument("--out", metavar="DIR", help="also save the estimator here")
     p.add_argument("--plot", metavar="FILE.png", help="reliability diagram + q~-bin accuracy for both test sets")
-    p.add_argument("--explain", type=int, default=DEFAULT_EXPLAIN, metavar="K", help="exemplars shown per example")
+    p.add_argument("--explain", type=non_negative_int, default=DEFAULT_EXPLAIN, metavar="K",
+                   help="exemplars shown per example, 0 or more (default %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from mlx_sdm.commands.arguments import CommandParser
 from mlx_sdm.errors import MlxSdmError
 
 DEFAULT_WEIGHTS = "linear-front"
@@ -28,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     from mlx_sdm.monitor.online.tracer import TracerConfig
 
     ref = TracerConfig()
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="mlx-sdm eval-monitor",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(

@@ -22,6 +22,7 @@ from mlx_sdm.calibration.fit_config import DEFAULT_EPOCHS, DEFAULT_ITERATIONS, D
 from mlx_sdm.calibration.estimator import SDMEstimator
 from mlx_sdm.calibration.evaluation import format_training
 from mlx_sdm.calibration.constants import RESCALER_BATCH_SIZE, RESCALER_LEARNING_RATE
+from mlx_sdm.commands.arguments import CommandParser
 from mlx_sdm.errors import MlxSdmError
 
 DEFAULT_ALPHA = ALPHA_PRIME
@@ -59,7 +60,7 @@ example:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mlx-sdm train", description="Train an SDM calibrated estimator on labelled embeddings, or a document verifier on (prompt, completion) rows.",
+    p = CommandParser(prog="mlx-sdm train", description="Train an SDM calibrated estimator on labelled embeddings, or a document verifier on (prompt, completion) rows.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--train", required=True, metavar="T.jsonl", help="training rows (support set candidates)")
     p.add_argument("--calibration", required=True, metavar="C.jsonl", help="calibration rows")
