@@ -132,9 +132,14 @@ def list_tasks(verifier: str | None) -> int:
     """``--list-tasks``: what the verifier (default: the shipped one) covers, read from its verifier.json."""
     from pathlib import Path
 
+    from mlx_sdm.app.loading import verification_off
     from mlx_sdm.network.coverage import read_coverage
     from mlx_sdm.resources import default_verifier_dir, resolve_artifact
 
+    if verification_off(verifier):
+        print(f"mlx-sdm generate: --verifier {verifier} turns verification off, so there are no tasks to list; "
+              "drop --verifier to list the default verifier's tasks, or pass --verifier DIR", file=sys.stderr)
+        return 2
     folder = resolve_artifact(verifier) if verifier else default_verifier_dir()
     try:
         manifest = json.loads((Path(folder) / "verifier.json").read_text(encoding="utf-8"))
