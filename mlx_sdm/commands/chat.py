@@ -120,6 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     from mlx_sdm.session.store import ChatStore
 
     try:
+        from mlx_sdm.atomic import check_output_file
+
+        for target in (args.export, args.export_labels):
+            if target:
+                check_output_file(Path(target).expanduser())
         store = ChatStore(Path(args.db).expanduser() if args.db else default_db_path())
         if args.list:
             return _list_sessions(store)

@@ -39,9 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from mlx_sdm.network.heads import LOW_RANK_WEIGHTS_FILE, compress_head
+    from mlx_sdm.atomic import check_output_folder
+    from mlx_sdm.network.heads import HEAD_MANIFEST_FILE, LOW_RANK_WEIGHTS_FILE, compress_head
 
     try:
+        check_output_folder(args.out, force=args.force, artifact_files=(HEAD_MANIFEST_FILE,))  # before loading a model
         model = None
         if args.model is not None:
             from mlx_sdm.lm.loading import load_model

@@ -108,9 +108,25 @@ def _show_examples(est: SDMEstimator, data: LabelledSet, names: list[str], k: in
     return "\n".join(lines)
 
 
+def _check_outputs(args) -> None:
+    """--out and --plot can be written: refused now, not after the training."""
+    from mlx_sdm.atomic import check_output_file, check_output_folder
+    from mlx_sdm.calibration.persistence import MANIFEST
+    from mlx_sdm.calibration.sdmkit import is_sdmkit_path
+
+    if args.out:
+        if is_sdmkit_path(args.out):
+            check_output_file(args.out)
+        else:
+            check_output_folder(args.out, force=True, artifact_files=(MANIFEST,))
+    if args.plot:
+        check_output_file(args.plot)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        _check_outputs(args)
         raw = load_bbc(args.data)
         names = [str(t) for t in raw["topics"]]
         train, cal, test, shifted = bbc_splits(raw, args.seed)

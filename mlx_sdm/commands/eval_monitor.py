@@ -130,6 +130,10 @@ def main(argv: list[str] | None = None) -> int:
     from mlx_sdm.monitor.online.tracer import TracerConfig
 
     try:
+        if args.plot:
+            from mlx_sdm.atomic import check_output_file
+
+            check_output_file(args.plot)  # refused now, not after the evaluation
         sessions = load_sessions(args.sessions)
         if not sessions:
             print("mlx-sdm eval-monitor: no sessions in the input", file=sys.stderr)
