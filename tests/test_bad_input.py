@@ -358,7 +358,11 @@ def no_model_loads(monkeypatch) -> None:
     ("chat", ["--max-tokens", "-5"], "--max-tokens", "at least 1"),
     ("verify", ["--estimator", "e", "in.jsonl", "--out", "o.jsonl", "--explain", "-1"], "--explain", "at least 0"),
     ("demo", ["--explain", "-2"], "--explain", "at least 0"),
-    ("build-verifier", ["--out", "v", "--max-tokens", "0"], "--max-tokens", "at least 1"),
+    ("build-verifier", ["--out", "v", "--max-tokens", "2"], "--max-tokens", "at least 4"),
+    ("build-verifier", ["--out", "v", "--eval-size", "-1"], "--eval-size", "at least 0"),
+    ("train", ["--train", "t", "--calibration", "c", "--out", "o", "--batch-size", "0"], "--batch-size", "at least 1"),
+    ("train", ["--train", "t", "--calibration", "c", "--out", "o", "--exemplar-dim", "0"], "--exemplar-dim", "at least 1"),
+    ("compress-head", ["--head", "h", "--out", "o", "--rank", "0"], "--rank", "at least 1"),
 ])
 def test_a_bad_number_is_one_line_naming_the_option_before_any_model_work(command, argv, option, wanted, monkeypatch,
                                                                          capsys):

@@ -21,7 +21,8 @@ class CommandParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}; see `{self.prog} --help`\n")
 
 
-def _whole_number(low: int, high: int | None = None, note: str = "") -> Callable[[str], int]:
+def whole_number(low: int, high: int | None = None, note: str = "") -> Callable[[str], int]:
+    """A ``type=`` for whole numbers from ``low`` (to ``high``); ``note`` says what a special value means."""
     if high is None:
         wanted = f"a whole number, at least {low}"
     else:
@@ -41,11 +42,11 @@ def _whole_number(low: int, high: int | None = None, note: str = "") -> Callable
 
 
 #: ``--port``: a TCP port; 0 asks the system for any free one.
-port = _whole_number(0, MAX_PORT, "0 = any free port")
-#: Budgets and sizes that mean nothing at 0: ``--max-tokens``, ``--max-pending``, ``--max-body-bytes``, ...
-positive_int = _whole_number(1)
-#: Counts where 0 means "none": ``--explain K`` (nearest exemplars shown).
-non_negative_int = _whole_number(0)
+port = whole_number(0, MAX_PORT, "0 = any free port")
+#: Budgets, sizes and counts that mean nothing at 0: ``--max-tokens``, ``--max-pending``, ``--epochs``, ...
+positive_int = whole_number(1)
+#: Counts where 0 means "none": ``--explain K`` (nearest exemplars shown), ``--eval-size``.
+non_negative_int = whole_number(0)
 
 
 def temperature(text: str) -> float:

@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mlx_sdm.commands.arguments import CommandParser
+from mlx_sdm.commands.arguments import CommandParser, positive_int
 from mlx_sdm.errors import MlxSdmError
 
 DEFAULT_RANK = 64
@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--head", required=True, help="the full head folder mlx-sdm finetune wrote")
     p.add_argument("--out", required=True, help="folder for the compressed head (written atomically)")
-    p.add_argument("--rank", type=int, default=DEFAULT_RANK, help="rank r of U @ V (default %(default)s)")
+    p.add_argument("--rank", type=positive_int, default=DEFAULT_RANK, help="rank r of U @ V, at least 1 (default %(default)s)")
     p.add_argument("--model", default=None,
                    help="the base model (default: the one the head's manifest names; the head must fit it)")
     p.add_argument("--force", action="store_true", help="replace a head already in --out")

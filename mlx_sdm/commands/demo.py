@@ -27,7 +27,7 @@ from mlx_sdm.calibration.constants import (
 from mlx_sdm.calibration.fit_config import DEFAULT_EPOCHS, DEFAULT_ITERATIONS, DEFAULT_LEARNING_RATE, FitConfig
 from mlx_sdm.calibration.estimator import SDMEstimator
 from mlx_sdm.calibration.evaluation import evaluate, format_table, format_training, plot
-from mlx_sdm.commands.arguments import CommandParser, non_negative_int
+from mlx_sdm.commands.arguments import CommandParser, non_negative_int, positive_int
 from mlx_sdm.errors import DataError, MlxSdmError
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / "datasets" / "bbc_minilm.npz"
@@ -40,8 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = CommandParser(prog="mlx-sdm demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="example:\n  mlx-sdm demo --out bbc-estimator --plot bbc.png")
     p.add_argument("--data", default=str(DEFAULT_DATA), help="embedded BBC file (default: %(default)s)")
-    p.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS, help="J (default %(default)s)")
-    p.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS, help="epochs per iteration (default %(default)s)")
+    p.add_argument("--iterations", type=positive_int, default=DEFAULT_ITERATIONS, help="J, at least 1 (default %(default)s)")
+    p.add_argument("--epochs", type=positive_int, default=DEFAULT_EPOCHS, help="epochs per iteration, at least 1 (default %(default)s)")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="split and training seed (default %(default)s)")
     p.add_argument("--learning-rate", type=float, default=DEFAULT_LEARNING_RATE, help="Adam lr (default %(default)g)")
     p.add_argument("--paper-settings", action="store_true",
