@@ -39,6 +39,13 @@ def _check_can_create(path: Path, parent: Path) -> None:
         raise OutputError(f"{path}: cannot be created because {base} is a file, not a folder; choose another path")
     if not os.access(base, os.W_OK | os.X_OK):
         raise OutputError(f"{path}: no permission to write in {base}; choose a folder you can write to")
+    try:  # the permission bits do not tell it all (root, /proc, a read-only mount): make a file and remove it
+        fd, probe = tempfile.mkstemp(prefix=".mlx-sdm-probe.", dir=base)
+    except OSError as exc:
+        raise OutputError(f"{path}: {base} does not take new files ({exc.strerror or exc}); choose a folder you can "
+                          "write to") from exc
+    os.close(fd)
+    os.unlink(probe)
 
 
 def check_output_folder(path: str | os.PathLike, *, force: bool = False, artifact_files: tuple[str, ...] = ()) -> Path:

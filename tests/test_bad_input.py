@@ -330,3 +330,122 @@ def test_a_chat_store_in_a_read_only_folder_says_so(tmp_path, monkeypatch):
     (tmp_path / "a_file").write_text("x")
     with pytest.raises(OutputError, match="cannot create its folder"):
         ChatStore(tmp_path / "a_file" / "chat.db")
+
+
+# --------------------------------------------------------------------------- command-line values, before any model work
+def no_model_loads(monkeypatch) -> None:
+    """Any model load fails the test: the checks below must come before it."""
+    import mlx_sdm.lm.loading
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded before the bad input was refused")
+
+    monkeypatch.setattr(mlx_sdm.lm.loading, "load_model", refuse)
+
+
+@pytest.mark.parametrize("command, argv, option, wanted", [
+    ("serve", ["--port", "80000"], "--port", "from 0 to 65535"),
+    ("serve", ["--port", "-1"], "--port", "from 0 to 65535"),
+    ("serve", ["--port", "http"], "--port", "got 'http'"),
+    ("serve", ["--max-tokens", "0"], "--max-tokens", "at least 1"),
+    ("serve", ["--max-pending", "-3"], "--max-pending", "at least 1"),
+    ("serve", ["--max-body-bytes", "0"], "--max-body-bytes", "at least 1"),
+    ("generate", ["hi", "--explain", "-1"], "--explain", "at least 0"),
+    ("generate", ["hi", "--max-tokens", "0"], "--max-tokens", "at least 1"),
+    ("chat", ["--temperature", "-1"], "--temperature", "from 0 to 2"),
+    ("chat", ["--temperature", "2.5"], "--temperature", "from 0 to 2"),
+    ("chat", ["--temperature", "nan"], "--temperature", "from 0 to 2"),
+    ("chat", ["--max-tokens", "-5"], "--max-tokens", "at least 1"),
+    ("verify", ["--estimator", "e", "in.jsonl", "--out", "o.jsonl", "--explain", "-1"], "--explain", "at least 0"),
+    ("demo", ["--explain", "-2"], "--explain", "at least 0"),
+    ("build-verifier", ["--out", "v", "--max-tokens", "2"], "--max-tokens", "at least 4"),
+    ("build-verifier", ["--out", "v", "--eval-size", "-1"], "--eval-size", "at least 0"),
+    ("train", ["--train", "t", "--calibration", "c", "--out", "o", "--batch-size", "0"], "--batch-size", "at least 1"),
+    ("train", ["--train", "t", "--calibration", "c", "--out", "o", "--exemplar-dim", "0"], "--exemplar-dim", "at least 1"),
+    ("compress-head", ["--head", "h", "--out", "o", "--rank", "0"], "--rank", "at least 1"),
+])
+def test_a_bad_number_is_one_line_naming_the_option_before_any_model_work(command, argv, option, wanted, monkeypatch,
+                                                                         capsys):
+    import importlib
+
+    from mlx_sdm import cli
+
+    no_model_loads(monkeypatch)
+    module = importlib.import_module(cli.COMMANDS[command][0])
+    with pytest.raises(SystemExit) as exited:
+        module.main(argv)
+    assert exited.value.code == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith(f"mlx-sdm {command}: error: argument {option}: must be") and wanted in line, line
+    assert f"see `mlx-sdm {command} --help`" in line
+
+
+def test_help_gives_the_valid_ranges(capsys):
+    from mlx_sdm.commands import chat as chat_cmd
+    from mlx_sdm.commands import serve as serve_cmd
+
+    serve_help = " ".join(serve_cmd.build_parser().format_help().split())
+    assert "port, 0 to 65535" in serve_help and "--quiet" in serve_help
+    assert "at least 1" in " ".join(generate_cmd.build_parser().format_help().split())
+    assert "0 or more" in " ".join(verify_cmd.build_parser().format_help().split())
+    assert "sampling temperature, 0 to 2" in " ".join(chat_cmd.build_parser().format_help().split())
+
+
+@pytest.mark.parametrize("spelling", ["none", "NONE", "off"])
+def test_list_tasks_with_verifier_none_means_no_verifier_not_a_folder(spelling, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # no folder called "none" here: it must not be looked for
+    assert generate_cmd.main(["--list-tasks", "--verifier", spelling]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert f"--verifier {spelling} turns verification off" in line and "verifier.json" not in line
+
+
+def refusing(folder: Path, monkeypatch) -> Path:
+    """A folder whose permission bits allow writing but that takes no new file (a read-only mount, /proc)."""
+    import errno
+    import tempfile
+
+    folder.mkdir(parents=True, exist_ok=True)
+    real = tempfile.mkstemp
+
+    def mkstemp(*args, dir=None, **kwargs):
+        if dir is not None and Path(dir).resolve() == folder.resolve():
+            raise OSError(errno.EROFS, "Read-only file system")
+        return real(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    return folder
+
+
+def test_verify_out_under_proc_is_refused_before_reading_anything(tmp_path, capsys):
+    if not Path("/proc").is_dir():
+        pytest.skip("no /proc on this system")
+    # an estimator that does not exist: had any work started, the error would be about it
+    assert verify_cmd.main(["--estimator", str(tmp_path / "no-verifier"), str(tmp_path / "in.jsonl"),
+                            "--out", "/proc/x.jsonl"]) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith("mlx-sdm verify: /proc/x.jsonl: /proc does not take new files") and "no-verifier" not in line
+
+
+def test_every_output_path_is_checked_before_any_model_work(tmp_path, monkeypatch, capsys):
+    from mlx_sdm.commands import chat as chat_cmd
+    from mlx_sdm.commands import compress_head as compress_cmd
+    from mlx_sdm.commands import demo as demo_cmd
+    from mlx_sdm.commands import eval_monitor as eval_cmd
+
+    no_model_loads(monkeypatch)
+    locked = refusing(tmp_path / "locked", monkeypatch)
+    missing = str(tmp_path / "missing")
+    runs = [
+        (verify_cmd, ["--estimator", missing, missing, "--out", str(locked / "v.jsonl")], 1, "v.jsonl"),
+        (compress_cmd, ["--head", missing, "--model", missing, "--out", str(locked / "head")], 1, "head"),
+        (demo_cmd, ["--data", missing, "--plot", str(locked / "r.png")], 1, "r.png"),
+        (demo_cmd, ["--data", missing, "--out", str(locked / "est")], 1, "est"),
+        (eval_cmd, [missing, "--plot", str(locked / "m.png")], 2, "m.png"),
+        (chat_cmd, ["--db", str(tmp_path / "chat.db"), "--export", str(locked / "all.jsonl")], 2, "all.jsonl"),
+        (train_cmd, ["--train", missing, "--calibration", missing, "--out", str(locked / "o"), *FAST], 1, "o"),
+    ]
+    for module, argv, code, name in runs:
+        assert module.main(argv) == code, argv
+        line = one_error_line(capsys.readouterr().err)
+        assert f"{locked / name}: {locked} does not take new files (Read-only file system)" in line, line
+    assert sorted(p.name for p in locked.iterdir()) == []

@@ -36,3 +36,11 @@ def test_bad_input_is_one_clear_line_naming_file_and_line(tmp_path):
     assert f"{bad}:2" in out.stderr and "not valid JSON" in out.stderr
     assert "Traceback" not in out.stderr
     assert not (tmp_path / "est").exists()
+
+
+def test_a_port_out_of_range_is_one_line_not_a_traceback():
+    out = subprocess.run([sys.executable, "-m", "mlx_sdm", "serve", "--port", "80000"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 2 and "Traceback" not in out.stderr and "loading" not in out.stdout
+    assert out.stderr.strip() == ("mlx-sdm serve: error: argument --port: must be a whole number from 0 to 65535 "
+                                  "(0 = any free port), got 80000; see `mlx-sdm serve --help`")

@@ -358,3 +358,108 @@ def test_a_client_that_goes_away_stops_the_generation_and_the_turn_is_stored_as_
     assert answer.role == "assistant" and answer.status == "cancelled" and answer.token_count < 1900
     assert answer.verdict is None and answer.review_id is None  # nothing judged, nothing queued
     assert (answer.metadata.source, answer.metadata.finish_reason, answer.metadata.verdict_reason) == ("api:chat", "cancelled", None)
+
+
+# ---------------------------------------------------------------------- the request log
+
+
+def logged_lines(capsys, path: str, count: int, seen: list[str]) -> list[str]:
+    """The request-log lines for ``path``, waiting (bounded) until ``count`` are there: a line is written
+    once the response has ended, which the client may see a moment before."""
+    deadline = time.monotonic() + 10
+    while True:
+        seen += capsys.readouterr().err.splitlines()
+        lines = [line for line in seen if f" {path} " in line]
+        if len(lines) >= count or time.monotonic() > deadline:
+            return lines
+        time.sleep(0.02)
+
+
+def test_each_request_is_one_log_line_with_status_time_and_verdict(served, capsys):
+    import re
+
+    seen: list[str] = []
+    capsys.readouterr()
+    reply = served.client().chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=4)
+    [line] = logged_lines(capsys, "/v1/chat/completions", 1, seen)
+    status = reply.model_extra["verdict"]["status"]
+    assert re.fullmatch(rf"\d\d:\d\d:\d\d POST /v1/chat/completions 200 \d+ms {status}", line), line
+    chunks = list(served.client().chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=4, stream=True))
+    lines = logged_lines(capsys, "/v1/chat/completions", 2, seen)
+    assert lines[1].endswith(f" {chunks[-1].model_extra['verdict']['status']}") and " 200 " in lines[1]
+    served.raw("/verify", json.dumps({"messages": QUESTION, "completion": "{}"}).encode())
+    [line] = logged_lines(capsys, "/v1/verify", 1, seen)
+    assert re.search(r" POST /v1/verify 200 \d+ms (verified|not_verified|out_of_scope)$", line), line
+    served.raw("/models", b"", method="GET")
+    [line] = logged_lines(capsys, "/v1/models", 1, seen)
+    assert re.search(r" GET /v1/models 200 \d+ms -$", line), line
+    with pytest.raises(openai.AuthenticationError):
+        served.client(api_key="wrong").models.list()
+    line = logged_lines(capsys, "/v1/models", 2, seen)[1]
+    assert re.search(r" GET /v1/models 401 \d+ms -$", line), line  # refused by the key check: logged too
+
+
+def fake_worker():
+    """A worker whose backend is "loaded", for building the app without a model."""
+    from concurrent.futures import Future
+    from types import SimpleNamespace
+
+    ready: Future = Future()
+    ready.set_result(SimpleNamespace(model_id=MODEL, created=0))
+    return SimpleNamespace(ready=ready, pending=0, submit=None)
+
+
+def test_quiet_turns_the_request_log_off(capsys):
+    from starlette.testclient import TestClient
+
+    from mlx_sdm.commands.serve import ServeArgs, build_parser, server_config
+
+    assert build_parser().parse_args(["--quiet"]).quiet and not build_parser().parse_args([]).quiet
+    assert server_config(ServeArgs()).log_requests and not server_config(ServeArgs(quiet=True)).log_requests
+    for config, expected in ((ServerConfig(), 1), (server_config(ServeArgs(quiet=True)), 0)):
+        capsys.readouterr()
+        with TestClient(build_app(fake_worker(), config)) as client:
+            assert client.get("/health").status_code == 200
+            assert client.get("/nowhere").status_code == 404
+        err = capsys.readouterr().err
+        assert len([line for line in err.splitlines() if " GET /health 200 " in line]) == expected, err
+        assert len([line for line in err.splitlines() if line.endswith(" -") and " GET /nowhere 404 " in line]) == expected
+
+
+def test_the_request_log_reads_the_verdict_of_json_and_streamed_answers_and_logs_a_stream_at_its_end():
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse, StreamingResponse
+    from starlette.routing import Route
+    from starlette.testclient import TestClient
+
+    from mlx_sdm.server import sse
+    from mlx_sdm.server.request_log import RequestLogMiddleware
+
+    lines: list[str] = []
+    sent: list[int] = []
+
+    async def answer(request):
+        return JSONResponse({"choices": [], "verdict": {"status": "verified"}})
+
+    async def stream(request):
+        async def chunks():
+            yield sse.event({"choices": [{"delta": {"content": '"verdict"'}}]})  # the word in the text is no verdict
+            sent.append(len(lines))  # nothing logged while the stream runs
+            yield sse.event({"choices": [{"finish_reason": "stop"}], "verdict": {"status": "out_of_scope"}})
+            yield sse.DONE
+        return StreamingResponse(chunks(), media_type=sse.MEDIA_TYPE)
+
+    async def broken(request):
+        raise RuntimeError("boom")
+
+    app = Starlette(routes=[Route("/a", answer, methods=["POST"]), Route("/s", stream), Route("/b", broken)])
+    app.add_middleware(RequestLogMiddleware, write=lines.append)
+    with TestClient(app, raise_server_exceptions=False) as client:
+        assert client.post("/a").status_code == 200
+        assert client.get("/s").status_code == 200
+        assert client.get("/b").status_code == 500
+    import re
+
+    assert [re.sub(r" \d+ms ", " Tms ", line.split(" ", 1)[1]) for line in lines] == [
+        "POST /a 200 Tms verified", "GET /s 200 Tms out_of_scope", "GET /b 500 Tms -"]
+    assert sent == [1]  # nothing logged while the stream ran: a stream is logged at its end

@@ -20,6 +20,11 @@ VERIFIER_OFF = {"none", "off", "no"}
 HEAD_OFF = VERIFIER_OFF
 
 
+def verification_off(spec: str | None) -> bool:
+    """``--verifier none`` (or off/no): no verifier at all, not a folder named "none"."""
+    return spec is not None and spec.strip().lower() in VERIFIER_OFF
+
+
 @dataclass
 class LoadedVerifier:
     verifier: Any | None  # mlx_sdm.network.verifier.DocumentVerifier
@@ -33,7 +38,7 @@ def load_verifier(spec: str | None, lm: Any) -> LoadedVerifier:
     leaves answers unverifiable, with the reason."""
     from mlx_sdm.network.verifier import VERIFIER_MANIFEST, DocumentVerifier
 
-    if spec is not None and spec.lower() in VERIFIER_OFF:
+    if verification_off(spec):
         return LoadedVerifier(None, None, "verification is off (--verifier none)")
     if spec is not None:
         return LoadedVerifier(DocumentVerifier.load(spec, expect_fingerprint=lm.fingerprint), spec, None)

@@ -14,10 +14,13 @@ from mlx_sdm.app.build_verifier import (
     build_verifier,
     describe,
 )
+from mlx_sdm.commands.arguments import CommandParser, non_negative_int, positive_int, whole_number
 from mlx_sdm.errors import MlxSdmError
 
 DEFAULT_MODEL = "smollm2"
 DEFAULT_BATCH = 16
+#: The shortest answer budget a build accepts: a JSON answer takes a few tokens before its closing brace.
+MIN_MAX_TOKENS = 4
 
 EPILOG = """
 The model answers every task's prompts itself; each answer is checked against the task's gold
@@ -51,7 +54,7 @@ examples:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mlx-sdm build-verifier", epilog=EPILOG,
+    p = CommandParser(prog="mlx-sdm build-verifier", epilog=EPILOG,
                                 description="Build a document verifier for a model from its own answers to the task suite.",
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=DEFAULT_MODEL,
@@ -59,20 +62,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", nargs="+", default=None, metavar="TASK",
                    help="shipped task names and/or your .jsonl files (or a folder of them), space- or comma-separated "
                         "(default: all shipped)")
-    p.add_argument("--per-task", type=int, default=DEFAULT_PER_TASK,
+    p.add_argument("--per-task", type=positive_int, default=DEFAULT_PER_TASK,
                    help="answers per task to train and calibrate on (halved; default %(default)s)")
-    p.add_argument("--eval-size", type=int, default=DEFAULT_EVAL_SIZE,
-                   help="held-out and shifted answers per task for the report (default %(default)s)")
+    p.add_argument("--eval-size", type=non_negative_int, default=DEFAULT_EVAL_SIZE,
+                   help="held-out and shifted answers per task for the report, 0 or more (default %(default)s)")
     p.add_argument("--out", required=True, type=Path, metavar="DIR", help="verifier folder to write (atomically)")
     p.add_argument("--cache-dir", type=Path, default=None, help="answer/feature cache (default: DIR.cache)")
-    p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
-                   help="answer length limit; answers stop at the JSON's closing brace (default %(default)s)")
-    p.add_argument("--batch", type=int, default=DEFAULT_BATCH,
-                   help="answers generated together in one batch (default %(default)s; 32 is faster on a CPU)")
+    p.add_argument("--max-tokens", type=whole_number(MIN_MAX_TOKENS), default=DEFAULT_MAX_TOKENS,
+                   help=f"answer length limit, at least {MIN_MAX_TOKENS}; answers stop at the JSON's closing brace "
+                        "(default %(default)s)")
+    p.add_argument("--batch", type=positive_int, default=DEFAULT_BATCH,
+                   help="answers generated together in one batch, at least 1 (default %(default)s; 32 is faster on a CPU)")
     p.add_argument("--quantized", action="store_true", help="keep a GGUF's 4-bit weights (default: float32)")
     p.add_argument("--seed", type=int, default=0, help="fitting seed (splits are fixed)")
-    p.add_argument("--iterations", type=int, default=None, help="override Alg. 1's iterations J")
-    p.add_argument("--epochs", type=int, default=None, help="override Alg. 1's epochs per iteration")
+    p.add_argument("--iterations", type=positive_int, default=None, help="override Alg. 1's iterations J (at least 1)")
+    p.add_argument("--epochs", type=positive_int, default=None, help="override Alg. 1's epochs per iteration (at least 1)")
     p.add_argument("--estimator", choices=("v1", "v2"), default=None,
                    help="v1 = the paper's estimator, v2 = the canonical one (default: mlx-sdm train's default)")
     p.add_argument("--no-plot", action="store_true", help="skip reliability.png")
@@ -122,10 +126,6 @@ def main(argv: list[str] | None = None) -> int:
     if namespace.recipe is not None:
         return run_recipe(namespace, parser)
     args = parse_args(argv)
-    if args.max_tokens < 4 or args.eval_size < 0 or args.batch < 1:
-        print("mlx-sdm build-verifier: --max-tokens must be at least 4, --eval-size at least 0 and --batch at least 1",
-              file=sys.stderr)
-        return 2
     try:
         result = build_verifier(args, log=lambda line: print(line, file=sys.stderr))
     except MlxSdmError as exc:

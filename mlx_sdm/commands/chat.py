@@ -13,9 +13,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
+from mlx_sdm.commands.arguments import CommandParser, positive_int, temperature
 from mlx_sdm.errors import MlxSdmError
 
-from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
+from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS, MAX_TEMPERATURE
 
 if TYPE_CHECKING:
     from mlx_sdm.session.events import TurnResult
@@ -45,7 +46,7 @@ def default_db_path() -> Path:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="mlx-sdm chat",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
@@ -77,8 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--db", default=None, help=f"chat store (SQLite) path; default {default_db_path()}")
     parser.add_argument("--session", default=None, help="reopen this session id (see --list); default: a new session")
     parser.add_argument("--title", default=None, help="title of a new session")
-    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="longest answer in tokens (default %(default)s)")
-    parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature; 0 = greedy (default)")
+    parser.add_argument("--max-tokens", type=positive_int, default=DEFAULT_MAX_TOKENS,
+                        help="longest answer in tokens, at least 1 (default %(default)s)")
+    parser.add_argument("--temperature", type=temperature, default=0.0,
+                        help=f"sampling temperature, 0 to {MAX_TEMPERATURE:g}; 0 = greedy (default)")
     parser.add_argument("--irreversible-tools", default="",
                         help="comma-separated tool-name substrings whose calls pause already at MEDIUM uncertainty (case-insensitive)")
     parser.add_argument("--embedder", default=DEFAULT_EMBEDDER, choices=("minilm", "hidden", "none"),
@@ -104,8 +107,6 @@ def build_parser() -> argparse.ArgumentParser:
 def engine_config(args: argparse.Namespace):
     from mlx_sdm.session.engine import EngineConfig
 
-    if args.max_tokens < 1:
-        raise MlxSdmError(f"--max-tokens must be at least 1, got {args.max_tokens}")
     tools = tuple(t.strip() for t in args.irreversible_tools.split(",") if t.strip())
     return EngineConfig(
         model=args.model, verifier=args.verifier, head=args.head, max_tokens=args.max_tokens,
@@ -119,6 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     from mlx_sdm.session.store import ChatStore
 
     try:
+        from mlx_sdm.atomic import check_output_file
+
+        for target in (args.export, args.export_labels):
+            if target:
+                check_output_file(Path(target).expanduser())
         store = ChatStore(Path(args.db).expanduser() if args.db else default_db_path())
         if args.list:
             return _list_sessions(store)

@@ -14,6 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from mlx_sdm.commands.arguments import CommandParser, positive_int
 from mlx_sdm.errors import MlxSdmError
 
 DEFAULT_RANK = 64
@@ -25,11 +26,11 @@ example:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mlx-sdm compress-head", description="Store a fine-tuned SDM-network head as its low-rank change from the model's own head.",
+    p = CommandParser(prog="mlx-sdm compress-head", description="Store a fine-tuned SDM-network head as its low-rank change from the model's own head.",
                                 epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--head", required=True, help="the full head folder mlx-sdm finetune wrote")
     p.add_argument("--out", required=True, help="folder for the compressed head (written atomically)")
-    p.add_argument("--rank", type=int, default=DEFAULT_RANK, help="rank r of U @ V (default %(default)s)")
+    p.add_argument("--rank", type=positive_int, default=DEFAULT_RANK, help="rank r of U @ V, at least 1 (default %(default)s)")
     p.add_argument("--model", default=None,
                    help="the base model (default: the one the head's manifest names; the head must fit it)")
     p.add_argument("--force", action="store_true", help="replace a head already in --out")
@@ -38,9 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from mlx_sdm.network.heads import LOW_RANK_WEIGHTS_FILE, compress_head
+    from mlx_sdm.atomic import check_output_folder
+    from mlx_sdm.network.heads import HEAD_MANIFEST_FILE, LOW_RANK_WEIGHTS_FILE, compress_head
 
     try:
+        check_output_folder(args.out, force=args.force, artifact_files=(HEAD_MANIFEST_FILE,))  # before loading a model
         model = None
         if args.model is not None:
             from mlx_sdm.lm.loading import load_model

@@ -27,6 +27,7 @@ from mlx_sdm.calibration.constants import (
 from mlx_sdm.calibration.fit_config import DEFAULT_EPOCHS, DEFAULT_ITERATIONS, DEFAULT_LEARNING_RATE, FitConfig
 from mlx_sdm.calibration.estimator import SDMEstimator
 from mlx_sdm.calibration.evaluation import evaluate, format_table, format_training, plot
+from mlx_sdm.commands.arguments import CommandParser, non_negative_int, positive_int
 from mlx_sdm.errors import DataError, MlxSdmError
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / "datasets" / "bbc_minilm.npz"
@@ -36,11 +37,11 @@ DEFAULT_EXPLAIN = 3
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mlx-sdm demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = CommandParser(prog="mlx-sdm demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="example:\n  mlx-sdm demo --out bbc-estimator --plot bbc.png")
     p.add_argument("--data", default=str(DEFAULT_DATA), help="embedded BBC file (default: %(default)s)")
-    p.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS, help="J (default %(default)s)")
-    p.add_argument("--epochs", type=int, default=DEFAULT_EPOCHS, help="epochs per iteration (default %(default)s)")
+    p.add_argument("--iterations", type=positive_int, default=DEFAULT_ITERATIONS, help="J, at least 1 (default %(default)s)")
+    p.add_argument("--epochs", type=positive_int, default=DEFAULT_EPOCHS, help="epochs per iteration, at least 1 (default %(default)s)")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="split and training seed (default %(default)s)")
     p.add_argument("--learning-rate", type=float, default=DEFAULT_LEARNING_RATE, help="Adam lr (default %(default)g)")
     p.add_argument("--paper-settings", action="store_true",
@@ -48,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{PAPER_BATCH_SIZE}, rescaler batch 1 at lr {PAPER_RESCALER_LEARNING_RATE:g} (--iterations still applies)")
     p.add_argument("--out", metavar="DIR", help="also save the estimator here")
     p.add_argument("--plot", metavar="FILE.png", help="reliability diagram + q~-bin accuracy for both test sets")
-    p.add_argument("--explain", type=int, default=DEFAULT_EXPLAIN, metavar="K", help="exemplars shown per example")
+    p.add_argument("--explain", type=non_negative_int, default=DEFAULT_EXPLAIN, metavar="K",
+                   help="exemplars shown per example, 0 or more (default %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
@@ -106,9 +108,25 @@ def _show_examples(est: SDMEstimator, data: LabelledSet, names: list[str], k: in
     return "\n".join(lines)
 
 
+def _check_outputs(args) -> None:
+    """--out and --plot can be written: refused now, not after the training."""
+    from mlx_sdm.atomic import check_output_file, check_output_folder
+    from mlx_sdm.calibration.persistence import MANIFEST
+    from mlx_sdm.calibration.sdmkit import is_sdmkit_path
+
+    if args.out:
+        if is_sdmkit_path(args.out):
+            check_output_file(args.out)
+        else:
+            check_output_folder(args.out, force=True, artifact_files=(MANIFEST,))
+    if args.plot:
+        check_output_file(args.plot)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        _check_outputs(args)
         raw = load_bbc(args.data)
         names = [str(t) for t in raw["topics"]]
         train, cal, test, shifted = bbc_splits(raw, args.seed)

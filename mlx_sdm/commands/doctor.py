@@ -12,6 +12,7 @@ import sys
 import time
 
 from mlx_sdm import blas
+from mlx_sdm.commands.arguments import CommandParser
 
 DEFAULT_MATMUL_SIZE = 1024
 DEFAULT_GPU_MATMUL_SIZE = 4096  # large enough to keep a data-centre GPU busy for a measurable time
@@ -20,7 +21,7 @@ NVIDIA_QUERY = ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "-
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="mlx-sdm doctor",
         description=(
             "Report the MLX backend and device, which BLAS MLX is using, the measured float32 matmul "

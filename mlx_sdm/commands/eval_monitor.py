@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from mlx_sdm.commands.arguments import CommandParser
 from mlx_sdm.errors import MlxSdmError
 
 DEFAULT_WEIGHTS = "linear-front"
@@ -28,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     from mlx_sdm.monitor.online.tracer import TracerConfig
 
     ref = TracerConfig()
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="mlx-sdm eval-monitor",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
@@ -129,6 +130,10 @@ def main(argv: list[str] | None = None) -> int:
     from mlx_sdm.monitor.online.tracer import TracerConfig
 
     try:
+        if args.plot:
+            from mlx_sdm.atomic import check_output_file
+
+            check_output_file(args.plot)  # refused now, not after the evaluation
         sessions = load_sessions(args.sessions)
         if not sessions:
             print("mlx-sdm eval-monitor: no sessions in the input", file=sys.stderr)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from mlx_sdm.commands.arguments import CommandParser
 from mlx_sdm.errors import MlxSdmError
 from mlx_sdm.app.head_training import CONFIG_KEYS, DEFAULT_ADAPTER_PATH
 from mlx_sdm.network.trainer import FinetuneArgs
@@ -47,7 +48,7 @@ examples:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = CommandParser(
         prog="mlx-sdm finetune",
         description="Fine-tune the positive vocabulary head of an SDM network (verified generation).",
         epilog=EPILOG,

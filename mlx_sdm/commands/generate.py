@@ -11,6 +11,7 @@ import sys
 import threading
 import warnings
 
+from mlx_sdm.commands.arguments import CommandParser, non_negative_int, positive_int
 from mlx_sdm.errors import MlxSdmError
 from mlx_sdm.network.verdict import verdict_words
 
@@ -43,7 +44,7 @@ examples:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mlx-sdm generate", description="Answer one prompt, then print its verdict.",
+    p = CommandParser(prog="mlx-sdm generate", description="Answer one prompt, then print its verdict.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("prompt", nargs="?", default=None, help="the user message (rendered with the model's chat template)")
     p.add_argument("--list-tasks", action="store_true",
@@ -57,10 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="decode from the joint negative+positive heads of an SDM network (made by mlx-sdm finetune, "
                         "full or compressed); default: the head shipped for the embedded model, when there is one "
                         "(kept whatever --verifier says: it belongs to the model); 'none' turns it off")
-    p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="answer length limit (default %(default)s)")
+    p.add_argument("--max-tokens", type=positive_int, default=DEFAULT_MAX_TOKENS,
+                   help="answer length limit, at least 1 (default %(default)s)")
     p.add_argument("--system", default=None, help="system prompt for every turn (default: a task question gets its task's, the one the verifier was "
                         "built with; any other question gets none from mlx-sdm, as plain mlx-lm)")
-    p.add_argument("--explain", type=int, default=DEFAULT_EXPLAIN, help="nearest exemplars to show (default %(default)s)")
+    p.add_argument("--explain", type=non_negative_int, default=DEFAULT_EXPLAIN, metavar="K",
+                   help="nearest exemplars to show, 0 or more (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     return p
 
@@ -129,9 +132,14 @@ def list_tasks(verifier: str | None) -> int:
     """``--list-tasks``: what the verifier (default: the shipped one) covers, read from its verifier.json."""
     from pathlib import Path
 
+    from mlx_sdm.app.loading import verification_off
     from mlx_sdm.network.coverage import read_coverage
     from mlx_sdm.resources import default_verifier_dir, resolve_artifact
 
+    if verification_off(verifier):
+        print(f"mlx-sdm generate: --verifier {verifier} turns verification off, so there are no tasks to list; "
+              "drop --verifier to list the default verifier's tasks, or pass --verifier DIR", file=sys.stderr)
+        return 2
     folder = resolve_artifact(verifier) if verifier else default_verifier_dir()
     try:
         manifest = json.loads((Path(folder) / "verifier.json").read_text(encoding="utf-8"))
@@ -155,9 +163,6 @@ def main(argv: list[str] | None = None) -> int:
         print("mlx-sdm generate: the prompt is empty; give the question to answer, e.g. mlx-sdm generate \"What is 2+2?\"",
               file=sys.stderr)
         return 2
-    if args.max_tokens < 1:
-        print("mlx-sdm generate: --max-tokens must be at least 1", file=sys.stderr)
-        return 2
     stop = threading.Event()
     try:
         from mlx_sdm.app.loading import load_components
@@ -175,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                     sys.stdout.flush()
 
         components = load_components(args.model, verifier=args.verifier, head=args.head, quantized=args.quantized)
-        options = TurnOptions(max_tokens=args.max_tokens, system_prompt=args.system, explain=max(0, args.explain),
+        options = TurnOptions(max_tokens=args.max_tokens, system_prompt=args.system, explain=args.explain,
                               enable_p_true=False, reuse_cache=False)
         show_prefill_progress = PrefillProgress()
         with warnings.catch_warnings():  # the left-truncation notice as one plain line, not a raw UserWarning

@@ -8,6 +8,7 @@ import sys
 from mlx_sdm.calibration.data import LabelledSet, read_embedding_jsonl
 from mlx_sdm.calibration.estimator import SDMEstimator
 from mlx_sdm.calibration.evaluation import add_estimator_row, evaluate, format_table, format_training, plot
+from mlx_sdm.commands.arguments import CommandParser
 from mlx_sdm.errors import MlxSdmError
 
 EPILOG = """
@@ -30,7 +31,7 @@ examples:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mlx-sdm report", description="Table-1 calibration report on labelled rows.",
+    p = CommandParser(prog="mlx-sdm report", description="Table-1 calibration report on labelled rows.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--estimator", required=True, metavar="DIR", action="append",
                    help="folder written by `mlx-sdm train` or a .sdmkitmodel package (repeat to compare estimators on the "

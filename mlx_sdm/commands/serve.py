@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from mlx_sdm.commands.arguments import CommandParser, port, positive_int
 from mlx_sdm.errors import MlxSdmError
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 
@@ -34,10 +35,11 @@ class ServeArgs:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     quantized: bool = False
     log_level: str = "warning"
+    quiet: bool = False
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="mlx-sdm serve",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
@@ -66,19 +68,25 @@ def build_parser() -> argparse.ArgumentParser:
         "SDM-network head directory (mlx-sdm finetune, full or compressed) to decode with; default: the head shipped for "
         "the embedded model, when there is one (kept whatever --verifier says: it belongs to the model); 'none' turns it off"))
     parser.add_argument("--host", default=DEFAULT_HOST, help="address to bind (default %(default)s: this machine only)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port (default %(default)s; 0 = any free port)")
+    parser.add_argument("--port", type=port, default=DEFAULT_PORT,
+                        help="port, 0 to 65535 (default %(default)s; 0 = any free port)")
     parser.add_argument("--api-key", default=os.environ.get(API_KEY_ENV),
                         help=f"require 'Authorization: Bearer KEY' (default ${API_KEY_ENV}); needed for a non-loopback --host")
     parser.add_argument("--db", default=None, help="chat store (SQLite) path; default: the chat's own store")
-    parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS,
-                        help="answer budget when a request gives no max_tokens (default %(default)s)")
-    parser.add_argument("--max-pending", type=int, default=DEFAULT_MAX_PENDING,
-                        help="requests queued or running for the model before the server answers 503 (default %(default)s)")
-    parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
-                        help="largest request body accepted; larger ones get 413 (default %(default)s)")
+    parser.add_argument("--max-tokens", type=positive_int, default=DEFAULT_MAX_TOKENS,
+                        help="answer budget when a request gives no max_tokens, at least 1 (default %(default)s)")
+    parser.add_argument("--max-pending", type=positive_int, default=DEFAULT_MAX_PENDING,
+                        help="requests queued or running for the model before the server answers 503, at least 1 "
+                             "(default %(default)s)")
+    parser.add_argument("--max-body-bytes", type=positive_int, default=DEFAULT_MAX_BODY_BYTES,
+                        help="largest request body accepted, at least 1; larger ones get 413 (default %(default)s)")
     parser.add_argument("--quantized", action="store_true", help="keep the embedded model 4-bit")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no request log (by default each request is one line on stderr: method, path, status, "
+                             "time in ms, verdict status or '-')")
     parser.add_argument("--log-level", default="warning", choices=("critical", "error", "warning", "info", "debug"),
-                        help="HTTP access log level (default %(default)s)")
+                        help="log level of the HTTP server itself, uvicorn (default %(default)s); its access log is "
+                             "off: the request log above replaces it")
     return parser
 
 
@@ -97,6 +105,13 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def server_config(args: ServeArgs):
+    """The HTTP app's settings from the command line."""
+    from mlx_sdm.server.app import ServerConfig
+
+    return ServerConfig(api_key=args.api_key, max_body_bytes=args.max_body_bytes, log_requests=not args.quiet)
+
+
 def run_server(args: ServeArgs, *, components: Callable[[Any], Any] | None = None, out=sys.stdout) -> int:
     """Load, bind, serve until interrupted. ``components`` is the loader of the model, verifier and head
     (``BackendConfig -> TurnComponents``); None loads them from ``args`` (:func:`mlx_sdm.app.loading.load_components`),
@@ -104,16 +119,13 @@ def run_server(args: ServeArgs, *, components: Callable[[Any], Any] | None = Non
     import uvicorn
 
     from mlx_sdm.commands.chat import default_db_path
-    from mlx_sdm.server.app import ServerConfig, build_app
+    from mlx_sdm.server.app import build_app
     from mlx_sdm.server.auth import check_bind
     from mlx_sdm.server.backend import BackendConfig, SessionBackend
     from mlx_sdm.server.worker import ModelWorker
     from mlx_sdm.session.store import ChatStore
 
     check_bind(args.host, args.api_key)
-    for name in ("max_tokens", "max_pending", "max_body_bytes"):
-        if getattr(args, name) < 1:
-            raise MlxSdmError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     sock = bind_socket(args.host, args.port)
     store = ChatStore(Path(args.db).expanduser() if args.db else default_db_path())
     config = BackendConfig(model=args.model, verifier=args.verifier, head=args.head, max_tokens=args.max_tokens,
@@ -122,14 +134,15 @@ def run_server(args: ServeArgs, *, components: Callable[[Any], Any] | None = Non
     worker = ModelWorker(lambda: SessionBackend(config, store, components), max_pending=args.max_pending)
     try:
         backend = worker.ready.result()
-        app = build_app(worker, ServerConfig(api_key=args.api_key, max_body_bytes=args.max_body_bytes))
+        app = build_app(worker, server_config(args))
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
         head = backend.components.head_path if backend.components.head is not None else None
         print(f"mlx-sdm serve: listening on http://{shown}:{port}/v1 · model {backend.model_id} · verifier "
               f"{backend.verifier_name or 'none'}" + (f" · head {head}" if head else "")
               + (" · API key required" if args.api_key else ""), file=out, flush=True)
-        server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=5))
+        server = uvicorn.Server(uvicorn.Config(app, log_level=args.log_level, access_log=False,
+                                               timeout_graceful_shutdown=5))
         server.run(sockets=[sock])
     finally:
         worker.shutdown()

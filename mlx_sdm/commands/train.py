@@ -22,6 +22,7 @@ from mlx_sdm.calibration.fit_config import DEFAULT_EPOCHS, DEFAULT_ITERATIONS, D
 from mlx_sdm.calibration.estimator import SDMEstimator
 from mlx_sdm.calibration.evaluation import format_training
 from mlx_sdm.calibration.constants import RESCALER_BATCH_SIZE, RESCALER_LEARNING_RATE
+from mlx_sdm.commands.arguments import CommandParser, positive_int
 from mlx_sdm.errors import MlxSdmError
 
 DEFAULT_ALPHA = ALPHA_PRIME
@@ -59,18 +60,18 @@ example:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mlx-sdm train", description="Train an SDM calibrated estimator on labelled embeddings, or a document verifier on (prompt, completion) rows.",
+    p = CommandParser(prog="mlx-sdm train", description="Train an SDM calibrated estimator on labelled embeddings, or a document verifier on (prompt, completion) rows.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--train", required=True, metavar="T.jsonl", help="training rows (support set candidates)")
     p.add_argument("--calibration", required=True, metavar="C.jsonl", help="calibration rows")
     p.add_argument("--out", required=True, metavar="DIR", help="output folder (written atomically)")
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA, help="target probability alpha' (default %(default)s)")
-    p.add_argument("--iterations", type=int, default=None, help=f"J shuffled iterations (default {DEFAULT_ITERATIONS})")
-    p.add_argument("--epochs", type=int, default=None, help=f"epochs per iteration (default {DEFAULT_EPOCHS})")
+    p.add_argument("--iterations", type=positive_int, default=None, help=f"J shuffled iterations, at least 1 (default {DEFAULT_ITERATIONS})")
+    p.add_argument("--epochs", type=positive_int, default=None, help=f"epochs per iteration, at least 1 (default {DEFAULT_EPOCHS})")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED, help="random seed (default %(default)s)")
     p.add_argument("--learning-rate", type=float, default=None, help=f"Adam learning rate (default {DEFAULT_LEARNING_RATE:g})")
-    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help="mini-batch size (default %(default)s)")
-    p.add_argument("--exemplar-dim", type=int, default=EXEMPLAR_DIM, help="exemplar width M (default %(default)s)")
+    p.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE, help="mini-batch size, at least 1 (default %(default)s)")
+    p.add_argument("--exemplar-dim", type=positive_int, default=EXEMPLAR_DIM, help="exemplar width M, at least 1 (default %(default)s)")
     p.add_argument("--input-scaling", choices=SCALINGS, default=None,
                    help="the adaptor's input scaling, fitted on D_tr: scalar (default: the paper's one mean and std "
                         "of all entries), per_dimension (try it when the adaptor's accuracy trails the logistic "

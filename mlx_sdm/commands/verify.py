@@ -9,6 +9,7 @@ import sys
 from mlx_sdm.atomic import atomic_write_text
 from mlx_sdm.calibration.data import LabelledSet, read_embedding_jsonl
 from mlx_sdm.calibration.estimator import SDMEstimator
+from mlx_sdm.commands.arguments import CommandParser, non_negative_int
 from mlx_sdm.errors import MlxSdmError
 
 DEFAULT_EXPLAIN = 0
@@ -30,12 +31,13 @@ example:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mlx-sdm verify", description="Calibrated verdicts for embedding rows or (prompt, completion) rows.",
+    p = CommandParser(prog="mlx-sdm verify", description="Calibrated verdicts for embedding rows or (prompt, completion) rows.",
                                 epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--estimator", required=True, metavar="DIR", help="folder written by `mlx-sdm train`, or a .sdmkitmodel package")
     p.add_argument("input", metavar="IN.jsonl", help="rows to verify")
     p.add_argument("--out", required=True, metavar="OUT.jsonl", help="verdicts, one JSON object per line (atomic write)")
-    p.add_argument("--explain", type=int, default=DEFAULT_EXPLAIN, metavar="K", help="add the K nearest exemplars")
+    p.add_argument("--explain", type=non_negative_int, default=DEFAULT_EXPLAIN, metavar="K",
+                   help="add the K nearest exemplars, 0 or more (default %(default)s)")
     # text rows {"prompt", "completion"} with a document verifier (mlx_sdm.network.verifier)
     p.add_argument("--model", default=None, help="text rows: LM to force-decode with (default: the verifier's own)")
     p.add_argument("--quantized", action="store_true", help="text rows: keep the GGUF's 4-bit weights")

@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from mlx_sdm.errors import DataError, MlxSdmError
 from mlx_sdm.server import sse, wire
 from mlx_sdm.server.auth import authorized
+from mlx_sdm.server.request_log import RequestLogMiddleware
 from mlx_sdm.server.results import ServedAnswer
 from mlx_sdm.server.worker import ModelWorker, Overloaded
 
@@ -42,6 +43,7 @@ OPEN_PATHS = {"/health"}
 class ServerConfig:
     api_key: str | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    log_requests: bool = True  # one line per request on stderr (server/request_log.py)
 
 
 class ApiKeyMiddleware:
@@ -140,7 +142,14 @@ def build_app(worker: ModelWorker, config: ServerConfig = ServerConfig()) -> Sta
         MlxSdmError: lambda request, exc: _error_response(wire.ApiError(500, str(exc), type_="server_error")),
         Exception: lambda request, exc: _error_response(wire.ApiError(500, f"internal error: {exc}", type_="server_error")),
     })
+    return _with_middleware(app, config)
+
+
+def _with_middleware(app: Starlette, config: ServerConfig) -> Starlette:
+    """The key check, and around it (so that refused requests are logged too) the request log."""
     app.add_middleware(ApiKeyMiddleware, api_key=config.api_key)
+    if config.log_requests:
+        app.add_middleware(RequestLogMiddleware)
     return app
 
 

@@ -18,6 +18,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlx_sdm.lm.defaults import MAX_TEMPERATURE
+
 #: Roles a chat message may have (OpenAI's ``developer`` is read as ``system``).
 ROLES = ("system", "developer", "user", "assistant", "tool")
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit
@@ -211,7 +213,7 @@ def parse_chat_request(body: bytes, *, known_models: tuple[str, ...], session_he
         raise ApiError(400, "top_logprobs needs logprobs: true", param="top_logprobs", code="invalid_value")
     return ChatRequest(
         model=model, messages=messages, stream=_opt_bool(data, "stream"), max_tokens=max_tokens,
-        temperature=_opt_number(data, "temperature", 0.0, 2.0, 0.0), logprobs=logprobs, top_logprobs=top or 0,
+        temperature=_opt_number(data, "temperature", 0.0, MAX_TEMPERATURE, 0.0), logprobs=logprobs, top_logprobs=top or 0,
         include_usage=include_usage, conversation=_conversation(data, session_header),
     )
 
