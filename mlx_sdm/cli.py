@@ -78,7 +78,20 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"mlx-sdm {name}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (`mlx-sdm ... | head`): stop quietly, as cat does
+        _silence_stdout()
+        return 141  # 128 + SIGPIPE, what a shell reports for a command whose pipe closed
     return int(result or 0)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not raise on the closed pipe."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout replaced (tests) or already closed
+        pass
 
 
 if __name__ == "__main__":

@@ -44,3 +44,22 @@ def test_a_port_out_of_range_is_one_line_not_a_traceback():
     assert out.returncode == 2 and "Traceback" not in out.stderr and "loading" not in out.stdout
     assert out.stderr.strip() == ("mlx-sdm serve: error: argument --port: must be a whole number from 0 to 65535 "
                                   "(0 = any free port), got 80000; see `mlx-sdm serve --help`")
+
+
+def test_a_closed_pipe_ends_quietly_not_in_a_traceback():
+    """`mlx-sdm generate --list-tasks | head -1`: the reader leaves before the writer is done. A Python
+    stand-in for the command writes more than a pipe buffer to a reader that closes at once."""
+    code = ("import sys, types; from mlx_sdm import cli\n"
+            "mod = types.ModuleType('fake_cmd'); sys.modules['fake_cmd'] = mod\n"
+            "def main(argv):\n"
+            "    for i in range(200000): print('line', i)\n"
+            "mod.main = main\n"
+            "cli.COMMANDS['fake'] = ('fake_cmd', 'writes a lot')\n"
+            "cli.available_commands = lambda: dict(cli.COMMANDS)\n"
+            "sys.exit(cli.main(['fake']))\n")
+    writer = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    writer.stdout.readline()
+    writer.stdout.close()  # the reader goes away
+    err = writer.stderr.read().decode()
+    assert writer.wait(timeout=60) == 141
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
