@@ -330,3 +330,26 @@ def test_a_chat_store_in_a_read_only_folder_says_so(tmp_path, monkeypatch):
     (tmp_path / "a_file").write_text("x")
     with pytest.raises(OutputError, match="cannot create its folder"):
         ChatStore(tmp_path / "a_file" / "chat.db")
+
+
+def test_history_search_bad_input_is_one_line(tmp_path, capsys):
+    from mlx_sdm.commands import history as history_cmd
+    from mlx_sdm.session.store import ChatStore
+
+    db = tmp_path / "chat.db"
+    ChatStore(db).close()
+    cases = {("--since", "2026-13-01"): "field '--since': '2026-13-01' is not a date; write it as YYYY-MM-DD",
+             ("--until", "yesterday"): "field '--until': 'yesterday' is not a date",
+             ("--status", "maybe"): "field '--status': unknown verdict status 'maybe'; use one of verified, not_verified",
+             ("--since", "2026-03-01", "--until", "2026-02-01"): "since 2026-03-01 is after until 2026-02-01",
+             ("--limit", "0"): "the limit must be at least 1"}
+    for extra, expected in cases.items():
+        assert history_cmd.main(["search", "paris", "--db", str(db), *extra]) == 1
+        assert expected in one_error_line(capsys.readouterr().err), extra
+    assert history_cmd.main(["search", "!!!", "--db", str(db)]) == 1
+    assert "nothing to search for" in one_error_line(capsys.readouterr().err)
+    missing = tmp_path / "none" / "chat.db"
+    assert history_cmd.main(["search", "paris", "--db", str(missing)]) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert f"{missing}: no chat store here; `mlx-sdm chat` creates it, or name one with --db PATH" in line
+    assert not missing.parent.exists()  # a search never creates a store

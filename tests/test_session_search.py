@@ -199,7 +199,7 @@ def test_the_query_typed_on_one_line_and_its_bad_input():
     with pytest.raises(DataError, match="at least 1"):
         SearchQuery("x", limit=0)
     with pytest.raises(DataError, match="nothing to search for"):
-        SearchQuery.parse("status:verified   ").expression
+        SearchQuery.parse("status:verified   ")
     assert match_expression('say "hi there" to a"b !!!') == '"say" "hi there" "to" "a""b"'
 
 

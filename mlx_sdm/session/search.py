@@ -43,14 +43,14 @@ STATUS_CHOICES = tuple(s.value for s in VerdictStatus)
 SEARCHED_ROLES = ("user", "assistant")
 
 
-def parse_status(word: str) -> VerdictStatus:
+def parse_status(word: str, name: str = "status") -> VerdictStatus:
     """A verdict state as a user types it: ``not_verified``, ``not verified``, ``Not-Verified``; the older
     stored word ``unverifiable`` is ``no_verifier``."""
     spelled = "_".join(re.split(r"[\s_-]+", word.strip().lower()))
     status = VerdictStatus.read(spelled)
     if status is None:
         raise DataError(f"unknown verdict status {word!r}; use one of {', '.join(STATUS_CHOICES)} "
-                        "(or the same in plain words, 'not verified')", field="status")
+                        "(or the same in plain words, 'not verified')", field=name)
     return status
 
 
@@ -87,6 +87,9 @@ class SearchQuery:
     limit: int = DEFAULT_LIMIT
 
     def __post_init__(self) -> None:
+        if match_expression(self.text) is None:
+            raise DataError("nothing to search for: type one or more words (letters or digits), or a "
+                            "\"quoted phrase\"", field="query")
         if self.limit < 1:
             raise DataError(f"the limit must be at least 1, got {self.limit}", field="limit")
         if self.since and self.until and self.since > self.until:
@@ -94,12 +97,8 @@ class SearchQuery:
 
     @property
     def expression(self) -> str:
-        """The FTS5 MATCH expression, or a clear error when the text holds no word to search for."""
-        expression = match_expression(self.text)
-        if expression is None:
-            raise DataError("nothing to search for: type one or more words (letters or digits), or a "
-                            "\"quoted phrase\"", field="query")
-        return expression
+        """The FTS5 MATCH expression (a query with no word to search for is refused when it is made)."""
+        return match_expression(self.text) or ""
 
     @classmethod
     def parse(cls, typed: str, **defaults: Any) -> "SearchQuery":
