@@ -174,11 +174,12 @@ def test_a_sqlite_without_fts5_opens_the_store_and_search_says_why_it_cannot(tmp
                                    "col:", "\x00", "'", "(", "\\"]), max_size=8).map(" ".join))
 def test_no_text_a_user_types_is_an_fts5_syntax_error(store, text):
     expression = match_expression(text)
-    if expression is None:
-        with pytest.raises(DataError, match="nothing to search for"):
-            search_sessions(store, SearchQuery(text))
-    else:
-        assert isinstance(search_sessions(store, SearchQuery(text)), list)
+    for prefix in (False, True):  # as a finished query, and as one being typed
+        if expression is None:
+            with pytest.raises(DataError, match="nothing to search for"):
+                search_sessions(store, SearchQuery(text, prefix=prefix))
+        else:
+            assert isinstance(search_sessions(store, SearchQuery(text, prefix=prefix)), list)
 
 
 def test_the_query_typed_on_one_line_and_its_bad_input():
@@ -201,6 +202,13 @@ def test_the_query_typed_on_one_line_and_its_bad_input():
     with pytest.raises(DataError, match="nothing to search for"):
         SearchQuery.parse("status:verified   ")
     assert match_expression('say "hi there" to a"b !!!') == '"say" "hi there" "to" "a""b"'
+    assert match_expression('say "hi there" capi', prefix=True) == '"say" "hi there" "capi"*'
+    assert match_expression('say "hi there"', prefix=True) == '"say" "hi there"'  # a phrase is never a prefix
+
+
+def test_a_query_being_typed_finds_the_words_its_last_word_begins(store):
+    assert search_sessions(store, SearchQuery("capi")) == []
+    assert {h.session_title for h in search_sessions(store, SearchQuery("paris capi", prefix=True))} == {"Capitals"}
 
 
 def test_snippet_marks_become_spans():

@@ -63,8 +63,10 @@ async def test_the_palette_opens_search_a_typed_query_finds_the_hit_and_enter_op
         await wait_until(pilot, lambda: isinstance(app.screen, SearchScreen))
         results = app.screen.query_one(SearchResults)
 
-        await pilot.press(*"paris")
+        await pilot.press(*"pari")  # the word being typed matches the words it begins
         await wait_until(pilot, lambda: {h.session_title for h in results.hits} == {"Capitals", "Rivers"})
+        await pilot.press("s")
+        await wait_until(pilot, lambda: app.screen.query_one("#search-input").value == "paris")
         await pilot.press(*" status:not_verified")  # the verdict filter, typed with the words
         await wait_until(pilot, lambda: {h.session_title for h in results.hits} == {"Rivers"})
         assert {h.status for h in results.hits} == {VerdictStatus.NOT_VERIFIED}

@@ -62,15 +62,19 @@ def parse_day(text: str, name: str) -> date:
         raise DataError(f"{text!r} is not a date; write it as YYYY-MM-DD, e.g. 2026-03-31", field=name) from None
 
 
-def match_expression(text: str) -> str | None:
+def match_expression(text: str, *, prefix: bool = False) -> str | None:
     """The FTS5 MATCH expression for ``text``: every word and "quoted phrase" as one quoted FTS5 string
-    (quotes inside doubled, NULs dropped), AND-ed. None when it holds nothing to search for (no letter or
-    digit anywhere)."""
-    terms = []
+    (quotes inside doubled, NULs dropped), AND-ed; with ``prefix`` a last bare word also matches the words it
+    begins (a query being typed: "capi" finds "capital"). None when it holds nothing to search for (no letter
+    or digit)."""
+    terms, bare = [], False
     for phrase, word in _TERM.findall(text.replace("\x00", "")):
         term = phrase or word
         if any(ch.isalnum() for ch in term):
             terms.append('"' + term.replace('"', '""') + '"')
+            bare = not phrase
+    if prefix and bare:
+        terms[-1] += "*"
     return " ".join(terms) or None
 
 
@@ -85,6 +89,7 @@ class SearchQuery:
     since: date | None = None
     until: date | None = None
     limit: int = DEFAULT_LIMIT
+    prefix: bool = False  # the last word, while it is being typed, also matches longer words
 
     def __post_init__(self) -> None:
         if match_expression(self.text) is None:
@@ -98,7 +103,7 @@ class SearchQuery:
     @property
     def expression(self) -> str:
         """The FTS5 MATCH expression (a query with no word to search for is refused when it is made)."""
-        return match_expression(self.text) or ""
+        return match_expression(self.text, prefix=self.prefix) or ""
 
     @classmethod
     def parse(cls, typed: str, **defaults: Any) -> "SearchQuery":

@@ -2,7 +2,7 @@
 
 Filters are typed with the words (``status:not_verified``, ``status:"out of scope"``, ``task:NAME``,
 ``since:YYYY-MM-DD``, ``until:YYYY-MM-DD``), read by ``SearchQuery.parse`` as ``mlx-sdm history search``
-reads its flags. The list follows each key typed; enter or down moves to the hits, enter on a hit opens
+reads its flags. The list follows each key typed (the word being typed also matches longer words); enter or down moves to the hits, enter on a hit opens
 its session, escape closes."""
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class SearchScreen(ModalScreen[str | None]):
             status.update("")
             return
         try:
-            hits = self.bridge.search(SearchQuery.parse(typed))
+            hits = self.bridge.search(SearchQuery.parse(typed, prefix=True))
         except MlxSdmError as exc:  # a filter not understood, no word yet, a SQLite without FTS5
             results.show_hits([])
             status.update(str(exc))
