@@ -17,6 +17,7 @@ from mlx_sdm.errors import MlxSdmError
 #: name -> (module, one-line summary), in the order a new user meets them.
 COMMANDS: dict[str, tuple[str, str]] = {
     "chat": ("mlx_sdm.commands.chat", "private verified chat in the terminal (Textual UI, or --plain)"),
+    "history": ("mlx_sdm.commands.history", "search stored chat sessions by words, verdict, task and date (JSON)"),
     "serve": ("mlx_sdm.commands.serve", "OpenAI-compatible local server: every answer with its verdict, /v1/verify"),
     "generate": ("mlx_sdm.commands.generate", "answer one prompt and print its verdict, p_lower, q, d and exemplars"),
     "doctor": ("mlx_sdm.commands.doctor", "report backend, device, BLAS, measured GFLOPS and the embedded model"),

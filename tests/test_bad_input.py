@@ -449,3 +449,29 @@ def test_every_output_path_is_checked_before_any_model_work(tmp_path, monkeypatc
         line = one_error_line(capsys.readouterr().err)
         assert f"{locked / name}: {locked} does not take new files (Read-only file system)" in line, line
     assert sorted(p.name for p in locked.iterdir()) == []
+
+
+def test_history_search_bad_input_is_one_line(tmp_path, capsys):
+    from mlx_sdm.commands import history as history_cmd
+    from mlx_sdm.session.store import ChatStore
+
+    db = tmp_path / "chat.db"
+    ChatStore(db).close()
+    cases = {("--since", "2026-13-01"): "field '--since': '2026-13-01' is not a date; write it as YYYY-MM-DD",
+             ("--until", "yesterday"): "field '--until': 'yesterday' is not a date",
+             ("--status", "maybe"): "field '--status': unknown verdict status 'maybe'; use one of verified, not_verified",
+             ("--since", "2026-03-01", "--until", "2026-02-01"): "since 2026-03-01 is after until 2026-02-01"}
+    for extra, expected in cases.items():
+        assert history_cmd.main(["search", "paris", "--db", str(db), *extra]) == 1
+        assert expected in one_error_line(capsys.readouterr().err), extra
+    with pytest.raises(SystemExit) as exit_:  # a count is checked as the options are read, as in every command
+        history_cmd.main(["search", "paris", "--db", str(db), "--limit", "0"])
+    assert exit_.value.code == 2
+    assert "argument --limit: must be a whole number, at least 1, got 0" in one_error_line(capsys.readouterr().err)
+    assert history_cmd.main(["search", "!!!", "--db", str(db)]) == 1
+    assert "nothing to search for" in one_error_line(capsys.readouterr().err)
+    missing = tmp_path / "none" / "chat.db"
+    assert history_cmd.main(["search", "paris", "--db", str(missing)]) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert f"{missing}: no chat store here; `mlx-sdm chat` creates it, or name one with --db PATH" in line
+    assert not missing.parent.exists()  # a search never creates a store

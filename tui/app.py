@@ -24,6 +24,7 @@ from tui.screens.clipboard import CLIPBOARD_FILE
 from tui.screens.help import HelpScreen
 from tui.screens.prompts import CopyFallback, TextPrompt
 from tui.screens.review import ReviewScreen
+from tui.screens.search import SearchScreen
 from tui.screens.sessions import SessionsScreen
 
 DEFAULT_THEME = "textual-dark"
@@ -105,6 +106,14 @@ class SdmChatApp(App):
             await self.chat.open_session(session_id or None)
 
         self.push_screen(SessionsScreen(), chosen)
+
+    def action_search_sessions(self) -> None:
+        async def chosen(session_id: str | None) -> None:  # as for the sessions screen: the chat shows it
+            if session_id:
+                self._pop_to_chat()
+                await self.chat.open_session(session_id)
+
+        self.push_screen(SearchScreen(), chosen)
 
     def action_review(self) -> None:
         if not isinstance(self.screen, ReviewScreen):
@@ -211,6 +220,8 @@ class SdmChatApp(App):
         yield SystemCommand("Open review queue", "Unverified and escalated answers from every session (ctrl+r)",
                             self.action_review)
         yield SystemCommand("Sessions", "Open, rename or delete stored sessions (ctrl+o)", self.action_sessions)
+        yield SystemCommand("Search sessions…", "Find messages in every session by words, verdict (status:not_verified), "
+                            "task and date; enter opens the session", self.action_search_sessions)
         yield SystemCommand("Export session", "Write this session as Markdown and as session JSONL (ctrl+s)", self.action_export)
         yield SystemCommand(
             "Export review labels", "Decisions as training rows for mlx-sdm train / finetune", self.action_export_labels

@@ -22,6 +22,7 @@ from mlx_sdm.network.coverage import VerifierCoverage
 from mlx_sdm.session.events import EngineEvent, PauseInfo
 from mlx_sdm.session.review import DecisionResult
 from mlx_sdm.session.schema import Decision, MessageRecord, ReviewItem, SessionInfo
+from mlx_sdm.session.search import SearchHit, SearchQuery, search_sessions
 from mlx_sdm.session.store import ChatStore
 from tui.messages import engine_message
 
@@ -143,6 +144,9 @@ class Bridge:
 
     def rename_session(self, session_id: str, title: str) -> SessionInfo:
         return self.store.rename_session(session_id, title)
+
+    def search(self, query: SearchQuery) -> list[SearchHit]:
+        return search_sessions(self.store, query)
 
     def review_items(self, **filters: Any) -> list[ReviewItem]:
         return self.store.review_items(**filters)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mlx_sdm.session.search_index import migration_sql as search_index_sql
+
 
 @dataclass(frozen=True)
 class Migration:
@@ -135,6 +137,12 @@ MIGRATIONS: tuple[Migration, ...] = (
         """
         ALTER TABLE sessions ADD COLUMN provenance_json TEXT;
         """,
+    ),
+    Migration(
+        8,
+        "full-text index of message text for session search (FTS5, kept in step by triggers; where SQLite lacks "
+        "FTS5 nothing is created and the first search that can builds it)",
+        search_index_sql(),
     ),
 )
 

@@ -221,7 +221,16 @@ class SupportPoint:
 
 
 def _split_sql(script: str) -> list[str]:
-    return [s.strip() for s in script.split(";") if s.strip()]
+    """The statements of a migration script. A ``;`` ends a statement only where SQLite says the text so far
+    is one whole statement (``sqlite3.complete_statement``): a trigger's ``BEGIN ...; END`` body stays whole."""
+    statements, pending = [], ""
+    for piece in script.split(";"):
+        pending = f"{pending};{piece}" if pending else piece
+        if sqlite3.complete_statement(pending + ";"):
+            if pending.strip():
+                statements.append(pending.strip())
+            pending = ""
+    return statements + ([pending.strip()] if pending.strip() else [])
 
 
 def _session(r: sqlite3.Row) -> SessionInfo:
