@@ -218,3 +218,17 @@ def test_chosen_logprob_gathers_in_sampling_order():
     mx.eval(tokens)
     assert [int(t.item()) for t in tokens] == [1, 0]
     assert chosen.pop() == rows[0][0, 1].item() and chosen.pop() == rows[1][0].item()  # a gather is exact
+
+
+def test_hidden_states_join_only_the_blocks_the_features_read():
+    """The block of the token mlx-lm queued ahead (still computing when generation stops) is left out when
+    the features need fewer positions; without a count every block is joined."""
+    import mlx.core as mx
+
+    from mlx_sdm.lm.generation import HiddenCapture
+
+    capture = HiddenCapture.__new__(HiddenCapture)  # the block list alone; no model needed
+    object.__setattr__(capture, "captured", [mx.full((1, 3, 2), 1.0), mx.full((1, 1, 2), 2.0), mx.full((1, 1, 2), 3.0)])
+    assert capture.hidden_states().shape == (5, 2)
+    assert capture.hidden_states(4).tolist() == [[1.0, 1.0]] * 3 + [[2.0, 2.0]]
+    assert capture.hidden_states(2).shape == (3, 2)  # a block is joined whole; the features slice positions

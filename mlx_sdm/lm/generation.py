@@ -91,9 +91,18 @@ class HiddenCapture(nn.Module):
             logits = fold_joint_logits(logits, self._vocab_size)
         return logits
 
-    def hidden_states(self) -> mx.array:
-        """[positions, D] of everything fed so far (prompt, then generated tokens)."""
-        return mx.concatenate([h[0] for h in self.captured], axis=0) if self.captured else mx.zeros((0, 0))
+    def hidden_states(self, positions: int | None = None) -> mx.array:
+        """[positions, D] of the first ``positions`` fed (prompt, then generated tokens; all by default).
+
+        Only the blocks that hold those positions are joined: mlx-lm queues the forward pass of the token
+        after the last one it yields, and its block, captured but still computing, is not waited for."""
+        blocks, have = [], 0
+        for h in self.captured:
+            if positions is not None and have >= positions:
+                break
+            blocks.append(h[0])
+            have += h.shape[1]
+        return mx.concatenate(blocks, axis=0) if blocks else mx.zeros((0, 0))
 
 
 class ChosenLogprob:
@@ -281,8 +290,8 @@ def _final_result(wrapper, tokenizer, config: GenerationConfig, ids: list[int], 
                   generation_time: float) -> GenerationResult:
     """The document features from the captured hidden states (same pass) and the whole result."""
     tic = time.perf_counter()
-    hidden = wrapper.hidden_states()
     k = delimiter_index(tokenizer, tokens, config.delimiter)
+    hidden = wrapper.hidden_states(len(ids) + (len(tokens) if k is None else k))  # the positions the features read
     features = document_features_from_hidden(
         hidden, prompt_len=len(ids), completion_len=len(tokens), delimiter=k,
         delimiter_rule=config.delimiter, truncated_prompt_tokens=dropped,
