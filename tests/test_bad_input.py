@@ -215,7 +215,7 @@ def test_plain_chat_skips_non_utf8_input_and_leaves_no_empty_session(tmp_path, c
     assert store.list_sessions() == []
 
 
-# --------------------------------------------------------------------------- issue 18: the last unclear cases
+# --------------------------------------------------------------------------- the last unclear cases
 def read_only(folder: Path, monkeypatch) -> Path:
     """Make ``folder`` read-only; as root (where permissions do not stop a write) the access check sees it so."""
     import os

@@ -34,7 +34,7 @@ EVERYDAY = [
     "Summarise the plot of Cinderella in one sentence.", "Classify this: is a tomato a fruit?",
 ]
 MAX_TOKENS = 16
-#: A run of quotes, braces and blanks with nothing else: the broken answers of issue 18 (`{"{" "{" " "`).
+#: A run of quotes, braces and blanks with nothing else: the broken answers the shipped head once gave (`{"{" "{" " "`).
 DEGENERATE = re.compile(r'^[\s"{}:,\[\]]*$')
 #: Tokens asked of the everyday prompts that are not also compared token by token with mlx-lm. Greedy, so an
 #: answer of 8 tokens is the first 8 of the 16-token one: if it holds a character outside DEGENERATE's set,

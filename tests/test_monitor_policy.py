@@ -24,7 +24,7 @@ from mlx_sdm.session.monitoring import MonitorConfig, SessionMonitor
 pytestmark = pytest.mark.filterwarnings("ignore::mlx_sdm.monitor.online.tracer.MonitorWarning")
 
 CORPUS = datasets_dir() / "session_corpus.jsonl.gz"
-BROKEN = '" " " ""}"}"}"}"}{" " " " " "'  # issue 18: "Give me three tips for sleeping better."
+BROKEN = '" " " ""}"}"}"}"}{" " " " " "'  # the shipped head's answer to "Give me three tips for sleeping better."
 LOW_EVERYWHERE = dict(low_threshold=1e-6, medium_threshold=5e-7, high_threshold=0.0)
 
 

@@ -1,4 +1,4 @@
-"""Provenance of logged sessions (issue 21 item 1): one typed value naming the model, verifier, head and
+"""Provenance of logged sessions: one typed value naming the model, verifier, head and
 embedder with their checksums and the product version; stored in the session JSONL, printed by
 eval-monitor, which refuses to score sessions of different provenance together unless told to."""
 

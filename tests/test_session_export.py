@@ -60,7 +60,7 @@ def test_jsonl_export_reads_back_with_the_session_format(session, tmp_path):
 
 
 def test_a_session_records_the_product_that_answered_it(session, tmp_path):
-    """Issue 21: the store keeps the provenance of a session's first answer (model, verifier with its
+    """The store keeps the provenance of a session's first answer (model, verifier with its
     checksum, head, embedder, version, commit), and the export carries it, not a guess made at export."""
     from mlx_sdm.monitor.session_file.provenance import verifier_sha256
 

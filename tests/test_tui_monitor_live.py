@@ -1,5 +1,5 @@
 """Pilot test: the monitor panel's ok% column (the fused forecast) fills during a live chat, turn by
-turn, with the same numbers a reopened session shows (issue 18 item 6)."""
+turn, with the same numbers a reopened session shows."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Generating the session corpus with the product as it ships (issue 21 item 2).
+"""Generating the session corpus with the product as it ships.
 
 Every turn goes through the chat's own turn, :class:`~mlx_sdm.session.pipeline.TurnPipeline` with the
 chat's session monitor (:class:`~mlx_sdm.session.monitoring.SessionMonitor`) and the chat engine's turn
