@@ -161,7 +161,7 @@ def test_a_live_writers_answer_is_not_marked_interrupted_and_finishes_in_place(t
 
 def test_a_streaming_answer_keeps_answer_tokens_and_ends_done_or_failed(tmp_path):
     from mlx_sdm.session.partial_answers import StreamingAnswer
-    from mlx_sdm.session.turn import TokenPiece
+    from mlx_sdm.lm.pieces import TokenPiece
 
     store = ChatStore(tmp_path / "chat.db")
     session = store.create_session()

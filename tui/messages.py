@@ -26,7 +26,7 @@ from mlx_sdm.session.events import (
     TurnFinishedEvent,
     VerdictEvent,
 )
-from mlx_sdm.session.turn import TokenPiece
+from mlx_sdm.lm.pieces import TokenPiece
 
 
 @dataclass

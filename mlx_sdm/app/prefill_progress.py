@@ -1,5 +1,5 @@
 """A progress bar on stderr for a long prompt prefill (``generate``, ``chat --plain``): fed by mlx-lm's
-``prompt_progress_callback`` through :meth:`TurnObserver.prefill`; short prompts show nothing."""
+``prompt_progress_callback`` (the turn's ``on_prefill``); short prompts show nothing."""
 
 from __future__ import annotations
 

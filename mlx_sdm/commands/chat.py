@@ -178,24 +178,23 @@ def _run_ui(args, config, store) -> int:
         store.close()
 
 
-def _plain_event_handler(out, logged: list[str]):
-    """Line mode's engine-event handler: a bar while a long prompt is read, the answer's tokens to ``out``,
-    a logged escalation's message kept in ``logged`` for after the answer."""
-    from mlx_sdm.app.prefill_progress import PrefillProgress
+def _plain_turn(engine, session_id: str, text: str, *, resume: bool, out, prefill_progress) -> tuple[TurnResult, list[str]]:
+    """One turn in line mode, a ``for`` loop over the engine's events: a bar while a long prompt is read,
+    the answer's tokens to ``out``; returns the turn's record and the messages of a logged escalation."""
     from mlx_sdm.monitor.online.auq_escalation import EscalationAction
-    from mlx_sdm.session.events import EngineEvent, EscalationEvent, PrefillEvent, TokenEvent
+    from mlx_sdm.session.events import EscalationEvent, PrefillEvent, TokenEvent, TurnFinishedEvent
 
-    prefill_progress = PrefillProgress()
-
-    def on_event(event: EngineEvent) -> None:
+    logged: list[str] = []
+    for event in engine.stream(session_id, text, resume=resume):
         if isinstance(event, PrefillEvent):
             prefill_progress(event.done, event.total)
         elif isinstance(event, TokenEvent) and event.piece.phase == "answer":
             out(event.piece.text, end="")
         elif isinstance(event, EscalationEvent) and event.escalation.action is EscalationAction.PROCEED_WITH_LOG:
             logged.append(event.escalation.message)
-
-    return on_event
+        elif isinstance(event, TurnFinishedEvent):
+            result = event.result
+    return result, logged
 
 
 def run_plain(config, store, *, session_id: str | None, title: str | None, stdin, stdout, prompt: bool = False,
@@ -203,14 +202,14 @@ def run_plain(config, store, *, session_id: str | None, title: str | None, stdin
     """Line mode: each input line is a message; the answer streams to ``stdout``, then its verdict and
     monitor lines. Returns 0, or 2 when the model or verifier cannot be loaded."""
     from mlx_sdm.app.loading import chat_components
+    from mlx_sdm.app.prefill_progress import PrefillProgress
     from mlx_sdm.session.engine import ChatEngine
 
     def out(text: str = "", end: str = "\n") -> None:
         stdout.write(text + end)
         stdout.flush()
 
-    logged: list[str] = []
-    on_event = _plain_event_handler(out, logged)
+    prefill_progress = PrefillProgress()
 
     if hasattr(stdin, "reconfigure"):  # undecodable bytes become lone surrogates, refused line by line below
         stdin.reconfigure(errors="surrogateescape")
@@ -240,10 +239,9 @@ def run_plain(config, store, *, session_id: str | None, title: str | None, stdin
                 if was_paused:
                     out("[paused answer left as is]")
                 continue
-            call = engine.resume if was_paused else engine.send
-            logged.clear()
             try:
-                result = call(session_id, text, on_event=on_event).result()
+                result, logged = _plain_turn(engine, session_id, text, resume=was_paused, out=out,
+                                             prefill_progress=prefill_progress)
             except MlxSdmError as exc:
                 out(f"\n[error: {exc}]")
                 continue

@@ -14,20 +14,20 @@ Callers (the Textual UI, ``mlx-sdm chat --plain``, tests) use methods that queue
 from __future__ import annotations
 
 import itertools
+import queue
 import threading
 import time
 import traceback
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from mlx_sdm.errors import DataError, MlxSdmError
+from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.session.conversation import conversation_from, pending_pause
 from mlx_sdm.monitor.online.reading import MonitorReading
-from mlx_sdm.network.verdict import DocumentVerdict
 from mlx_sdm.session.escalation import Escalation
 from mlx_sdm.session.events import (
-    LONG_PREFILL_TOKENS,
     EngineEvent,
     EngineInfo,
     ErrorEvent,
@@ -35,20 +35,20 @@ from mlx_sdm.session.events import (
     EventCallback,
     MonitorEvent,
     PauseInfo,
-    PrefillEvent,
     StatusEvent,
     SupportEvent,
     TokenEvent,
     TurnFinishedEvent,
     TurnResult,
     VerdictEvent,
+    prefill_event,
 )
 from mlx_sdm.session.review import DecisionResult, ReviewService
 from mlx_sdm.session.schema import MessageRecord
 from mlx_sdm.session.store import ChatStore
-from mlx_sdm.session.turn import TokenPiece, TurnComponents, TurnObserver, TurnOptions, TurnRequest
+from mlx_sdm.session.turn import TurnComponents, TurnItem, TurnOptions, TurnRequest, TurnVerdict
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
-from mlx_sdm.session.turn_service import TurnService
+from mlx_sdm.session.turn_service import StoredTurn, TurnService
 from mlx_sdm.session.worker import MlxWorker
 
 if TYPE_CHECKING:
@@ -137,6 +137,19 @@ class ChatEngine:
         reflection and the guidance. Resolves to a :class:`TurnResult`."""
         started = time.perf_counter()
         return self._worker.submit(lambda: self._resume(session_id, guidance, on_event, started))
+
+    def stream(self, session_id: str, text: str, *, resume: bool = False) -> Iterator[EngineEvent]:
+        """A turn as the caller's ``for`` loop sees it: each event of it, carried from the engine's thread,
+        up to its :class:`TurnFinishedEvent` (whose ``result`` is the turn's record); a turn that fails
+        raises its error after its events. ``resume``: answer the paused turn with ``text`` as guidance."""
+        events: queue.Queue = queue.Queue()
+        future = (self.resume if resume else self.send)(session_id, text, on_event=events.put)
+        future.add_done_callback(lambda _: events.put(None))  # a turn refused before it started sends no event
+        while (event := events.get()) is not None:
+            yield event
+            if isinstance(event, TurnFinishedEvent):
+                break
+        future.result()
 
     def cancel(self) -> None:
         """Stop the running generation at the next token (the partial answer is kept, status "cancelled")."""
@@ -297,10 +310,18 @@ class ChatEngine:
                 monitor.resume(text)
             request = TurnRequest(conversation_from(history) + [{"role": "user", "content": text}],
                                   self.config.turn_options())
-            observer = EventObserver(lambda event: self._emit(on_event, event), session_id, turn,
-                                     verifier=service.verifier_path, monitor=monitor)
             queued_s = time.perf_counter() - started
-            stored = service.run_turn(session_id, request, observer=observer, stop=self._cancel, monitor=monitor)
+
+            def prefill(done: int, total: int) -> None:
+                if (event := prefill_event(session_id, turn, done, total)) is not None:
+                    self._emit(on_event, event)
+
+            for item in service.stream_turn(session_id, request, stop=self._cancel, monitor=monitor, on_prefill=prefill):
+                if isinstance(item, StoredTurn):
+                    stored = item
+                else:
+                    self._emit(on_event, turn_event(item, session_id, turn, verifier=service.verifier_path,
+                                                    monitor=monitor))
         except BaseException as exc:
             self._emit(on_event, ErrorEvent(session_id=session_id, turn=turn, message=str(exc), error_type=type(exc).__name__))
             self._emit(on_event, TurnFinishedEvent(session_id=session_id, turn=turn))
@@ -311,30 +332,19 @@ class ChatEngine:
         return result
 
 
-class EventObserver(TurnObserver):
-    """The pipeline's observer for a chat turn: each call becomes the engine's event, in order tokens →
-    verdict → monitor → escalation → reflection tokens (the engine then sends the finished event with
-    the turn's record)."""
 
-    def __init__(self, emit: Callable[[EngineEvent], None], session_id: str, turn: int, *,
-                 verifier: str | None, monitor: SessionMonitor | None = None):
-        self.emit, self.session_id, self.turn = emit, session_id, turn
-        self.verifier_path, self.session_monitor = verifier, monitor
-
-    def prefill(self, done: int, total: int) -> None:
-        if total >= LONG_PREFILL_TOKENS:
-            self.emit(PrefillEvent(session_id=self.session_id, turn=self.turn, done=int(done), total=int(total)))
-
-    def token(self, piece: TokenPiece) -> None:
-        self.emit(TokenEvent(session_id=self.session_id, turn=self.turn, piece=piece))
-
-    def verdict(self, verdict: DocumentVerdict | None, unverifiable_reason: str | None) -> None:
-        self.emit(VerdictEvent(session_id=self.session_id, turn=self.turn, verdict=verdict,
-                               unverifiable_reason=unverifiable_reason, verifier=self.verifier_path))
-
-    def monitor(self, reading: MonitorReading) -> None:
-        history = list(self.session_monitor.history) if self.session_monitor is not None else []
-        self.emit(MonitorEvent(session_id=self.session_id, turn=self.turn, reading=reading, history=history))
-
-    def escalation(self, escalation: Escalation) -> None:
-        self.emit(EscalationEvent(session_id=self.session_id, turn=self.turn, escalation=escalation))
+def turn_event(item: TurnItem, session_id: str, turn: int, *, verifier: str | None,
+               monitor: SessionMonitor | None = None) -> EngineEvent:
+    """The engine event that carries one item of a chat turn's stream to its listeners (the item itself,
+    with the session and turn it belongs to)."""
+    if isinstance(item, TokenPiece):
+        return TokenEvent(session_id=session_id, turn=turn, piece=item)
+    if isinstance(item, TurnVerdict):
+        return VerdictEvent(session_id=session_id, turn=turn, verdict=item.verdict,
+                            unverifiable_reason=item.unverifiable_reason, verifier=verifier)
+    if isinstance(item, MonitorReading):
+        history = list(monitor.history) if monitor is not None else []
+        return MonitorEvent(session_id=session_id, turn=turn, reading=item, history=history)
+    if isinstance(item, Escalation):
+        return EscalationEvent(session_id=session_id, turn=turn, escalation=item)
+    raise TypeError(f"a chat turn does not stream {type(item).__name__}")

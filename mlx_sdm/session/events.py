@@ -26,7 +26,8 @@ from mlx_sdm.monitor.online.reading import HistoryPoint, MonitorReading
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, VerdictWords, verdict_words
 from mlx_sdm.network.coverage import VerifierCoverage
 from mlx_sdm.session.escalation import Escalation, TurnStatus
-from mlx_sdm.session.turn import TokenPiece, TurnOutcome
+from mlx_sdm.lm.pieces import TokenPiece
+from mlx_sdm.session.turn import TurnOutcome
 
 
 @dataclass
@@ -58,6 +59,12 @@ class PrefillEvent(EngineEvent):
     kind: ClassVar[str] = "prefill"
     done: int = 0
     total: int = 0
+
+
+def prefill_event(session_id: str | None, turn: int, done: int, total: int) -> PrefillEvent | None:
+    """The event of a prefill step, or None when the prompt is too short to show one."""
+    return PrefillEvent(session_id=session_id, turn=turn, done=int(done), total=int(total)) \
+        if total >= LONG_PREFILL_TOKENS else None
 
 
 @dataclass

@@ -1,7 +1,9 @@
 """The typed turn: what goes into one turn (:class:`TurnRequest` with :class:`TurnOptions`), how it is
-planned (:class:`TurnPlan`), what streams out (:class:`TokenPiece` to a :class:`TurnObserver`) and what
-it produced (:class:`TurnOutcome`). :class:`TurnComponents` is everything MLX a turn uses. The
-pipeline that runs a turn is :mod:`mlx_sdm.session.pipeline`; every front end consumes these types.
+planned (:class:`TurnPlan`), and what streams out of it (:data:`TurnItem`): each
+:class:`~mlx_sdm.lm.pieces.TokenPiece`, the :class:`TurnVerdict`, the ``MonitorReading``, the
+``Escalation``, and last the one finished record (:class:`TurnOutcome`). :class:`TurnComponents` is
+everything MLX a turn uses. The pipeline that yields a turn is :mod:`mlx_sdm.session.pipeline`; every
+front end is a ``for`` loop over it.
 """
 
 from __future__ import annotations
@@ -9,13 +11,14 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Union
 
 import numpy as np
 
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.coverage import TaskInstruction, TaskRoute, VerifierCoverage
-from mlx_sdm.network.verdict import DocumentVerdict
+from mlx_sdm.lm.pieces import TokenPiece
+from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, VerdictWords, verdict_words
 from mlx_sdm.session.escalation import REFLECTION_PROMPT, Escalation, TurnStatus
 from mlx_sdm.session.answer import PrefixCache
 
@@ -105,34 +108,25 @@ class TurnPlan:
 
 
 @dataclass(frozen=True)
-class TokenPiece:
-    """One streamed token, the ONE token value every front end reads (the chat's events and UI, the
-    server's stream, ``generate``'s printer): its decoded text, id and log-prob (None for the
-    detokenizer's flushed tail, which has no token of its own), which part of the turn it belongs to,
-    and the most likely alternatives when asked for."""
+class TurnVerdict:
+    """The verifier's verdict on this turn's answer, or why there is none (no verifier fits the model)."""
 
-    text: str
-    token_id: int | None = None
-    logprob: float | None = None
-    phase: str = "answer"  # "answer" | "reflection"
-    top: tuple[tuple[int, float], ...] = ()  # (token id, log-prob), most likely first (TurnOptions.top_logprobs)
+    verdict: DocumentVerdict | None
+    unverifiable_reason: str | None = None
 
+    @property
+    def words(self) -> VerdictWords:
+        """The badge and sentence a person reads (the one rule, network/verdict.verdict_words)."""
+        return verdict_words(self.verdict, no_verifier_reason=self.unverifiable_reason)
 
-class TurnObserver:
-    """Streamed progress of a turn; override what you need (the defaults do nothing). Called on the
-    thread running the pipeline, in this order: token* → verdict → monitor → escalation → token*
-    (reflection)."""
+    @property
+    def status(self) -> VerdictStatus:
+        return self.words.status
 
-    def prefill(self, done: int, total: int) -> None:
-        """``done`` of the answer prompt's ``total`` new tokens are prefilled (called before any token)."""
-
-    def token(self, piece: TokenPiece) -> None: ...
-
-    def verdict(self, verdict: DocumentVerdict | None, unverifiable_reason: str | None) -> None: ...
-
-    def monitor(self, reading: MonitorReading) -> None: ...
-
-    def escalation(self, escalation: Escalation) -> None: ...
+    @property
+    def reason(self) -> str | None:
+        """The verdict's reason code, or why there is no verdict."""
+        return self.verdict.reason if self.verdict is not None else self.unverifiable_reason
 
 
 @dataclass
@@ -174,6 +168,12 @@ class TurnOutcome:
     def verdict_reason(self) -> str | None:
         """The verdict's reason code, or why there is no verdict."""
         return self.verdict.reason if self.verdict is not None else self.unverifiable_reason
+
+
+#: What a turn yields, in this order: TokenPiece* (answer) → TurnVerdict → MonitorReading (with a session's
+#: monitor) → Escalation (when escalated) → TokenPiece* (reflection, on a HIGH pause) → TurnOutcome (last).
+#: A cancelled turn yields its pieces, then its TurnOutcome.
+TurnItem = Union[TokenPiece, TurnVerdict, MonitorReading, Escalation, TurnOutcome]
 
 
 def parse_tool_calls(text: str) -> list[ToolCall]:

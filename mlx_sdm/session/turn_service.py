@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, replace
+from typing import Iterator
 
 import numpy as np
 
@@ -24,20 +25,12 @@ from mlx_sdm.session.answer import PrefixCache
 from mlx_sdm.session.escalation import REFLECTION_PROMPT, TurnStatus, verdict_review_reasons
 from mlx_sdm.session.message_meta import MessageMeta
 from mlx_sdm.session.partial_answers import StreamingAnswer
-from mlx_sdm.session.pipeline import TurnPipeline
+from mlx_sdm.lm.pieces import TokenPiece
+from mlx_sdm.session.pipeline import PrefillCallback, TurnPipeline
 from mlx_sdm.session.review import ReviewService
 from mlx_sdm.session.schema import AnswerRecord, TaskScope, now_iso
 from mlx_sdm.session.store import ChatStore
-from mlx_sdm.session.turn import (
-    ChatMessage,
-    TokenPiece,
-    TurnComponents,
-    TurnObserver,
-    TurnOptions,
-    TurnOutcome,
-    TurnPlan,
-    TurnRequest,
-)
+from mlx_sdm.session.turn import ChatMessage, TurnComponents, TurnItem, TurnOptions, TurnOutcome, TurnPlan, TurnRequest
 
 
 @dataclass(frozen=True)
@@ -97,32 +90,39 @@ class TurnService:
 
     # ------------------------------------------------------------------ turns
 
-    def run(self, request: TurnRequest, *, observer: TurnObserver | None = None, stop: threading.Event | None = None,
-            monitor: object = None, conversation: str | None = None) -> TurnOutcome:
-        """One turn through the pipeline, reusing the cached KV prefix when it is ``conversation``'s
-        (the server passes None for every request: the pipeline reuses it only when the prompt extends it)."""
+    def stream(self, request: TurnRequest, *, stop: threading.Event | None = None, monitor: object = None,
+               conversation: str | None = None, on_prefill: PrefillCallback | None = None) -> Iterator[TurnItem]:
+        """One turn through the pipeline (its items, the :class:`TurnOutcome` last), reusing the cached KV
+        prefix when it is ``conversation``'s (the server passes None for every request: the pipeline reuses
+        it only when the prompt extends it)."""
         prefix = self._prefix[1] if self._prefix is not None and self._prefix[0] == conversation else None
         self._prefix = None  # one cached conversation at a time
-        outcome = self.pipeline.run(request, observer=observer, stop=stop, monitor=monitor, prefix=prefix)
-        if outcome.prefix is not None:
-            self._prefix = (conversation, outcome.prefix)
-        return outcome
+        for item in self.pipeline.stream(request, stop=stop, monitor=monitor, prefix=prefix, on_prefill=on_prefill):
+            if isinstance(item, TurnOutcome) and item.prefix is not None:
+                self._prefix = (conversation, item.prefix)
+            yield item
 
-    def run_turn(self, session_id: str, request: TurnRequest, *, observer: TurnObserver | None = None,
-                 stop: threading.Event | None = None, monitor: object = None) -> StoredTurn:
-        """A chat turn of session ``session_id`` (its user message already stored): the answer is kept in
-        the store while it streams (a kill keeps the partial text, marked interrupted), then stored whole
-        with its verdict, monitor reading and review entry in one transaction (status "error" if it fails)."""
+    def stream_turn(self, session_id: str, request: TurnRequest, *, stop: threading.Event | None = None,
+                    monitor: object = None, on_prefill: PrefillCallback | None = None) -> Iterator[TurnItem | StoredTurn]:
+        """A chat turn of session ``session_id`` (its user message already stored): the pipeline's items,
+        each answer piece also kept in the store as it streams (a kill keeps the partial text, marked
+        interrupted); then the answer is stored whole with its verdict, monitor reading and review entry in
+        one transaction (status "error" if it fails) and, last, :class:`StoredTurn` says where."""
         created_at = now_iso()
         streaming = StreamingAnswer(self.store, session_id)
         try:
-            outcome = self.run(request, observer=_Streaming(observer or TurnObserver(), streaming), stop=stop,
-                               monitor=monitor, conversation=session_id)
+            for item in self.stream(request, stop=stop, monitor=monitor, conversation=session_id, on_prefill=on_prefill):
+                if isinstance(item, TurnOutcome):
+                    outcome = item
+                    continue
+                if isinstance(item, TokenPiece):
+                    streaming.token(item)
+                yield item
             message_id = streaming.finish(self.record(session_id, outcome, created_at=created_at))
         except BaseException:
             streaming.fail()
             raise
-        return StoredTurn(outcome, message_id, self.store.message(message_id).review_id)
+        yield StoredTurn(outcome, message_id, self.store.message(message_id).review_id)
 
     def verify(self, messages: list[ChatMessage], completion: str, options: TurnOptions = TurnOptions()) -> Verified:
         """Judge a completion made elsewhere as the chat judges that turn (``/v1/verify``)."""
@@ -197,25 +197,3 @@ class TurnService:
         self._applied = key
         return True
 
-
-class _Streaming(TurnObserver):
-    """The caller's observer, with each answer token also written to the answer row being streamed."""
-
-    def __init__(self, inner: TurnObserver, answer: StreamingAnswer):
-        self.inner, self.answer = inner, answer
-
-    def prefill(self, done: int, total: int) -> None:
-        self.inner.prefill(done, total)
-
-    def token(self, piece: TokenPiece) -> None:
-        self.answer.token(piece)
-        self.inner.token(piece)
-
-    def verdict(self, verdict, unverifiable_reason) -> None:
-        self.inner.verdict(verdict, unverifiable_reason)
-
-    def monitor(self, reading) -> None:
-        self.inner.monitor(reading)
-
-    def escalation(self, escalation) -> None:
-        self.inner.escalation(escalation)
