@@ -50,7 +50,7 @@ def test_jsonl_export_reads_back_with_the_session_format(session, tmp_path):
     assert [(st.actor, st.step_type) for st in s.steps] == [("user", None), ("agent", "llm_call"), ("user", None), ("agent", "llm_call")]
     assert [st.step_id for st in s.steps] == ["user_0", "llm_1", "user_2", "llm_3"]
     agent = s.steps[1]
-    assert agent.text == first.text and len(agent.tokens) == len(agent.token_logprobs) == first.tokens
+    assert agent.text == first.text and len(agent.tokens) == len(agent.token_logprobs) == len(first.tokens)
     assert agent.verifier.p_lower == first.verdict.to_dict()["p_lower"] and agent.verifier.reason == first.verdict.to_dict()["reason"]
     assert agent.auq.level == "high" and agent.auq.propagated_confidence == pytest.approx(first.monitor.to_dict()["cumulative_confidence"])
     assert agent.tracer.prefix_risk == pytest.approx(first.monitor.to_dict()["tracer_risk"])

@@ -18,7 +18,7 @@ from mlx_sdm.errors import MlxSdmError
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 
 if TYPE_CHECKING:
-    from mlx_sdm.session.events import TurnResult
+    from mlx_sdm.session.turn import TurnOutcome
 DEFAULT_EMBEDDER = "minilm"
 DEFAULT_DB_NAME = "chat.db"
 APP_NAME = "mlx-sdm"
@@ -178,7 +178,7 @@ def _run_ui(args, config, store) -> int:
         store.close()
 
 
-def _plain_turn(engine, session_id: str, text: str, *, resume: bool, out, prefill_progress) -> tuple[TurnResult, list[str]]:
+def _plain_turn(engine, session_id: str, text: str, *, resume: bool, out, prefill_progress) -> tuple[TurnOutcome, list[str]]:
     """One turn in line mode, a ``for`` loop over the engine's events: a bar while a long prompt is read,
     the answer's tokens to ``out``; returns the turn's record and the messages of a logged escalation."""
     from mlx_sdm.monitor.online.auq_escalation import EscalationAction
@@ -303,7 +303,7 @@ def _open_plain_session(store, info, session_id: str | None, title: str | None, 
     return session_id
 
 
-def _print_turn(result: TurnResult, out, logged: list[str], timing: bool) -> bool:
+def _print_turn(result: TurnOutcome, out, logged: list[str], timing: bool) -> bool:
     """The lines after an answer: verdict and why, unverified text, monitor, escalation. True when paused."""
     from mlx_sdm.session.escalation import TurnStatus
     from mlx_sdm.session.export import monitor_line, verdict_line
@@ -322,8 +322,8 @@ def _print_turn(result: TurnResult, out, logged: list[str], timing: bool) -> boo
     if result.status is TurnStatus.PAUSED:
         out(f"[PAUSED at {result.monitor.level.value.upper()} uncertainty: give guidance on the next line, "
             "or an empty line to move on]")
-        if result.reflection:
-            out(f"[reflection: {result.reflection.strip()}]")
+        if result.reflection_shown:
+            out(f"[reflection: {result.reflection_shown.strip()}]")
     elif result.status is TurnStatus.ABORTED:
         out(f"[ABORTED: {result.explanation}]")
     elif result.status is TurnStatus.CANCELLED:
@@ -333,10 +333,10 @@ def _print_turn(result: TurnResult, out, logged: list[str], timing: bool) -> boo
     return result.status is TurnStatus.PAUSED
 
 
-def _timing_line(result: TurnResult) -> str:
+def _timing_line(result: TurnOutcome) -> str:
     first = "n/a" if result.first_token_s is None else f"{result.first_token_s:.3f} s"
-    rate = result.tokens / result.generation_s if result.generation_s else 0.0
-    return (f"first token {first} after Enter; {result.tokens} tokens in {result.generation_s or 0:.2f} s ({rate:.1f} tok/s); "
+    rate = len(result.tokens) / result.generation_s if result.generation_s else 0.0
+    return (f"first token {first} after Enter; {len(result.tokens)} tokens in {result.generation_s or 0:.2f} s ({rate:.1f} tok/s); "
             f"prompt {result.prompt_tokens} tokens, {result.reused_tokens} reused from the KV cache")
 
 

@@ -39,16 +39,15 @@ from mlx_sdm.session.events import (
     SupportEvent,
     TokenEvent,
     TurnFinishedEvent,
-    TurnResult,
     VerdictEvent,
     prefill_event,
 )
 from mlx_sdm.session.review import DecisionResult, ReviewService
 from mlx_sdm.session.schema import MessageRecord
 from mlx_sdm.session.store import ChatStore
-from mlx_sdm.session.turn import TurnComponents, TurnItem, TurnOptions, TurnRequest, TurnVerdict
+from mlx_sdm.session.turn import TurnComponents, TurnItem, TurnOptions, TurnOutcome, TurnRequest, TurnVerdict
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
-from mlx_sdm.session.turn_service import StoredTurn, TurnService
+from mlx_sdm.session.turn_service import TurnService
 from mlx_sdm.session.worker import MlxWorker
 
 if TYPE_CHECKING:
@@ -126,7 +125,7 @@ class ChatEngine:
         return self._worker.busy
 
     def send(self, session_id: str, text: str, *, on_event: EventCallback | None = None) -> Future:
-        """Start a turn: the user says ``text`` in session ``session_id``. Resolves to a :class:`TurnResult`."""
+        """Start a turn: the user says ``text`` in session ``session_id``. Resolves to its :class:`TurnOutcome`."""
         if not text.strip():
             raise DataError("the message is empty; type something to send", field="text")
         started = time.perf_counter()
@@ -134,7 +133,7 @@ class ChatEngine:
 
     def resume(self, session_id: str, guidance: str, *, on_event: EventCallback | None = None) -> Future:
         """Resume a paused turn with the user's guidance: the model answers again, seeing the
-        reflection and the guidance. Resolves to a :class:`TurnResult`."""
+        reflection and the guidance. Resolves to its :class:`TurnOutcome`."""
         started = time.perf_counter()
         return self._worker.submit(lambda: self._resume(session_id, guidance, on_event, started))
 
@@ -286,7 +285,7 @@ class ChatEngine:
             self._monitors[session_id] = monitor
         return monitor
 
-    def _resume(self, session_id: str, guidance: str, on_event: EventCallback | None, started: float) -> TurnResult:
+    def _resume(self, session_id: str, guidance: str, on_event: EventCallback | None, started: float) -> TurnOutcome:
         if not guidance.strip():
             raise DataError("guidance is empty; tell the model how to go on", field="guidance")
         pause = self.pending_pause(session_id)
@@ -295,7 +294,7 @@ class ChatEngine:
         return self._turn(session_id, guidance, on_event, started, guidance_for=pause.message_id)
 
     def _turn(self, session_id: str, text: str, on_event: EventCallback | None, started: float,
-              guidance_for: int | None) -> TurnResult:
+              guidance_for: int | None) -> TurnOutcome:
         service = self._require_service()
         turn = next(self._turns)
         self._cancel.clear()
@@ -317,8 +316,8 @@ class ChatEngine:
                     self._emit(on_event, event)
 
             for item in service.stream_turn(session_id, request, stop=self._cancel, monitor=monitor, on_prefill=prefill):
-                if isinstance(item, StoredTurn):
-                    stored = item
+                if isinstance(item, TurnOutcome):
+                    outcome = item
                 else:
                     self._emit(on_event, turn_event(item, session_id, turn, verifier=service.verifier_path,
                                                     monitor=monitor))
@@ -326,10 +325,11 @@ class ChatEngine:
             self._emit(on_event, ErrorEvent(session_id=session_id, turn=turn, message=str(exc), error_type=type(exc).__name__))
             self._emit(on_event, TurnFinishedEvent(session_id=session_id, turn=turn))
             raise
-        result = TurnResult.of(session_id, turn, stored.outcome, message_id=stored.message_id,
-                               review_id=stored.review_id, user_message_id=user_id, queued_s=queued_s)
-        self._emit(on_event, TurnFinishedEvent(session_id=session_id, turn=turn, result=result))
-        return result
+        outcome.turn, outcome.user_message_id = turn, user_id
+        if outcome.first_token_s is not None:
+            outcome.first_token_s += queued_s  # from the call, the time the turn waited for the engine included
+        self._emit(on_event, TurnFinishedEvent(session_id=session_id, turn=turn, result=outcome))
+        return outcome
 
 
 

@@ -131,8 +131,10 @@ class TurnVerdict:
 
 @dataclass
 class TurnOutcome:
-    """Everything a turn produced. ``judged_text`` is what the verdict covers; ``unverified_tail``
-    any text after it (empty when the answer stopped at the judged unit)."""
+    """The ONE record of a finished turn, from the pipeline through the turn service and the engine to
+    the screen: everything the turn produced and, once a store keeps it, where. ``judged_text`` is what
+    the verdict covers; ``unverified_tail`` any text after it (empty when the answer stopped at the
+    judged unit)."""
 
     status: TurnStatus
     text: str
@@ -152,12 +154,35 @@ class TurnOutcome:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     features: np.ndarray | None = None
-    first_token_s: float | None = None
+    first_token_s: float | None = None  # from the request (the engine counts the time it waited in its queue)
     generation_s: float = 0.0
     prompt_tokens: int = 0
     reused_tokens: int = 0
     truncated_prompt_tokens: int = 0
     prefix: PrefixCache | None = field(default=None, repr=False)  # reusable by this conversation's next turn
+    # where the turn is kept (set by the turn service and the chat engine; None for a turn no store keeps)
+    session_id: str | None = None
+    turn: int = 0  # the chat engine's turn counter
+    message_id: int | None = None
+    review_id: int | None = None
+    user_message_id: int | None = None
+
+    @property
+    def verdict_status(self) -> VerdictStatus | None:
+        """verified / not verified / out of scope / no verifier (None: the turn was stopped, nothing was judged)."""
+        return None if self.status is TurnStatus.CANCELLED else verdict_words(self.verdict).status
+
+    @property
+    def words(self) -> VerdictWords | None:
+        """The badge and sentence a person reads (None: the turn made no verdict, e.g. stopped)."""
+        if self.verdict_status is None:
+            return None
+        return verdict_words(self.verdict, no_verifier_reason=self.verdict_reason)
+
+    @property
+    def explanation(self) -> str | None:
+        """On an abort: why."""
+        return self.escalation.explanation
 
     @property
     def reflection_shown(self) -> str | None:

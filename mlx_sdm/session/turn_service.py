@@ -34,15 +34,6 @@ from mlx_sdm.session.turn import ChatMessage, TurnComponents, TurnItem, TurnOpti
 
 
 @dataclass(frozen=True)
-class StoredTurn:
-    """A turn run and stored: what it produced, its answer's message id and its review entry (if any)."""
-
-    outcome: TurnOutcome
-    message_id: int
-    review_id: int | None
-
-
-@dataclass(frozen=True)
 class Verified:
     """A given completion judged as the chat judges that turn (force-decoded): the plan it was judged
     under, its features (None when nothing was judged) and the verdict or why there is none."""
@@ -100,14 +91,15 @@ class TurnService:
         for item in self.pipeline.stream(request, stop=stop, monitor=monitor, prefix=prefix, on_prefill=on_prefill):
             if isinstance(item, TurnOutcome) and item.prefix is not None:
                 self._prefix = (conversation, item.prefix)
+                item.prefix = None  # the service keeps the one cached prefix; the record goes on without it
             yield item
 
     def stream_turn(self, session_id: str, request: TurnRequest, *, stop: threading.Event | None = None,
-                    monitor: object = None, on_prefill: PrefillCallback | None = None) -> Iterator[TurnItem | StoredTurn]:
+                    monitor: object = None, on_prefill: PrefillCallback | None = None) -> Iterator[TurnItem]:
         """A chat turn of session ``session_id`` (its user message already stored): the pipeline's items,
         each answer piece also kept in the store as it streams (a kill keeps the partial text, marked
         interrupted); then the answer is stored whole with its verdict, monitor reading and review entry in
-        one transaction (status "error" if it fails) and, last, :class:`StoredTurn` says where."""
+        one transaction (status "error" if it fails); the :class:`TurnOutcome` comes last, saying where."""
         created_at = now_iso()
         streaming = StreamingAnswer(self.store, session_id)
         try:
@@ -122,7 +114,9 @@ class TurnService:
         except BaseException:
             streaming.fail()
             raise
-        yield StoredTurn(outcome, message_id, self.store.message(message_id).review_id)
+        outcome.session_id, outcome.message_id = session_id, message_id
+        outcome.review_id = self.store.message(message_id).review_id
+        yield outcome
 
     def verify(self, messages: list[ChatMessage], completion: str, options: TurnOptions = TurnOptions()) -> Verified:
         """Judge a completion made elsewhere as the chat judges that turn (``/v1/verify``)."""

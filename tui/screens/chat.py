@@ -1,5 +1,4 @@
-"""The chat screen: the conversation (streamed answers with verdict badges), the prompt and the
-session monitor panel."""
+"""The chat screen: the conversation (streamed answers with verdict badges), the prompt, the monitor panel."""
 
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ from textual.widgets import Footer, Header, Input, Static
 
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction
 from mlx_sdm.session.escalation import TurnStatus
-from mlx_sdm.session.events import EngineEvent, TurnResult
+from mlx_sdm.session.events import EngineEvent
 from mlx_sdm.session.schema import MessageRecord
 from tui.messages import (
     EngineFailed,
@@ -40,6 +39,7 @@ from tui.widgets.monitor import MonitorPanel
 from tui.widgets.verdict import VerdictBadge
 
 if TYPE_CHECKING:
+    from mlx_sdm.session.turn import TurnOutcome
     from tui.bridge import Bridge
 
 
@@ -293,7 +293,7 @@ class ChatScreen(Screen):
         if message.event.state == "ready" and self.session_id is None and self.bridge.coverage().tasks:
             await self.show_coverage()  # a new chat starts by saying what can be verified
 
-    async def _finished(self, result: TurnResult | None) -> None:
+    async def _finished(self, result: TurnOutcome | None) -> None:
         """The turn's record arrived (None: it failed before it made one; an error was shown)."""
         bubble = self.active
         self.active = None
@@ -320,9 +320,9 @@ class ChatScreen(Screen):
                 bubble.set_cancelled(STATUS_TEXT[status.value])
         self.refresh_status()
 
-    async def _paused(self, result: TurnResult, bubble: MessageBubble | None) -> None:
+    async def _paused(self, result: TurnOutcome, bubble: MessageBubble | None) -> None:
         escalation = result.escalation
-        reflection = result.reflection or ""
+        reflection = result.reflection_shown or ""
         if reflection and self.reflection_bubble is None:
             self.reflection_bubble = MessageBubble("system", reflection, title="monitor · reflection")
             await self._log_mount(self.reflection_bubble)
