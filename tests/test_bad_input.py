@@ -202,8 +202,8 @@ def test_prompt_longer_than_the_context_is_one_note_not_a_userwarning(text_verif
 
 def test_plain_chat_skips_non_utf8_input_and_leaves_no_empty_session(tmp_path, capsys):
     from mlx_sdm.commands import chat as chat_cmd
-    from mlx_sdm.session.engine import EngineConfig
-    from mlx_sdm.session.store import ChatStore
+    from mlx_sdm.executor.engine import EngineConfig
+    from mlx_sdm.store.chat_store import ChatStore
 
     store = ChatStore(tmp_path / "chat.db")
     stdin = io.TextIOWrapper(io.BytesIO(b"caf\xe9 au lait?\n"), encoding="utf-8")
@@ -321,7 +321,7 @@ def test_finetune_checks_its_outputs_and_resume_before_loading_anything(tmp_path
 
 
 def test_a_chat_store_in_a_read_only_folder_says_so(tmp_path, monkeypatch):
-    from mlx_sdm.session.store import ChatStore
+    from mlx_sdm.store.chat_store import ChatStore
 
     locked = read_only(tmp_path / "locked", monkeypatch)
     with pytest.raises(OutputError, match="is not writable") as caught:

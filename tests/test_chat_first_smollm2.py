@@ -48,7 +48,7 @@ def pipelines(smollm2):
     """The shipped default (verifier and head) and ``--head none``, both loaded by ``load_components`` around
     the session's SmolLM2 (tests/conftest.py share_smollm2: one model in memory, not three)."""
     from mlx_sdm.app.loading import load_components
-    from mlx_sdm.session.pipeline import TurnPipeline
+    from mlx_sdm.turn.pipeline import TurnPipeline
     from tests.conftest import share_smollm2
 
     with pytest.MonkeyPatch.context() as patch:
@@ -60,7 +60,7 @@ def pipelines(smollm2):
 
 
 def _ask(pipeline, messages, max_tokens=MAX_TOKENS):
-    from mlx_sdm.session.turn import TurnOptions, TurnRequest
+    from mlx_sdm.turn.values import TurnOptions, TurnRequest
 
     return pipeline.run(TurnRequest(messages, TurnOptions(max_tokens=max_tokens, reuse_cache=False)))
 

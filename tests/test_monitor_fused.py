@@ -70,7 +70,7 @@ def test_the_first_answer_s_words_compare_with_the_usual_not_with_an_earlier_tur
 def test_session_monitor_reading_carries_the_fused_forecast():
     from mlx_sdm.calibration.verdict import Verdict
     from mlx_sdm.network.verdict import DocumentVerdict
-    from mlx_sdm.session.monitoring import MonitorConfig, SessionMonitor
+    from mlx_sdm.turn.monitoring import MonitorConfig, SessionMonitor
 
     monitor = SessionMonitor("s", MonitorConfig(enable_p_true=False))
     monitor.observe_user("Classify this article.")
@@ -103,7 +103,7 @@ def test_the_live_forecast_reads_a_verdict_as_the_recorded_sessions_do():
     from mlx_sdm.calibration.verdict import Verdict
     from mlx_sdm.monitor.forecast.fused import FusedParams, OnlineFusedMonitor
     from mlx_sdm.network.verdict import REASON_NOT_A_TASK, DocumentVerdict, VerdictStatus
-    from mlx_sdm.session.monitoring import MonitorConfig, SessionMonitor
+    from mlx_sdm.turn.monitoring import MonitorConfig, SessionMonitor
 
     everyday = DocumentVerdict(None, task=None, unjudged=REASON_NOT_A_TASK)
     routed = DocumentVerdict(Verdict(prediction=1, p_lower=None, admitted=False, q=0, d=0.0, q_bin=0,

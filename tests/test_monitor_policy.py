@@ -18,8 +18,8 @@ from mlx_sdm.monitor.evaluation.policy_choice import choose_policy, corpus_signa
 from mlx_sdm.monitor.online.reading import FusedReading, MonitorReading
 from mlx_sdm.monitor.session_file.reader import read_sessions_jsonl
 from mlx_sdm.monitor.forecast.signals import _turn_labels
-from mlx_sdm.session.escalation import REASON_DEGENERATE, REASON_ESCALATED_FORECAST, plan_escalation
-from mlx_sdm.session.monitoring import MonitorConfig, SessionMonitor
+from mlx_sdm.turn.escalation import REASON_DEGENERATE, REASON_ESCALATED_FORECAST, plan_escalation
+from mlx_sdm.turn.monitoring import MonitorConfig, SessionMonitor
 
 pytestmark = pytest.mark.filterwarnings("ignore::mlx_sdm.monitor.online.tracer.MonitorWarning")
 

@@ -138,8 +138,8 @@ def test_the_shipped_corpus_names_the_shipped_verifier_head_and_embedder(tmp_pat
 
 def test_a_chat_export_names_what_the_store_recorded(tmp_path):
     from mlx_sdm.monitor.session_file.provenance import UNKNOWN
-    from mlx_sdm.session.export import export_all_sessions
-    from mlx_sdm.session.store import ChatStore
+    from mlx_sdm.store.export import export_all_sessions
+    from mlx_sdm.store.chat_store import ChatStore
 
     store = ChatStore(tmp_path / "chat.db")
     try:

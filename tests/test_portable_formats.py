@@ -15,7 +15,7 @@ from mlx_sdm.calibration.estimator import SDMEstimator
 from mlx_sdm.calibration.sdmdataset import read_bundle, write_bundle
 from mlx_sdm.commands import verify as verify_cmd
 from mlx_sdm.errors import ArtifactError, DataError
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.store.chat_store import ChatStore
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "reexpress_sdm"
 

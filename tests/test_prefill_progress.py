@@ -6,9 +6,9 @@ from __future__ import annotations
 import io
 
 from mlx_sdm.app.prefill_progress import PrefillProgress
-from mlx_sdm.session.pipeline import TurnPipeline
+from mlx_sdm.turn.pipeline import TurnPipeline
 from mlx_sdm.lm.pieces import TokenPiece
-from mlx_sdm.session.turn import TurnComponents, TurnOptions, TurnRequest
+from mlx_sdm.turn.values import TurnComponents, TurnOptions, TurnRequest
 from tests.tiny_verifier import tiny_loaded_model
 
 
@@ -57,7 +57,7 @@ def test_prefill_bar_prints_nothing_when_piped():
 
 
 def test_the_engine_sends_prefill_events_only_for_long_prompts():
-    from mlx_sdm.session.events import LONG_PREFILL_TOKENS, PrefillEvent, prefill_event
+    from mlx_sdm.executor.events import LONG_PREFILL_TOKENS, PrefillEvent, prefill_event
 
     sent = [e for e in (prefill_event("s", 1, 0, 10), prefill_event("s", 1, 10, 10)) if e is not None]
     assert sent == []

@@ -12,8 +12,8 @@ import pytest
 
 from mlx_sdm.network.coverage import TaskRoute
 from mlx_sdm.network.verifier import DocumentVerifier, FeatureRecipe
-from mlx_sdm.session.schema import AnswerRecord, TaskScope
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.store.schema import AnswerRecord, TaskScope
+from mlx_sdm.store.chat_store import ChatStore
 from tests.stored import judged
 from tests.tiny_verifier import build_tiny_verifier
 
@@ -136,7 +136,7 @@ def multi_task_verifier(directory):
 
 @pytest.fixture
 def suite_engine(tmp_path):
-    from mlx_sdm.session.engine import ChatEngine, EngineConfig
+    from mlx_sdm.executor.engine import ChatEngine, EngineConfig
     from tests.tiny_verifier import tiny_components
 
     path = multi_task_verifier(tmp_path / "suite")

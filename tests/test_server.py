@@ -28,7 +28,7 @@ from mlx_sdm.server.app import ServerConfig, build_app  # noqa: E402
 from mlx_sdm.server.auth import authorized, is_loopback  # noqa: E402
 from mlx_sdm.server.backend import BackendConfig, SessionBackend  # noqa: E402
 from mlx_sdm.server.worker import ModelWorker  # noqa: E402
-from mlx_sdm.session.store import ChatStore  # noqa: E402
+from mlx_sdm.store.chat_store import ChatStore  # noqa: E402
 from tests.tiny_verifier import build_tiny_verifier, tiny_components  # noqa: E402
 
 API_KEY = "test-key"

@@ -10,10 +10,10 @@ import pytest
 
 from mlx_sdm.errors import DataError
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction
-from mlx_sdm.session.engine import ChatEngine, EngineConfig
+from mlx_sdm.executor.engine import ChatEngine, EngineConfig
 from mlx_sdm.monitor.session_file.records import ToolCall
-from mlx_sdm.session.turn import parse_tool_calls
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.turn.values import parse_tool_calls
+from mlx_sdm.store.chat_store import ChatStore
 from tests.tiny_verifier import build_tiny_verifier, tiny_components
 
 # AUQ floors (LOW, MEDIUM, HIGH) that put any cumulative confidence in one tier (docs/monitoring.md, AUQ levels and actions thresholds are config)

@@ -8,11 +8,11 @@ import pytest
 
 from mlx_sdm.commands import chat as chat_cmd
 from mlx_sdm.errors import DataError
-from mlx_sdm.session.engine import ChatEngine, EngineConfig
-from mlx_sdm.session.export import export_session, session_to_markdown
+from mlx_sdm.executor.engine import ChatEngine, EngineConfig
+from mlx_sdm.store.export import export_session, session_to_markdown
 from mlx_sdm.monitor.session_file.reader import read_sessions_jsonl
-from mlx_sdm.session.schema import AnswerRecord
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.store.schema import AnswerRecord
+from mlx_sdm.store.chat_store import ChatStore
 from tests.tiny_verifier import build_tiny_verifier, tiny_components
 
 ALWAYS_HIGH = (1.0, 0.9999, 0.0)
@@ -129,7 +129,7 @@ def test_default_store_location(monkeypatch, tmp_path):
 
 def test_session_outcome_follows_the_verdicts_and_review_labels(tmp_path):
     """docs/monitoring.md, combining with the verifier: success = ends with a verified, accepted answer and no negative feedback."""
-    from mlx_sdm.session.export import session_to_format
+    from mlx_sdm.store.export import session_to_format
 
     store = ChatStore(tmp_path / "o.db")
 
@@ -163,7 +163,7 @@ def test_session_outcome_follows_the_verdicts_and_review_labels(tmp_path):
 
 def test_the_verdict_line_names_the_state_why_and_the_numbers_once():
     from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
-    from mlx_sdm.session.export import verdict_line
+    from mlx_sdm.store.export import verdict_line
 
     verified = DocumentVerdict.from_dict({"prediction": 1, "p_lower": 0.998, "admitted": True, "q": 148, "d": 0.833,
                                           "q_bin": 4})

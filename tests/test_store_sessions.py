@@ -12,10 +12,10 @@ from mlx_sdm.monitor.online.auq_escalation import UncertaintyLevel
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.monitor.session_file.records import ToolCall
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
-from mlx_sdm.session.message_meta import MessageMeta
-from mlx_sdm.session.migrations import MIGRATIONS, SCHEMA_VERSION
-from mlx_sdm.session.schema import AnswerRecord
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.store.message_meta import MessageMeta
+from mlx_sdm.store.migrations import MIGRATIONS, SCHEMA_VERSION
+from mlx_sdm.store.schema import AnswerRecord
+from mlx_sdm.store.chat_store import ChatStore
 
 VERIFIED_097 = DocumentVerdict.from_dict({"prediction": 1, "p_lower": 0.97, "admitted": True, "q": 5, "d": 0.1})
 
@@ -133,7 +133,7 @@ def test_not_a_database_is_a_clear_error(tmp_path):
 
 
 def test_add_turn_writes_question_and_answer_in_one_transaction(tmp_path, monkeypatch):
-    import mlx_sdm.session.store as store_module
+    import mlx_sdm.store.chat_store as store_module
 
     store = ChatStore(tmp_path / "turn.db")
     session = store.create_session("t")
@@ -180,7 +180,7 @@ def test_an_untitled_session_is_named_after_its_first_user_message(tmp_path):
 
 
 def test_title_from_message_is_one_short_line():
-    from mlx_sdm.session.titles import TITLE_CHARS, title_from_message
+    from mlx_sdm.store.titles import TITLE_CHARS, title_from_message
 
     assert title_from_message("  \n hi there \n") == "hi there"
     assert title_from_message("hi\nthere") == "hi…"  # more lines than the title shows
@@ -208,7 +208,7 @@ def test_old_stores_title_their_empty_placeholder_sessions_on_upgrade(tmp_path):
 
 def test_a_task_question_is_titled_by_its_task_and_document():
     from mlx_sdm.network.encoding import FACTCHECK, TOPIC
-    from mlx_sdm.session.titles import title_from_message
+    from mlx_sdm.store.titles import title_from_message
 
     article = TOPIC.user_message("Ink helps drive Democrat gains in the mid-term elections, analysts say")
     assert title_from_message(article) == "topic: Ink helps drive Democrat gains in…"

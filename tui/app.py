@@ -3,7 +3,7 @@
     from tui.app import run
     run(engine=engine, store=store)            # what `mlx-sdm chat` does on a terminal
 
-The App owns no model: every model, verifier and monitor call goes to the session layer's engine
+The App owns no model: every model, verifier and monitor call goes to the executor's engine
 thread through :class:`tui.bridge.Bridge`, and its events come back as Textual messages.
 """
 

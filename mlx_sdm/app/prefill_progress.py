@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from typing import Any, TextIO
 
-from mlx_sdm.session.events import LONG_PREFILL_TOKENS
+from mlx_sdm.executor.events import LONG_PREFILL_TOKENS
 
 #: Prompts with fewer new tokens prefill in about a second: no bar (the engine's rule for PrefillEvent).
 DEFAULT_PREFILL_PROGRESS_TOKENS = LONG_PREFILL_TOKENS

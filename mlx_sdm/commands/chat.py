@@ -18,7 +18,7 @@ from mlx_sdm.errors import MlxSdmError
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 
 if TYPE_CHECKING:
-    from mlx_sdm.session.turn import TurnOutcome
+    from mlx_sdm.turn.values import TurnOutcome
 DEFAULT_EMBEDDER = "minilm"
 DEFAULT_DB_NAME = "chat.db"
 APP_NAME = "mlx-sdm"
@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def engine_config(args: argparse.Namespace):
-    from mlx_sdm.session.engine import EngineConfig
+    from mlx_sdm.executor.engine import EngineConfig
 
     if args.max_tokens < 1:
         raise MlxSdmError(f"--max-tokens must be at least 1, got {args.max_tokens}")
@@ -116,7 +116,7 @@ def engine_config(args: argparse.Namespace):
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from mlx_sdm.session.store import ChatStore
+    from mlx_sdm.store.chat_store import ChatStore
 
     try:
         store = ChatStore(Path(args.db).expanduser() if args.db else default_db_path())
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.session is not None:
             store.get_session(args.session)
         if args.export:
-            from mlx_sdm.session.export import export_all_sessions, export_session
+            from mlx_sdm.store.export import export_all_sessions, export_session
 
             target = Path(args.export).expanduser()
             if args.session is None:
@@ -162,7 +162,7 @@ def _list_sessions(store) -> int:
 
 def _run_ui(args, config, store) -> int:
     from mlx_sdm.app.loading import chat_components
-    from mlx_sdm.session.engine import ChatEngine
+    from mlx_sdm.executor.engine import ChatEngine
 
     try:
         from tui.app import run as run_ui
@@ -182,7 +182,7 @@ def _plain_turn(engine, session_id: str, text: str, *, resume: bool, out, prefil
     """One turn in line mode, a ``for`` loop over the engine's events: a bar while a long prompt is read,
     the answer's tokens to ``out``; returns the turn's record and the messages of a logged escalation."""
     from mlx_sdm.monitor.online.auq_escalation import EscalationAction
-    from mlx_sdm.session.events import EscalationEvent, PrefillEvent, TokenEvent, TurnFinishedEvent
+    from mlx_sdm.executor.events import EscalationEvent, PrefillEvent, TokenEvent, TurnFinishedEvent
 
     logged: list[str] = []
     for event in engine.stream(session_id, text, resume=resume):
@@ -203,7 +203,7 @@ def run_plain(config, store, *, session_id: str | None, title: str | None, stdin
     monitor lines. Returns 0, or 2 when the model or verifier cannot be loaded."""
     from mlx_sdm.app.loading import chat_components
     from mlx_sdm.app.prefill_progress import PrefillProgress
-    from mlx_sdm.session.engine import ChatEngine
+    from mlx_sdm.executor.engine import ChatEngine
 
     def out(text: str = "", end: str = "\n") -> None:
         stdout.write(text + end)
@@ -305,8 +305,8 @@ def _open_plain_session(store, info, session_id: str | None, title: str | None, 
 
 def _print_turn(result: TurnOutcome, out, logged: list[str], timing: bool) -> bool:
     """The lines after an answer: verdict and why, unverified text, monitor, escalation. True when paused."""
-    from mlx_sdm.session.escalation import TurnStatus
-    from mlx_sdm.session.export import monitor_line, verdict_line
+    from mlx_sdm.turn.escalation import TurnStatus
+    from mlx_sdm.store.export import monitor_line, verdict_line
 
     out()
     out(f"[{verdict_line(result.verdict_status, result.verdict, result.verdict_reason)}]")
@@ -342,7 +342,7 @@ def _timing_line(result: TurnOutcome) -> str:
 
 def _plain_command(text: str, store, session_id: str, out) -> str | None:
     """A /command of the line mode; returns "quit" or "new" when the caller acts on it."""
-    from mlx_sdm.session.export import export_session
+    from mlx_sdm.store.export import export_session
 
     name, _, rest = text.partition(" ")
     rest = rest.strip()

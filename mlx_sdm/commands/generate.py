@@ -1,6 +1,6 @@
 """``mlx-sdm generate "PROMPT"``: answer one prompt with the local LM, then print the verifier's
 verdict in words (verified / not verified / out of scope), p_lower, q, d and the nearest training
-exemplars (docs/method.md § 15.7). One :class:`~mlx_sdm.session.pipeline.TurnPipeline` turn, without a store
+exemplars (docs/method.md § 15.7). One :class:`~mlx_sdm.turn.pipeline.TurnPipeline` turn, without a store
 or monitor."""
 
 from __future__ import annotations
@@ -163,8 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         from mlx_sdm.app.loading import load_components
         from mlx_sdm.app.prefill_progress import PrefillProgress
         from mlx_sdm.lm.pieces import TokenPiece
-        from mlx_sdm.session.pipeline import TurnPipeline
-        from mlx_sdm.session.turn import TurnOptions, TurnRequest
+        from mlx_sdm.turn.pipeline import TurnPipeline
+        from mlx_sdm.turn.values import TurnOptions, TurnRequest
 
         components = load_components(args.model, verifier=args.verifier, head=args.head, quantized=args.quantized)
         options = TurnOptions(max_tokens=args.max_tokens, system_prompt=args.system, explain=max(0, args.explain),

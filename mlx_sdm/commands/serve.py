@@ -108,7 +108,7 @@ def run_server(args: ServeArgs, *, components: Callable[[Any], Any] | None = Non
     from mlx_sdm.server.auth import check_bind
     from mlx_sdm.server.backend import BackendConfig, SessionBackend
     from mlx_sdm.server.worker import ModelWorker
-    from mlx_sdm.session.store import ChatStore
+    from mlx_sdm.store.chat_store import ChatStore
 
     check_bind(args.host, args.api_key)
     for name in ("max_tokens", "max_pending", "max_body_bytes"):

@@ -1,6 +1,6 @@
-"""The server's ONE adapter to the session layer: the chat's own
-:class:`~mlx_sdm.session.turn_service.TurnService`. A chat request is a
-:class:`~mlx_sdm.session.turn.TurnRequest` run through it (generate with features in the same pass →
+"""The server's ONE adapter to the executor: the chat's own
+:class:`~mlx_sdm.executor.turn_service.TurnService`. A chat request is a
+:class:`~mlx_sdm.turn.values.TurnRequest` run through it (generate with features in the same pass →
 the verifier's :class:`DocumentVerdict`); ``/v1/verify`` is its force-decoding verdict; every served
 turn is stored in the chat store as the service records the chat's own (user message + answer +
 verdict + review entry in one transaction); review decisions made anywhere (the TUI in another
@@ -52,7 +52,7 @@ class SessionBackend:
 
     def __init__(self, config: BackendConfig, store: Any, components: Callable[[Any], Any] | None = None):
         from mlx_sdm.app.loading import load_components
-        from mlx_sdm.session.turn_service import TurnService
+        from mlx_sdm.executor.turn_service import TurnService
 
         self.config = config
         self.store = store
@@ -71,7 +71,7 @@ class SessionBackend:
 
     def options(self, max_tokens: int, temperature: float = 0.0, top_logprobs: int = 0):
         """Turn options of a served answer: no session monitor (no P(True), no reflection)."""
-        from mlx_sdm.session.turn import TurnOptions
+        from mlx_sdm.turn.values import TurnOptions
 
         return TurnOptions(max_tokens=max_tokens, temperature=temperature, system_prompt=self.config.system_prompt,
                            enable_p_true=False, generate_reflection=False, top_logprobs=top_logprobs)
@@ -107,8 +107,8 @@ class SessionBackend:
                stop: threading.Event | None = None) -> Iterator[ServedToken | ServedAnswer]:
         """One turn through the turn service: each answer token as it comes, then the answer, judged and
         stored. Setting ``stop`` (the client went away) ends the answer at the next token."""
-        from mlx_sdm.session.escalation import TurnStatus
-        from mlx_sdm.session.turn import TurnOutcome, TurnRequest
+        from mlx_sdm.turn.escalation import TurnStatus
+        from mlx_sdm.turn.values import TurnOutcome, TurnRequest
 
         self.sync_reviews()
         options = self.options(prepared.max_tokens, request.temperature, request.top_logprobs)
@@ -183,7 +183,7 @@ class SessionBackend:
                     record: Callable[[str], Any], source: str) -> None:
         """The client's last user message and the answer as the turn service records it (``record(session
         id)``), all in ONE transaction (a kill between them leaves neither)."""
-        from mlx_sdm.session.message_meta import MessageMeta
+        from mlx_sdm.store.message_meta import MessageMeta
 
         user_text = next(m.content for m in reversed(messages) if m.role == "user" and m.content.strip())
         answer.session_id = session_id = self.session_for(conversation, user_text)

@@ -51,7 +51,7 @@ class ServedVerdict:
     badge: str = ""
     exemplars: tuple[ServedExemplar, ...] = ()
     verifier: str | None = None
-    judged: Any = field(default=None, compare=False, repr=False)  # the session layer's DocumentVerdict (None: no verdict)
+    judged: Any = field(default=None, compare=False, repr=False)  # the network layer's DocumentVerdict (None: no verdict)
 
     @property
     def verified(self) -> bool:

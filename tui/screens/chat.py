@@ -16,9 +16,9 @@ from textual.widget import Widget
 from textual.widgets import Footer, Header, Input, Static
 
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction
-from mlx_sdm.session.escalation import TurnStatus
-from mlx_sdm.session.events import EngineEvent
-from mlx_sdm.session.schema import MessageRecord
+from mlx_sdm.turn.escalation import TurnStatus
+from mlx_sdm.executor.events import EngineEvent
+from mlx_sdm.store.schema import MessageRecord
 from tui.messages import (
     EngineFailed,
     EngineStatus,
@@ -39,7 +39,7 @@ from tui.widgets.monitor import MonitorPanel
 from tui.widgets.verdict import VerdictBadge
 
 if TYPE_CHECKING:
-    from mlx_sdm.session.turn import TurnOutcome
+    from mlx_sdm.turn.values import TurnOutcome
     from tui.bridge import Bridge
 
 
@@ -199,7 +199,7 @@ class ChatScreen(Screen):
         await self._log_mount(bubble)
         try:
             future = call()
-        except Exception as exc:  # the session layer refused the turn: say why, keep the UI alive
+        except Exception as exc:  # the executor refused the turn: say why, keep the UI alive
             self.active = None
             bubble.set_cancelled("✘ not sent")
             self.notify(f"Could not start the turn: {exc}", severity="error", timeout=8)

@@ -47,9 +47,9 @@ from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.coverage import RouteKind, TaskRoute, match_instruction
 from mlx_sdm.network.verdict import REASON_EMPTY_ANSWER, REASON_NO_CHECKABLE_ANSWER, REASON_NOT_A_TASK, DocumentVerdict
 from mlx_sdm.lm.pieces import TokenPiece
-from mlx_sdm.session.answer import GeneratedAnswer, PrefixCache, TopLogprobs, settle_prefix, stream_answer
-from mlx_sdm.session.escalation import REFLECTION_PROMPT, TurnStatus, plan_escalation
-from mlx_sdm.session.turn import (
+from mlx_sdm.turn.answer import GeneratedAnswer, PrefixCache, TopLogprobs, settle_prefix, stream_answer
+from mlx_sdm.turn.escalation import REFLECTION_PROMPT, TurnStatus, plan_escalation
+from mlx_sdm.turn.values import (
     ChatMessage,
     TurnComponents,
     TurnItem,
@@ -151,9 +151,9 @@ class TurnPipeline:
 
     def stream(self, request: TurnRequest, *, stop: threading.Event | None = None, monitor: Any = None,
                prefix: PrefixCache | None = None, on_prefill: PrefillCallback | None = None) -> Iterator[TurnItem]:
-        """One turn, yielded in the order of :data:`~mlx_sdm.session.turn.TurnItem`. ``stop``: set it (e.g.
+        """One turn, yielded in the order of :data:`~mlx_sdm.turn.values.TurnItem`. ``stop``: set it (e.g.
         while handling a piece) to end the answer at that token; ``monitor``: the session's
-        :class:`~mlx_sdm.session.monitoring.SessionMonitor` (None = no monitoring, e.g. ``generate``);
+        :class:`~mlx_sdm.turn.monitoring.SessionMonitor` (None = no monitoring, e.g. ``generate``);
         ``prefix``: this conversation's previous KV cache; ``on_prefill``: a long prompt's progress, as
         mlx-lm's ``prompt_progress_callback`` (called before the first piece)."""
         stop = stop or threading.Event()
@@ -278,7 +278,7 @@ class TurnPipeline:
             p_true = PTrueScorer(lm.model, lm.tokenizer, messages + [{"role": "assistant", "content": gen.text}],
                                  cache=gen.cache, cached_tokens=gen.cached_tokens)
         if options.semantic_sampling:
-            from mlx_sdm.session.monitoring import ChatSampler
+            from mlx_sdm.turn.monitoring import ChatSampler
 
             sampler = ChatSampler(lm, messages, len(gen.token_ids), head=plan.head)
         return monitor.score_answer(answer=gen.text, tokens=gen.tokens, logprobs=gen.logprobs,

@@ -1,4 +1,4 @@
-"""An answer written while it is generated, as part of :class:`~mlx_sdm.session.store.ChatStore`.
+"""An answer written while it is generated, as part of :class:`~mlx_sdm.store.chat_store.ChatStore`.
 
 :meth:`begin_answer` (or :meth:`begin_turn`, the question with it) commits an empty answer row with
 status ``in_progress``; :meth:`update_partial` commits the text so far, at most every
@@ -16,9 +16,9 @@ import time
 from typing import Any, Sequence
 
 from mlx_sdm.errors import DataError
-from mlx_sdm.session.message_meta import MessageMeta
-from mlx_sdm.session.schema import _dumps, _loads
-from mlx_sdm.session.titles import insert_user_message
+from mlx_sdm.store.message_meta import MessageMeta
+from mlx_sdm.store.schema import _dumps, _loads
+from mlx_sdm.store.titles import insert_user_message
 
 #: The partial text of an answer being generated is committed at most this often (each is an fsync).
 PARTIAL_WRITE_SECONDS = 1.0
@@ -137,7 +137,7 @@ class StreamingAnswer:
         """The turn raised: the row keeps what was generated, status "error". Safe to call from the turn's
         error handler: nothing once finished, and a store that cannot take the write leaves the row in
         progress (marked interrupted on the next open) rather than hiding the turn's own error."""
-        from mlx_sdm.session.schema import AnswerRecord
+        from mlx_sdm.store.schema import AnswerRecord
 
         if self.finished:
             return

@@ -26,11 +26,11 @@ import numpy as np
 
 from mlx_sdm.errors import ArtifactError, DataError, OutputError
 from mlx_sdm.network.verdict import VerdictStatus
-from mlx_sdm.session.message_meta import MessageMeta
-from mlx_sdm.session.migrations import MIGRATIONS, SCHEMA_VERSION
-from mlx_sdm.session.partial_answers import PartialAnswerStore
-from mlx_sdm.session.review_queue import ReviewQueueStore
-from mlx_sdm.session.schema import (
+from mlx_sdm.store.message_meta import MessageMeta
+from mlx_sdm.store.migrations import MIGRATIONS, SCHEMA_VERSION
+from mlx_sdm.store.partial_answers import PartialAnswerStore
+from mlx_sdm.store.review_queue import ReviewQueueStore
+from mlx_sdm.store.schema import (
     AnswerRecord,
     MessageRecord,
     SessionInfo,
@@ -41,7 +41,7 @@ from mlx_sdm.session.schema import (
     _split_sql,
     now_iso,
 )
-from mlx_sdm.session.titles import insert_user_message, placeholder_title, title_from_first_message
+from mlx_sdm.store.titles import insert_user_message, placeholder_title, title_from_first_message
 
 #: How long a writer waits for another process's write lock before giving up (milliseconds).
 BUSY_TIMEOUT_MS = 10_000

@@ -25,9 +25,9 @@ from typing import Any, Callable, ClassVar
 from mlx_sdm.monitor.online.reading import HistoryPoint, MonitorReading
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, VerdictWords, verdict_words
 from mlx_sdm.network.coverage import VerifierCoverage
-from mlx_sdm.session.escalation import Escalation, TurnStatus
+from mlx_sdm.turn.escalation import Escalation, TurnStatus
 from mlx_sdm.lm.pieces import TokenPiece
-from mlx_sdm.session.turn import TurnOutcome
+from mlx_sdm.turn.values import TurnOutcome
 
 
 @dataclass

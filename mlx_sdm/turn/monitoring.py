@@ -213,7 +213,7 @@ class ChatSampler:
         self.drawn: list[str] = []
 
     def sample(self, n: int) -> list[str]:
-        from mlx_sdm.session.answer import generate_answer
+        from mlx_sdm.turn.answer import generate_answer
 
         out = [generate_answer(self.lm, self.messages, max_tokens=self.max_tokens, temperature=self.temperature,
                                head=self.head, features=False).text for _ in range(n)]

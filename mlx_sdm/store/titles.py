@@ -16,8 +16,8 @@ from mlx_sdm.network.encoding import (
     TOPIC,
     YES_NO,
 )
-from mlx_sdm.session.message_meta import MessageMeta
-from mlx_sdm.session.schema import _dumps
+from mlx_sdm.store.message_meta import MessageMeta
+from mlx_sdm.store.schema import _dumps
 
 #: The shipped task formats whose instruction a task question starts with.
 TASK_FORMATS = (FACTCHECK, PLAUSIBILITY, TOPIC, YES_NO, MULTIPLE_CHOICE, SPAM, SENTIMENT)

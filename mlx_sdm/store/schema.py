@@ -1,5 +1,5 @@
 """The records the chat store reads and writes, and the helpers that map SQLite rows to them (the
-schema itself: :mod:`mlx_sdm.session.migrations`). No MLX."""
+schema itself: :mod:`mlx_sdm.store.migrations`). No MLX."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from mlx_sdm.errors import DataError
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.monitor.session_file.provenance import Provenance
 from mlx_sdm.network.verdict import LEGACY_NO_VERIFIER, DocumentVerdict, VerdictStatus
-from mlx_sdm.session.message_meta import MessageMeta
+from mlx_sdm.store.message_meta import MessageMeta
 
 #: A stored answer's verdict state: a value of ``mlx_sdm.network.verdict.VerdictStatus`` (rows written
 #: before it had "no_verifier" say "unverifiable"; ``VerdictStatus.read`` reads both).

@@ -1,4 +1,4 @@
-"""The review queue and its decisions, as part of :class:`~mlx_sdm.session.store.ChatStore`: queued
+"""The review queue and its decisions, as part of :class:`~mlx_sdm.store.chat_store.ChatStore`: queued
 answers, labels (a new decision on an entry supersedes the old one; undo), the labelled points the
 verifier's support set takes, and training rows."""
 
@@ -16,7 +16,7 @@ import numpy as np
 from mlx_sdm.atomic import atomic_write_text
 from mlx_sdm.calibration.sdmdataset import is_sdmdataset_path, write_bundle
 from mlx_sdm.errors import DataError
-from mlx_sdm.session.schema import (
+from mlx_sdm.store.schema import (
     LABEL_ACCEPTABLE,
     LABEL_UNACCEPTABLE,
     Decision,

@@ -2,7 +2,7 @@
 planned (:class:`TurnPlan`), and what streams out of it (:data:`TurnItem`): each
 :class:`~mlx_sdm.lm.pieces.TokenPiece`, the :class:`TurnVerdict`, the ``MonitorReading``, the
 ``Escalation``, and last the one finished record (:class:`TurnOutcome`). :class:`TurnComponents` is
-everything MLX a turn uses. The pipeline that yields a turn is :mod:`mlx_sdm.session.pipeline`; every
+everything MLX a turn uses. The pipeline that yields a turn is :mod:`mlx_sdm.turn.pipeline`; every
 front end is a ``for`` loop over it.
 """
 
@@ -19,8 +19,8 @@ from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.coverage import TaskInstruction, TaskRoute, VerifierCoverage
 from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, VerdictWords, verdict_words
-from mlx_sdm.session.escalation import REFLECTION_PROMPT, Escalation, TurnStatus
-from mlx_sdm.session.answer import PrefixCache
+from mlx_sdm.turn.escalation import REFLECTION_PROMPT, Escalation, TurnStatus
+from mlx_sdm.turn.answer import PrefixCache
 
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 from mlx_sdm.monitor.online.embedders import Embedder
@@ -52,7 +52,7 @@ class TurnComponents:
     head_tasks: tuple[TaskInstruction, ...] | None = None
     embedder: Embedder | None = None  # TRACER sentence embedder; None = lexical fallback
     #: task name -> the verifier whose support set holds the review labels of that task (set by the review
-    #: service, :class:`~mlx_sdm.session.review.ReviewService`); None: ``verifier`` judges every task
+    #: service, :class:`~mlx_sdm.executor.review.ReviewService`); None: ``verifier`` judges every task
     task_support: Callable[[str], DocumentVerifier] | None = None
 
     @property

@@ -1,11 +1,11 @@
 """The ONE turn service behind every front end that stores turns: the chat engine
-(:mod:`mlx_sdm.session.engine`) and the server (:mod:`mlx_sdm.server.backend`) are thin callers of it.
+(:mod:`mlx_sdm.executor.engine`) and the server (:mod:`mlx_sdm.server.backend`) are thin callers of it.
 
-It owns the :class:`~mlx_sdm.session.pipeline.TurnPipeline`, the
-:class:`~mlx_sdm.session.review.ReviewService` and the one cached KV prefix (a KV cache can be
+It owns the :class:`~mlx_sdm.turn.pipeline.TurnPipeline`, the
+:class:`~mlx_sdm.executor.review.ReviewService` and the one cached KV prefix (a KV cache can be
 ~100 MB, so one conversation's is kept at a time), and it says once what the store keeps of a turn
 (:meth:`TurnService.record`): the answer with its verdict, monitor reading, review reasons and typed
-:class:`~mlx_sdm.session.message_meta.MessageMeta`. A cancelled turn is stored with no verdict.
+:class:`~mlx_sdm.store.message_meta.MessageMeta`. A cancelled turn is stored with no verdict.
 
 Runs on the thread that owns MLX.
 """
@@ -21,16 +21,16 @@ import numpy as np
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.monitor.session_file.provenance import Provenance, make_provenance
 from mlx_sdm.network.verdict import DocumentVerdict, verdict_words
-from mlx_sdm.session.answer import PrefixCache
-from mlx_sdm.session.escalation import REFLECTION_PROMPT, TurnStatus, verdict_review_reasons
-from mlx_sdm.session.message_meta import MessageMeta
-from mlx_sdm.session.partial_answers import StreamingAnswer
+from mlx_sdm.turn.answer import PrefixCache
+from mlx_sdm.turn.escalation import REFLECTION_PROMPT, TurnStatus, verdict_review_reasons
+from mlx_sdm.store.message_meta import MessageMeta
+from mlx_sdm.store.partial_answers import StreamingAnswer
 from mlx_sdm.lm.pieces import TokenPiece
-from mlx_sdm.session.pipeline import PrefillCallback, TurnPipeline
-from mlx_sdm.session.review import ReviewService
-from mlx_sdm.session.schema import AnswerRecord, TaskScope, now_iso
-from mlx_sdm.session.store import ChatStore
-from mlx_sdm.session.turn import ChatMessage, TurnComponents, TurnItem, TurnOptions, TurnOutcome, TurnPlan, TurnRequest
+from mlx_sdm.turn.pipeline import PrefillCallback, TurnPipeline
+from mlx_sdm.executor.review import ReviewService
+from mlx_sdm.store.schema import AnswerRecord, TaskScope, now_iso
+from mlx_sdm.store.chat_store import ChatStore
+from mlx_sdm.turn.values import ChatMessage, TurnComponents, TurnItem, TurnOptions, TurnOutcome, TurnPlan, TurnRequest
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
-"""The chat engine: a thin executor on the ONE thread that owns MLX (:mod:`mlx_sdm.session.worker`).
+"""The chat engine: a thin executor on the ONE thread that owns MLX (:mod:`mlx_sdm.executor.worker`).
 
-A turn is :class:`~mlx_sdm.session.turn_service.TurnService` (the pipeline generate → verify →
+A turn is :class:`~mlx_sdm.executor.turn_service.TurnService` (the pipeline generate → verify →
 monitor → escalate, the cached KV prefix, the answer stored with its verdict, monitor reading and
 review entry in ONE transaction), shared with the server; this module only adds what a *chat* needs
 around it: the conversation so far (from the store), the session's monitor, and events for the UI
-(:mod:`mlx_sdm.session.events`). Review decisions are the service's
-:class:`~mlx_sdm.session.review.ReviewService`.
+(:mod:`mlx_sdm.executor.events`). Review decisions are the service's
+:class:`~mlx_sdm.executor.review.ReviewService`.
 
 Callers (the Textual UI, ``mlx-sdm chat --plain``, tests) use methods that queue a job and return a
 :class:`concurrent.futures.Future`, and receive events on the engine's thread.
@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from mlx_sdm.errors import DataError, MlxSdmError
 from mlx_sdm.lm.pieces import TokenPiece
-from mlx_sdm.session.conversation import conversation_from, pending_pause
+from mlx_sdm.executor.conversation import conversation_from, pending_pause
 from mlx_sdm.monitor.online.reading import MonitorReading
-from mlx_sdm.session.escalation import Escalation
-from mlx_sdm.session.events import (
+from mlx_sdm.turn.escalation import Escalation
+from mlx_sdm.executor.events import (
     EngineEvent,
     EngineInfo,
     ErrorEvent,
@@ -42,16 +42,16 @@ from mlx_sdm.session.events import (
     VerdictEvent,
     prefill_event,
 )
-from mlx_sdm.session.review import DecisionResult, ReviewService
-from mlx_sdm.session.schema import MessageRecord
-from mlx_sdm.session.store import ChatStore
-from mlx_sdm.session.turn import TurnComponents, TurnItem, TurnOptions, TurnOutcome, TurnRequest, TurnVerdict
+from mlx_sdm.executor.review import DecisionResult, ReviewService
+from mlx_sdm.store.schema import MessageRecord
+from mlx_sdm.store.chat_store import ChatStore
+from mlx_sdm.turn.values import TurnComponents, TurnItem, TurnOptions, TurnOutcome, TurnRequest, TurnVerdict
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
-from mlx_sdm.session.turn_service import TurnService
-from mlx_sdm.session.worker import MlxWorker
+from mlx_sdm.executor.turn_service import TurnService
+from mlx_sdm.executor.worker import MlxWorker
 
 if TYPE_CHECKING:
-    from mlx_sdm.session.monitoring import SessionMonitor
+    from mlx_sdm.turn.monitoring import SessionMonitor
 
 ComponentsFactory = Callable[["EngineConfig"], TurnComponents]
 
@@ -272,7 +272,7 @@ class ChatEngine:
     def _monitor_for(self, session_id: str, messages: list[MessageRecord]) -> SessionMonitor:
         monitor = self._monitors.get(session_id)
         if monitor is None:
-            from mlx_sdm.session.monitoring import MonitorConfig, SessionMonitor
+            from mlx_sdm.turn.monitoring import MonitorConfig, SessionMonitor
 
             low, medium, high = self.config.auq_thresholds
             config = MonitorConfig(low_threshold=low, medium_threshold=medium, high_threshold=high,
