@@ -8,7 +8,7 @@ import warnings
 
 import numpy as np
 
-from mlx_sdm.monitor.forecast.verdict import TurnVerdict
+from mlx_sdm.monitor.forecast.verdict_monitor import TurnVerdict
 import pytest
 
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction, UncertaintyLevel

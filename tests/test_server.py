@@ -20,7 +20,7 @@ import pytest
 openai = pytest.importorskip("openai")
 uvicorn = pytest.importorskip("uvicorn")
 
-from mlx_sdm.calibration.verdict import Exemplar, Verdict  # noqa: E402
+from mlx_sdm.calibration.row_verdict import Exemplar, Verdict  # noqa: E402
 from mlx_sdm.network.verdict import DocumentVerdict  # noqa: E402
 from mlx_sdm.commands.serve import bind_socket  # noqa: E402
 from mlx_sdm.server import verdicts  # noqa: E402

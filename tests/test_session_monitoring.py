@@ -8,7 +8,7 @@ import pytest
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.monitor.session_file.records import ToolCall
 
-from mlx_sdm.calibration.verdict import Verdict
+from mlx_sdm.calibration.row_verdict import Verdict
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction
 from mlx_sdm.monitor.online.reading import HistoryPoint
 from mlx_sdm.network.verdict import DocumentVerdict

@@ -15,7 +15,7 @@ from mlx_sdm.executor.engine import ChatEngine, EngineConfig
 from mlx_sdm.store.chat_store import ChatStore
 from tests.tiny_verifier import build_tiny_verifier, tiny_components
 from tui.app import SdmChatApp
-from tui.screens.evidence import EvidenceScreen
+from tui.screens.evidence_screen import EvidenceScreen
 from tui.screens.prompts import EscalationPrompt
 from tui.widgets.message import MessageBubble
 

@@ -16,7 +16,7 @@ from textual.widgets import Input
 
 import mlx_sdm.store.chat_store as store_module
 from mlx_sdm.store.chat_store import ChatStore
-from mlx_sdm.calibration.verdict import Exemplar, Verdict
+from mlx_sdm.calibration.row_verdict import Exemplar, Verdict
 from mlx_sdm.network.verdict import DocumentVerdict
 from mlx_sdm.executor.engine import ChatEngine, EngineConfig
 from tests.test_tui_flows import HIGH_EVERYWHERE, LOW_EVERYWHERE, MAX_TOKENS, wait_until

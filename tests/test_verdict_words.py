@@ -8,7 +8,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mlx_sdm.calibration.verdict import Exemplar, Verdict
+from mlx_sdm.calibration.row_verdict import Exemplar, Verdict
 from mlx_sdm.network.coverage import VerifierCoverage, VerifierTask
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, verdict_words
 

@@ -45,7 +45,7 @@ from mlx_sdm.executor.events import (
 from mlx_sdm.executor.review import DecisionResult, ReviewService
 from mlx_sdm.store.schema import MessageRecord
 from mlx_sdm.store.chat_store import ChatStore
-from mlx_sdm.turn.values import TurnComponents, TurnItem, TurnOptions, TurnOutcome, TurnRequest, TurnVerdict
+from mlx_sdm.turn.values import TurnComponents, TurnItem, TurnOptions, TurnOutcome, TurnRequest, AnswerVerdict
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 from mlx_sdm.executor.turn_service import TurnService
 from mlx_sdm.executor.worker import MlxWorker
@@ -339,7 +339,7 @@ def turn_event(item: TurnItem, session_id: str, turn: int, *, verifier: str | No
     with the session and turn it belongs to)."""
     if isinstance(item, TokenPiece):
         return TokenEvent(session_id=session_id, turn=turn, piece=item)
-    if isinstance(item, TurnVerdict):
+    if isinstance(item, AnswerVerdict):
         return VerdictEvent(session_id=session_id, turn=turn, verdict=item.verdict,
                             unverifiable_reason=item.unverifiable_reason, verifier=verifier)
     if isinstance(item, MonitorReading):

@@ -22,7 +22,7 @@ from mlx_sdm.monitor.online.auq_escalation import (
     UncertaintyPolicy,
 )
 from mlx_sdm.monitor.forecast.policy import apply_policy
-from mlx_sdm.monitor.forecast.verdict import TurnVerdict
+from mlx_sdm.monitor.forecast.verdict_monitor import TurnVerdict
 from mlx_sdm.monitor.online.reading import HistoryPoint, MonitorReading
 from mlx_sdm.monitor.online.tracer import TracerConfig, TracerMonitor
 from mlx_sdm.network.verdict import ACCEPTABLE, DocumentVerdict

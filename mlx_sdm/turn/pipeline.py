@@ -1,5 +1,5 @@
 """ONE turn, start to end, as a stream: a :class:`TurnRequest` (the conversation so far + options) in;
-out come the answer's :class:`TokenPiece` s as they are generated, then its :class:`TurnVerdict`, the
+out come the answer's :class:`TokenPiece` s as they are generated, then its :class:`AnswerVerdict`, the
 :class:`MonitorReading`, the :class:`Escalation`, and last the one finished record,
 :class:`TurnOutcome` (as mlx-lm's ``stream_generate`` yields its responses, the last saying why it stopped).
 
@@ -57,7 +57,7 @@ from mlx_sdm.turn.values import (
     TurnOutcome,
     TurnPlan,
     TurnRequest,
-    TurnVerdict,
+    AnswerVerdict,
     last_user_text,
     parse_tool_calls,
 )
@@ -184,7 +184,7 @@ class TurnPipeline:
             return
         outcome.verdict, outcome.unverifiable_reason = self.judge(
             plan, gen.features if plan.judged_is_generated else None, gen.text, options)
-        yield TurnVerdict(outcome.verdict, outcome.unverifiable_reason)
+        yield AnswerVerdict(outcome.verdict, outcome.unverifiable_reason)
         outcome.tool_calls = parse_tool_calls(gen.text)
         if monitor is not None:
             outcome.monitor = self._monitor(monitor, plan, gen, outcome, options)

@@ -1,6 +1,6 @@
 """The typed turn: what goes into one turn (:class:`TurnRequest` with :class:`TurnOptions`), how it is
 planned (:class:`TurnPlan`), and what streams out of it (:data:`TurnItem`): each
-:class:`~mlx_sdm.lm.pieces.TokenPiece`, the :class:`TurnVerdict`, the ``MonitorReading``, the
+:class:`~mlx_sdm.lm.pieces.TokenPiece`, the :class:`AnswerVerdict`, the ``MonitorReading``, the
 ``Escalation``, and last the one finished record (:class:`TurnOutcome`). :class:`TurnComponents` is
 everything MLX a turn uses. The pipeline that yields a turn is :mod:`mlx_sdm.turn.pipeline`; every
 front end is a ``for`` loop over it.
@@ -108,7 +108,7 @@ class TurnPlan:
 
 
 @dataclass(frozen=True)
-class TurnVerdict:
+class AnswerVerdict:
     """The verifier's verdict on this turn's answer, or why there is none (no verifier fits the model)."""
 
     verdict: DocumentVerdict | None
@@ -195,10 +195,10 @@ class TurnOutcome:
         return self.verdict.reason if self.verdict is not None else self.unverifiable_reason
 
 
-#: What a turn yields, in this order: TokenPiece* (answer) → TurnVerdict → MonitorReading (with a session's
+#: What a turn yields, in this order: TokenPiece* (answer) → AnswerVerdict → MonitorReading (with a session's
 #: monitor) → Escalation (when escalated) → TokenPiece* (reflection, on a HIGH pause) → TurnOutcome (last).
 #: A cancelled turn yields its pieces, then its TurnOutcome.
-TurnItem = Union[TokenPiece, TurnVerdict, MonitorReading, Escalation, TurnOutcome]
+TurnItem = Union[TokenPiece, AnswerVerdict, MonitorReading, Escalation, TurnOutcome]
 
 
 def parse_tool_calls(text: str) -> list[ToolCall]:

@@ -36,7 +36,7 @@ from tui.screens.load_status import watch_load
 from tui.screens.transcript import STATUS_TEXT, apply_stored_verdict, coverage_text, stored_widgets, unverified_note
 from tui.widgets.message import MessageBubble
 from tui.widgets.monitor import MonitorPanel
-from tui.widgets.verdict import VerdictBadge
+from tui.widgets.verdict_badge import VerdictBadge
 
 if TYPE_CHECKING:
     from mlx_sdm.turn.values import TurnOutcome

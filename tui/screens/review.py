@@ -17,7 +17,7 @@ from textual.widgets import DataTable, Footer, Header, Input, Select, Static
 from mlx_sdm.store.schema import ReviewItem
 from tui.format import decision_label, monitor_summary, reason_label
 from tui.screens.prompts import EditText, TextPrompt
-from tui.widgets.evidence import evidence_renderable
+from tui.widgets.evidence_panel import evidence_renderable
 from tui.widgets.review_list import ReviewList
 
 if TYPE_CHECKING:
