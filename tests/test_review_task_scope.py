@@ -64,7 +64,7 @@ def test_an_old_store_migrates_and_keeps_its_labels(tmp_path):
     path = tmp_path / "old.db"
     old = ChatStore(path, target_version=4)
     stamp = "2026-01-01T00:00:0{}.000000Z"
-    with old._tx() as conn:
+    with old.db.tx() as conn:
         conn.execute("INSERT INTO sessions VALUES ('s1', 'old chat', ?, ?, 'm', ?)", (stamp.format(0), stamp.format(0), V))
         conn.execute("INSERT INTO messages(session_id, role, text, status, created_at) VALUES ('s1', 'user', 'q', 'done', ?)",
                      (stamp.format(1),))

@@ -80,7 +80,7 @@ async def test_a_reopened_session_shows_an_interrupted_answer_and_says_so(tmp_pa
     session = writer.create_session()
     _, answer_id = writer.begin_turn(session.id, "Tell me a story.")
     writer.update_partial(answer_id, "Once upon a time", force=True)
-    with writer._tx() as conn:  # as a process killed mid-answer leaves it: its writer is gone
+    with writer.db.tx() as conn:  # as a process killed mid-answer leaves it: its writer is gone
         conn.execute("UPDATE messages SET metadata_json = '{\"writer_pid\": -1}' WHERE id = ?", (answer_id,))
     writer.close()
     store = ChatStore(db)
