@@ -19,8 +19,8 @@ A UI re-posts them to its own thread (Textual: ``App.call_from_thread``); a call
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, ClassVar
+from dataclasses import dataclass, field
+from typing import Callable, ClassVar
 
 from mlx_sdm.monitor.online.reading import HistoryPoint, MonitorReading
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, VerdictWords, verdict_words
@@ -35,9 +35,6 @@ class EngineEvent:
     kind: ClassVar[str] = "event"
     session_id: str | None
     turn: int  # the engine's turn counter (0 for events outside a turn)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, **asdict(self)}  # typed payloads become nested dicts
 
 
 @dataclass

@@ -53,6 +53,11 @@ class GeneratedAnswer:
     prefix: PrefixCache | None = field(default=None, repr=False)  # what the next turn of this chat can reuse
     judged_tokens: int = 0  # answer tokens the document features cover (through the delimiter token)
 
+    def release(self) -> None:
+        """Drop the KV cache this answer holds, once P(True) and the next turn's prefix have used it: the
+        turn's record then carries no MLX state to other threads."""
+        self.cache, self.cached_tokens, self.prefix = None, [], None
+
     @property
     def judged_text(self) -> str:
         """The answer text the verifier judged (through its delimiter token)."""

@@ -170,16 +170,14 @@ class TurnPipeline:
             yield item
         generation_s = time.perf_counter() - started
         outcome = TurnOutcome(
-            status=TurnStatus.CANCELLED if gen.cancelled else TurnStatus.DONE, text=gen.text,
-            judged_text=gen.judged_text, unverified_tail=gen.unverified_tail, messages=messages,
-            task=plan.route.task, decoded_with_head=plan.head is not None,
-            finish_reason=gen.finish_reason, tokens=gen.tokens, token_ids=gen.token_ids, logprobs=gen.logprobs, features=gen.features,
-            first_token_s=first_token_s, generation_s=generation_s, prompt_tokens=gen.prompt_tokens,
-            reused_tokens=gen.reused_tokens, truncated_prompt_tokens=gen.truncated_prompt_tokens,
+            status=TurnStatus.CANCELLED if gen.cancelled else TurnStatus.DONE, answer=gen, messages=messages,
+            task=plan.route.task, decoded_with_head=plan.head is not None, first_token_s=first_token_s,
+            generation_s=generation_s,
         )
         if monitor is not None:  # TRACER's user step is scored after generation, not before the first token
             monitor.observe_user(last_user_text(request.messages))
         if gen.cancelled:
+            gen.release()
             yield outcome
             return
         outcome.verdict, outcome.unverifiable_reason = self.judge(
@@ -191,6 +189,7 @@ class TurnPipeline:
             yield outcome.monitor
         if options.reuse_cache:
             outcome.prefix = settle_prefix(gen.prefix)
+        gen.release()  # the record goes on without the KV cache (the next turn's is outcome.prefix)
         outcome.escalation = plan_escalation(outcome.monitor, [c.name for c in outcome.tool_calls], outcome.verdict)
         outcome.status = outcome.escalation.status
         if outcome.escalation.escalated:

@@ -20,7 +20,7 @@ from mlx_sdm.network.coverage import TaskInstruction, TaskRoute, VerifierCoverag
 from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, VerdictWords, verdict_words
 from mlx_sdm.turn.escalation import REFLECTION_PROMPT, Escalation, TurnStatus
-from mlx_sdm.turn.answer import PrefixCache
+from mlx_sdm.turn.answer import GeneratedAnswer, PrefixCache
 
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 from mlx_sdm.monitor.online.embedders import Embedder
@@ -132,14 +132,13 @@ class AnswerVerdict:
 @dataclass
 class TurnOutcome:
     """The ONE record of a finished turn, from the pipeline through the turn service and the engine to
-    the screen: everything the turn produced and, once a store keeps it, where. ``judged_text`` is what
-    the verdict covers; ``unverified_tail`` any text after it (empty when the answer stopped at the
-    judged unit)."""
+    the screen: everything the turn produced and, once a store keeps it, where. The answer is the answer
+    stream's own record (:class:`~mlx_sdm.turn.answer.GeneratedAnswer`, its KV cache released), read
+    through it, not copied: ``judged_text`` is what the verdict covers; ``unverified_tail`` any text after
+    it (empty when the answer stopped at the judged unit)."""
 
     status: TurnStatus
-    text: str
-    judged_text: str
-    unverified_tail: str
+    answer: GeneratedAnswer = field(repr=False)
     messages: list[ChatMessage]  # what the model saw (system prompt included)
     task: str | None = None  # the verifier's task the question was routed to (TaskRoute.task)
     decoded_with_head: bool = False  # this turn decoded with the SDM-network head (a question of its tasks)
@@ -149,16 +148,8 @@ class TurnOutcome:
     escalation: Escalation = field(default_factory=Escalation)
     reflection: str | None = None  # on a HIGH pause: the model's own statement of its uncertainty
     tool_calls: list[ToolCall] = field(default_factory=list)
-    finish_reason: str = "stop"
-    tokens: list[str] = field(default_factory=list)  # decoded piece per generated token
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    features: np.ndarray | None = None
     first_token_s: float | None = None  # from the request (the engine counts the time it waited in its queue)
     generation_s: float = 0.0
-    prompt_tokens: int = 0
-    reused_tokens: int = 0
-    truncated_prompt_tokens: int = 0
     prefix: PrefixCache | None = field(default=None, repr=False)  # reusable by this conversation's next turn
     # where the turn is kept (set by the turn service and the chat engine; None for a turn no store keeps)
     session_id: str | None = None
@@ -166,6 +157,50 @@ class TurnOutcome:
     message_id: int | None = None
     review_id: int | None = None
     user_message_id: int | None = None
+
+    @property
+    def text(self) -> str:
+        return self.answer.text
+
+    @property
+    def judged_text(self) -> str:
+        return self.answer.judged_text
+
+    @property
+    def unverified_tail(self) -> str:
+        return self.answer.unverified_tail
+
+    @property
+    def finish_reason(self) -> str:
+        return self.answer.finish_reason
+
+    @property
+    def tokens(self) -> list[str]:
+        return self.answer.tokens
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.answer.token_ids
+
+    @property
+    def logprobs(self) -> list[float]:
+        return self.answer.logprobs
+
+    @property
+    def features(self) -> np.ndarray | None:
+        return self.answer.features
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.answer.prompt_tokens
+
+    @property
+    def reused_tokens(self) -> int:
+        return self.answer.reused_tokens
+
+    @property
+    def truncated_prompt_tokens(self) -> int:
+        return self.answer.truncated_prompt_tokens
 
     @property
     def verdict_status(self) -> VerdictStatus | None:
