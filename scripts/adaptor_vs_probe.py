@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The exemplar adaptor's held-out accuracy beside logistic regression's, on the same split (issue 19).
+"""The exemplar adaptor's held-out accuracy beside logistic regression's, on the same split.
 
 For each data set and each variant (an input transform and FitConfig overrides, one thing at a time)
 it fits the estimator (J iterations, default 1) on train ∪ calibration and prints, per variant:

@@ -27,8 +27,8 @@ def main() -> int:
     from mlx_sdm.app.corpus_plan import check_everyday, everyday_prompts
     from mlx_sdm.app.loading import load_components
     from mlx_sdm.monitor.online.degenerate import degenerate_answer
-    from mlx_sdm.session.pipeline import TurnPipeline
-    from mlx_sdm.session.turn import TurnOptions, TurnRequest
+    from mlx_sdm.turn.pipeline import TurnPipeline
+    from mlx_sdm.turn.values import TurnOptions, TurnRequest
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--max-tokens", type=int, default=96)
@@ -71,8 +71,8 @@ def check40(max_tokens: int) -> int:
     from mlx_sdm.app.corpus_plan import check_everyday
     from mlx_sdm.app.loading import load_components
     from mlx_sdm.network.tasks.open_questions import everyday_check
-    from mlx_sdm.session.pipeline import TurnPipeline
-    from mlx_sdm.session.turn import TurnOptions, TurnRequest
+    from mlx_sdm.turn.pipeline import TurnPipeline
+    from mlx_sdm.turn.values import TurnOptions, TurnRequest
 
     pipeline = TurnPipeline(load_components(None))
     options = TurnOptions(max_tokens=max_tokens, reuse_cache=False)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Do the hard-ham counts of docs/estimators.md hold on other seeds? (issue 19 item 7; not a test)
+"""Do the hard-ham counts of docs/estimators.md hold on other seeds? (not a test)
 
 The side-by-side table fits each kind once (seed 0). This fits v1, v2 and nested with the
 project defaults on the same SpamAssassin splits (``scripts/choose_defaults.py``) with seeds 0..S-1,

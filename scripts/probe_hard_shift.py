@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Why do v2 and nested admit wrong hard-ham rows where v1 does not? (issue 19 item 7; not a test)
+"""Why do v2 and nested admit wrong hard-ham rows where v1 does not? (not a test)
 
 SpamAssassin's hard ham (legitimate mail that reads like spam, all y = 0; ``--spam-package``, as in
 ``scripts/compare_reexpress_sdm.py``) against our three kinds fitted with the project defaults on the

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Why does v1's adaptor trail the logistic probe on the BBC titles? (issue 19 item 6; not a test)
+"""Why does v1's adaptor trail the logistic probe on the BBC titles? (not a test)
 
 Refits our estimator in process (``SDMEstimator.fit``, the project defaults unless a variant says
 otherwise) on the BBC row files ``scripts/probe_gaps.py`` leaves in ``--work`` (train, calibration,

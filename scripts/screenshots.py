@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def make_engine(args: argparse.Namespace, store):
     from mlx_sdm.app.loading import chat_components
-    from mlx_sdm.session.engine import ChatEngine, EngineConfig
+    from mlx_sdm.executor.engine import ChatEngine, EngineConfig
 
     config = EngineConfig(model=args.model, verifier=args.verifier, max_tokens=args.max_tokens)
     components = chat_components
@@ -146,7 +146,7 @@ async def shoot(args: argparse.Namespace, engine, store) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from mlx_sdm.session.store import ChatStore
+    from mlx_sdm.store.chat_store import ChatStore
 
     with tempfile.TemporaryDirectory(prefix="mlx-sdm-shots-") as tmp:
         store = ChatStore(Path(tmp) / "chat.db")

@@ -1,4 +1,4 @@
-"""The adaptor learns what a logistic probe learns when a few input dimensions are huge (issue 19).
+"""The adaptor learns what a logistic probe learns when a few input dimensions are huge.
 
 Under an LM's hidden states a few dimensions are 10–40× the typical one. The paper's scalar input
 scaling leaves the informative small dimensions near zero and the adaptor (Adam, a fixed number of

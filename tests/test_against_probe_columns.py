@@ -1,4 +1,4 @@
-"""The adaptor-against-probe columns (issue 19 item 6) of `mlx-sdm report` and of build-verifier's
+"""The adaptor-against-probe columns of `mlx-sdm report` and of build-verifier's
 Table 1, on hand-built rows where b, c, the exact McNemar p and the verdict are counted by hand."""
 
 from __future__ import annotations

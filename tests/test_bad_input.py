@@ -202,8 +202,8 @@ def test_prompt_longer_than_the_context_is_one_note_not_a_userwarning(text_verif
 
 def test_plain_chat_skips_non_utf8_input_and_leaves_no_empty_session(tmp_path, capsys):
     from mlx_sdm.commands import chat as chat_cmd
-    from mlx_sdm.session.engine import EngineConfig
-    from mlx_sdm.session.store import ChatStore
+    from mlx_sdm.executor.engine import EngineConfig
+    from mlx_sdm.store.chat_store import ChatStore
 
     store = ChatStore(tmp_path / "chat.db")
     stdin = io.TextIOWrapper(io.BytesIO(b"caf\xe9 au lait?\n"), encoding="utf-8")
@@ -215,7 +215,7 @@ def test_plain_chat_skips_non_utf8_input_and_leaves_no_empty_session(tmp_path, c
     assert store.list_sessions() == []
 
 
-# --------------------------------------------------------------------------- issue 18: the last unclear cases
+# --------------------------------------------------------------------------- the last unclear cases
 def read_only(folder: Path, monkeypatch) -> Path:
     """Make ``folder`` read-only; as root (where permissions do not stop a write) the access check sees it so."""
     import os
@@ -321,7 +321,7 @@ def test_finetune_checks_its_outputs_and_resume_before_loading_anything(tmp_path
 
 
 def test_a_chat_store_in_a_read_only_folder_says_so(tmp_path, monkeypatch):
-    from mlx_sdm.session.store import ChatStore
+    from mlx_sdm.store.chat_store import ChatStore
 
     locked = read_only(tmp_path / "locked", monkeypatch)
     with pytest.raises(OutputError, match="is not writable") as caught:
@@ -453,7 +453,7 @@ def test_every_output_path_is_checked_before_any_model_work(tmp_path, monkeypatc
 
 def test_history_search_bad_input_is_one_line(tmp_path, capsys):
     from mlx_sdm.commands import history as history_cmd
-    from mlx_sdm.session.store import ChatStore
+    from mlx_sdm.store.chat_store import ChatStore
 
     db = tmp_path / "chat.db"
     ChatStore(db).close()

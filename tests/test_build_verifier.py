@@ -88,7 +88,7 @@ def test_build_on_tiny_folder_writes_verifier_tasks_and_report_then_reuses_the_c
     assert "| capitals held-out (16) | no-reject |" in report and "| capitals shifted (16) | p̂ lower |" in report
     rows = json.loads((args.out / "report.json").read_text())["rows"]
     assert all(r["calibrated"] for r in rows)  # the promise on held-out and shifted answers (or nothing admitted)
-    # issue 19, beside Table 1: the adaptor against the probe on the same rows, and whether a shortfall is real
+    # beside Table 1: the adaptor against the probe on the same rows, and whether a shortfall is real
     assert "| dataset | adaptor accuracy | logistic-regression reference | b | c | McNemar p | verdict |" in report
     for r in rows:
         assert 0 <= r["adaptor_accuracy"] <= 1 and 0 <= r["logistic_accuracy"] <= 1 and 0 < r["mcnemar_p"] <= 1

@@ -34,7 +34,7 @@ EVERYDAY = [
     "Summarise the plot of Cinderella in one sentence.", "Classify this: is a tomato a fruit?",
 ]
 MAX_TOKENS = 16
-#: A run of quotes, braces and blanks with nothing else: the broken answers of issue 18 (`{"{" "{" " "`).
+#: A run of quotes, braces and blanks with nothing else: the broken answers the shipped head once gave (`{"{" "{" " "`).
 DEGENERATE = re.compile(r'^[\s"{}:,\[\]]*$')
 #: Tokens asked of the everyday prompts that are not also compared token by token with mlx-lm. Greedy, so an
 #: answer of 8 tokens is the first 8 of the 16-token one: if it holds a character outside DEGENERATE's set,
@@ -48,7 +48,7 @@ def pipelines(smollm2):
     """The shipped default (verifier and head) and ``--head none``, both loaded by ``load_components`` around
     the session's SmolLM2 (tests/conftest.py share_smollm2: one model in memory, not three)."""
     from mlx_sdm.app.loading import load_components
-    from mlx_sdm.session.pipeline import TurnPipeline
+    from mlx_sdm.turn.pipeline import TurnPipeline
     from tests.conftest import share_smollm2
 
     with pytest.MonkeyPatch.context() as patch:
@@ -60,7 +60,7 @@ def pipelines(smollm2):
 
 
 def _ask(pipeline, messages, max_tokens=MAX_TOKENS):
-    from mlx_sdm.session.turn import TurnOptions, TurnRequest
+    from mlx_sdm.turn.values import TurnOptions, TurnRequest
 
     return pipeline.run(TurnRequest(messages, TurnOptions(max_tokens=max_tokens, reuse_cache=False)))
 

@@ -9,7 +9,7 @@ import pytest
 from mlx_sdm.calibration.data import LabelledSet
 from mlx_sdm.calibration.fit_config import FitConfig
 from mlx_sdm.calibration.estimator import SDMEstimator
-from mlx_sdm.calibration.verdict import Verdict
+from mlx_sdm.calibration.row_verdict import Verdict
 from mlx_sdm.errors import ArtifactError, DataError
 
 

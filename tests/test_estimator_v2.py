@@ -8,7 +8,7 @@ from mlx_sdm.calibration.canonical import find_threshold_v2, predict_v2, rescale
 from mlx_sdm.calibration.data import LabelledSet
 from mlx_sdm.calibration.fit_config import FitConfig
 from mlx_sdm.calibration.estimator import SDMEstimator
-from mlx_sdm.calibration.verdict import Verdict
+from mlx_sdm.calibration.row_verdict import Verdict
 
 
 def test_rescaled_similarity_is_min_of_q_and_power():

@@ -231,7 +231,7 @@ def test_generate_uses_the_default_head_for_the_embedded_model(default_head, cap
 def test_chat_and_serve_resolve_the_default_through_one_rule(default_head, monkeypatch):
     import mlx_sdm.resources as resources
     from mlx_sdm.app.loading import chat_components, load_components, resolve_head
-    from mlx_sdm.session.engine import EngineConfig
+    from mlx_sdm.executor.engine import EngineConfig
 
     folder, _ = default_head
     assert chat_components(EngineConfig(embedder="none")).head_path == str(folder)  # chat: model None

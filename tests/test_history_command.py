@@ -12,8 +12,8 @@ import pytest
 from mlx_sdm import cli
 from mlx_sdm.commands import history as history_cmd
 from mlx_sdm.network.verdict import VerdictStatus
-from mlx_sdm.session.store import ChatStore
-from tests.test_session_search import turn
+from mlx_sdm.store.chat_store import ChatStore
+from tests.test_store_search import turn
 
 
 @pytest.fixture

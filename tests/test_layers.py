@@ -24,7 +24,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("monitor.online", ("mlx_sdm.monitor.online",)),
     ("monitor.forecast", ("mlx_sdm.monitor.forecast",)),
     ("monitor.evaluation", ("mlx_sdm.monitor.evaluation",)),
-    ("session", ("mlx_sdm.session",)),
+    # a turn's three rooms: the turn itself (no thread, store or UI), the SQLite store, the executor that runs both
+    ("turn", ("mlx_sdm.turn",)),
+    ("store", ("mlx_sdm.store",)),
+    ("executor", ("mlx_sdm.executor",)),
     ("app", ("mlx_sdm.app",)),
     ("server", ("mlx_sdm.server",)),
     ("interfaces", ("mlx_sdm.commands", "mlx_sdm.cli", "mlx_sdm.__main__", "tui")),
@@ -98,13 +101,13 @@ def test_an_upward_import_is_flagged(tmp_path):
     (online / "__init__.py").write_text("")
     (online / "bad.py").write_text(
         "from mlx_sdm.calibration.estimator import Verdict\n"
-        "def later():\n    from mlx_sdm.session import format\n"
+        "def later():\n    from mlx_sdm.executor import format\n"
         "from . import sibling\nfrom ...app import loading\n"
         "from ..session_file.records import Session\nfrom ..evaluation import heldout\n"
     )
     problems = upward_imports(tmp_path, packages=("mlx_sdm",))
     assert problems == [
-        "mlx_sdm/monitor/online/bad.py:3: mlx_sdm.monitor.online.bad (monitor.online) imports mlx_sdm.session (session)",
+        "mlx_sdm/monitor/online/bad.py:3: mlx_sdm.monitor.online.bad (monitor.online) imports mlx_sdm.executor (executor)",
         "mlx_sdm/monitor/online/bad.py:5: mlx_sdm.monitor.online.bad (monitor.online) imports mlx_sdm.app (app)",
         "mlx_sdm/monitor/online/bad.py:7: mlx_sdm.monitor.online.bad (monitor.online) imports mlx_sdm.monitor.evaluation "
         "(monitor.evaluation)",
@@ -115,7 +118,8 @@ def test_an_upward_import_is_flagged(tmp_path):
     ("mlx_sdm.errors", "platform"), ("mlx_sdm.calibration.knn", "calibration"), ("mlx_sdm.datasets.spam", "datasets"), ("mlx_sdm.lm.prompt", "lm"),
     ("mlx_sdm.network.verdict", "network"), ("mlx_sdm.monitor.session_file.records", "monitor.session_file"),
     ("mlx_sdm.monitor.online.auq", "monitor.online"), ("mlx_sdm.monitor.evaluation.heldout", "monitor.evaluation"),
-    ("mlx_sdm.session.pipeline", "session"), ("mlx_sdm.app.loading", "app"), ("tui.app", "interfaces"),
+    ("mlx_sdm.turn.pipeline", "turn"), ("mlx_sdm.store.chat_store", "store"),
+        ("mlx_sdm.executor.engine", "executor"), ("mlx_sdm.app.loading", "app"), ("tui.app", "interfaces"),
     ("mlx_sdm.commands.chat", "interfaces"),
 ])
 def test_layer_of(module, layer):

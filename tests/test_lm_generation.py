@@ -19,7 +19,8 @@ from mlx_sdm.lm.features import (
     force_decode_document,
     force_decode_features,
 )
-from mlx_sdm.lm.generation import GenerationConfig, generate_with_features, stream_generate_features
+from mlx_sdm.lm.generation import GenerationConfig, GenerationResult, generate_with_features, stream_generate_features
+from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.lm.prompt import render_prompt
 from mlx_sdm.lm.loading import LoadedModel, model_fingerprint
 from tests.tolerance import model_width, reordered_forward_atol
@@ -123,11 +124,10 @@ def test_batched_force_decoding_equals_single(smollm2):
 
 # ------------------------------------------------------------------------------- tiny-model mechanics
 def test_stream_yields_pieces_then_result(tiny):
-    chunks = list(stream_generate_features(tiny, "hello world", GenerationConfig(max_tokens=6)))
-    result = chunks[-1].result
-    assert result is not None and all(c.result is None for c in chunks[:-1])
-    assert [c.token for c in chunks[:-1]] == result.tokens
-    assert "".join(c.text for c in chunks) == result.text == tiny.tokenizer.decode(result.tokens)
+    *pieces, result = stream_generate_features(tiny, "hello world", GenerationConfig(max_tokens=6))
+    assert isinstance(result, GenerationResult) and all(isinstance(p, TokenPiece) for p in pieces)
+    assert [p.token_id for p in pieces if p.token_id is not None] == result.tokens
+    assert "".join(p.text for p in pieces) == result.text == tiny.tokenizer.decode(result.tokens)
     ids = render_prompt(tiny.tokenizer, "hello world")
     h = reference_hidden(tiny, ids + result.tokens)
     n = len(ids) + len(result.tokens)
@@ -160,8 +160,8 @@ def test_stop_event_cancels(tiny):
     for chunk in stream_generate_features(tiny, "hello", config, stop=stop):
         seen.append(chunk)
         stop.set()
-    result = seen[-1].result
-    assert result.finish_reason in {"cancelled", "stop"}
+    result = seen[-1]
+    assert isinstance(result, GenerationResult) and result.finish_reason in {"cancelled", "stop"}
     assert len(result.tokens) <= 1
 
 

@@ -57,7 +57,7 @@ def test_the_shipped_everyday_prompts_cover_every_kind():
 def test_labels():
     ask = PlannedTurn("everyday", EVERYDAY, 0)
     assert label_turn(ask, "12 times 7 is 84.", check={"type": "number", "value": 84}).correct
-    wrong = label_turn(ask, "12 times 7 is 72.", check={"type": "number", "value": 84})  # issue 18's answer
+    wrong = label_turn(ask, "12 times 7 is 72.", check={"type": "number", "value": 84})  # a wrong answer the model once gave
     assert not wrong.correct and wrong.why == "84 does not appear"
     # a number the answer only repeats from the question is not its answer
     division = {"type": "number", "value": 12}
@@ -120,7 +120,7 @@ def test_corpus_runs_the_chat_turn_resumes_after_a_kill_and_merges_shards(corpus
 def test_eval_monitor_heldout_on_the_shipped_corpus(capsys):
     """The claims of docs/monitoring.md on the shipped corpus (400 sessions of the product as it ships):
     held out, the fused forecast and the verdict monitor rank failures above successes better than chance
-    (both AUROC intervals lie above 0.5; the fused forecast's is 0.735, short of issue 21's 0.75), the
+    (both AUROC intervals lie above 0.5; the fused forecast's is 0.735, short of the goal of 0.75), the
     fused forecast beats the base rate's TPS_log (its gain interval lies above 0), AUQ and TRACER alone do not."""
     from mlx_sdm.commands.eval_monitor import main
 

@@ -1,5 +1,5 @@
-"""The one rule that calls an answer degenerate (mlx_sdm/monitor/online/degenerate.py): the broken answers of
-issue 18 trip it, ordinary answers do not."""
+"""The one rule that calls an answer degenerate (mlx_sdm/monitor/online/degenerate.py): the broken answers
+the shipped head once gave trip it, ordinary answers do not."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from mlx_sdm.monitor.online.degenerate import DegenerateAnswer, degenerate_answer
 
-#: The four broken answers quoted in issue 18 (the shipped head decoding everyday questions).
+#: The four broken answers once seen (the shipped head decoding everyday questions).
 BROKEN = [
     '{"{" "{" " " " " " " " " " " " " " "',
     '" " " ""}"}"}"}"}{" " " " " "',

@@ -13,7 +13,7 @@ from mlx_sdm.monitor.forecast.fused import (
     datasets_dir,
 )
 from mlx_sdm.monitor.forecast.fusion import FUSION_FEATURES
-from mlx_sdm.monitor.forecast.verdict import TurnVerdict
+from mlx_sdm.monitor.forecast.verdict_monitor import TurnVerdict
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.monitor.session_file.records import AUQOutput, TracerOutput
 
@@ -69,9 +69,9 @@ def test_the_first_answer_s_words_compare_with_the_usual_not_with_an_earlier_tur
 
 
 def test_session_monitor_reading_carries_the_fused_forecast():
-    from mlx_sdm.calibration.verdict import Verdict
+    from mlx_sdm.calibration.row_verdict import Verdict
     from mlx_sdm.network.verdict import DocumentVerdict
-    from mlx_sdm.session.monitoring import MonitorConfig, SessionMonitor
+    from mlx_sdm.turn.monitoring import MonitorConfig, SessionMonitor
 
     monitor = SessionMonitor("s", MonitorConfig(enable_p_true=False))
     monitor.observe_user("Classify this article.")
@@ -101,10 +101,10 @@ def test_the_live_forecast_reads_a_verdict_as_the_recorded_sessions_do():
     """The chat's monitor and the corpus replay (the fit and the pause threshold were chosen on it) see
     the same verdict status: an everyday question the verifier does not cover is out of scope for both
     (not "no verifier"), and a routed task's verdict keeps its route."""
-    from mlx_sdm.calibration.verdict import Verdict
+    from mlx_sdm.calibration.row_verdict import Verdict
     from mlx_sdm.monitor.forecast.fused import FusedParams, OnlineFusedMonitor
     from mlx_sdm.network.verdict import REASON_NOT_A_TASK, DocumentVerdict, VerdictStatus
-    from mlx_sdm.session.monitoring import MonitorConfig, SessionMonitor
+    from mlx_sdm.turn.monitoring import MonitorConfig, SessionMonitor
 
     everyday = DocumentVerdict(None, task=None, unjudged=REASON_NOT_A_TASK)
     routed = DocumentVerdict(Verdict(prediction=1, p_lower=None, admitted=False, q=0, d=0.0, q_bin=0,

@@ -14,7 +14,7 @@ from mlx_sdm.monitor.forecast.fusion import (
 )
 from mlx_sdm.monitor.evaluation.heldout import format_heldout, heldout_report, heldout_to_dict
 from mlx_sdm.monitor.forecast.signals import session_signals
-from mlx_sdm.monitor.forecast.verdict import (
+from mlx_sdm.monitor.forecast.verdict_monitor import (
     TurnVerdict,
     VerdictMonitorParams,
     fit_verdict_params,

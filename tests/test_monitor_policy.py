@@ -8,7 +8,7 @@ import warnings
 
 import numpy as np
 
-from mlx_sdm.monitor.forecast.verdict import TurnVerdict
+from mlx_sdm.monitor.forecast.verdict_monitor import TurnVerdict
 import pytest
 
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction, UncertaintyLevel
@@ -18,13 +18,13 @@ from mlx_sdm.monitor.evaluation.policy_choice import choose_policy, corpus_signa
 from mlx_sdm.monitor.online.reading import FusedReading, MonitorReading
 from mlx_sdm.monitor.session_file.reader import read_sessions_jsonl
 from mlx_sdm.monitor.forecast.signals import _turn_labels
-from mlx_sdm.session.escalation import REASON_DEGENERATE, REASON_ESCALATED_FORECAST, plan_escalation
-from mlx_sdm.session.monitoring import MonitorConfig, SessionMonitor
+from mlx_sdm.turn.escalation import REASON_DEGENERATE, REASON_ESCALATED_FORECAST, plan_escalation
+from mlx_sdm.turn.monitoring import MonitorConfig, SessionMonitor
 
 pytestmark = pytest.mark.filterwarnings("ignore::mlx_sdm.monitor.online.tracer.MonitorWarning")
 
 CORPUS = datasets_dir() / "session_corpus.jsonl.gz"
-BROKEN = '" " " ""}"}"}"}"}{" " " " " "'  # issue 18: "Give me three tips for sleeping better."
+BROKEN = '" " " ""}"}"}"}"}{" " " " " "'  # the shipped head's answer to "Give me three tips for sleeping better."
 LOW_EVERYWHERE = dict(low_threshold=1e-6, medium_threshold=5e-7, high_threshold=0.0)
 
 

@@ -1,4 +1,4 @@
-"""Provenance of logged sessions (issue 21 item 1): one typed value naming the model, verifier, head and
+"""Provenance of logged sessions: one typed value naming the model, verifier, head and
 embedder with their checksums and the product version; stored in the session JSONL, printed by
 eval-monitor, which refuses to score sessions of different provenance together unless told to."""
 
@@ -138,8 +138,8 @@ def test_the_shipped_corpus_names_the_shipped_verifier_head_and_embedder(tmp_pat
 
 def test_a_chat_export_names_what_the_store_recorded(tmp_path):
     from mlx_sdm.monitor.session_file.provenance import UNKNOWN
-    from mlx_sdm.session.export import export_all_sessions
-    from mlx_sdm.session.store import ChatStore
+    from mlx_sdm.store.export import export_all_sessions
+    from mlx_sdm.store.chat_store import ChatStore
 
     store = ChatStore(tmp_path / "chat.db")
     try:

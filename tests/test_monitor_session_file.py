@@ -131,7 +131,7 @@ def test_step_ids():
 def test_a_routed_verdict_reads_back_with_the_state_the_chat_showed(tmp_path):
     """Out of distribution on a question routed to one of the verifier's tasks is 'not verified' in the chat
     (network/verdict.status_of); the session file keeps the task, so the monitor reads the same state."""
-    from mlx_sdm.monitor.forecast.verdict import TurnVerdict
+    from mlx_sdm.monitor.forecast.verdict_monitor import TurnVerdict
     from mlx_sdm.network.verdict import VerdictStatus
 
     path = tmp_path / "routed.jsonl"

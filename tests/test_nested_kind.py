@@ -127,7 +127,7 @@ def test_sdmkit_out_implies_nested_and_refuses_other_kinds(tmp_path, capsys):
 
 
 def test_verdict_dict_carries_region_alpha_only_for_the_nested_kind():
-    from mlx_sdm.calibration.verdict import Verdict
+    from mlx_sdm.calibration.row_verdict import Verdict
 
     plain = Verdict(0, None, False, 0, 0.0, 0, "below_threshold").to_dict()
     assert "region_alpha" not in plain and "region_alpha_lower" not in plain

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from mlx_sdm.calibration.verdict import Verdict
+from mlx_sdm.calibration.row_verdict import Verdict
 from mlx_sdm.network.coverage import VerifierCoverage, VerifierTask, read_coverage
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, status_from_dict
 
@@ -84,7 +84,7 @@ def test_a_verifier_keeps_its_tasks_through_save_and_load(tmp_path):
 def test_exemplar_label_words_one_rule_for_server_and_tui():
     from mlx_sdm.network.verdict import exemplar_label_words
     from mlx_sdm.server import verdicts
-    from tui.widgets import evidence
+    from tui.widgets import evidence_panel as evidence
 
     assert exemplar_label_words(1) == "a correct answer to a similar question"
     assert exemplar_label_words("0") == "an incorrect answer to a similar question"

@@ -33,8 +33,8 @@ def _pairs() -> list[tuple[str, str]]:
 def suite(smollm2, tmp_path_factory):
     from mlx_sdm.network.verifier import DocumentVerifier
     from mlx_sdm.resources import default_verifier_dir
-    from mlx_sdm.session.pipeline import TurnPipeline
-    from mlx_sdm.session.turn import TurnComponents
+    from mlx_sdm.turn.pipeline import TurnPipeline
+    from mlx_sdm.turn.values import TurnComponents
 
     directory = default_verifier_dir()
 

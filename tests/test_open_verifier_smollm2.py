@@ -21,15 +21,15 @@ README_QUESTION = "What is the capital of Japan?"
 def pipeline(smollm2):
     from mlx_sdm.network.verifier import DocumentVerifier
     from mlx_sdm.resources import default_verifier_dir
-    from mlx_sdm.session.pipeline import TurnPipeline
-    from mlx_sdm.session.turn import TurnComponents
+    from mlx_sdm.turn.pipeline import TurnPipeline
+    from mlx_sdm.turn.values import TurnComponents
 
     verifier = DocumentVerifier.load(default_verifier_dir(), expect_fingerprint=smollm2.fingerprint)
     return TurnPipeline(TurnComponents(lm=smollm2, verifier=verifier, verifier_path=str(default_verifier_dir())))
 
 
 def _ask(pipeline, prompt, max_tokens=64):
-    from mlx_sdm.session.turn import TurnOptions, TurnRequest
+    from mlx_sdm.turn.values import TurnOptions, TurnRequest
 
     return pipeline.run(TurnRequest([{"role": "user", "content": prompt}], TurnOptions(max_tokens=max_tokens,
                                                                                     reuse_cache=False)))

@@ -15,7 +15,7 @@ from mlx_sdm.calibration.estimator import SDMEstimator
 from mlx_sdm.calibration.sdmdataset import read_bundle, write_bundle
 from mlx_sdm.commands import verify as verify_cmd
 from mlx_sdm.errors import ArtifactError, DataError
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.store.chat_store import ChatStore
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "reexpress_sdm"
 
@@ -179,8 +179,8 @@ def test_export_labels_as_a_dataset(tmp_path):
     store = ChatStore(tmp_path / "chat.db")
     with pytest.raises(DataError, match="needs at least one row"):
         store.export_training_rows(tmp_path / "none.sdmdataset")
-    store.training_rows = lambda: [{"prompt": "q1", "completion": "a1", "label": 1},
-                                   {"prompt": "q2", "completion": "a2", "label": 0}]
+    store.review_queue.training_rows = lambda: [{"prompt": "q1", "completion": "a1", "label": 1},
+                                                {"prompt": "q2", "completion": "a2", "label": 0}]
     assert store.export_training_rows(tmp_path / "labels.sdmdataset") == 2
     bundle = read_bundle(tmp_path / "labels.sdmdataset")
     assert [(r["id"], r["label"], r["prompt"], r["document"]) for r in bundle.rows] == \

@@ -1,4 +1,4 @@
-"""A long prompt's prefill is reported (mlx-lm's prompt_progress_callback) through the pipeline's observer,
+"""A long prompt's prefill is reported (mlx-lm's prompt_progress_callback) through the turn's ``on_prefill``,
 and ``generate``/``chat --plain`` turn that into a progress bar on stderr."""
 
 from __future__ import annotations
@@ -6,37 +6,27 @@ from __future__ import annotations
 import io
 
 from mlx_sdm.app.prefill_progress import PrefillProgress
-from mlx_sdm.session.pipeline import TurnPipeline
-from mlx_sdm.session.turn import TurnComponents, TurnObserver, TurnOptions, TurnRequest
+from mlx_sdm.turn.pipeline import TurnPipeline
+from mlx_sdm.lm.pieces import TokenPiece
+from mlx_sdm.turn.values import TurnComponents, TurnOptions, TurnRequest
 from tests.tiny_verifier import tiny_loaded_model
 
 
-class Recorder(TurnObserver):
-    def __init__(self):
-        self.prefills: list[tuple[int, int]] = []
-        self.tokens_before_prefill_done = 0
-
-    def prefill(self, done: int, total: int) -> None:
-        self.prefills.append((done, total))
-
-    def token(self, piece) -> None:
-        if not self.prefills or self.prefills[-1][0] < self.prefills[-1][1] - 1:
-            self.tokens_before_prefill_done += 1
-
-
-def test_long_prompt_prefill_is_reported_to_the_observer():
+def test_long_prompt_prefill_is_reported_before_the_first_piece():
     lm = tiny_loaded_model(max_context=8192)
     question = "tell me " * 500  # several prefill steps of 2048 tokens on the tiny tokenizer
-    recorder = Recorder()
-    TurnPipeline(TurnComponents(lm=lm)).run(
-        TurnRequest([{"role": "user", "content": question}], TurnOptions(max_tokens=2, enable_p_true=False, reuse_cache=False)),
-        observer=recorder)
-    totals = {total for _, total in recorder.prefills}
+    prefills: list[tuple[int, int]] = []
+    tokens_before_prefill_done = 0
+    request = TurnRequest([{"role": "user", "content": question}], TurnOptions(max_tokens=2, enable_p_true=False, reuse_cache=False))
+    for item in TurnPipeline(TurnComponents(lm=lm)).stream(request, on_prefill=lambda done, total: prefills.append((done, total))):
+        if isinstance(item, TokenPiece) and (not prefills or prefills[-1][0] < prefills[-1][1] - 1):
+            tokens_before_prefill_done += 1
+    totals = {total for _, total in prefills}
     assert len(totals) == 1 and totals.pop() > 2048
-    done = [d for d, _ in recorder.prefills]
+    done = [d for d, _ in prefills]
     assert done[0] == 0 and done == sorted(done) and len(done) >= 3  # start, each 2048-token step, the end
-    assert done[-1] >= recorder.prefills[-1][1] - 1  # the whole prompt (mlx-lm may leave the last token to step 1)
-    assert recorder.tokens_before_prefill_done == 0
+    assert done[-1] >= prefills[-1][1] - 1  # the whole prompt (mlx-lm may leave the last token to step 1)
+    assert tokens_before_prefill_done == 0
 
 
 class Terminal(io.StringIO):
@@ -66,14 +56,12 @@ def test_prefill_bar_prints_nothing_when_piped():
     assert out.getvalue() == "" and bar.bar is None
 
 
-def test_engine_event_observer_sends_prefill_events_only_for_long_prompts():
-    from mlx_sdm.session.events import LONG_PREFILL_TOKENS, PrefillEvent
-    from mlx_sdm.session.engine import EventObserver
+def test_the_engine_sends_prefill_events_only_for_long_prompts():
+    from mlx_sdm.executor.events import LONG_PREFILL_TOKENS, PrefillEvent, prefill_event
 
-    sent = []
-    observer = EventObserver(sent.append, "s", 1, verifier=None)
-    observer.prefill(0, 10), observer.prefill(10, 10)
+    sent = [e for e in (prefill_event("s", 1, 0, 10), prefill_event("s", 1, 10, 10)) if e is not None]
     assert sent == []
-    observer.prefill(0, LONG_PREFILL_TOKENS), observer.prefill(LONG_PREFILL_TOKENS - 1, LONG_PREFILL_TOKENS)
+    sent = [e for e in (prefill_event("s", 1, 0, LONG_PREFILL_TOKENS),
+                        prefill_event("s", 1, LONG_PREFILL_TOKENS - 1, LONG_PREFILL_TOKENS)) if e is not None]
     assert [(e.done, e.total) for e in sent] == [(0, LONG_PREFILL_TOKENS), (LONG_PREFILL_TOKENS - 1, LONG_PREFILL_TOKENS)]
     assert all(isinstance(e, PrefillEvent) and e.kind == "prefill" for e in sent)

@@ -125,7 +125,7 @@ def test_the_words_say_which_case_it_is():
 
 
 def _judged(d, admitted, prediction, task, route):
-    from mlx_sdm.calibration.verdict import Verdict
+    from mlx_sdm.calibration.row_verdict import Verdict
 
     v = Verdict(prediction=prediction, p_lower=0.97 if admitted else 0.5, admitted=admitted, q=12, d=d, q_bin=3,
                 reason=None if admitted else ("out_of_distribution" if d == 0 else "below_threshold"))
@@ -149,7 +149,7 @@ def test_an_open_question_unlike_all_it_was_built_on_is_out_of_scope_and_a_task_
 
 
 def test_the_monitor_reads_a_verdict_of_a_verifier_that_admits_nothing_as_unjudged():
-    from mlx_sdm.monitor.forecast.verdict import TurnVerdict
+    from mlx_sdm.monitor.forecast.verdict_monitor import TurnVerdict
 
     route = TaskRoute(None, OPEN_KIND, kind=RouteKind.OPEN_QUESTION, probability=0.8)
     judged = _judged(0.4, False, 1, OPEN_KIND, route)

@@ -6,12 +6,17 @@ on a sample written to break it, so it is shown to fire."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 README_MAX_LINES = 300
 #: Calls that load a module from a path or name; one whose arguments mention scripts/ imports a script.
 LOADERS = {"spec_from_file_location", "run_path", "run_module", "import_module", "SourceFileLoader"}
+#: A project work item cited by number ("issue 19", "issues 18 and 20"): the product speaks of itself.
+WORK_ITEM = re.compile(r"\bissues? #?\d+", re.IGNORECASE)
+#: A path on some machine (not in the repository): /tmp, /work, /home, /Users, /opt, /var, /mnt.
+MACHINE_PATH = re.compile(r"(?<![\w.$/-])/(?:tmp|work|home|Users|opt|var|mnt)/")
 #: Product files that still name a script in a message, waiting for their owner's change. The list only
 #: shrinks: test_the_pending_list_holds_only_real_offenders fails once a file here is clean.
 PENDING: set[str] = set()
@@ -64,10 +69,20 @@ def script_mentions(source: str) -> list[int]:
             and "scripts/" in n.value and id(n) not in docs]
 
 
-def _offenders(folders: tuple[str, ...], check) -> dict[str, list[int]]:
+def work_items(source: str) -> list[int]:
+    """Lines that cite a project work item by its number (code, comments, messages and reports alike)."""
+    return [n for n, line in enumerate(source.splitlines(), 1) if WORK_ITEM.search(line)]
+
+
+def machine_paths(source: str) -> list[int]:
+    """Lines that name a path outside the repository."""
+    return [n for n, line in enumerate(source.splitlines(), 1) if MACHINE_PATH.search(line)]
+
+
+def _offenders(folders: tuple[str, ...], check, pattern: str = "*.py") -> dict[str, list[int]]:
     found = {}
     for folder in folders:
-        for path in sorted((ROOT / folder).rglob("*.py")):
+        for path in sorted((ROOT / folder).rglob(pattern)):
             lines = check(path.read_text(encoding="utf-8"))
             if lines:
                 found[path.relative_to(ROOT).as_posix()] = lines
@@ -93,6 +108,17 @@ def test_no_product_message_names_a_script():
     assert found == {}, "a wheel has no scripts/: name a command (mlx-sdm ...) or a file the install has"
 
 
+def test_no_work_item_numbers_in_the_product_or_its_tools():
+    found = _offenders(("mlx_sdm", "tui", "scripts"), work_items)
+    assert found == {}, "say what the code does, not which work item asked for it"
+
+
+def test_no_machine_paths_in_the_docs():
+    found = {**_offenders(("docs",), machine_paths, "*.md"), **({"README.md": machine_paths(
+        (ROOT / "README.md").read_text(encoding="utf-8"))} if machine_paths((ROOT / "README.md").read_text(encoding="utf-8")) else {})}
+    assert found == {}, "docs name files in the repository (or a placeholder such as $SDK_VENV, work/)"
+
+
 def test_the_pending_list_holds_only_real_offenders():
     for name in PENDING:
         assert script_mentions((ROOT / name).read_text(encoding="utf-8")), f"{name} is clean: drop it from PENDING"
@@ -109,3 +135,5 @@ def test_each_check_fires_on_a_sample_written_to_break_it():
     assert script_mentions('"""Built by scripts/x.py."""\nMSG = "rebuild it with scripts/x.py"\n') == [2]
     assert script_mentions('MSG = f"rebuild {1} with scripts/x.py"\n') == [1]
     assert script_mentions('"""scripts/x.py"""\n# scripts/y.py\n') == []
+    assert work_items('"""Built for issue 19 item 6."""\nx = 1  # see issues 18 and 20\nissued = 3\n') == [1, 2]
+    assert machine_paths("spec: `/work/shared/spec.md`\nrun `--work /tmp/gaps`\n`mlx_sdm/lm/x.py`, $PWD/work/x, /usr/bin/time\n") == [1, 2]

@@ -12,8 +12,8 @@ import pytest
 
 from mlx_sdm.network.coverage import TaskRoute
 from mlx_sdm.network.verifier import DocumentVerifier, FeatureRecipe
-from mlx_sdm.session.schema import AnswerRecord, TaskScope
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.store.schema import AnswerRecord, TaskScope
+from mlx_sdm.store.chat_store import ChatStore
 from tests.stored import judged
 from tests.tiny_verifier import build_tiny_verifier
 
@@ -64,7 +64,7 @@ def test_an_old_store_migrates_and_keeps_its_labels(tmp_path):
     path = tmp_path / "old.db"
     old = ChatStore(path, target_version=4)
     stamp = "2026-01-01T00:00:0{}.000000Z"
-    with old._tx() as conn:
+    with old.db.tx() as conn:
         conn.execute("INSERT INTO sessions VALUES ('s1', 'old chat', ?, ?, 'm', ?)", (stamp.format(0), stamp.format(0), V))
         conn.execute("INSERT INTO messages(session_id, role, text, status, created_at) VALUES ('s1', 'user', 'q', 'done', ?)",
                      (stamp.format(1),))
@@ -136,7 +136,7 @@ def multi_task_verifier(directory):
 
 @pytest.fixture
 def suite_engine(tmp_path):
-    from mlx_sdm.session.engine import ChatEngine, EngineConfig
+    from mlx_sdm.executor.engine import ChatEngine, EngineConfig
     from tests.tiny_verifier import tiny_components
 
     path = multi_task_verifier(tmp_path / "suite")

@@ -20,7 +20,7 @@ import pytest
 openai = pytest.importorskip("openai")
 uvicorn = pytest.importorskip("uvicorn")
 
-from mlx_sdm.calibration.verdict import Exemplar, Verdict  # noqa: E402
+from mlx_sdm.calibration.row_verdict import Exemplar, Verdict  # noqa: E402
 from mlx_sdm.network.verdict import DocumentVerdict  # noqa: E402
 from mlx_sdm.commands.serve import bind_socket  # noqa: E402
 from mlx_sdm.server import verdicts  # noqa: E402
@@ -28,7 +28,7 @@ from mlx_sdm.server.app import ServerConfig, build_app  # noqa: E402
 from mlx_sdm.server.auth import authorized, is_loopback  # noqa: E402
 from mlx_sdm.server.backend import BackendConfig, SessionBackend  # noqa: E402
 from mlx_sdm.server.worker import ModelWorker  # noqa: E402
-from mlx_sdm.session.store import ChatStore  # noqa: E402
+from mlx_sdm.store.chat_store import ChatStore  # noqa: E402
 from tests.tiny_verifier import build_tiny_verifier, tiny_components  # noqa: E402
 
 API_KEY = "test-key"

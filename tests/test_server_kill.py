@@ -17,7 +17,7 @@ import pytest
 openai = pytest.importorskip("openai")
 pytest.importorskip("uvicorn")
 
-from mlx_sdm.session.store import ChatStore  # noqa: E402
+from mlx_sdm.store.chat_store import ChatStore  # noqa: E402
 from tests.tiny_verifier import build_tiny_verifier  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.smollm2
 
 @pytest.fixture(scope="module")
 def topic_server(smollm2, tmp_path_factory):
-    from mlx_sdm.session.turn import TurnComponents
+    from mlx_sdm.turn.values import TurnComponents
 
     directory = shipped(TOPIC_VERIFIER_NAME)
     if not (directory / "verifier.json").is_file():

@@ -10,10 +10,10 @@ import pytest
 
 from mlx_sdm.errors import DataError
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction
-from mlx_sdm.session.engine import ChatEngine, EngineConfig
+from mlx_sdm.executor.engine import ChatEngine, EngineConfig
 from mlx_sdm.monitor.session_file.records import ToolCall
-from mlx_sdm.session.turn import parse_tool_calls
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.turn.values import parse_tool_calls
+from mlx_sdm.store.chat_store import ChatStore
 from tests.tiny_verifier import build_tiny_verifier, tiny_components
 
 # AUQ floors (LOW, MEDIUM, HIGH) that put any cumulative confidence in one tier (docs/monitoring.md, AUQ levels and actions thresholds are config)
@@ -58,8 +58,9 @@ def test_turn_streams_then_verdict_monitor_and_one_stored_answer(make_engine):
     session = store.create_session("t")
     result = engine.send(session.id, QUESTION).result(60)
     seq = kinds(events, result.turn)
-    assert seq[: result.tokens] == ["token"] * result.tokens and result.tokens == 12  # max_tokens, streamed one by one
-    assert seq[result.tokens:] == ["verdict", "monitor", "finished"]
+    tokens = len(result.tokens)
+    assert seq[:tokens] == ["token"] * tokens and tokens == 12  # max_tokens, streamed one by one
+    assert seq[tokens:] == ["verdict", "monitor", "finished"]
     (finished,) = [e for e in events if e.kind == "finished" and e.turn == result.turn]
     assert finished.result is result  # the last event carries the one typed turn record the future resolves to
     assert "".join(e.piece.text for e in events if e.kind == "token" and e.turn == result.turn) == result.text
@@ -107,7 +108,7 @@ def test_cancel_stops_generation_at_the_next_token(make_engine):
     engine.subscribe(stop_after_three)
     session = store.create_session()
     result = engine.send(session.id, QUESTION).result(60)
-    assert result.status == "cancelled" and result.tokens <= 4
+    assert result.status == "cancelled" and len(result.tokens) <= 4
     assert kinds(events, result.turn)[-1] == "finished" and "verdict" not in kinds(events, result.turn)
     answer = store.messages(session.id)[-1]
     assert answer.status == "cancelled" and answer.verdict is None and answer.review_id is None

@@ -8,11 +8,11 @@ import pytest
 
 from mlx_sdm.commands import chat as chat_cmd
 from mlx_sdm.errors import DataError
-from mlx_sdm.session.engine import ChatEngine, EngineConfig
-from mlx_sdm.session.export import export_session, session_to_markdown
+from mlx_sdm.executor.engine import ChatEngine, EngineConfig
+from mlx_sdm.store.export import export_session, session_to_markdown
 from mlx_sdm.monitor.session_file.reader import read_sessions_jsonl
-from mlx_sdm.session.schema import AnswerRecord
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.store.schema import AnswerRecord
+from mlx_sdm.store.chat_store import ChatStore
 from tests.tiny_verifier import build_tiny_verifier, tiny_components
 
 ALWAYS_HIGH = (1.0, 0.9999, 0.0)
@@ -50,7 +50,7 @@ def test_jsonl_export_reads_back_with_the_session_format(session, tmp_path):
     assert [(st.actor, st.step_type) for st in s.steps] == [("user", None), ("agent", "llm_call"), ("user", None), ("agent", "llm_call")]
     assert [st.step_id for st in s.steps] == ["user_0", "llm_1", "user_2", "llm_3"]
     agent = s.steps[1]
-    assert agent.text == first.text and len(agent.tokens) == len(agent.token_logprobs) == first.tokens
+    assert agent.text == first.text and len(agent.tokens) == len(agent.token_logprobs) == len(first.tokens)
     assert agent.verifier.p_lower == first.verdict.to_dict()["p_lower"] and agent.verifier.reason == first.verdict.to_dict()["reason"]
     assert agent.auq.level == "high" and agent.auq.propagated_confidence == pytest.approx(first.monitor.to_dict()["cumulative_confidence"])
     assert agent.tracer.prefix_risk == pytest.approx(first.monitor.to_dict()["tracer_risk"])
@@ -60,7 +60,7 @@ def test_jsonl_export_reads_back_with_the_session_format(session, tmp_path):
 
 
 def test_a_session_records_the_product_that_answered_it(session, tmp_path):
-    """Issue 21: the store keeps the provenance of a session's first answer (model, verifier with its
+    """The store keeps the provenance of a session's first answer (model, verifier with its
     checksum, head, embedder, version, commit), and the export carries it, not a guess made at export."""
     from mlx_sdm.monitor.session_file.provenance import verifier_sha256
 
@@ -129,7 +129,7 @@ def test_default_store_location(monkeypatch, tmp_path):
 
 def test_session_outcome_follows_the_verdicts_and_review_labels(tmp_path):
     """docs/monitoring.md, combining with the verifier: success = ends with a verified, accepted answer and no negative feedback."""
-    from mlx_sdm.session.export import session_to_format
+    from mlx_sdm.store.export import session_to_format
 
     store = ChatStore(tmp_path / "o.db")
 
@@ -163,7 +163,7 @@ def test_session_outcome_follows_the_verdicts_and_review_labels(tmp_path):
 
 def test_the_verdict_line_names_the_state_why_and_the_numbers_once():
     from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
-    from mlx_sdm.session.export import verdict_line
+    from mlx_sdm.store.export import verdict_line
 
     verified = DocumentVerdict.from_dict({"prediction": 1, "p_lower": 0.998, "admitted": True, "q": 148, "d": 0.833,
                                           "q_bin": 4})

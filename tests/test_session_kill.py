@@ -11,15 +11,15 @@ import sys
 import time
 from pathlib import Path
 
-from mlx_sdm.session.engine import ChatEngine, EngineConfig
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.executor.engine import ChatEngine, EngineConfig
+from mlx_sdm.store.chat_store import ChatStore
 from tests.tiny_verifier import build_tiny_verifier, tiny_components
 
 CHATTER = r"""
 import sys
 import mlx_sdm
-from mlx_sdm.session.engine import ChatEngine, EngineConfig
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.executor.engine import ChatEngine, EngineConfig
+from mlx_sdm.store.chat_store import ChatStore
 from tests.tiny_verifier import tiny_components
 
 store = ChatStore(sys.argv[1])

@@ -8,14 +8,14 @@ import pytest
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.monitor.session_file.records import ToolCall
 
-from mlx_sdm.calibration.verdict import Verdict
+from mlx_sdm.calibration.row_verdict import Verdict
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction
 from mlx_sdm.monitor.online.reading import HistoryPoint
 from mlx_sdm.network.verdict import DocumentVerdict
-from mlx_sdm.session.escalation import plan_escalation
-from mlx_sdm.session.monitoring import MonitorConfig, SessionMonitor
-from mlx_sdm.session.schema import AnswerRecord
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.turn.escalation import plan_escalation
+from mlx_sdm.turn.monitoring import MonitorConfig, SessionMonitor
+from mlx_sdm.store.schema import AnswerRecord
+from mlx_sdm.store.chat_store import ChatStore
 
 pytestmark = pytest.mark.filterwarnings("ignore::mlx_sdm.monitor.online.tracer.MonitorWarning")  # steps without log-probs on purpose
 
@@ -132,7 +132,7 @@ def test_replay_rebuilds_the_state_from_stored_messages(tmp_path):
 
 def test_semantic_sampling_runs_inside_the_trigger_zone_only():
     """AUQ System 2 with real samples from the tiny model (temperature 0.8, capped at 1.5x the answer)."""
-    from mlx_sdm.session.monitoring import ChatSampler
+    from mlx_sdm.turn.monitoring import ChatSampler
     from tests.tiny_verifier import tiny_loaded_model
 
     lm = tiny_loaded_model()

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from mlx_sdm.network.verifier import DocumentVerifier
-from mlx_sdm.session.engine import ChatEngine, EngineConfig
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.executor.engine import ChatEngine, EngineConfig
+from mlx_sdm.store.chat_store import ChatStore
 from tests.tiny_verifier import build_tiny_verifier, tiny_components, tiny_loaded_model
 
 ALWAYS_HIGH = (1.0, 0.9999, 0.0)  # every answer escalates, so every answer lands in the review queue
@@ -116,7 +116,7 @@ def test_a_reviewed_copy_passed_as_the_verifier_is_not_given_its_points_twice(en
 def test_a_label_joins_only_the_verifier_it_was_given_under(engine, tmp_path):
     """Labels given under one verifier never reach another verifier on the same model
     (support points are selected by verifier, not by feature model alone)."""
-    from mlx_sdm.session.review import verifier_key
+    from mlx_sdm.executor.review import verifier_key
 
     first = _ask(engine, "under A")
     label = int(first.verdict.to_dict()["prediction"])

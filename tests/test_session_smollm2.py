@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.store.chat_store import ChatStore
 
 pytestmark = pytest.mark.smollm2
 

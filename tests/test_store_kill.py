@@ -12,14 +12,14 @@ from pathlib import Path
 
 import numpy as np
 
-from mlx_sdm.session.schema import AnswerRecord
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.store.schema import AnswerRecord
+from mlx_sdm.store.chat_store import ChatStore
 from tests.stored import judged, reading
 
 WRITER = r"""
 import sys
 import numpy as np
-from mlx_sdm.session.store import AnswerRecord, ChatStore
+from mlx_sdm.store.chat_store import AnswerRecord, ChatStore
 from tests.stored import judged, reading
 
 store = ChatStore(sys.argv[1])
@@ -84,7 +84,7 @@ def test_sigkill_mid_write_loses_nothing_committed(tmp_path):
 
 PARTIAL_WRITER = r"""
 import sys
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.store.chat_store import ChatStore
 from tests.stored import judged, reading
 
 store = ChatStore(sys.argv[1])
@@ -160,8 +160,8 @@ def test_a_live_writers_answer_is_not_marked_interrupted_and_finishes_in_place(t
 
 
 def test_a_streaming_answer_keeps_answer_tokens_and_ends_done_or_failed(tmp_path):
-    from mlx_sdm.session.partial_answers import StreamingAnswer
-    from mlx_sdm.session.turn import TokenPiece
+    from mlx_sdm.store.partial_answers import StreamingAnswer
+    from mlx_sdm.lm.pieces import TokenPiece
 
     store = ChatStore(tmp_path / "chat.db")
     session = store.create_session()

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from mlx_sdm.errors import DataError
-from mlx_sdm.session.schema import AnswerRecord
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.store.schema import AnswerRecord
+from mlx_sdm.store.chat_store import ChatStore
 from tests.stored import judged
 
 

@@ -12,17 +12,17 @@ from mlx_sdm.monitor.online.auq_escalation import UncertaintyLevel
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.monitor.session_file.records import ToolCall
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
-from mlx_sdm.session.message_meta import MessageMeta
-from mlx_sdm.session.migrations import MIGRATIONS, SCHEMA_VERSION
-from mlx_sdm.session.schema import AnswerRecord
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.store.message_meta import MessageMeta
+from mlx_sdm.store.migrations import MIGRATIONS, SCHEMA_VERSION
+from mlx_sdm.store.schema import AnswerRecord
+from mlx_sdm.store.chat_store import ChatStore
 
 VERIFIED_097 = DocumentVerdict.from_dict({"prediction": 1, "p_lower": 0.97, "admitted": True, "q": 5, "d": 0.1})
 
 
 def test_wal_mode_and_schema_version(tmp_path):
     store = ChatStore(tmp_path / "chat.db")
-    assert store._query("PRAGMA journal_mode")[0][0] == "wal"
+    assert store.db.query("PRAGMA journal_mode")[0][0] == "wal"
     assert store.schema_version == SCHEMA_VERSION == MIGRATIONS[-1].version
     assert [v for v, _, _ in store.applied_migrations()] == [m.version for m in MIGRATIONS]
     assert store.integrity_check() == "ok"
@@ -61,13 +61,13 @@ def test_session_lifecycle_and_reopen(tmp_path):
     assert ans.monitor == MonitorReading(cumulative_confidence=0.84, tracer_risk=0.7)
     np.testing.assert_array_equal(ans.features, feats)
     assert ans.review_id is None
-    row = store._query("SELECT p_lower, reason FROM verdicts WHERE message_id = ?", (mid,))[0]
+    row = store.db.query("SELECT p_lower, reason FROM verdicts WHERE message_id = ?", (mid,))[0]
     assert row[0] == pytest.approx(0.97) and row[1] is None
     assert store.delete_session(a.id) == 0
     assert [s.id for s in store.list_sessions()] == [b.id]
     # cascades removed the children
-    assert store._query("SELECT COUNT(*) FROM messages")[0][0] == 0
-    assert store._query("SELECT COUNT(*) FROM verdicts")[0][0] == 0
+    assert store.db.query("SELECT COUNT(*) FROM messages")[0][0] == 0
+    assert store.db.query("SELECT COUNT(*) FROM verdicts")[0][0] == 0
     with pytest.raises(DataError, match="no session"):
         store.messages(a.id)
     with pytest.raises(DataError, match="cannot be empty"):
@@ -86,10 +86,10 @@ def test_migration_from_v1_keeps_data(tmp_path):
     path = tmp_path / "old.db"
     old = ChatStore(path, target_version=1)
     assert old.schema_version == 1
-    tables = {r[0] for r in old._query("SELECT name FROM sqlite_master WHERE type='table'")}
+    tables = {r[0] for r in old.db.query("SELECT name FROM sqlite_master WHERE type='table'")}
     assert "review_queue" not in tables and "monitor_snapshots" not in tables
     # a v1-era file: raw inserts in the v1 columns only
-    with old._tx() as conn:
+    with old.db.tx() as conn:
         conn.execute("INSERT INTO sessions VALUES ('s1', 'old chat', '2026-01-01T00:00:00.000000Z', '2026-01-01T00:00:00.000000Z', 'm', NULL)")
         conn.execute("INSERT INTO messages(session_id, role, text, status, created_at) VALUES ('s1', 'user', 'hi', 'done', '2026-01-01T00:00:01.000000Z')")
         conn.execute("INSERT INTO messages(session_id, role, text, status, created_at) VALUES ('s1', 'assistant', 'hello', 'done', '2026-01-01T00:00:02.000000Z')")
@@ -133,7 +133,7 @@ def test_not_a_database_is_a_clear_error(tmp_path):
 
 
 def test_add_turn_writes_question_and_answer_in_one_transaction(tmp_path, monkeypatch):
-    import mlx_sdm.session.store as store_module
+    import mlx_sdm.store.chat_store as store_module
 
     store = ChatStore(tmp_path / "turn.db")
     session = store.create_session("t")
@@ -149,7 +149,7 @@ def test_add_turn_writes_question_and_answer_in_one_transaction(tmp_path, monkey
     def killed_midway(conn, record, stamp):  # the answer's write fails after the question's row went in
         raise RuntimeError("killed")
 
-    monkeypatch.setattr(store_module, "_write_answer", killed_midway)
+    monkeypatch.setattr(store_module, "write_answer", killed_midway)
     with pytest.raises(RuntimeError):
         store.add_turn("A second question?", AnswerRecord(session.id, "lost"))
     assert [m.text for m in ChatStore(tmp_path / "turn.db").messages(session.id)] == ["Capital of France?", "Paris."]
@@ -180,7 +180,7 @@ def test_an_untitled_session_is_named_after_its_first_user_message(tmp_path):
 
 
 def test_title_from_message_is_one_short_line():
-    from mlx_sdm.session.titles import TITLE_CHARS, title_from_message
+    from mlx_sdm.store.titles import TITLE_CHARS, title_from_message
 
     assert title_from_message("  \n hi there \n") == "hi there"
     assert title_from_message("hi\nthere") == "hi…"  # more lines than the title shows
@@ -193,7 +193,7 @@ def test_title_from_message_is_one_short_line():
 def test_old_stores_title_their_empty_placeholder_sessions_on_upgrade(tmp_path):
     path = tmp_path / "chat.db"
     old = ChatStore(path, target_version=5)
-    with old._tx() as conn:
+    with old.db.tx() as conn:
         conn.execute("INSERT INTO sessions(id, title, created_at, updated_at) VALUES "
                      "('e', 'Chat 2026-01-02 03:04', 'x', 'x'), ('u', 'Chat 2026-01-02 03:05', 'x', 'x'), "
                      "('n', 'Chat about cats', 'x', 'x')")
@@ -208,7 +208,7 @@ def test_old_stores_title_their_empty_placeholder_sessions_on_upgrade(tmp_path):
 
 def test_a_task_question_is_titled_by_its_task_and_document():
     from mlx_sdm.network.encoding import FACTCHECK, TOPIC
-    from mlx_sdm.session.titles import title_from_message
+    from mlx_sdm.store.titles import title_from_message
 
     article = TOPIC.user_message("Ink helps drive Democrat gains in the mid-term elections, analysts say")
     assert title_from_message(article) == "topic: Ink helps drive Democrat gains in…"

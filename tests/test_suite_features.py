@@ -1,5 +1,5 @@
 """A suite task as a comparison data set (mlx_sdm.app.suite_features) and the fixed logistic probe
-(calibration.fitting.scalar_probe) the comparison scripts measure adaptors against (issue 19).
+(calibration.fitting.scalar_probe) the comparison scripts measure adaptors against.
 No LM: features come from a stand-in function or, for the refusal, an empty cache."""
 
 import mlx_sdm  # noqa: F401

@@ -112,6 +112,6 @@ def test_a_recipe_build_writes_the_verifier_its_recipe_and_report(tmp_path):
     rows = json.loads((out / "report.json").read_text())["rows"]
     assert all(f"| cities {r['split']} (8) | {r['adaptor_accuracy']:.3f} | {r['logistic_accuracy']:.3f} | "
                f"{r['adaptor_only_correct']} | {r['logistic_only_correct']} | {r['mcnemar_p']:.3g} | {r['verdict']} |"
-               in report for r in rows)  # the adaptor against the probe, with the paired test (issue 19)
+               in report for r in rows)  # the adaptor against the probe, with the paired test
     assert lines[0] == "cities: pool 64 (y=1 %d)" % sum(d.label for d in recipe_documents(recipe).train
                                                          + recipe_documents(recipe).calibration)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Input, Select
 
-from mlx_sdm.session.schema import AnswerRecord
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.store.schema import AnswerRecord
+from mlx_sdm.store.chat_store import ChatStore
 from tests.test_tui_flows import HIGH_EVERYWHERE, SIZE, answers, make_engine, send, wait_until
 from tests.tiny_verifier import build_tiny_verifier
 from tui.app import SdmChatApp
@@ -80,7 +80,7 @@ async def test_a_reopened_session_shows_an_interrupted_answer_and_says_so(tmp_pa
     session = writer.create_session()
     _, answer_id = writer.begin_turn(session.id, "Tell me a story.")
     writer.update_partial(answer_id, "Once upon a time", force=True)
-    with writer._tx() as conn:  # as a process killed mid-answer leaves it: its writer is gone
+    with writer.db.tx() as conn:  # as a process killed mid-answer leaves it: its writer is gone
         conn.execute("UPDATE messages SET metadata_json = '{\"writer_pid\": -1}' WHERE id = ?", (answer_id,))
     writer.close()
     store = ChatStore(db)
@@ -310,7 +310,7 @@ async def test_command_palette_and_theme_picker(store, verifier_dir):
 
 
 async def test_a_turn_that_cannot_run_fails_visibly(store, tmp_path):
-    from mlx_sdm.session.engine import ChatEngine, EngineConfig
+    from mlx_sdm.executor.engine import ChatEngine, EngineConfig
     from tests.tiny_verifier import tiny_components
 
     # the verifier folder does not exist: the engine never loads, and says so

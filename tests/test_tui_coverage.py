@@ -8,8 +8,8 @@ import json
 
 from textual.widgets import Input
 
-from mlx_sdm.session.engine import ChatEngine, EngineConfig
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.executor.engine import ChatEngine, EngineConfig
+from mlx_sdm.store.chat_store import ChatStore
 from tests.tiny_verifier import build_tiny_verifier, tiny_components
 from tui.app import SdmChatApp
 from tui.widgets.message import MessageBubble

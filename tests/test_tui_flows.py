@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from mlx_sdm.session.engine import ChatEngine, EngineConfig
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.executor.engine import ChatEngine, EngineConfig
+from mlx_sdm.store.chat_store import ChatStore
 from tests.tiny_verifier import build_tiny_verifier, tiny_components
 from tui.app import SdmChatApp
-from tui.screens.evidence import EvidenceScreen
+from tui.screens.evidence_screen import EvidenceScreen
 from tui.screens.prompts import EscalationPrompt
 from tui.widgets.message import MessageBubble
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from mlx_sdm.session.engine import ChatEngine, EngineConfig
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.executor.engine import ChatEngine, EngineConfig
+from mlx_sdm.store.chat_store import ChatStore
 from tests.test_tui_flows import wait_until
 from tests.tiny_verifier import build_tiny_verifier, tiny_components
 from tui.app import SdmChatApp

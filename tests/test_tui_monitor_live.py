@@ -1,5 +1,5 @@
 """Pilot test: the monitor panel's ok% column (the fused forecast) fills during a live chat, turn by
-turn, with the same numbers a reopened session shows (issue 18 item 6)."""
+turn, with the same numbers a reopened session shows."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from mlx_sdm.monitor.online.reading import MonitorReading
 
 from tests.test_tui_flows import SIZE, make_engine, plain, send, verifier_dir  # noqa: F401  (fixture)
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.store.chat_store import ChatStore
 from tui.app import SdmChatApp
 from tui.widgets.message import MessageBubble
 

@@ -9,8 +9,8 @@ import pytest
 from textual.command import CommandPalette
 
 from mlx_sdm.network.verdict import VerdictStatus
-from mlx_sdm.session.store import ChatStore
-from tests.test_session_search import turn
+from mlx_sdm.store.chat_store import ChatStore
+from tests.test_store_search import turn
 from tests.test_tui_flows import make_engine, wait_until
 from tests.tiny_verifier import build_tiny_verifier
 from tui.app import SdmChatApp

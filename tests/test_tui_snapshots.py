@@ -14,11 +14,11 @@ import itertools
 import pytest
 from textual.widgets import Input
 
-import mlx_sdm.session.store as store_module
-from mlx_sdm.session.store import ChatStore
-from mlx_sdm.calibration.verdict import Exemplar, Verdict
+import mlx_sdm.store.chat_store as store_module
+from mlx_sdm.store.chat_store import ChatStore
+from mlx_sdm.calibration.row_verdict import Exemplar, Verdict
 from mlx_sdm.network.verdict import DocumentVerdict
-from mlx_sdm.session.engine import ChatEngine, EngineConfig
+from mlx_sdm.executor.engine import ChatEngine, EngineConfig
 from tests.test_tui_flows import HIGH_EVERYWHERE, LOW_EVERYWHERE, MAX_TOKENS, wait_until
 from tests.tiny_verifier import build_tiny_verifier, tiny_components
 from tui.app import SdmChatApp

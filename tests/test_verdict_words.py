@@ -8,7 +8,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mlx_sdm.calibration.verdict import Exemplar, Verdict
+from mlx_sdm.calibration.row_verdict import Exemplar, Verdict
 from mlx_sdm.network.coverage import VerifierCoverage, VerifierTask
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, verdict_words
 
@@ -102,7 +102,7 @@ def test_no_verifier_and_unjudged_turns_have_their_own_words():
 
 
 def test_a_nested_region_below_alpha_prime_is_said_in_words():
-    """Issue 19: where α′ = 0.95 is not met, a nested verifier's region says how often it is right there."""
+    """Where α′ = 0.95 is not met, a nested verifier's region says how often it is right there."""
     v = Verdict(1, None, False, 7, 0.4, 1, "below_threshold", [], region_alpha=0.9, region_alpha_lower=0.9)
     words = verdict_words(DocumentVerdict(v, task="bbc_topic"))
     assert words.status is VerdictStatus.NOT_VERIFIED
@@ -112,7 +112,7 @@ def test_a_nested_region_below_alpha_prime_is_said_in_words():
 
 
 def test_the_reported_contradictions_are_gone():
-    """Issue 18: "judged differently" above five exemplars that all agree, and "unlike the answers it was
+    """The words say "judged differently" above five exemplars that all agree, and "unlike the answers it was
     built on" for an answer that was exactly the task's JSON (d > 0)."""
     agree = [Exemplar(f"e{i}", 1, 1, 1.0 + i) for i in range(5)]
     flipped = DocumentVerdict(Verdict(1, None, False, 12, 0.4, 1, "index_flipped", agree), task="bbc_topic")
@@ -132,7 +132,7 @@ def test_the_monitor_panel_names_what_the_verifier_did_with_the_turn(judged: Doc
     from dataclasses import replace
 
     from mlx_sdm.monitor.forecast.fused import signal_words
-    from mlx_sdm.monitor.forecast.verdict import TurnVerdict
+    from mlx_sdm.monitor.forecast.verdict_monitor import TurnVerdict
 
     judged = replace(judged, admits_nothing=admits_nothing and not judged.verdict.admitted)
     shown = judged.status

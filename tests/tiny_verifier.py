@@ -100,12 +100,12 @@ def build_tiny_verifier(directory: str | Path, seed: int = TINY_SEED) -> Path:
 
 def tiny_components(verifier_dir: str | Path | None, seed: int = TINY_SEED, embedder: str = "none",
                     max_context: int = 2048):
-    """A components factory for :class:`~mlx_sdm.session.engine.ChatEngine`: the tiny model and (when
+    """A components factory for :class:`~mlx_sdm.executor.engine.ChatEngine`: the tiny model and (when
     ``verifier_dir`` is given) the tiny verifier loaded from disk, built on the engine's thread."""
 
     def factory(config):
         from mlx_sdm.monitor.online.embedders import make_embedder
-        from mlx_sdm.session.turn import TurnComponents
+        from mlx_sdm.turn.values import TurnComponents
 
         lm = tiny_loaded_model(seed, max_context=max_context)
         verifier = None

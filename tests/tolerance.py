@@ -34,7 +34,7 @@ REDUCTIONS_PER_LAYER = 9
 #: reduction trees, a vectorised exp), so the logits of a small network (|z| of order 1, reductions of a
 #: few dozen terms) differ by a few float32 ulps, and a probability computed from them by about as much:
 #: a softmax moves by at most 2 * max|dz| (max|dz| / 2 with two classes). 16 u (about 9.5e-7), used as
-#: both rtol and atol, leaves room for about eight such roundings on each side. Measured (issue 28):
+#: both rtol and atol, leaves room for about eight such roundings on each side. Measured:
 #: 2.7e-8, one ulp of a logit of 0.64, between an Intel Xeon and the machine that wrote the fixture.
 #: Discrete outputs (predictions, q, eCDF quantiles, counts, admitted) are compared exactly instead.
 FLOAT32_TOLERANCE = 16 * FLOAT32_UNIT_ROUNDOFF

@@ -3,7 +3,7 @@
     from tui.app import run
     run(engine=engine, store=store)            # what `mlx-sdm chat` does on a terminal
 
-The App owns no model: every model, verifier and monitor call goes to the session layer's engine
+The App owns no model: every model, verifier and monitor call goes to the executor's engine
 thread through :class:`tui.bridge.Bridge`, and its events come back as Textual messages.
 """
 
@@ -18,7 +18,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from tui.bridge import Bridge
-from tui.widgets.verdict import VerdictBadge
+from tui.widgets.verdict_badge import VerdictBadge
 from tui.screens.chat import ChatScreen
 from tui.screens.clipboard import CLIPBOARD_FILE
 from tui.screens.help import HelpScreen
@@ -158,7 +158,7 @@ class SdmChatApp(App):
 
     def on_verdict_badge_open_evidence(self, message: VerdictBadge.OpenEvidence) -> None:
         """A verdict badge asked for the full evidence (widgets post; the app pushes screens)."""
-        from tui.screens.evidence import EvidenceScreen
+        from tui.screens.evidence_screen import EvidenceScreen
 
         self.push_screen(EvidenceScreen(message.verdict))
 

@@ -1,4 +1,4 @@
-"""The one place that knows the session layer's API (``mlx_sdm.session``): the UI calls the engine
+"""The one place that knows the executor's API (``mlx_sdm.executor``): the UI calls the engine
 and the store only here.
 
 Engine calls return at once (the engine's single worker thread does the work and owns all MLX
@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Any, Callable
 from textual.message_pump import MessagePump
 
 from mlx_sdm.network.coverage import VerifierCoverage
-from mlx_sdm.session.events import EngineEvent, PauseInfo
-from mlx_sdm.session.review import DecisionResult
-from mlx_sdm.session.schema import Decision, MessageRecord, ReviewItem, SessionInfo
-from mlx_sdm.session.search import SearchHit, SearchQuery, search_sessions
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.executor.events import EngineEvent, PauseInfo
+from mlx_sdm.executor.review import DecisionResult
+from mlx_sdm.store.schema import Decision, MessageRecord, ReviewItem, SessionInfo
+from mlx_sdm.store.search import SearchHit, SearchQuery, search_sessions
+from mlx_sdm.store.chat_store import ChatStore
 from tui.messages import engine_message
 
 if TYPE_CHECKING:  # the engine module loads the MLX pipeline
-    from mlx_sdm.session.engine import ChatEngine
+    from mlx_sdm.executor.engine import ChatEngine
 
 #: How long a UI worker waits for the engine to apply a review decision, an undo or a delete (seconds).
 DECISION_TIMEOUT_S = 300.0
@@ -181,7 +181,7 @@ class Bridge:
     # ----- export -------------------------------------------------------------------------------
     def export(self, session_id: str, directory: str | Path) -> list[Path]:
         """The session as Markdown and as session JSONL (what ``mlx-sdm eval-monitor`` reads), written atomically."""
-        from mlx_sdm.session.export import export_session
+        from mlx_sdm.store.export import export_session
 
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
@@ -206,7 +206,7 @@ class Bridge:
         """Start a new engine with ``what`` replaced (it loads on its own thread), then retire the old one.
         A model switch drops the verifier and head choice: they belong to a model (the default verifier is
         looked up again, and answers are unverifiable when none fits)."""
-        from mlx_sdm.session.engine import ChatEngine
+        from mlx_sdm.executor.engine import ChatEngine
 
         changes: dict[str, Any] = {what: value}
         if what == "model":

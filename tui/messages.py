@@ -1,5 +1,5 @@
 """Textual messages: ONE dataclass per engine event (as posting and harlequin do), each holding the
-typed event from ``mlx_sdm.session.events``.
+typed event from ``mlx_sdm.executor.events``.
 
 The engine calls the bridge's callback on ITS thread; the bridge turns the event into its message
 (:func:`engine_message`) and posts it with ``post_message`` (thread-safe and non-blocking), so the
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from mlx_sdm.session.events import (
+from mlx_sdm.executor.events import (
     EngineEvent,
     ErrorEvent,
     EscalationEvent,
@@ -26,7 +26,7 @@ from mlx_sdm.session.events import (
     TurnFinishedEvent,
     VerdictEvent,
 )
-from mlx_sdm.session.turn import TokenPiece
+from mlx_sdm.lm.pieces import TokenPiece
 
 
 @dataclass

@@ -262,7 +262,7 @@ def against_probe_record(cmp: PairedComparison | None) -> dict:
             "verdict": cmp.verdict()}
 
 
-ACCURACY_HEAD = ["", "Adaptor against its logistic-regression reference on the same rows (issue 19): b = rows only the "
+ACCURACY_HEAD = ["", "Adaptor against its logistic-regression reference on the same rows: b = rows only the "
                  "adaptor gets right, c = rows only the reference gets right; exact two-sided McNemar p; a shortfall "
                  "with p < 0.05 is a real gap.", "",
                  "| dataset | adaptor accuracy | logistic-regression reference | b | c | McNemar p | verdict |",
@@ -279,7 +279,7 @@ def accuracy_cells(record: dict) -> str:
 
 def accuracy_lines(records: list[dict]) -> list[str]:
     """The adaptor's accuracy beside the logistic-regression reference's on each row set, with the paired
-    test that says whether a shortfall is real (issue 19: the adaptor should learn at least what a
+    test that says whether a shortfall is real (the adaptor should learn at least what a
     linear probe learns from the same features, or the row says why not)."""
     return ACCURACY_HEAD + [f"| {r['name']} ({r['size']}) | {accuracy_cells(r)}" for r in records]
 

@@ -1,8 +1,8 @@
-"""Generating the session corpus with the product as it ships (issue 21 item 2).
+"""Generating the session corpus with the product as it ships.
 
-Every turn goes through the chat's own turn, :class:`~mlx_sdm.session.pipeline.TurnPipeline` with the
-chat's session monitor (:class:`~mlx_sdm.session.monitoring.SessionMonitor`) and the chat engine's turn
-options (:class:`~mlx_sdm.session.engine.EngineConfig`): the same routing of the verifier and head,
+Every turn goes through the chat's own turn, :class:`~mlx_sdm.turn.pipeline.TurnPipeline` with the
+chat's session monitor (:class:`~mlx_sdm.turn.monitoring.SessionMonitor`) and the chat engine's turn
+options (:class:`~mlx_sdm.executor.engine.EngineConfig`): the same routing of the verifier and head,
 system prompt, verdict, AUQ / TRACER / fused forecast and measured escalation a user gets. (Two
 differences, both to keep a scripted session going: a turn that pauses is followed by the next planned
 message, as a user who moves on; and the model is not asked for a reflection on HIGH.) The components
@@ -38,17 +38,17 @@ DEFAULT_SPLIT = "held_out"
 
 @dataclass
 class CorpusSetup:
-    components: Any  # mlx_sdm.session.pipeline.TurnComponents
+    components: Any  # mlx_sdm.turn.pipeline.TurnComponents
     tasks: dict[str, Any]  # name -> mlx_sdm.network.tasks.Task
     everyday: list[EverydayPrompt]
-    options: Any  # mlx_sdm.session.pipeline.TurnOptions
+    options: Any  # mlx_sdm.turn.pipeline.TurnOptions
     provenance: Provenance
     split: str = DEFAULT_SPLIT
 
 
 def turn_options(max_tokens: int) -> Any:
     """The chat engine's turn options (one place), without the reflection on HIGH."""
-    from mlx_sdm.session.engine import EngineConfig
+    from mlx_sdm.executor.engine import EngineConfig
 
     return EngineConfig(max_tokens=max_tokens, generate_reflection=False).turn_options()
 
@@ -107,9 +107,9 @@ def _turn_record(step: SessionStep, planned: PlannedTurn, asked: dict, outcome: 
 def run_session(plan: SessionPlan, setup: CorpusSetup, items: dict[str, list],
                 on_step: Callable[[int], None] | None = None) -> Session:
     """One planned session through the chat's turn; a :class:`Session` with each answer's label."""
-    from mlx_sdm.session.monitoring import MonitorConfig, SessionMonitor
-    from mlx_sdm.session.pipeline import TurnPipeline
-    from mlx_sdm.session.turn import TurnRequest
+    from mlx_sdm.turn.monitoring import MonitorConfig, SessionMonitor
+    from mlx_sdm.turn.pipeline import TurnPipeline
+    from mlx_sdm.turn.values import TurnRequest
 
     components = setup.components
     pipeline = TurnPipeline(components)

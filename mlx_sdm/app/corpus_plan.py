@@ -1,4 +1,4 @@
-"""The plan and the labels of the session corpus (issue 21 item 2), in plain Python (no MLX).
+"""The plan and the labels of the session corpus, in plain Python (no MLX).
 
 A session is a short conversation as people chat: everyday questions (greetings, arithmetic, how-to,
 trivia, writing, translation; ``mlx_sdm/datasets/everyday_prompts.json``), task questions (items of

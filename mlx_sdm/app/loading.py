@@ -12,7 +12,7 @@ from typing import Any
 from mlx_sdm.errors import DataError, ModelMismatchError
 from mlx_sdm.network.coverage import TaskInstruction
 from mlx_sdm.resources import default_head_dir, default_verifier_dir
-from mlx_sdm.session.turn import TurnComponents
+from mlx_sdm.turn.values import TurnComponents
 
 #: Spellings of "no verification" accepted by ``--verifier``.
 VERIFIER_OFF = {"none", "off", "no"}

@@ -1,12 +1,12 @@
 """A progress bar on stderr for a long prompt prefill (``generate``, ``chat --plain``): fed by mlx-lm's
-``prompt_progress_callback`` through :meth:`TurnObserver.prefill`; short prompts show nothing."""
+``prompt_progress_callback`` (the turn's ``on_prefill``); short prompts show nothing."""
 
 from __future__ import annotations
 
 import sys
 from typing import Any, TextIO
 
-from mlx_sdm.session.events import LONG_PREFILL_TOKENS
+from mlx_sdm.executor.events import LONG_PREFILL_TOKENS
 
 #: Prompts with fewer new tokens prefill in about a second: no bar (the engine's rule for PrefillEvent).
 DEFAULT_PREFILL_PROGRESS_TOKENS = LONG_PREFILL_TOKENS

@@ -141,8 +141,8 @@ def verify_text_rows(verifier_dir: str | Path, input_path: str | Path, *, model:
     from mlx_sdm.network.encoding import read_text_jsonl
     from mlx_sdm.network.coverage import RouteKind
     from mlx_sdm.network.verdict import REASON_NO_CHECKABLE_ANSWER, REASON_NOT_A_TASK
-    from mlx_sdm.session.pipeline import TurnPipeline
-    from mlx_sdm.session.turn import TurnComponents
+    from mlx_sdm.turn.pipeline import TurnPipeline
+    from mlx_sdm.turn.values import TurnComponents
 
     read_text_jsonl(input_path, require_label=False)  # every row checked before any model work
     lm = model_for_verifier(verifier_dir, model, quantized)

@@ -2,7 +2,7 @@
 procedure of docs/method.md § 13, prediction.py), explain by exemplar, add support points without retraining, save
 and load (persistence.py).
 
-FitConfig and its defaults (fit_config.py), Verdict and Exemplar (verdict.py) and the folder constants
+FitConfig and its defaults (fit_config.py), Verdict and Exemplar (row_verdict.py) and the folder constants
 (persistence.py) are imported from the modules that define them."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from mlx_sdm.calibration.sdmkit import is_sdmkit_path, load_sdmkit, save_sdmkit
 from mlx_sdm.calibration.similarity import distance_quantile
 from mlx_sdm.calibration.state import EstimatorState
 from mlx_sdm.calibration.training import load_params
-from mlx_sdm.calibration.verdict import Exemplar, Verdict, verdicts
+from mlx_sdm.calibration.row_verdict import Exemplar, Verdict, verdicts
 from mlx_sdm.errors import ArtifactError, DataError
 
 

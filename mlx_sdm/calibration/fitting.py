@@ -101,7 +101,7 @@ def logistic_reference(support: LabelledSet, cal: LabelledSet, normalization: No
 def scalar_probe(rows: LabelledSet, num_classes: int) -> Callable[[np.ndarray], np.ndarray]:
     """Logistic regression fitted on ``rows`` under the paper's scalar normalisation (the mean and
     std of all their entries), as a predictor x → ŷ: a fixed probe an adaptor trained on the same
-    rows is measured against, whatever that adaptor's own input scaling (issue 19)."""
+    rows is measured against, whatever that adaptor's own input scaling."""
     normalization = scalar_normalization(rows.embeddings)
     ref = logistic_reference(rows, rows, normalization, num_classes)
     return lambda x: np.argmax(apply_normalization(x, normalization) @ ref.weight + ref.bias, axis=1)

@@ -19,7 +19,7 @@ from mlx_sdm.errors import MlxSdmError
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS, MAX_TEMPERATURE
 
 if TYPE_CHECKING:
-    from mlx_sdm.session.events import TurnResult
+    from mlx_sdm.turn.values import TurnOutcome
 DEFAULT_EMBEDDER = "minilm"
 DEFAULT_DB_NAME = "chat.db"
 APP_NAME = "mlx-sdm"
@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def engine_config(args: argparse.Namespace):
-    from mlx_sdm.session.engine import EngineConfig
+    from mlx_sdm.executor.engine import EngineConfig
 
     tools = tuple(t.strip() for t in args.irreversible_tools.split(",") if t.strip())
     return EngineConfig(
@@ -117,7 +117,7 @@ def engine_config(args: argparse.Namespace):
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from mlx_sdm.session.store import ChatStore
+    from mlx_sdm.store.chat_store import ChatStore
 
     try:
         from mlx_sdm.atomic import check_output_file
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.session is not None:
             store.get_session(args.session)
         if args.export:
-            from mlx_sdm.session.export import export_all_sessions, export_session
+            from mlx_sdm.store.export import export_all_sessions, export_session
 
             target = Path(args.export).expanduser()
             if args.session is None:
@@ -168,7 +168,7 @@ def _list_sessions(store) -> int:
 
 def _run_ui(args, config, store) -> int:
     from mlx_sdm.app.loading import chat_components
-    from mlx_sdm.session.engine import ChatEngine
+    from mlx_sdm.executor.engine import ChatEngine
 
     try:
         from tui.app import run as run_ui
@@ -184,24 +184,23 @@ def _run_ui(args, config, store) -> int:
         store.close()
 
 
-def _plain_event_handler(out, logged: list[str]):
-    """Line mode's engine-event handler: a bar while a long prompt is read, the answer's tokens to ``out``,
-    a logged escalation's message kept in ``logged`` for after the answer."""
-    from mlx_sdm.app.prefill_progress import PrefillProgress
+def _plain_turn(engine, session_id: str, text: str, *, resume: bool, out, prefill_progress) -> tuple[TurnOutcome, list[str]]:
+    """One turn in line mode, a ``for`` loop over the engine's events: a bar while a long prompt is read,
+    the answer's tokens to ``out``; returns the turn's record and the messages of a logged escalation."""
     from mlx_sdm.monitor.online.auq_escalation import EscalationAction
-    from mlx_sdm.session.events import EngineEvent, EscalationEvent, PrefillEvent, TokenEvent
+    from mlx_sdm.executor.events import EscalationEvent, PrefillEvent, TokenEvent, TurnFinishedEvent
 
-    prefill_progress = PrefillProgress()
-
-    def on_event(event: EngineEvent) -> None:
+    logged: list[str] = []
+    for event in engine.stream(session_id, text, resume=resume):
         if isinstance(event, PrefillEvent):
             prefill_progress(event.done, event.total)
         elif isinstance(event, TokenEvent) and event.piece.phase == "answer":
             out(event.piece.text, end="")
         elif isinstance(event, EscalationEvent) and event.escalation.action is EscalationAction.PROCEED_WITH_LOG:
             logged.append(event.escalation.message)
-
-    return on_event
+        elif isinstance(event, TurnFinishedEvent):
+            result = event.result
+    return result, logged
 
 
 def run_plain(config, store, *, session_id: str | None, title: str | None, stdin, stdout, prompt: bool = False,
@@ -209,14 +208,14 @@ def run_plain(config, store, *, session_id: str | None, title: str | None, stdin
     """Line mode: each input line is a message; the answer streams to ``stdout``, then its verdict and
     monitor lines. Returns 0, or 2 when the model or verifier cannot be loaded."""
     from mlx_sdm.app.loading import chat_components
-    from mlx_sdm.session.engine import ChatEngine
+    from mlx_sdm.app.prefill_progress import PrefillProgress
+    from mlx_sdm.executor.engine import ChatEngine
 
     def out(text: str = "", end: str = "\n") -> None:
         stdout.write(text + end)
         stdout.flush()
 
-    logged: list[str] = []
-    on_event = _plain_event_handler(out, logged)
+    prefill_progress = PrefillProgress()
 
     if hasattr(stdin, "reconfigure"):  # undecodable bytes become lone surrogates, refused line by line below
         stdin.reconfigure(errors="surrogateescape")
@@ -246,10 +245,9 @@ def run_plain(config, store, *, session_id: str | None, title: str | None, stdin
                 if was_paused:
                     out("[paused answer left as is]")
                 continue
-            call = engine.resume if was_paused else engine.send
-            logged.clear()
             try:
-                result = call(session_id, text, on_event=on_event).result()
+                result, logged = _plain_turn(engine, session_id, text, resume=was_paused, out=out,
+                                             prefill_progress=prefill_progress)
             except MlxSdmError as exc:
                 out(f"\n[error: {exc}]")
                 continue
@@ -311,10 +309,10 @@ def _open_plain_session(store, info, session_id: str | None, title: str | None, 
     return session_id
 
 
-def _print_turn(result: TurnResult, out, logged: list[str], timing: bool) -> bool:
+def _print_turn(result: TurnOutcome, out, logged: list[str], timing: bool) -> bool:
     """The lines after an answer: verdict and why, unverified text, monitor, escalation. True when paused."""
-    from mlx_sdm.session.escalation import TurnStatus
-    from mlx_sdm.session.export import monitor_line, verdict_line
+    from mlx_sdm.turn.escalation import TurnStatus
+    from mlx_sdm.store.export import monitor_line, verdict_line
 
     out()
     out(f"[{verdict_line(result.verdict_status, result.verdict, result.verdict_reason)}]")
@@ -330,8 +328,8 @@ def _print_turn(result: TurnResult, out, logged: list[str], timing: bool) -> boo
     if result.status is TurnStatus.PAUSED:
         out(f"[PAUSED at {result.monitor.level.value.upper()} uncertainty: give guidance on the next line, "
             "or an empty line to move on]")
-        if result.reflection:
-            out(f"[reflection: {result.reflection.strip()}]")
+        if result.reflection_shown:
+            out(f"[reflection: {result.reflection_shown.strip()}]")
     elif result.status is TurnStatus.ABORTED:
         out(f"[ABORTED: {result.explanation}]")
     elif result.status is TurnStatus.CANCELLED:
@@ -341,16 +339,16 @@ def _print_turn(result: TurnResult, out, logged: list[str], timing: bool) -> boo
     return result.status is TurnStatus.PAUSED
 
 
-def _timing_line(result: TurnResult) -> str:
+def _timing_line(result: TurnOutcome) -> str:
     first = "n/a" if result.first_token_s is None else f"{result.first_token_s:.3f} s"
-    rate = result.tokens / result.generation_s if result.generation_s else 0.0
-    return (f"first token {first} after Enter; {result.tokens} tokens in {result.generation_s or 0:.2f} s ({rate:.1f} tok/s); "
+    rate = len(result.tokens) / result.generation_s if result.generation_s else 0.0
+    return (f"first token {first} after Enter; {len(result.tokens)} tokens in {result.generation_s or 0:.2f} s ({rate:.1f} tok/s); "
             f"prompt {result.prompt_tokens} tokens, {result.reused_tokens} reused from the KV cache")
 
 
 def _plain_command(text: str, store, session_id: str, out) -> str | None:
     """A /command of the line mode; returns "quit" or "new" when the caller acts on it."""
-    from mlx_sdm.session.export import export_session
+    from mlx_sdm.store.export import export_session
 
     name, _, rest = text.partition(" ")
     rest = rest.strip()

@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
             "paired TPS_log gain over the base rate (a monitor beats the base rate when that interval is above 0)."
         ),
         epilog=(
-            "Inputs: a session JSONL as exported by the chat store (see docs/interfaces.md), or a tau2-bench\n"
+            "Inputs: a session JSONL as exported by the chat store (mlx-sdm chat --export FILE.jsonl), or a tau2-bench\n"
             "Results JSON (detected by its 'simulations' list; success = reward 1.0).\n\n"
             "examples:\n"
             "  mlx-sdm eval-monitor shipped-corpus --plot monitors.png   # the shipped 400-session corpus\n"

@@ -1,6 +1,6 @@
 """``mlx-sdm generate "PROMPT"``: answer one prompt with the local LM, then print the verifier's
 verdict in words (verified / not verified / out of scope), p_lower, q, d and the nearest training
-exemplars (docs/method.md § 15.7). One :class:`~mlx_sdm.session.pipeline.TurnPipeline` turn, without a store
+exemplars (docs/method.md § 15.7). One :class:`~mlx_sdm.turn.pipeline.TurnPipeline` turn, without a store
 or monitor."""
 
 from __future__ import annotations
@@ -167,17 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from mlx_sdm.app.loading import load_components
         from mlx_sdm.app.prefill_progress import PrefillProgress
-        from mlx_sdm.session.pipeline import TurnPipeline
-        from mlx_sdm.session.turn import TokenPiece, TurnObserver, TurnOptions, TurnRequest
-
-        class Printer(TurnObserver):
-            def prefill(self, done: int, total: int) -> None:
-                show_prefill_progress(done, total)
-
-            def token(self, piece: TokenPiece) -> None:
-                if not args.json and piece.text:
-                    sys.stdout.write(piece.text)
-                    sys.stdout.flush()
+        from mlx_sdm.lm.pieces import TokenPiece
+        from mlx_sdm.turn.pipeline import TurnPipeline
+        from mlx_sdm.turn.values import TurnOptions, TurnRequest
 
         components = load_components(args.model, verifier=args.verifier, head=args.head, quantized=args.quantized)
         options = TurnOptions(max_tokens=args.max_tokens, system_prompt=args.system, explain=args.explain,
@@ -186,8 +178,11 @@ def main(argv: list[str] | None = None) -> int:
         with warnings.catch_warnings():  # the left-truncation notice as one plain line, not a raw UserWarning
             warnings.simplefilter("always", UserWarning)
             warnings.showwarning = lambda message, *_, **__: print(f"mlx-sdm generate: note: {message}", file=sys.stderr)
-            outcome = TurnPipeline(components).run(
-                TurnRequest([{"role": "user", "content": args.prompt}], options), observer=Printer(), stop=stop)
+            request = TurnRequest([{"role": "user", "content": args.prompt}], options)
+            for outcome in TurnPipeline(components).stream(request, stop=stop, on_prefill=show_prefill_progress):
+                if isinstance(outcome, TokenPiece) and outcome.text and not args.json:
+                    sys.stdout.write(outcome.text)
+                    sys.stdout.flush()
         show_prefill_progress.close()
     except KeyboardInterrupt:
         stop.set()

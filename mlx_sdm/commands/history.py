@@ -62,8 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def search_hits(args: argparse.Namespace) -> list[dict]:
     """The hits of ``history search`` as JSON-ready dicts; bad input raises a project error."""
-    from mlx_sdm.session.search import SearchQuery, parse_day, parse_status, search_sessions
-    from mlx_sdm.session.store import ChatStore
+    from mlx_sdm.store.search import SearchQuery, parse_day, parse_status, search_sessions
+    from mlx_sdm.store.chat_store import ChatStore
 
     query = SearchQuery(
         " ".join(args.query), statuses=frozenset(parse_status(s, "--status") for s in args.status), task=args.task,

@@ -123,7 +123,7 @@ def run_server(args: ServeArgs, *, components: Callable[[Any], Any] | None = Non
     from mlx_sdm.server.auth import check_bind
     from mlx_sdm.server.backend import BackendConfig, SessionBackend
     from mlx_sdm.server.worker import ModelWorker
-    from mlx_sdm.session.store import ChatStore
+    from mlx_sdm.store.chat_store import ChatStore
 
     check_bind(args.host, args.api_key)
     sock = bind_socket(args.host, args.port)

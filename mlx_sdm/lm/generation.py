@@ -5,10 +5,11 @@ runs ``model.model(...)`` (the final RMSNorm output, docs/method.md § 15.3), st
 returns logits of the last position from a pluggable ``head`` (default: the model's own output
 projection). ``layers``/``make_cache`` are exposed so mlx-lm builds the KV cache as usual.
 
-``stream_generate_features`` yields one ``GenerationChunk`` per token (text piece, id, log-prob);
-the last chunk carries a ``GenerationResult`` with the document feature vector
-``[mean(h_0..h_k); h_k]`` where ``h_k`` is the state that predicts the end-of-unit delimiter
-(see ``mlx_sdm.lm.features``).
+``stream_generate_features`` yields one :class:`~mlx_sdm.lm.pieces.TokenPiece` per token (text, id,
+log-prob), then the detokenizer's flushed tail (a piece with no token) when there is one, and last the
+``GenerationResult`` with the document feature vector ``[mean(h_0..h_k); h_k]`` where ``h_k`` is the
+state that predicts the end-of-unit delimiter (see ``mlx_sdm.lm.features``), as mlx-lm's
+``stream_generate`` yields its responses and its last one says why it stopped.
 
 Head API (for the SDM network's joint heads): ``head(hidden: mx.array[..., D]) -> mx.array[..., V]``
 or ``[..., 2V]`` (negative half first, then positive). A ``2V`` head is folded to ``V`` with an
@@ -30,6 +31,7 @@ from mlx_lm.models.cache import KVCache
 
 from mlx_sdm.errors import DataError
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
+from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.lm.prompt import Prompt, render_prompt, truncate_left
 from mlx_sdm.lm.features import (
     DELIMITER_END_OF_TURN,
@@ -167,18 +169,6 @@ class GenerationResult:
 
 
 @dataclass
-class GenerationChunk:
-    """One streamed step: a text piece and its token; the last chunk has ``result`` set (and may
-    carry an empty text piece)."""
-
-    text: str
-    token: int | None
-    logprob: float | None
-    index: int
-    result: GenerationResult | None = None
-
-
-@dataclass
 class GenerationConfig:
     max_tokens: int = DEFAULT_MAX_TOKENS
     delimiter: str = DELIMITER_END_OF_TURN  # or "json_close"
@@ -199,12 +189,13 @@ def _is_stopped(stop: Any) -> bool:
 
 
 def stream_generate_features(lm, prompt: Prompt, config: GenerationConfig | None = None, *, head: Head | None = None,
-                             stop: Any = None) -> Iterator[GenerationChunk]:
+                             stop: Any = None) -> Iterator[TokenPiece | GenerationResult]:
     """Greedy (or ``config.sampler``) generation through mlx-lm's ``generate_step`` that captures the
     final normed hidden states of prompt and completion in the same pass.
 
     ``lm``: a ``LoadedModel`` (or anything with ``.model``, ``.tokenizer``, ``.max_context``).
-    ``stop``: a ``threading.Event`` or a callable returning True to cancel (checked every token).
+    ``stop``: a ``threading.Event`` or a callable returning True to cancel (checked after each token is
+    yielded, so a consumer that sets it on a piece stops the generation at that piece).
     """
     config = config or GenerationConfig()
     tokenizer = lm.tokenizer
@@ -241,7 +232,7 @@ def stream_generate_features(lm, prompt: Prompt, config: GenerationConfig | None
         detok.add_token(token)
         piece = detok.last_segment
         pieces.append(piece)
-        yield GenerationChunk(text=piece, token=int(token), logprob=logprobs[-1], index=index)
+        yield TokenPiece(piece, int(token), logprobs[-1])
         index += 1
         if config.delimiter == DELIMITER_JSON_CLOSE and config.stop_at_delimiter and _json_closed("".join(pieces)):
             finish = "delimiter"
@@ -252,9 +243,10 @@ def stream_generate_features(lm, prompt: Prompt, config: GenerationConfig | None
     steps.close()
     generation_time = time.perf_counter() - tic
     tail = _final_piece(detok, pieces)
-    result = _final_result(wrapper, tokenizer, config, ids, dropped, tokens, logprobs, pieces, finish,
-                           prompt_time, generation_time)
-    yield GenerationChunk(text=tail, token=None, logprob=None, index=index, result=result)
+    if tail:
+        yield TokenPiece(tail)
+    yield _final_result(wrapper, tokenizer, config, ids, dropped, tokens, logprobs, pieces, finish,
+                        prompt_time, generation_time)
 
 
 def _prompt_ids(lm, prompt: Prompt, config: GenerationConfig) -> tuple[list[int], int]:
@@ -313,13 +305,10 @@ def _final_result(wrapper, tokenizer, config: GenerationConfig, ids: list[int], 
 
 
 def generate_with_features(lm, prompt: Prompt, config: GenerationConfig | None = None, *, head: Head | None = None,
-                           stop: Any = None, on_text: Callable[[str], None] | None = None) -> GenerationResult:
-    """Run ``stream_generate_features`` to the end and return its ``GenerationResult``."""
-    result = None
-    for chunk in stream_generate_features(lm, prompt, config, head=head, stop=stop):
-        if on_text is not None and chunk.text:
-            on_text(chunk.text)
-        result = chunk.result or result
-    assert result is not None
-    return result
+                           stop: Any = None) -> GenerationResult:
+    """Run ``stream_generate_features`` to the end and return its ``GenerationResult`` (its last item)."""
+    for item in stream_generate_features(lm, prompt, config, head=head, stop=stop):
+        pass
+    assert isinstance(item, GenerationResult)
+    return item
 

@@ -29,7 +29,7 @@ from mlx_sdm.calibration.constants import ALPHA_PRIME
 from mlx_sdm.network.coverage import RouteKind, TaskRoute, VerifierCoverage, VerifierTask, read_coverage
 
 if TYPE_CHECKING:  # no MLX import here: the UI and the store read verdicts without loading MLX
-    from mlx_sdm.calibration.verdict import Verdict
+    from mlx_sdm.calibration.row_verdict import Verdict
 
 #: The class index of an "acceptable" answer (docs/method.md § 14: label 1 = the document's answer is correct).
 ACCEPTABLE = 1
@@ -194,7 +194,7 @@ class DocumentVerdict:
             unjudged = data.get("reason") if data.get("reason") in UNJUDGED_OUT_OF_SCOPE + (REASON_EMPTY_ANSWER,) else \
                 REASON_NOT_A_TASK
             return cls(None, alpha, coverage, data.get("task"), unjudged, route)
-        from mlx_sdm.calibration.verdict import Exemplar, Verdict
+        from mlx_sdm.calibration.row_verdict import Exemplar, Verdict
 
         exemplars = [Exemplar(str(e.get("id", "")), int(e.get("label", -1)), int(e.get("prediction", -1)),
                               float(e.get("distance", 0.0)), e.get("text")) for e in data.get("exemplars") or []]

@@ -29,7 +29,7 @@ from mlx_sdm.atomic import atomic_directory, recover_directory
 from mlx_sdm.calibration.data import LabelledSet
 from mlx_sdm.calibration.fit_config import FitConfig
 from mlx_sdm.calibration.estimator import SDMEstimator
-from mlx_sdm.calibration.verdict import Verdict
+from mlx_sdm.calibration.row_verdict import Verdict
 from mlx_sdm.errors import ArtifactError, DataError, ModelMismatchError
 from mlx_sdm.resources import default_verifier_dir, resolve_artifact
 from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE, DocumentFeatures, force_decode_batch

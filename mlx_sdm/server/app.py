@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
+from typing import Any, AsyncIterator, Callable
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -28,11 +28,8 @@ from mlx_sdm.errors import DataError, MlxSdmError
 from mlx_sdm.server import sse, wire
 from mlx_sdm.server.auth import authorized
 from mlx_sdm.server.request_log import RequestLogMiddleware
-from mlx_sdm.server.results import ServedAnswer
+from mlx_sdm.server.results import ServedAnswer, ServedToken
 from mlx_sdm.server.worker import ModelWorker, Overloaded
-
-if TYPE_CHECKING:
-    from mlx_sdm.session.turn import TokenPiece
 
 DEFAULT_MAX_BODY_BYTES = 1_000_000  # 1 MB: far above any prompt that fits a local model's context
 SESSION_HEADER = "x-session-id"
@@ -183,12 +180,10 @@ async def _stream(worker: ModelWorker, req: wire.ChatRequest) -> Response:
     def job(backend: Any) -> ServedAnswer:
         prepared = backend.prepare(req.messages, req.max_tokens)
         put(("start",))
-
-        def on_token(piece: TokenPiece, item: wire.TokenLogprob | None) -> bool:
-            put(("token", piece, item))
-            return not stop.is_set()
-
-        return backend.complete(req, prepared, on_token)
+        for item in backend.stream(req, prepared, stop):
+            if isinstance(item, ServedToken):
+                put(("token", item))
+        return item
 
     future = worker.submit(job)
     future.add_done_callback(lambda f: put(("done", f)))
@@ -205,7 +200,7 @@ async def _chunks(ids: wire.StreamIds, req: wire.ChatRequest, events: asyncio.Qu
         while True:
             item = await events.get()
             if item[0] == "token":
-                _, piece, logprob = item
+                piece, logprob = item[1].piece, item[1].logprob
                 logprobs = [logprob] if (req.logprobs and logprob is not None) else ([] if req.logprobs else None)
                 if piece.text or logprobs:
                     yield sse.event(wire.chunk_body(ids, delta={"content": piece.text}, logprobs=logprobs))

@@ -1,6 +1,6 @@
-"""The server's ONE adapter to the session layer: the chat's own
-:class:`~mlx_sdm.session.turn_service.TurnService`. A chat request is a
-:class:`~mlx_sdm.session.turn.TurnRequest` run through it (generate with features in the same pass →
+"""The server's ONE adapter to the executor: the chat's own
+:class:`~mlx_sdm.executor.turn_service.TurnService`. A chat request is a
+:class:`~mlx_sdm.turn.values.TurnRequest` run through it (generate with features in the same pass →
 the verifier's :class:`DocumentVerdict`); ``/v1/verify`` is its force-decoding verdict; every served
 turn is stored in the chat store as the service records the chat's own (user message + answer +
 verdict + review entry in one transaction); review decisions made anywhere (the TUI in another
@@ -15,20 +15,15 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
-
-from mlx_sdm.server import verdicts
-from mlx_sdm.server.results import ServedAnswer, ServedVerdict
-from mlx_sdm.server.wire import ApiError, ChatMessage, ChatRequest, TokenLogprob, VerifyRequest
-
-if TYPE_CHECKING:
-    from mlx_sdm.session.turn import TokenPiece
+from typing import Any, Callable, Iterator
 
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
-API_TITLE_PREFIX = "API · "
+from mlx_sdm.lm.pieces import TokenPiece
+from mlx_sdm.server import verdicts
+from mlx_sdm.server.results import ServedAnswer, ServedToken, ServedVerdict
+from mlx_sdm.server.wire import ApiError, ChatMessage, ChatRequest, TokenLogprob, VerifyRequest
 
-#: on_token(the pipeline's TokenPiece, its OpenAI logprob entry or None for a detokenizer tail) -> keep going?
-TokenSink = Callable[["TokenPiece", "TokenLogprob | None"], bool]
+API_TITLE_PREFIX = "API · "
 
 
 @dataclass
@@ -57,7 +52,7 @@ class SessionBackend:
 
     def __init__(self, config: BackendConfig, store: Any, components: Callable[[Any], Any] | None = None):
         from mlx_sdm.app.loading import load_components
-        from mlx_sdm.session.turn_service import TurnService
+        from mlx_sdm.executor.turn_service import TurnService
 
         self.config = config
         self.store = store
@@ -76,7 +71,7 @@ class SessionBackend:
 
     def options(self, max_tokens: int, temperature: float = 0.0, top_logprobs: int = 0):
         """Turn options of a served answer: no session monitor (no P(True), no reflection)."""
-        from mlx_sdm.session.turn import TurnOptions
+        from mlx_sdm.turn.values import TurnOptions
 
         return TurnOptions(max_tokens=max_tokens, temperature=temperature, system_prompt=self.config.system_prompt,
                            enable_p_true=False, generate_reflection=False, top_logprobs=top_logprobs)
@@ -101,25 +96,40 @@ class SessionBackend:
                            code="context_length_exceeded")
         return Prepared(messages=chat, prompt_tokens=len(ids), max_tokens=min(max_tokens or self.config.max_tokens, room))
 
-    def complete(self, request: ChatRequest, prepared: Prepared, on_token: TokenSink | None = None) -> ServedAnswer:
-        """One turn through the turn service (tokens streamed to ``on_token``), judged and stored."""
-        from mlx_sdm.session.escalation import TurnStatus
-        from mlx_sdm.session.turn import TurnRequest
+    def complete(self, request: ChatRequest, prepared: Prepared) -> ServedAnswer:
+        """:meth:`stream` run to its end: the served answer (its last item)."""
+        for item in self.stream(request, prepared):
+            pass
+        assert isinstance(item, ServedAnswer)
+        return item
+
+    def stream(self, request: ChatRequest, prepared: Prepared,
+               stop: threading.Event | None = None) -> Iterator[ServedToken | ServedAnswer]:
+        """One turn through the turn service: each answer token as it comes, then the answer, judged and
+        stored. Setting ``stop`` (the client went away) ends the answer at the next token."""
+        from mlx_sdm.turn.escalation import TurnStatus
+        from mlx_sdm.turn.values import TurnOutcome, TurnRequest
 
         self.sync_reviews()
-        stop = threading.Event()
-        observer = _TokenStream(on_token, stop, self._piece)
         options = self.options(prepared.max_tokens, request.temperature, request.top_logprobs)
-        outcome = self.service.run(TurnRequest(prepared.messages, options), observer=observer, stop=stop)
+        logprobs: list[TokenLogprob] = []
+        for item in self.service.stream(TurnRequest(prepared.messages, options), stop=stop or threading.Event()):
+            if isinstance(item, TurnOutcome):
+                outcome = item
+            elif isinstance(item, TokenPiece) and item.phase == "answer":
+                served = ServedToken(item, self._logprob(item))
+                if served.logprob is not None:
+                    logprobs.append(served.logprob)
+                yield served
         cancelled = outcome.status is TurnStatus.CANCELLED
         verdict = verdicts.cancelled() if cancelled else self._served(outcome.verdict, outcome.unverifiable_reason)
         finish = "cancelled" if cancelled else ("length" if outcome.finish_reason == "length" else "stop")
         answer = ServedAnswer(text=outcome.text, finish_reason=finish, prompt_tokens=outcome.prompt_tokens,
-                              completion_tokens=len(outcome.tokens), verdict=verdict, logprobs=observer.items,
+                              completion_tokens=len(outcome.tokens), verdict=verdict, logprobs=logprobs,
                               cached_tokens=outcome.reused_tokens, generation_s=outcome.generation_s)
         self._store_turn(request.conversation, request.messages, answer,
                          lambda session_id: self.service.record(session_id, outcome, source="api:chat"), "api:chat")
-        return answer
+        yield answer
 
     def verify(self, request: VerifyRequest) -> ServedAnswer:
         """Force-decode an answer made elsewhere through the local model, judge it, store the turn."""
@@ -173,40 +183,19 @@ class SessionBackend:
                     record: Callable[[str], Any], source: str) -> None:
         """The client's last user message and the answer as the turn service records it (``record(session
         id)``), all in ONE transaction (a kill between them leaves neither)."""
-        from mlx_sdm.session.message_meta import MessageMeta
+        from mlx_sdm.store.message_meta import MessageMeta
 
         user_text = next(m.content for m in reversed(messages) if m.role == "user" and m.content.strip())
         answer.session_id = session_id = self.session_for(conversation, user_text)
         _, answer.message_id = self.store.add_turn(user_text, record(session_id), user_metadata=MessageMeta(source=source))
 
+    def _logprob(self, piece: TokenPiece) -> TokenLogprob | None:
+        """A token's log-prob and alternatives as OpenAI's logprob entry (the HTTP edge); None for a
+        detokenizer tail, which has no token."""
+        if piece.token_id is None:
+            return None
+        return TokenLogprob(self._piece(piece.token_id), float(piece.logprob),
+                            tuple((self._piece(i), lp) for i, lp in piece.top))
+
     def _piece(self, token_id: int) -> str:
         return self.lm.tokenizer.decode([int(token_id)])
-
-
-class _TokenStream:
-    """The pipeline's observer for a served answer: each answer token (the ``TokenPiece`` itself, with its
-    log-prob and alternatives shaped as OpenAI's logprob entry, the HTTP edge) to the stream; a sink that
-    returns False (the client went away) stops the generation."""
-
-    def __init__(self, sink: TokenSink | None, stop: threading.Event, piece: Callable[[int], str]):
-        self.sink, self.stop, self.piece = sink, stop, piece
-        self.items: list[TokenLogprob] = []
-
-    def token(self, piece: TokenPiece) -> None:
-        if piece.phase != "answer":
-            return
-        item = None
-        if piece.token_id is not None:
-            item = TokenLogprob(self.piece(piece.token_id), float(piece.logprob),
-                                tuple((self.piece(i), lp) for i, lp in piece.top))
-            self.items.append(item)
-        if self.sink is not None and not self.sink(piece, item):
-            self.stop.set()
-
-    def prefill(self, done: int, total: int) -> None: ...  # no progress bar over HTTP
-
-    def verdict(self, verdict, unverifiable_reason) -> None: ...
-
-    def monitor(self, reading) -> None: ...
-
-    def escalation(self, escalation) -> None: ...

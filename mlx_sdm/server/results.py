@@ -1,13 +1,22 @@
-"""Typed values the backend hands the HTTP layer (no MLX, no HTTP): a served answer and its verdict."""
+"""Typed values the backend hands the HTTP layer (no MLX, no HTTP): a streamed token, a served answer and its verdict."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.network.verdict import VerdictStatus
 from mlx_sdm.server.wire import TokenLogprob, usage_object
 
+
+@dataclass(frozen=True)
+class ServedToken:
+    """One answer token as the stream sends it: the turn's own piece, and its log-prob with the
+    alternatives shaped as OpenAI's logprob entry (None for a detokenizer tail, which has no token)."""
+
+    piece: TokenPiece
+    logprob: TokenLogprob | None = None
 
 
 @dataclass(frozen=True)
@@ -42,7 +51,7 @@ class ServedVerdict:
     badge: str = ""
     exemplars: tuple[ServedExemplar, ...] = ()
     verifier: str | None = None
-    judged: Any = field(default=None, compare=False, repr=False)  # the session layer's DocumentVerdict (None: no verdict)
+    judged: Any = field(default=None, compare=False, repr=False)  # the network layer's DocumentVerdict (None: no verdict)
 
     @property
     def verified(self) -> bool:

@@ -1,4 +1,4 @@
-"""A verdict as the server sends it: the session layer's :class:`DocumentVerdict` with the one badge and
+"""A verdict as the server sends it: the network layer's :class:`DocumentVerdict` with the one badge and
 sentence (:func:`mlx_sdm.network.verdict.verdict_words`), the numbers and the nearest exemplars, or the
 reason there is no verdict."""
 

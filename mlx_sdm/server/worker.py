@@ -1,7 +1,7 @@
 """The one owner of MLX in the server, with a bounded queue.
 
-Every request that needs the model becomes a job ``fn(backend)`` run in order on the session layer's
-:class:`~mlx_sdm.session.worker.MlxWorker` thread (MLX streams are thread-local; the model, its KV
+Every request that needs the model becomes a job ``fn(backend)`` run in order on the executor's
+:class:`~mlx_sdm.executor.worker.MlxWorker` thread (MLX streams are thread-local; the model, its KV
 cache and the verifier live there). Admission is bounded: :meth:`ModelWorker.submit` counts the jobs
 waiting and running, and when ``max_pending`` are already in it raises :class:`Overloaded` at once
 with a Retry-After estimate, so an overloaded server answers 503 and never hangs a caller.
@@ -16,7 +16,7 @@ from concurrent.futures import Future
 from typing import Any, Callable, Generic, TypeVar
 
 from mlx_sdm.errors import MlxSdmError
-from mlx_sdm.session.worker import MlxWorker
+from mlx_sdm.executor.worker import MlxWorker
 
 B = TypeVar("B")
 T = TypeVar("T")

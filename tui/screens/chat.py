@@ -1,5 +1,4 @@
-"""The chat screen: the conversation (streamed answers with verdict badges), the prompt and the
-session monitor panel."""
+"""The chat screen: the conversation (streamed answers with verdict badges), the prompt, the monitor panel."""
 
 from __future__ import annotations
 
@@ -17,9 +16,9 @@ from textual.widget import Widget
 from textual.widgets import Footer, Header, Input, Static
 
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction
-from mlx_sdm.session.escalation import TurnStatus
-from mlx_sdm.session.events import EngineEvent, TurnResult
-from mlx_sdm.session.schema import MessageRecord
+from mlx_sdm.turn.escalation import TurnStatus
+from mlx_sdm.executor.events import EngineEvent
+from mlx_sdm.store.schema import MessageRecord
 from tui.messages import (
     EngineFailed,
     EngineStatus,
@@ -37,9 +36,10 @@ from tui.screens.load_status import watch_load
 from tui.screens.transcript import STATUS_TEXT, apply_stored_verdict, coverage_text, stored_widgets, unverified_note
 from tui.widgets.message import MessageBubble
 from tui.widgets.monitor import MonitorPanel
-from tui.widgets.verdict import VerdictBadge
+from tui.widgets.verdict_badge import VerdictBadge
 
 if TYPE_CHECKING:
+    from mlx_sdm.turn.values import TurnOutcome
     from tui.bridge import Bridge
 
 
@@ -199,7 +199,7 @@ class ChatScreen(Screen):
         await self._log_mount(bubble)
         try:
             future = call()
-        except Exception as exc:  # the session layer refused the turn: say why, keep the UI alive
+        except Exception as exc:  # the executor refused the turn: say why, keep the UI alive
             self.active = None
             bubble.set_cancelled("✘ not sent")
             self.notify(f"Could not start the turn: {exc}", severity="error", timeout=8)
@@ -293,7 +293,7 @@ class ChatScreen(Screen):
         if message.event.state == "ready" and self.session_id is None and self.bridge.coverage().tasks:
             await self.show_coverage()  # a new chat starts by saying what can be verified
 
-    async def _finished(self, result: TurnResult | None) -> None:
+    async def _finished(self, result: TurnOutcome | None) -> None:
         """The turn's record arrived (None: it failed before it made one; an error was shown)."""
         bubble = self.active
         self.active = None
@@ -320,9 +320,9 @@ class ChatScreen(Screen):
                 bubble.set_cancelled(STATUS_TEXT[status.value])
         self.refresh_status()
 
-    async def _paused(self, result: TurnResult, bubble: MessageBubble | None) -> None:
+    async def _paused(self, result: TurnOutcome, bubble: MessageBubble | None) -> None:
         escalation = result.escalation
-        reflection = result.reflection or ""
+        reflection = result.reflection_shown or ""
         if reflection and self.reflection_bubble is None:
             self.reflection_bubble = MessageBubble("system", reflection, title="monitor · reflection")
             await self._log_mount(self.reflection_bubble)

@@ -1,5 +1,5 @@
 """The review queue: every unverified or escalated answer from every session. Each decision is a label
-that the session layer adds to the verifier's support set at once (no retraining)."""
+that the executor adds to the verifier's support set at once (no retraining)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Select, Static
 
-from mlx_sdm.session.schema import ReviewItem
+from mlx_sdm.store.schema import ReviewItem
 from tui.format import decision_label, monitor_summary, reason_label
 from tui.screens.prompts import EditText, TextPrompt
-from tui.widgets.evidence import evidence_renderable
+from tui.widgets.evidence_panel import evidence_renderable
 from tui.widgets.review_list import ReviewList
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
 from mlx_sdm.errors import MlxSdmError
-from mlx_sdm.session.search import SearchQuery
+from mlx_sdm.store.search import SearchQuery
 from tui.widgets.search_results import SearchResults
 
 if TYPE_CHECKING:

@@ -8,8 +8,8 @@ from typing import Iterator
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.coverage import VerifierCoverage
 from mlx_sdm.network.verdict import OPEN_QUESTIONS
-from mlx_sdm.session.escalation import TurnStatus
-from mlx_sdm.session.schema import MessageRecord
+from mlx_sdm.turn.escalation import TurnStatus
+from mlx_sdm.store.schema import MessageRecord
 from tui.widgets.message import MessageBubble
 
 #: How a stored answer without a verdict ended (a TurnStatus value, or a state of a row still being written).

@@ -13,8 +13,8 @@ from textual.widgets._markdown import MarkdownStream
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.verdict import DocumentVerdict
 from tui.format import LEVELS, monitor_summary
-from tui.widgets.evidence import EvidencePanel
-from tui.widgets.verdict import VerdictBadge
+from tui.widgets.evidence_panel import EvidencePanel
+from tui.widgets.verdict_badge import VerdictBadge
 
 
 EMPTY_ANSWER = "*(the model answered with whitespace only)*"

@@ -13,7 +13,7 @@ from textual.message import Message
 from textual.widgets import OptionList
 
 from mlx_sdm.network.verdict import VerdictStatus
-from mlx_sdm.session.search import SearchHit
+from mlx_sdm.store.search import SearchHit
 from tui.format import shorten
 
 #: A hit's verdict state in the colours of the badges (green vouched, red could not, muted not judged).

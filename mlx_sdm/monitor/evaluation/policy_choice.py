@@ -1,4 +1,4 @@
-"""Choosing the chat's pause threshold on a session corpus, cross-fitted (issue 21 item 4).
+"""Choosing the chat's pause threshold on a session corpus, cross-fitted.
 
 The policy pauses a turn whose fused forecast ``p_t`` (:mod:`mlx_sdm.monitor.forecast.fusion`) is below a
 threshold. The threshold is the ``pause_rate`` quantile of the fused forecasts of the corpus's turns,

@@ -31,7 +31,7 @@ from mlx_sdm.monitor.forecast.signals import SessionSignals
 from mlx_sdm.monitor.online.reading import FusedReading
 from mlx_sdm.monitor.online.tracer import TracerConfig
 from mlx_sdm.monitor.session_file.records import AUQOutput, TracerOutput
-from mlx_sdm.monitor.forecast.verdict import TurnVerdict, VerdictMonitorParams
+from mlx_sdm.monitor.forecast.verdict_monitor import TurnVerdict, VerdictMonitorParams
 from mlx_sdm.network.verdict import VerdictStatus
 
 PARAMS_FILE = "fused_monitor.json"

@@ -8,7 +8,7 @@ What is fitted on the training folds (:func:`fit_monitors`):
 
 1. TRACER's weights ``(alpha, gamma, k, w)`` on a grid (docs/monitoring.md, TRACER weights; ``beta`` weighs the tool
    action-observation gap, absent in chat sessions), maximising the training folds' AUROC;
-2. the verdict monitor's per-status turn success rates (:mod:`mlx_sdm.monitor.forecast.verdict`);
+2. the verdict monitor's per-status turn success rates (:mod:`mlx_sdm.monitor.forecast.verdict_monitor`);
 3. a weighted Platt map (docs/monitoring.md, Platt recalibration: logit feature, weighted standardisation, L2 on the slope,
    monotone fallback) per single monitor: AUQ ``P_t``, TRACER ``exp(-R_t)``, the verdict forecast;
 4. the fusion, a stacked logistic model ``p_t = sigma(b0 + sum_j b_j z_j)`` (docs/monitoring.md, combining with the verifier, the v2 fusion) over the
@@ -33,7 +33,7 @@ from scipy import optimize, special
 from mlx_sdm.monitor.forecast import scoring
 from mlx_sdm.monitor.forecast.signals import SessionSignals
 from mlx_sdm.monitor.online.tracer import TracerConfig
-from mlx_sdm.monitor.forecast.verdict import VerdictMonitorParams, fit_verdict_params, verdict_forecasts
+from mlx_sdm.monitor.forecast.verdict_monitor import VerdictMonitorParams, fit_verdict_params, verdict_forecasts
 
 EPS = scoring.EPS
 DEFAULT_FOLDS = 5

@@ -1,4 +1,4 @@
-"""The chat's escalation policy, as measured (issue 21 item 4; issue 18 item 6): ONE function,
+"""The chat's escalation policy, as measured: ONE function,
 :func:`apply_policy`, turns a monitor reading into what the turn does beyond the AUQ ladder:
 
 - a **degenerate** answer (:func:`mlx_sdm.monitor.online.degenerate.degenerate_answer`) is raised to at least

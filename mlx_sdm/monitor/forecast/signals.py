@@ -1,7 +1,7 @@
 """Per-step signals of a logged session, in the arrays the fitted monitors read (no fitting here).
 
 For every agent step of a session: the AUQ cumulative confidence ``P_t`` and P(True) ``c_p`` (docs/monitoring.md, AUQ),
-the content surprisal ``U_t`` (docs/monitoring.md, TRACER surprisal), the verifier's :class:`~mlx_sdm.monitor.forecast.verdict.TurnVerdict`
+the content surprisal ``U_t`` (docs/monitoring.md, TRACER surprisal), the verifier's :class:`~mlx_sdm.monitor.forecast.verdict_monitor.TurnVerdict`
 and, where the session carries it, whether that step's answer was right (``metadata["turns"]`` of the
 session corpus, ``scripts/session_corpus.py``). For every step (agent and user) the TRACER components
 ``U, Da, DoA, DoU`` (config-free, so TRACER's weights can be refitted without re-embedding).
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlx_sdm.monitor.online.tracer import TracerConfig, prefix_scores, step_risk, tracer_score
-from mlx_sdm.monitor.forecast.verdict import TurnVerdict
+from mlx_sdm.monitor.forecast.verdict_monitor import TurnVerdict
 from mlx_sdm.monitor.session_file.records import Session
 
 NEUTRAL_CONFIDENCE = 0.5  # AUQ's own missing-signal default (docs/monitoring.md, AUQ System 1 signals) when a step has no AUQ belief

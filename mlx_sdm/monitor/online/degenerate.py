@@ -1,4 +1,4 @@
-"""Is an answer degenerate? ONE rule, in plain Python, used by the chat's monitor (issue 18 item 6).
+"""Is an answer degenerate? ONE rule, in plain Python, used by the chat's monitor.
 
 A degenerate answer is text no reader can use, whatever the model's confidence in its tokens:
 
@@ -12,7 +12,7 @@ A degenerate answer is text no reader can use, whatever the model's confidence i
 
 Ordinary answers do not trip it: JSON (``{"topic": "sports"}``), code with braces, a numbered list, a
 one-word or one-number answer, a poem whose refrain comes back between verses, a long summary. The
-thresholds below are chosen so the broken answers of issue 18 trip and those do not (tests in
+thresholds below are chosen so the broken answers the shipped head once gave to everyday questions trip and those do not (tests in
 ``tests/test_monitor_degenerate.py``).
 """
 

@@ -2,7 +2,7 @@
 that crosses from the monitors to the turn pipeline, the store, the UI and the server.
 
 A reading holds its own turn only; the per-session history (for sparklines) is kept by whoever
-holds the session (:class:`mlx_sdm.session.monitoring.SessionMonitor.history`), so a stored
+holds the session (:class:`mlx_sdm.turn.monitoring.SessionMonitor.history`), so a stored
 reading does not grow with the session's length.
 
 The fused forecast (mlx_sdm.monitor.forecast.fused) is :attr:`MonitorReading.fused`; any other monitor

@@ -1,4 +1,4 @@
-"""Which product made a logged session (issue 21 item 1): the model, verifier, head and embedder, each
+"""Which product made a logged session: the model, verifier, head and embedder, each
 with its artifact's checksum, and mlx-sdm's version and git commit.
 
 One typed value, :class:`Provenance`, stored in a session record under ``"provenance"`` (the session

@@ -9,7 +9,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
 from mlx_sdm.network.verdict import DocumentVerdict
-from tui.widgets.evidence import evidence_renderable
+from tui.widgets.evidence_panel import evidence_renderable
 
 FULL_TEXT_WIDTH = 400
 

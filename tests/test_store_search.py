@@ -10,13 +10,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import mlx_sdm.session.search_index as search_index
-import mlx_sdm.session.store as store_module
+import mlx_sdm.store.search_index as search_index
+import mlx_sdm.store.database as store_module
 from mlx_sdm.errors import DataError, MissingDependencyError
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
-from mlx_sdm.session.migrations import MIGRATIONS, SCHEMA_VERSION, Migration
-from mlx_sdm.session.schema import AnswerRecord, TaskScope
-from mlx_sdm.session.search import (
+from mlx_sdm.store.migrations import MIGRATIONS, SCHEMA_VERSION, Migration
+from mlx_sdm.store.schema import AnswerRecord, TaskScope
+from mlx_sdm.store.search import (
     SearchHit,
     SearchQuery,
     match_expression,
@@ -25,7 +25,7 @@ from mlx_sdm.session.search import (
     search_sessions,
     split_marks,
 )
-from mlx_sdm.session.store import ChatStore
+from mlx_sdm.store.chat_store import ChatStore
 
 VERIFIED = DocumentVerdict.from_dict({"prediction": 1, "p_lower": 0.97, "admitted": True, "q": 5, "d": 0.1})
 BELOW = DocumentVerdict.from_dict({"prediction": 1, "p_lower": 0.4, "admitted": False, "q": 5, "d": 0.1,
@@ -38,7 +38,7 @@ def turn(store: ChatStore, session_id: str, question: str, answer: str, status: 
     ids = store.add_turn(question, AnswerRecord(session_id, answer, verdict_status=status, verdict=verdict,
                                                 task=TaskScope(task)))
     if day is not None:
-        with store._tx() as conn:
+        with store.db.tx() as conn:
             conn.execute("UPDATE messages SET created_at = ? WHERE id IN (?, ?)", (f"{day}T12:00:00.000000Z", *ids))
     return ids
 
@@ -66,7 +66,7 @@ def titles(hits: list[SearchHit]) -> list[tuple[str, str]]:
 
 def index_is_consistent(store: ChatStore) -> bool:
     """FTS5's own check of an external-content index against the messages table."""
-    store._query("INSERT INTO messages_fts(messages_fts, rank) VALUES ('integrity-check', 1)")
+    store.db.query("INSERT INTO messages_fts(messages_fts, rank) VALUES ('integrity-check', 1)")
     return True
 
 
@@ -102,7 +102,7 @@ def test_filters_on_verdict_state_task_and_day(store):
 def test_older_no_verifier_spellings_are_found_by_that_state(store):
     session = store.create_session("Old")
     _, answer = turn(store, session.id, "paris weather", "Sunny weather in Paris.", VerdictStatus.NO_VERIFIER)
-    with store._tx() as conn:
+    with store.db.tx() as conn:
         conn.execute("UPDATE verdicts SET status = 'unverifiable' WHERE message_id = ?", (answer,))
     hits = search_sessions(store, SearchQuery("weather", statuses=frozenset({VerdictStatus.NO_VERIFIER})))
     assert {h.status for h in hits} == {VerdictStatus.NO_VERIFIER} and len(hits) == 2
@@ -124,7 +124,7 @@ def test_an_older_store_is_indexed_when_it_is_upgraded(tmp_path):
     old = ChatStore(path, target_version=7)
     session = old.create_session("Before search")
     turn(old, session.id, "What is the tallest mountain?", "Everest.", VerdictStatus.VERIFIED)
-    assert not old._query("SELECT 1 FROM sqlite_master WHERE name = 'messages_fts'")
+    assert not old.db.query("SELECT 1 FROM sqlite_master WHERE name = 'messages_fts'")
     old.close()
     store = ChatStore(path)
     assert store.schema_version == SCHEMA_VERSION and 8 in [v for v, _, _ in store.applied_migrations()]

@@ -1,5 +1,5 @@
 """The records the chat store reads and writes, and the helpers that map SQLite rows to them (the
-schema itself: :mod:`mlx_sdm.session.migrations`). No MLX."""
+schema itself: :mod:`mlx_sdm.store.migrations`). No MLX."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from mlx_sdm.errors import DataError
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.monitor.session_file.provenance import Provenance
 from mlx_sdm.network.verdict import LEGACY_NO_VERIFIER, DocumentVerdict, VerdictStatus
-from mlx_sdm.session.message_meta import MessageMeta
+from mlx_sdm.store.message_meta import MessageMeta
 
 #: A stored answer's verdict state: a value of ``mlx_sdm.network.verdict.VerdictStatus`` (rows written
 #: before it had "no_verifier" say "unverifiable"; ``VerdictStatus.read`` reads both).
@@ -31,7 +31,7 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def _iso_bound(value: str | date | datetime | None, *, end: bool) -> str | None:
+def iso_bound(value: str | date | datetime | None, *, end: bool) -> str | None:
     if value is None:
         return None
     if isinstance(value, datetime):
@@ -46,16 +46,16 @@ def _iso_bound(value: str | date | datetime | None, *, end: bool) -> str | None:
     return text
 
 
-def _dumps(value: Any) -> str | None:
+def dumps_json(value: Any) -> str | None:
     return None if value is None else json.dumps(value, ensure_ascii=False)
 
 
 
-def _loads(text: str | None) -> Any:
+def loads_json(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-def _features_blob(features: np.ndarray | None) -> bytes | None:
+def features_blob(features: np.ndarray | None) -> bytes | None:
     if features is None:
         return None
     array = np.asarray(features, dtype=np.float32).reshape(-1)
@@ -64,7 +64,7 @@ def _features_blob(features: np.ndarray | None) -> bytes | None:
     return array.tobytes()
 
 
-def _features_array(blob: bytes | None) -> np.ndarray | None:
+def features_array(blob: bytes | None) -> np.ndarray | None:
     return None if blob is None else np.frombuffer(blob, dtype=np.float32).copy()
 
 
@@ -154,7 +154,7 @@ class MessageRecord:
 
     @property
     def features(self) -> np.ndarray | None:
-        return _features_array(self._features)
+        return features_array(self._features)
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -182,7 +182,7 @@ class Decision:
 
     @property
     def features(self) -> np.ndarray | None:
-        return _features_array(self._features)
+        return features_array(self._features)
 
     @property
     def support_id(self) -> str:
@@ -220,7 +220,7 @@ class SupportPoint:
     text: str
 
 
-def _split_sql(script: str) -> list[str]:
+def split_sql(script: str) -> list[str]:
     """The statements of a migration script. A ``;`` ends a statement only where SQLite says the text so far
     is one whole statement (``sqlite3.complete_statement``): a trigger's ``BEGIN ...; END`` body stays whole."""
     statements, pending = [], ""
@@ -233,7 +233,7 @@ def _split_sql(script: str) -> list[str]:
     return statements + ([pending.strip()] if pending.strip() else [])
 
 
-def _session(r: sqlite3.Row) -> SessionInfo:
+def session_from_row(r: sqlite3.Row) -> SessionInfo:
     return SessionInfo(
         id=r["id"],
         title=r["title"],
@@ -247,11 +247,11 @@ def _session(r: sqlite3.Row) -> SessionInfo:
 
 
 def _provenance(r: sqlite3.Row) -> Provenance | None:
-    stored = _loads(r["provenance_json"]) if "provenance_json" in r.keys() else None
+    stored = loads_json(r["provenance_json"]) if "provenance_json" in r.keys() else None
     return Provenance.from_dict(stored, where=f"session {r['id']} provenance") if stored else None
 
 
-def _message(r: sqlite3.Row) -> MessageRecord:
+def message_from_row(r: sqlite3.Row) -> MessageRecord:
     return MessageRecord(
         id=int(r["id"]),
         session_id=r["session_id"],
@@ -264,11 +264,11 @@ def _message(r: sqlite3.Row) -> MessageRecord:
         token_count=r["token_count"],
         logprob_mean=r["logprob_mean"],
         logprob_min=r["logprob_min"],
-        tokens=_loads(r["tokens_json"]),
-        token_logprobs=_loads(r["logprobs_json"]),
-        prompt=_loads(r["prompt_json"]),
+        tokens=loads_json(r["tokens_json"]),
+        token_logprobs=loads_json(r["logprobs_json"]),
+        prompt=loads_json(r["prompt_json"]),
         feature_model=r["feature_model"],
-        metadata=MessageMeta.from_dict(_loads(r["metadata_json"])),
+        metadata=MessageMeta.from_dict(loads_json(r["metadata_json"])),
         verdict_status=VerdictStatus.read(r["verdict_status"]),
         verdict=stored_verdict(r),
         verifier=r["verifier"],
@@ -281,15 +281,15 @@ def _message(r: sqlite3.Row) -> MessageRecord:
 
 def stored_verdict(r: sqlite3.Row) -> DocumentVerdict | None:
     """The row's verdict JSON read back as the typed verdict (the SQLite edge)."""
-    return DocumentVerdict.from_dict(_loads(r["verdict_json"]))
+    return DocumentVerdict.from_dict(loads_json(r["verdict_json"]))
 
 
 def stored_reading(r: sqlite3.Row) -> MonitorReading | None:
     """The row's monitor-snapshot JSON read back as the typed reading (the SQLite edge)."""
-    return MonitorReading.from_dict(_loads(r["monitor_json"]))
+    return MonitorReading.from_dict(loads_json(r["monitor_json"]))
 
 
-def _decision(r: sqlite3.Row) -> Decision:
+def decision_from_row(r: sqlite3.Row) -> Decision:
     return Decision(
         id=int(r["id"]),
         review_id=int(r["review_id"]),

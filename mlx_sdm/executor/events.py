@@ -9,7 +9,7 @@ Events arrive on the ENGINE's thread, in this order for one turn::
     EscalationEvent?                 an Escalation: proceed_with_log (MEDIUM), pause_for_human (HIGH /
                                      irreversible tool) or abort (CRITICAL)
     TokenEvent*  (phase "reflection", only on a HIGH pause with reflection generation on)
-    TurnFinishedEvent                the turn's typed record (TurnResult: status done / paused / aborted /
+    TurnFinishedEvent                the turn's one record (TurnOutcome: status done / paused / aborted /
                                      cancelled, the verdict, the reading, the stored ids)
 
 ``ErrorEvent`` may come at any time (then a ``TurnFinishedEvent`` without a record, status error);
@@ -19,14 +19,15 @@ A UI re-posts them to its own thread (Textual: ``App.call_from_thread``); a call
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, ClassVar
+from dataclasses import dataclass, field
+from typing import Callable, ClassVar
 
 from mlx_sdm.monitor.online.reading import HistoryPoint, MonitorReading
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, VerdictWords, verdict_words
 from mlx_sdm.network.coverage import VerifierCoverage
-from mlx_sdm.session.escalation import Escalation, TurnStatus
-from mlx_sdm.session.turn import TokenPiece, TurnOutcome
+from mlx_sdm.turn.escalation import Escalation, TurnStatus
+from mlx_sdm.lm.pieces import TokenPiece
+from mlx_sdm.turn.values import TurnOutcome
 
 
 @dataclass
@@ -34,9 +35,6 @@ class EngineEvent:
     kind: ClassVar[str] = "event"
     session_id: str | None
     turn: int  # the engine's turn counter (0 for events outside a turn)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, **asdict(self)}  # typed payloads become nested dicts
 
 
 @dataclass
@@ -58,6 +56,12 @@ class PrefillEvent(EngineEvent):
     kind: ClassVar[str] = "prefill"
     done: int = 0
     total: int = 0
+
+
+def prefill_event(session_id: str | None, turn: int, done: int, total: int) -> PrefillEvent | None:
+    """The event of a prefill step, or None when the prompt is too short to show one."""
+    return PrefillEvent(session_id=session_id, turn=turn, done=int(done), total=int(total)) \
+        if total >= LONG_PREFILL_TOKENS else None
 
 
 @dataclass
@@ -97,11 +101,11 @@ class EscalationEvent(EngineEvent):
 
 @dataclass
 class TurnFinishedEvent(EngineEvent):
-    """The turn's last event: its typed record (the same :class:`TurnResult` the engine's future
+    """The turn's last event: its one record (the same :class:`TurnOutcome` the engine's future
     resolves to), or None when the turn failed before it produced one (an :class:`ErrorEvent` came first)."""
 
     kind: ClassVar[str] = "finished"
-    result: "TurnResult | None" = None
+    result: TurnOutcome | None = None
 
     @property
     def status(self) -> TurnStatus:
@@ -150,63 +154,6 @@ class EngineInfo:
     max_tokens: int
     irreversible_tools: list[str]
     coverage: VerifierCoverage = field(default_factory=VerifierCoverage)  # what the verifier covers
-
-
-@dataclass
-class TurnResult:
-    """One turn as every front end reads it: what was answered, its verdict and monitor reading, how
-    the turn ended and what the store keeps of it. Built once per turn (``TurnResult.of``); the engine's
-    future resolves to it and :class:`TurnFinishedEvent` carries it."""
-
-    session_id: str
-    turn: int
-    status: TurnStatus
-    text: str
-    message_id: int | None
-    verdict_status: VerdictStatus | None  # None if cancelled
-    verdict: DocumentVerdict | None
-    monitor: MonitorReading | None
-    review_id: int | None = None
-    verdict_reason: str | None = None  # why rejected, or why unverifiable
-    reflection: str | None = None  # on a pause: the model's statement of its uncertainty (or the injected prompt)
-    escalation: Escalation = field(default_factory=Escalation)  # what the monitor's reading made the turn do
-    user_message_id: int | None = None
-    first_token_s: float | None = None  # seconds from the call to the first streamed token
-    generation_s: float | None = None
-    tokens: int = 0
-    prompt_tokens: int = 0
-    reused_tokens: int = 0  # prompt tokens served from the previous turn's KV cache (not prefilled again)
-    judged_text: str = ""  # the span the verdict covers
-    unverified_tail: str = ""  # text after it (empty when the answer stopped at the judged unit)
-
-    @property
-    def explanation(self) -> str | None:
-        """On an abort: why."""
-        return self.escalation.explanation
-
-    @property
-    def words(self) -> VerdictWords | None:
-        """The badge and sentence a person reads (None: the turn made no verdict, e.g. stopped)."""
-        if self.verdict_status is None:
-            return None
-        return verdict_words(self.verdict, no_verifier_reason=self.verdict_reason)
-
-    @classmethod
-    def of(cls, session_id: str, turn: int, outcome: TurnOutcome, *, message_id: int | None,
-           review_id: int | None, user_message_id: int | None = None, queued_s: float = 0.0) -> "TurnResult":
-        """The record of a turn the pipeline ran (``queued_s``: how long it waited for the engine)."""
-        cancelled = outcome.status is TurnStatus.CANCELLED
-        return cls(
-            session_id=session_id, turn=turn, status=outcome.status, text=outcome.text, message_id=message_id,
-            verdict_status=None if cancelled else verdict_words(outcome.verdict).status,
-            verdict=outcome.verdict, monitor=outcome.monitor, review_id=review_id,
-            verdict_reason=None if cancelled else outcome.verdict_reason, reflection=outcome.reflection_shown,
-            escalation=outcome.escalation, user_message_id=user_message_id,
-            first_token_s=None if outcome.first_token_s is None else queued_s + outcome.first_token_s,
-            generation_s=outcome.generation_s, tokens=len(outcome.tokens),
-            prompt_tokens=outcome.prompt_tokens, reused_tokens=outcome.reused_tokens,
-            judged_text=outcome.judged_text, unverified_tail=outcome.unverified_tail,
-        )
 
 
 @dataclass

@@ -22,7 +22,7 @@ from mlx_sdm.monitor.online.auq_escalation import (
     UncertaintyPolicy,
 )
 from mlx_sdm.monitor.forecast.policy import apply_policy
-from mlx_sdm.monitor.forecast.verdict import TurnVerdict
+from mlx_sdm.monitor.forecast.verdict_monitor import TurnVerdict
 from mlx_sdm.monitor.online.reading import HistoryPoint, MonitorReading
 from mlx_sdm.monitor.online.tracer import TracerConfig, TracerMonitor
 from mlx_sdm.network.verdict import ACCEPTABLE, DocumentVerdict
@@ -213,7 +213,7 @@ class ChatSampler:
         self.drawn: list[str] = []
 
     def sample(self, n: int) -> list[str]:
-        from mlx_sdm.session.answer import generate_answer
+        from mlx_sdm.turn.answer import generate_answer
 
         out = [generate_answer(self.lm, self.messages, max_tokens=self.max_tokens, temperature=self.temperature,
                                head=self.head, features=False).text for _ in range(n)]

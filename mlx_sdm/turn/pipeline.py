@@ -1,12 +1,17 @@
-"""ONE turn, start to end: a :class:`TurnRequest` (the conversation so far + options) in, a
-:class:`TurnOutcome` (answer, the span the verdict covers, :class:`DocumentVerdict`,
-:class:`MonitorReading`, :class:`Escalation`) out.
+"""ONE turn, start to end, as a stream: a :class:`TurnRequest` (the conversation so far + options) in;
+out come the answer's :class:`TokenPiece` s as they are generated, then its :class:`AnswerVerdict`, the
+:class:`MonitorReading`, the :class:`Escalation`, and last the one finished record,
+:class:`TurnOutcome` (as mlx-lm's ``stream_generate`` yields its responses, the last saying why it stopped).
 
     pipeline = TurnPipeline(components)                 # model, verifier, head: see app/loading.py
-    outcome = pipeline.run(TurnRequest([{"role": "user", "content": "..."}]), observer=printer, stop=event)
+    for item in pipeline.stream(TurnRequest([{"role": "user", "content": "..."}]), stop=event):
+        if isinstance(item, TokenPiece):
+            print(item.text, end="")
+    outcome = item                                      # the last item is the TurnOutcome
+    outcome = pipeline.run(request)                     # or: the stream run to its end
 
-No thread, store or UI is involved: the CLI (``generate``, ``chat --plain``), the chat engine
-(a thin executor on the thread that owns MLX), the server and the tests call this. The steps:
+No thread, store or UI is involved: the CLI (``generate``), the turn service behind the chat engine
+and the server, and the tests loop over it. The steps:
 
 0. plan (:class:`TurnPlan`, before generation): route THIS turn's question (its last user message)
    with the one router (``DocumentVerifier.route``: a task's instruction, else the question router's
@@ -33,7 +38,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -41,20 +46,24 @@ from mlx_sdm.errors import DataError
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.coverage import RouteKind, TaskRoute, match_instruction
 from mlx_sdm.network.verdict import REASON_EMPTY_ANSWER, REASON_NO_CHECKABLE_ANSWER, REASON_NOT_A_TASK, DocumentVerdict
-from mlx_sdm.session.answer import GeneratedAnswer, PrefixCache, TopLogprobs, generate_answer, settle_prefix
-from mlx_sdm.session.escalation import REFLECTION_PROMPT, TurnStatus, plan_escalation
-from mlx_sdm.session.turn import (
+from mlx_sdm.lm.pieces import TokenPiece
+from mlx_sdm.turn.answer import GeneratedAnswer, PrefixCache, TopLogprobs, settle_prefix, stream_answer
+from mlx_sdm.turn.escalation import REFLECTION_PROMPT, TurnStatus, plan_escalation
+from mlx_sdm.turn.values import (
     ChatMessage,
-    TokenPiece,
     TurnComponents,
-    TurnObserver,
+    TurnItem,
     TurnOptions,
     TurnOutcome,
     TurnPlan,
     TurnRequest,
+    AnswerVerdict,
     last_user_text,
     parse_tool_calls,
 )
+
+#: on_prefill(done, total): the answer prompt's new tokens prefilled so far (mlx-lm's prompt_progress_callback)
+PrefillCallback = Callable[[int, int], None]
 
 
 class TurnPipeline:
@@ -133,45 +142,65 @@ class TurnPipeline:
         return TurnPlan(route, seen, judged, self.head_for(route, question["content"]), judge)
 
     # -- the turn -------------------------------------------------------------------------------
-    def run(self, request: TurnRequest, *, observer: TurnObserver | None = None,
-            stop: threading.Event | None = None, monitor: Any = None,
-            prefix: PrefixCache | None = None) -> TurnOutcome:
-        """One turn. ``monitor``: the session's :class:`~mlx_sdm.session.monitoring.SessionMonitor`
-        (None = no monitoring, e.g. ``generate``); ``prefix``: this conversation's previous KV cache."""
-        observer = observer or TurnObserver()
+    def run(self, request: TurnRequest, **kwargs: Any) -> TurnOutcome:
+        """:meth:`stream` run to its end: the turn's :class:`TurnOutcome` (its last item)."""
+        for item in self.stream(request, **kwargs):
+            pass
+        assert isinstance(item, TurnOutcome)
+        return item
+
+    def stream(self, request: TurnRequest, *, stop: threading.Event | None = None, monitor: Any = None,
+               prefix: PrefixCache | None = None, on_prefill: PrefillCallback | None = None) -> Iterator[TurnItem]:
+        """One turn, yielded in the order of :data:`~mlx_sdm.turn.values.TurnItem`. ``stop``: set it (e.g.
+        while handling a piece) to end the answer at that token; ``monitor``: the session's
+        :class:`~mlx_sdm.turn.monitoring.SessionMonitor` (None = no monitoring, e.g. ``generate``);
+        ``prefix``: this conversation's previous KV cache; ``on_prefill``: a long prompt's progress, as
+        mlx-lm's ``prompt_progress_callback`` (called before the first piece)."""
         stop = stop or threading.Event()
         options = request.options
         plan = self.plan(request.messages, options)
         messages = plan.messages
-        gen, first_token_s, generation_s = self._generate(plan, options, observer, stop, prefix)
+        started, first_token_s = time.perf_counter(), None
+        for item in self._generate(plan, options, stop, prefix, on_prefill):
+            if isinstance(item, GeneratedAnswer):
+                gen = item
+                break
+            if first_token_s is None:
+                first_token_s = time.perf_counter() - started
+            yield item
+        generation_s = time.perf_counter() - started
         outcome = TurnOutcome(
-            status=TurnStatus.CANCELLED if gen.cancelled else TurnStatus.DONE, text=gen.text,
-            judged_text=gen.judged_text, unverified_tail=gen.unverified_tail, messages=messages,
-            task=plan.route.task, decoded_with_head=plan.head is not None,
-            finish_reason=gen.finish_reason, tokens=gen.tokens, token_ids=gen.token_ids, logprobs=gen.logprobs, features=gen.features,
-            first_token_s=first_token_s, generation_s=generation_s, prompt_tokens=gen.prompt_tokens,
-            reused_tokens=gen.reused_tokens, truncated_prompt_tokens=gen.truncated_prompt_tokens,
+            status=TurnStatus.CANCELLED if gen.cancelled else TurnStatus.DONE, answer=gen, messages=messages,
+            task=plan.route.task, decoded_with_head=plan.head is not None, first_token_s=first_token_s,
+            generation_s=generation_s,
         )
         if monitor is not None:  # TRACER's user step is scored after generation, not before the first token
             monitor.observe_user(last_user_text(request.messages))
         if gen.cancelled:
-            return outcome
+            gen.release()
+            yield outcome
+            return
         outcome.verdict, outcome.unverifiable_reason = self.judge(
             plan, gen.features if plan.judged_is_generated else None, gen.text, options)
-        observer.verdict(outcome.verdict, outcome.unverifiable_reason)
+        yield AnswerVerdict(outcome.verdict, outcome.unverifiable_reason)
         outcome.tool_calls = parse_tool_calls(gen.text)
         if monitor is not None:
             outcome.monitor = self._monitor(monitor, plan, gen, outcome, options)
-            observer.monitor(outcome.monitor)
+            yield outcome.monitor
         if options.reuse_cache:
             outcome.prefix = settle_prefix(gen.prefix)
+        gen.release()  # the record goes on without the KV cache (the next turn's is outcome.prefix)
         outcome.escalation = plan_escalation(outcome.monitor, [c.name for c in outcome.tool_calls], outcome.verdict)
         outcome.status = outcome.escalation.status
         if outcome.escalation.escalated:
-            observer.escalation(outcome.escalation)
-        if outcome.escalation.reflect:
-            outcome.reflection = self._reflect(plan, gen.text, options, observer, stop)
-        return outcome
+            yield outcome.escalation
+        if outcome.escalation.reflect and options.generate_reflection:
+            for item in self._reflect(plan, gen.text, options, stop):
+                if isinstance(item, GeneratedAnswer):
+                    outcome.reflection = item.text
+                else:
+                    yield item
+        yield outcome
 
     def judge(self, plan: TurnPlan, features: np.ndarray | None, text: str,
               options: TurnOptions = TurnOptions()) -> tuple[DocumentVerdict | None, str | None]:
@@ -227,31 +256,16 @@ class TurnPipeline:
         return np.asarray(vector, dtype=np.float32)
 
     # -- steps ----------------------------------------------------------------------------------
-    def _generate(self, plan: TurnPlan, options: TurnOptions, observer: TurnObserver,
-                  stop: threading.Event, prefix: PrefixCache | None) -> tuple[GeneratedAnswer, float | None, float]:
-        started = time.perf_counter()
-        first: list[float] = []
+    def _generate(self, plan: TurnPlan, options: TurnOptions, stop: threading.Event, prefix: PrefixCache | None,
+                  on_prefill: PrefillCallback | None) -> Iterator[TokenPiece | GeneratedAnswer]:
         top = TopLogprobs(options.top_logprobs) if options.top_logprobs > 0 else None
-        count = [0]
-
-        def on_token(piece: str, token_id: int | None, logprob: float | None) -> bool:
-            if not first:
-                first.append(time.perf_counter() - started)
-            alternatives = ()
-            if token_id is not None:
-                alternatives = top.at(count[0]) if top is not None else ()
-                count[0] += 1
-            observer.token(TokenPiece(piece, token_id, logprob, top=alternatives))
-            return not stop.is_set()
-
-        gen = generate_answer(
+        return stream_answer(
             self.components.lm, plan.messages, max_tokens=options.max_tokens, temperature=options.temperature,
-            head=plan.head, on_token=on_token, features=True, keep_cache=True, delimiter=self._delimiter(plan),
+            head=plan.head, stop=stop, features=True, keep_cache=True, delimiter=self._delimiter(plan),
             prefix=prefix if options.reuse_cache else None,
             stop_at_delimiter=options.stop_at_judged_unit and plan.judge,
-            top_logprobs=top, on_prefill=observer.prefill,
+            top_logprobs=top, on_prefill=on_prefill,
         )
-        return gen, (first[0] if first else None), time.perf_counter() - started
 
     def _monitor(self, monitor: Any, plan: TurnPlan, gen: GeneratedAnswer, outcome: TurnOutcome,
                  options: TurnOptions) -> MonitorReading:
@@ -263,25 +277,17 @@ class TurnPipeline:
             p_true = PTrueScorer(lm.model, lm.tokenizer, messages + [{"role": "assistant", "content": gen.text}],
                                  cache=gen.cache, cached_tokens=gen.cached_tokens)
         if options.semantic_sampling:
-            from mlx_sdm.session.monitoring import ChatSampler
+            from mlx_sdm.turn.monitoring import ChatSampler
 
             sampler = ChatSampler(lm, messages, len(gen.token_ids), head=plan.head)
         return monitor.score_answer(answer=gen.text, tokens=gen.tokens, logprobs=gen.logprobs,
                                     tool_calls=outcome.tool_calls, p_true=p_true, verdict=outcome.verdict,
                                     sampler=sampler)
 
-    def _reflect(self, plan: TurnPlan, answer: str, options: TurnOptions, observer: TurnObserver,
-                 stop: threading.Event) -> str | None:
+    def _reflect(self, plan: TurnPlan, answer: str, options: TurnOptions,
+                 stop: threading.Event) -> Iterator[TokenPiece | GeneratedAnswer]:
         """docs/monitoring.md, AUQ reflection: on HIGH the model states what it is NOT confident about."""
-        if not options.generate_reflection:
-            return None
         ask = plan.messages + [{"role": "assistant", "content": answer}, {"role": "system", "content": REFLECTION_PROMPT}]
-
-        def on_token(piece: str, token_id: int | None, logprob: float | None) -> bool:
-            observer.token(TokenPiece(piece, token_id, logprob, phase="reflection"))
-            return not stop.is_set()
-
-        stated = generate_answer(self.components.lm, ask, max_tokens=options.reflection_max_tokens,
-                                 temperature=options.temperature, head=None, on_token=on_token,
-                                 features=False, keep_cache=False, delimiter=self._delimiter(plan))
-        return stated.text
+        return stream_answer(self.components.lm, ask, max_tokens=options.reflection_max_tokens,
+                             temperature=options.temperature, head=None, stop=stop, phase="reflection",
+                             features=False, keep_cache=False, delimiter=self._delimiter(plan))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from mlx_sdm.session.events import PauseInfo
-from mlx_sdm.session.schema import MessageRecord
+from mlx_sdm.executor.events import PauseInfo
+from mlx_sdm.store.schema import MessageRecord
 
 #: Answers the model sees again next turn (cancelled, aborted and failed answers are left out).
 ANSWERS_KEPT = {"done", "paused", "resumed"}

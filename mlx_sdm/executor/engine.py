@@ -1,11 +1,11 @@
-"""The chat engine: a thin executor on the ONE thread that owns MLX (:mod:`mlx_sdm.session.worker`).
+"""The chat engine: a thin executor on the ONE thread that owns MLX (:mod:`mlx_sdm.executor.worker`).
 
-A turn is :class:`~mlx_sdm.session.turn_service.TurnService` (the pipeline generate → verify →
+A turn is :class:`~mlx_sdm.executor.turn_service.TurnService` (the pipeline generate → verify →
 monitor → escalate, the cached KV prefix, the answer stored with its verdict, monitor reading and
 review entry in ONE transaction), shared with the server; this module only adds what a *chat* needs
 around it: the conversation so far (from the store), the session's monitor, and events for the UI
-(:mod:`mlx_sdm.session.events`). Review decisions are the service's
-:class:`~mlx_sdm.session.review.ReviewService`.
+(:mod:`mlx_sdm.executor.events`). Review decisions are the service's
+:class:`~mlx_sdm.executor.review.ReviewService`.
 
 Callers (the Textual UI, ``mlx-sdm chat --plain``, tests) use methods that queue a job and return a
 :class:`concurrent.futures.Future`, and receive events on the engine's thread.
@@ -14,20 +14,20 @@ Callers (the Textual UI, ``mlx-sdm chat --plain``, tests) use methods that queue
 from __future__ import annotations
 
 import itertools
+import queue
 import threading
 import time
 import traceback
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from mlx_sdm.errors import DataError, MlxSdmError
-from mlx_sdm.session.conversation import conversation_from, pending_pause
+from mlx_sdm.lm.pieces import TokenPiece
+from mlx_sdm.executor.conversation import conversation_from, pending_pause
 from mlx_sdm.monitor.online.reading import MonitorReading
-from mlx_sdm.network.verdict import DocumentVerdict
-from mlx_sdm.session.escalation import Escalation
-from mlx_sdm.session.events import (
-    LONG_PREFILL_TOKENS,
+from mlx_sdm.turn.escalation import Escalation
+from mlx_sdm.executor.events import (
     EngineEvent,
     EngineInfo,
     ErrorEvent,
@@ -35,24 +35,23 @@ from mlx_sdm.session.events import (
     EventCallback,
     MonitorEvent,
     PauseInfo,
-    PrefillEvent,
     StatusEvent,
     SupportEvent,
     TokenEvent,
     TurnFinishedEvent,
-    TurnResult,
     VerdictEvent,
+    prefill_event,
 )
-from mlx_sdm.session.review import DecisionResult, ReviewService
-from mlx_sdm.session.schema import MessageRecord
-from mlx_sdm.session.store import ChatStore
-from mlx_sdm.session.turn import TokenPiece, TurnComponents, TurnObserver, TurnOptions, TurnRequest
+from mlx_sdm.executor.review import DecisionResult, ReviewService
+from mlx_sdm.store.schema import MessageRecord
+from mlx_sdm.store.chat_store import ChatStore
+from mlx_sdm.turn.values import TurnComponents, TurnItem, TurnOptions, TurnOutcome, TurnRequest, AnswerVerdict
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
-from mlx_sdm.session.turn_service import TurnService
-from mlx_sdm.session.worker import MlxWorker
+from mlx_sdm.executor.turn_service import TurnService
+from mlx_sdm.executor.worker import MlxWorker
 
 if TYPE_CHECKING:
-    from mlx_sdm.session.monitoring import SessionMonitor
+    from mlx_sdm.turn.monitoring import SessionMonitor
 
 ComponentsFactory = Callable[["EngineConfig"], TurnComponents]
 
@@ -126,7 +125,7 @@ class ChatEngine:
         return self._worker.busy
 
     def send(self, session_id: str, text: str, *, on_event: EventCallback | None = None) -> Future:
-        """Start a turn: the user says ``text`` in session ``session_id``. Resolves to a :class:`TurnResult`."""
+        """Start a turn: the user says ``text`` in session ``session_id``. Resolves to its :class:`TurnOutcome`."""
         if not text.strip():
             raise DataError("the message is empty; type something to send", field="text")
         started = time.perf_counter()
@@ -134,9 +133,22 @@ class ChatEngine:
 
     def resume(self, session_id: str, guidance: str, *, on_event: EventCallback | None = None) -> Future:
         """Resume a paused turn with the user's guidance: the model answers again, seeing the
-        reflection and the guidance. Resolves to a :class:`TurnResult`."""
+        reflection and the guidance. Resolves to its :class:`TurnOutcome`."""
         started = time.perf_counter()
         return self._worker.submit(lambda: self._resume(session_id, guidance, on_event, started))
+
+    def stream(self, session_id: str, text: str, *, resume: bool = False) -> Iterator[EngineEvent]:
+        """A turn as the caller's ``for`` loop sees it: each event of it, carried from the engine's thread,
+        up to its :class:`TurnFinishedEvent` (whose ``result`` is the turn's record); a turn that fails
+        raises its error after its events. ``resume``: answer the paused turn with ``text`` as guidance."""
+        events: queue.Queue = queue.Queue()
+        future = (self.resume if resume else self.send)(session_id, text, on_event=events.put)
+        future.add_done_callback(lambda _: events.put(None))  # a turn refused before it started sends no event
+        while (event := events.get()) is not None:
+            yield event
+            if isinstance(event, TurnFinishedEvent):
+                break
+        future.result()
 
     def cancel(self) -> None:
         """Stop the running generation at the next token (the partial answer is kept, status "cancelled")."""
@@ -260,7 +272,7 @@ class ChatEngine:
     def _monitor_for(self, session_id: str, messages: list[MessageRecord]) -> SessionMonitor:
         monitor = self._monitors.get(session_id)
         if monitor is None:
-            from mlx_sdm.session.monitoring import MonitorConfig, SessionMonitor
+            from mlx_sdm.turn.monitoring import MonitorConfig, SessionMonitor
 
             low, medium, high = self.config.auq_thresholds
             config = MonitorConfig(low_threshold=low, medium_threshold=medium, high_threshold=high,
@@ -273,7 +285,7 @@ class ChatEngine:
             self._monitors[session_id] = monitor
         return monitor
 
-    def _resume(self, session_id: str, guidance: str, on_event: EventCallback | None, started: float) -> TurnResult:
+    def _resume(self, session_id: str, guidance: str, on_event: EventCallback | None, started: float) -> TurnOutcome:
         if not guidance.strip():
             raise DataError("guidance is empty; tell the model how to go on", field="guidance")
         pause = self.pending_pause(session_id)
@@ -282,7 +294,7 @@ class ChatEngine:
         return self._turn(session_id, guidance, on_event, started, guidance_for=pause.message_id)
 
     def _turn(self, session_id: str, text: str, on_event: EventCallback | None, started: float,
-              guidance_for: int | None) -> TurnResult:
+              guidance_for: int | None) -> TurnOutcome:
         service = self._require_service()
         turn = next(self._turns)
         self._cancel.clear()
@@ -297,44 +309,42 @@ class ChatEngine:
                 monitor.resume(text)
             request = TurnRequest(conversation_from(history) + [{"role": "user", "content": text}],
                                   self.config.turn_options())
-            observer = EventObserver(lambda event: self._emit(on_event, event), session_id, turn,
-                                     verifier=service.verifier_path, monitor=monitor)
             queued_s = time.perf_counter() - started
-            stored = service.run_turn(session_id, request, observer=observer, stop=self._cancel, monitor=monitor)
+
+            def prefill(done: int, total: int) -> None:
+                if (event := prefill_event(session_id, turn, done, total)) is not None:
+                    self._emit(on_event, event)
+
+            for item in service.stream_turn(session_id, request, stop=self._cancel, monitor=monitor, on_prefill=prefill):
+                if isinstance(item, TurnOutcome):
+                    outcome = item
+                else:
+                    self._emit(on_event, turn_event(item, session_id, turn, verifier=service.verifier_path,
+                                                    monitor=monitor))
         except BaseException as exc:
             self._emit(on_event, ErrorEvent(session_id=session_id, turn=turn, message=str(exc), error_type=type(exc).__name__))
             self._emit(on_event, TurnFinishedEvent(session_id=session_id, turn=turn))
             raise
-        result = TurnResult.of(session_id, turn, stored.outcome, message_id=stored.message_id,
-                               review_id=stored.review_id, user_message_id=user_id, queued_s=queued_s)
-        self._emit(on_event, TurnFinishedEvent(session_id=session_id, turn=turn, result=result))
-        return result
+        outcome.turn, outcome.user_message_id = turn, user_id
+        if outcome.first_token_s is not None:
+            outcome.first_token_s += queued_s  # from the call, the time the turn waited for the engine included
+        self._emit(on_event, TurnFinishedEvent(session_id=session_id, turn=turn, result=outcome))
+        return outcome
 
 
-class EventObserver(TurnObserver):
-    """The pipeline's observer for a chat turn: each call becomes the engine's event, in order tokens →
-    verdict → monitor → escalation → reflection tokens (the engine then sends the finished event with
-    the turn's record)."""
 
-    def __init__(self, emit: Callable[[EngineEvent], None], session_id: str, turn: int, *,
-                 verifier: str | None, monitor: SessionMonitor | None = None):
-        self.emit, self.session_id, self.turn = emit, session_id, turn
-        self.verifier_path, self.session_monitor = verifier, monitor
-
-    def prefill(self, done: int, total: int) -> None:
-        if total >= LONG_PREFILL_TOKENS:
-            self.emit(PrefillEvent(session_id=self.session_id, turn=self.turn, done=int(done), total=int(total)))
-
-    def token(self, piece: TokenPiece) -> None:
-        self.emit(TokenEvent(session_id=self.session_id, turn=self.turn, piece=piece))
-
-    def verdict(self, verdict: DocumentVerdict | None, unverifiable_reason: str | None) -> None:
-        self.emit(VerdictEvent(session_id=self.session_id, turn=self.turn, verdict=verdict,
-                               unverifiable_reason=unverifiable_reason, verifier=self.verifier_path))
-
-    def monitor(self, reading: MonitorReading) -> None:
-        history = list(self.session_monitor.history) if self.session_monitor is not None else []
-        self.emit(MonitorEvent(session_id=self.session_id, turn=self.turn, reading=reading, history=history))
-
-    def escalation(self, escalation: Escalation) -> None:
-        self.emit(EscalationEvent(session_id=self.session_id, turn=self.turn, escalation=escalation))
+def turn_event(item: TurnItem, session_id: str, turn: int, *, verifier: str | None,
+               monitor: SessionMonitor | None = None) -> EngineEvent:
+    """The engine event that carries one item of a chat turn's stream to its listeners (the item itself,
+    with the session and turn it belongs to)."""
+    if isinstance(item, TokenPiece):
+        return TokenEvent(session_id=session_id, turn=turn, piece=item)
+    if isinstance(item, AnswerVerdict):
+        return VerdictEvent(session_id=session_id, turn=turn, verdict=item.verdict,
+                            unverifiable_reason=item.unverifiable_reason, verifier=verifier)
+    if isinstance(item, MonitorReading):
+        history = list(monitor.history) if monitor is not None else []
+        return MonitorEvent(session_id=session_id, turn=turn, reading=item, history=history)
+    if isinstance(item, Escalation):
+        return EscalationEvent(session_id=session_id, turn=turn, escalation=item)
+    raise TypeError(f"a chat turn does not stream {type(item).__name__}")

@@ -16,8 +16,8 @@ from mlx_sdm.network.encoding import (
     TOPIC,
     YES_NO,
 )
-from mlx_sdm.session.message_meta import MessageMeta
-from mlx_sdm.session.schema import _dumps
+from mlx_sdm.store.message_meta import MessageMeta
+from mlx_sdm.store.schema import dumps_json
 
 #: The shipped task formats whose instruction a task question starts with.
 TASK_FORMATS = (FACTCHECK, PLAUSIBILITY, TOPIC, YES_NO, MULTIPLE_CHOICE, SPAM, SENTIMENT)
@@ -72,7 +72,7 @@ def insert_user_message(conn: sqlite3.Connection, session_id: str, text: str, st
     cur = conn.execute(
         "INSERT INTO messages(session_id, role, kind, text, status, created_at, finished_at, metadata_json) "
         "VALUES (?, 'user', 'chat', ?, 'done', ?, ?, ?)",
-        (session_id, text, stamp, stamp, _dumps(metadata.to_dict() or None)),
+        (session_id, text, stamp, stamp, dumps_json(metadata.to_dict() or None)),
     )
     title_from_first_message(conn, session_id, text)
     return int(cur.lastrowid)

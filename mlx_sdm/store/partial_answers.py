@@ -1,4 +1,4 @@
-"""An answer written while it is generated, as part of :class:`~mlx_sdm.session.store.ChatStore`.
+"""An answer written while it is generated, a part of :class:`~mlx_sdm.store.chat_store.ChatStore`.
 
 :meth:`begin_answer` (or :meth:`begin_turn`, the question with it) commits an empty answer row with
 status ``in_progress``; :meth:`update_partial` commits the text so far, at most every
@@ -13,12 +13,14 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from typing import Any, Sequence
+from typing import Any
 
 from mlx_sdm.errors import DataError
-from mlx_sdm.session.message_meta import MessageMeta
-from mlx_sdm.session.schema import _dumps, _loads
-from mlx_sdm.session.titles import insert_user_message
+from mlx_sdm.store.answer_rows import write_answer
+from mlx_sdm.store.database import Database
+from mlx_sdm.store.message_meta import MessageMeta
+from mlx_sdm.store.schema import dumps_json, loads_json
+from mlx_sdm.store.titles import insert_user_message
 
 #: The partial text of an answer being generated is committed at most this often (each is an fsync).
 PARTIAL_WRITE_SECONDS = 1.0
@@ -39,40 +41,36 @@ def _process_alive(pid: Any) -> bool:
     return True
 
 
-class PartialAnswerStore:
-    """Mixed into ChatStore (uses its ``_tx`` and ``_query``; ChatStore provides ``_finish_answer_row``)."""
+class PartialAnswers:
+    """Answers being written, in a chat store's database (:class:`~mlx_sdm.store.database.Database`)."""
 
-    _partial_written: dict[int, float]  # message id -> when its partial text was last committed (monotonic)
-
-    def _tx(self) -> Any: ...  # provided by ChatStore
-
-    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]: ...  # provided by ChatStore
-
-    def _now(self) -> str: ...  # the store's clock, provided by ChatStore
+    def __init__(self, db: Database):
+        self.db = db
+        self.written: dict[int, float] = {}  # message id -> when its partial text was last committed (monotonic)
 
     def begin_answer(self, session_id: str, *, kind: str = "chat", created_at: str | None = None) -> int:
         """An empty answer row, status ``in_progress`` (committed); returns its message id."""
-        stamp = created_at or self._now()
-        with self._tx() as conn:
+        stamp = created_at or self.db.now()
+        with self.db.tx() as conn:
             return _insert_in_progress(conn, session_id, kind, stamp)
 
     def begin_turn(self, session_id: str, user_text: str, *,
                    user_metadata: MessageMeta = MessageMeta()) -> tuple[int, int]:
         """The user's message and an empty ``in_progress`` answer to it, in one transaction.
         Returns (user message id, answer message id)."""
-        stamp = self._now()
-        with self._tx() as conn:
+        stamp = self.db.now()
+        with self.db.tx() as conn:
             user_id = insert_user_message(conn, session_id, user_text, stamp, user_metadata)
             return user_id, _insert_in_progress(conn, session_id, "chat", stamp)
 
     def update_partial(self, message_id: int, text: str, *, force: bool = False) -> bool:
         """Commit the text generated so far, unless the last update of this answer was less than
         ``PARTIAL_WRITE_SECONDS`` ago (``force``: write now). Returns whether it wrote."""
-        written = self._partial_written
+        written = self.written
         now = time.monotonic()
         if not force and now - written.get(message_id, -float("inf")) < PARTIAL_WRITE_SECONDS:
             return False
-        with self._tx() as conn:
+        with self.db.tx() as conn:
             cur = conn.execute("UPDATE messages SET text = ? WHERE id = ? AND status = ?", (text, message_id, IN_PROGRESS))
             if cur.rowcount == 0:
                 raise DataError(f"message {message_id} is not an answer being written", field="message")
@@ -82,26 +80,24 @@ class PartialAnswerStore:
     def finish_answer(self, message_id: int, record: Any) -> int:
         """The whole answer (an ``AnswerRecord``, as :meth:`add_answer` writes it) over its ``in_progress``
         row, with its verdict, monitor reading and review entry, in one transaction."""
-        stamp = self._now()
-        with self._tx() as conn:
+        stamp = self.db.now()
+        with self.db.tx() as conn:
             row = conn.execute("SELECT status, session_id FROM messages WHERE id = ?", (message_id,)).fetchone()
             if row is None or row["status"] != IN_PROGRESS or row["session_id"] != record.session_id:
                 raise DataError(f"message {message_id} is not an answer being written in session "
                                 f"{record.session_id!r}", field="message")
-            self._partial_written.pop(message_id, None)
-            return self._finish_answer_row(conn, message_id, record, stamp)
-
-    def _finish_answer_row(self, conn: sqlite3.Connection, message_id: int, record: Any, stamp: str) -> int: ...
+            self.written.pop(message_id, None)
+            return write_answer(conn, record, stamp, message_id)
 
     def mark_interrupted(self) -> int:
         """Answers left ``in_progress`` by a process that is gone become ``interrupted`` (their partial
         text kept). Runs when the store opens; returns how many it marked."""
-        rows = self._query("SELECT id, metadata_json FROM messages WHERE status = ?", (IN_PROGRESS,))
-        dead = [int(r["id"]) for r in rows if not _process_alive(MessageMeta.from_dict(_loads(r["metadata_json"])).writer_pid)]
+        rows = self.db.query("SELECT id, metadata_json FROM messages WHERE status = ?", (IN_PROGRESS,))
+        dead = [int(r["id"]) for r in rows if not _process_alive(MessageMeta.from_dict(loads_json(r["metadata_json"])).writer_pid)]
         if not dead:
             return 0
-        stamp = self._now()
-        with self._tx() as conn:
+        stamp = self.db.now()
+        with self.db.tx() as conn:
             for message_id in dead:
                 conn.execute("UPDATE messages SET status = ?, finished_at = ? WHERE id = ? AND status = ?",
                              (INTERRUPTED, stamp, message_id, IN_PROGRESS))
@@ -137,7 +133,7 @@ class StreamingAnswer:
         """The turn raised: the row keeps what was generated, status "error". Safe to call from the turn's
         error handler: nothing once finished, and a store that cannot take the write leaves the row in
         progress (marked interrupted on the next open) rather than hiding the turn's own error."""
-        from mlx_sdm.session.schema import AnswerRecord
+        from mlx_sdm.store.schema import AnswerRecord
 
         if self.finished:
             return
@@ -153,7 +149,7 @@ def _insert_in_progress(conn: sqlite3.Connection, session_id: str, kind: str, st
     cur = conn.execute(
         "INSERT INTO messages(session_id, role, kind, text, status, created_at, metadata_json) "
         "VALUES (?, 'assistant', ?, '', ?, ?, ?)",
-        (session_id, kind, IN_PROGRESS, stamp, _dumps(MessageMeta(writer_pid=os.getpid()).to_dict())),
+        (session_id, kind, IN_PROGRESS, stamp, dumps_json(MessageMeta(writer_pid=os.getpid()).to_dict())),
     )
     conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (stamp, session_id))
     return int(cur.lastrowid)

@@ -1,6 +1,7 @@
-"""The engine's one call into the LM layer: generate an answer to a chat, streaming each token to
-a callback that can stop it, and keep what verification and monitoring need (token strings,
-log-probs, document features from the same pass; :func:`mlx_sdm.lm.generation.stream_generate_features`).
+"""The turn's one call into the LM layer: an answer to a chat as a stream (:func:`stream_answer`
+yields each :class:`~mlx_sdm.lm.pieces.TokenPiece`, then the :class:`GeneratedAnswer`), keeping what
+verification and monitoring need (token strings, log-probs, document features from the same pass;
+:func:`mlx_sdm.lm.generation.stream_generate_features`). A consumer stops it by setting ``stop``.
 
 Prefix reuse across turns: a chat prompt is the previous prompt + the previous answer + the new
 message, so the KV cache of the previous turn is kept (:class:`PrefixCache`) and only the new tokens
@@ -12,13 +13,12 @@ running sum of the cached positions' final hidden states and the mean over the n
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
-#: on_token(piece, token_id, logprob) -> keep going?
-TokenCallback = Callable[[str, "int | None", "float | None"], bool]
+from mlx_sdm.lm.pieces import TokenPiece
 
 
 @dataclass
@@ -52,6 +52,11 @@ class GeneratedAnswer:
     cached_tokens: list[int] = field(default_factory=list, repr=False)  # the token ids that cache holds
     prefix: PrefixCache | None = field(default=None, repr=False)  # what the next turn of this chat can reuse
     judged_tokens: int = 0  # answer tokens the document features cover (through the delimiter token)
+
+    def release(self) -> None:
+        """Drop the KV cache this answer holds, once P(True) and the next turn's prefix have used it: the
+        turn's record then carries no MLX state to other threads."""
+        self.cache, self.cached_tokens, self.prefix = None, [], None
 
     @property
     def judged_text(self) -> str:
@@ -94,14 +99,15 @@ class TopLogprobs:
         return tuple(zip((int(i) for i in ids.reshape(-1).tolist()), (float(v) for v in values.reshape(-1).tolist())))
 
 
-def generate_answer(
+def stream_answer(
     lm: Any,
     messages: list[dict],
     *,
     max_tokens: int,
     temperature: float = 0.0,
     head: Any | None = None,
-    on_token: TokenCallback | None = None,
+    stop: Any = None,
+    phase: str = "answer",
     features: bool = True,
     keep_cache: bool = False,
     delimiter: str = "end_of_turn",
@@ -109,8 +115,9 @@ def generate_answer(
     stop_at_delimiter: bool = False,
     top_logprobs: TopLogprobs | None = None,
     on_prefill: Callable[[int, int], None] | None = None,
-) -> GeneratedAnswer:
-    """Stream one answer. ``on_token`` returning False stops generation at that token (the stop key).
+) -> Iterator[TokenPiece | GeneratedAnswer]:
+    """Stream one answer: its :class:`TokenPiece` s (of ``phase``), then the :class:`GeneratedAnswer`.
+    ``stop`` (a ``threading.Event``) set while a piece is handled ends generation at that token (the stop key).
     ``delimiter`` is the verifier's feature rule ("end_of_turn", or "json_close" for verifiers built on
     JSON answers); it picks ``h_k``. ``prefix``: the previous turn's cache, used when the new prompt
     extends the tokens it holds. ``stop_at_delimiter``: end the answer at the unit the verifier judges
@@ -132,11 +139,12 @@ def generate_answer(
                               stop_at_delimiter=stop_at_delimiter, extra=extra)
     # the chat template is rendered once per turn (full_ids); generation reads the ids (all of them, or only
     # the tokens after a reused prefix) and left-truncates them to the context
-    streamed = _stream(lm, start.feed, config, head, on_token)
+    streamed = _Streamed([], [], [], None)
+    yield from _stream(lm, start.feed, config, head, stop, phase, top_logprobs, streamed)
     result = streamed.result
     vector = _feature_vector(result, start) if result.finish_reason != "cancelled" and streamed.ids else None
     cache, cached_tokens, next_prefix = _kept_cache(lm, full_ids, start, streamed.ids, result, vector)
-    return GeneratedAnswer(
+    yield GeneratedAnswer(
         text=result.text, tokens=streamed.pieces, token_ids=streamed.ids, logprobs=streamed.logprobs,
         features=vector if features else None, finish_reason=result.finish_reason,
         cancelled=result.finish_reason == "cancelled", prompt_tokens=start.base_len + result.prompt_tokens,
@@ -144,6 +152,14 @@ def generate_answer(
         cached_tokens=cached_tokens, prefix=next_prefix,
         judged_tokens=_judged_tokens(result.features, len(streamed.ids)) if streamed.ids else 0,
     )
+
+
+def generate_answer(lm: Any, messages: list[dict], **kwargs: Any) -> GeneratedAnswer:
+    """:func:`stream_answer` to its end: the :class:`GeneratedAnswer` (its last item)."""
+    for item in stream_answer(lm, messages, **kwargs):
+        pass
+    assert isinstance(item, GeneratedAnswer)
+    return item
 
 
 def _sampler(temperature: float) -> Any:
@@ -183,27 +199,28 @@ class _Streamed:
     result: Any  # mlx_sdm.lm.generation.GenerationResult
 
 
-def _stream(lm: Any, prompt: Any, config: Any, head: Any, on_token: TokenCallback | None) -> _Streamed:
-    """Run the generation, handing each token to ``on_token`` (False stops at the next token)."""
+def _stream(lm: Any, prompt: Any, config: Any, head: Any, stop: Any, phase: str, top: TopLogprobs | None,
+            out: _Streamed) -> Iterator[TokenPiece]:
+    """Run the generation, yielding each piece (of ``phase``, with its alternatives when ``top`` records
+    them) and keeping the token strings, ids and log-probs in ``out``."""
     from mlx_sdm.lm.generation import stream_generate_features
 
-    stopped = [False]
-    out = _Streamed([], [], [], None)
-    for chunk in stream_generate_features(lm, prompt, config, head=head, stop=lambda: stopped[0]):
-        if chunk.result is not None:
-            out.result = chunk.result
-            if chunk.text and out.pieces:  # the detokenizer's flushed tail belongs to the last token
-                out.pieces[-1] += chunk.text
-                if on_token is not None:
-                    on_token(chunk.text, None, None)
+    for item in stream_generate_features(lm, prompt, config, head=head, stop=stop):
+        if not isinstance(item, TokenPiece):
+            out.result = item
             continue
-        out.pieces.append(chunk.text)
-        out.ids.append(int(chunk.token))
-        out.logprobs.append(float(chunk.logprob))
-        if on_token is not None and not on_token(chunk.text, chunk.token, chunk.logprob):
-            stopped[0] = True
+        if item.token_id is None:  # the detokenizer's flushed tail belongs to the last token
+            if out.pieces:
+                out.pieces[-1] += item.text
+                yield replace(item, phase=phase) if phase != item.phase else item
+            continue
+        if top is not None:
+            item = replace(item, top=top.at(len(out.ids)))
+        out.pieces.append(item.text)
+        out.ids.append(item.token_id)
+        out.logprobs.append(float(item.logprob))
+        yield replace(item, phase=phase) if phase != item.phase else item
     assert out.result is not None
-    return out
 
 
 def _feature_vector(result: Any, start: _Start) -> np.ndarray:

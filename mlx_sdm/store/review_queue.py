@@ -1,4 +1,4 @@
-"""The review queue and its decisions, as part of :class:`~mlx_sdm.session.store.ChatStore`: queued
+"""The review queue and its decisions, a part of :class:`~mlx_sdm.store.chat_store.ChatStore`: queued
 answers, labels (a new decision on an entry supersedes the old one; undo), the labelled points the
 verifier's support set takes, and training rows."""
 
@@ -6,27 +6,27 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
 from mlx_sdm.atomic import atomic_write_text
 from mlx_sdm.calibration.sdmdataset import is_sdmdataset_path, write_bundle
 from mlx_sdm.errors import DataError
-from mlx_sdm.session.schema import (
+from mlx_sdm.store.database import Database
+from mlx_sdm.store.schema import (
     LABEL_ACCEPTABLE,
     LABEL_UNACCEPTABLE,
     Decision,
     ReviewItem,
     SupportPoint,
     TaskScope,
-    _decision,
-    _features_array,
-    _features_blob,
-    _iso_bound,
+    decision_from_row,
+    features_array,
+    features_blob,
+    iso_bound,
     now_iso,
     stored_reading,
     stored_verdict,
@@ -34,14 +34,15 @@ from mlx_sdm.session.schema import (
 from mlx_sdm.network.verdict import VerdictStatus
 
 
-class ReviewQueueStore:
-    """Mixed into ChatStore (uses its ``_tx``, ``_query`` and ``path``)."""
+class ReviewQueue:
+    """The review queue of a chat store's database (:class:`~mlx_sdm.store.database.Database`)."""
 
-    path: Path
+    def __init__(self, db: Database):
+        self.db = db
 
-    def _tx(self) -> Any: ...  # provided by ChatStore
-
-    def _query(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]: ...  # provided by ChatStore
+    @property
+    def path(self) -> Path:
+        return self.db.path
 
     def review_items(
         self,
@@ -58,7 +59,7 @@ class ReviewQueueStore:
         if status not in {"pending", "decided", "all"}:
             raise DataError(f"unknown review status {status!r}; use pending, decided or all", field="status")
         where, params = _review_filters(session_id, reason, since, until, review_id)
-        rows = self._query(
+        rows = self.db.query(
             "SELECT r.*, s.title AS session_title, m.text AS answer, m.prompt_json, "
             "v.status AS verdict_status, v.verdict_json, ms.details_json AS monitor_json, "
             "(SELECT u.text FROM messages u WHERE u.session_id = m.session_id AND u.role = 'user' AND u.id < m.id "
@@ -91,13 +92,13 @@ class ReviewQueueStore:
     def review_reasons(self) -> list[str]:
         """Every reason present in the queue (for the filter list)."""
         found: set[str] = set()
-        for (reason,) in self._query("SELECT DISTINCT reason FROM review_queue"):
+        for (reason,) in self.db.query("SELECT DISTINCT reason FROM review_queue"):
             found.update(r for r in reason.split(",") if r)
         return sorted(found)
 
     def _active_decisions_by_review(self) -> dict[int, Decision]:
-        rows = self._query("SELECT * FROM decisions WHERE undone_at IS NULL ORDER BY id")
-        return {int(r["review_id"]): _decision(r) for r in rows}  # the latest wins
+        rows = self.db.query("SELECT * FROM decisions WHERE undone_at IS NULL ORDER BY id")
+        return {int(r["review_id"]): decision_from_row(r) for r in rows}  # the latest wins
 
     def record_decision(
         self,
@@ -121,14 +122,14 @@ class ReviewQueueStore:
         if completion is not None and label != LABEL_ACCEPTABLE:
             raise DataError("an edited completion is the acceptable version of the answer: use label 1", field="completion")
         stamp = now_iso()
-        with self._tx() as conn:
+        with self.db.tx() as conn:
             if conn.execute("SELECT 1 FROM review_queue WHERE id = ?", (review_id,)).fetchone() is None:
                 raise DataError(f"no review-queue entry with id {review_id}", path=str(self.path), field="review")
             conn.execute("UPDATE decisions SET undone_at = ? WHERE review_id = ? AND undone_at IS NULL", (stamp, review_id))
             cur = conn.execute(
                 "INSERT INTO decisions(review_id, label, note, completion, created_at, features, feature_model, verifier, "
                 "task, task_recorded) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (review_id, int(label), note, completion, stamp, _features_blob(features), feature_model, verifier,
+                (review_id, int(label), note, completion, stamp, features_blob(features), feature_model, verifier,
                  None if task is None else task.name, int(task is not None)),
             )
             decision_id = int(cur.lastrowid)
@@ -136,26 +137,26 @@ class ReviewQueueStore:
 
     def decisions_by_message(self, session_id: str) -> dict[int, Decision]:
         """The active decision on each reviewed answer of a session, keyed by message id."""
-        rows = self._query(
+        rows = self.db.query(
             "SELECT d.*, r.message_id AS reviewed_message FROM decisions d JOIN review_queue r ON r.id = d.review_id "
             "WHERE r.session_id = ? AND d.undone_at IS NULL ORDER BY d.id",
             (session_id,),
         )
-        return {int(r["reviewed_message"]): _decision(r) for r in rows}
+        return {int(r["reviewed_message"]): decision_from_row(r) for r in rows}
 
     def decision(self, decision_id: int) -> Decision:
-        rows = self._query("SELECT * FROM decisions WHERE id = ?", (decision_id,))
+        rows = self.db.query("SELECT * FROM decisions WHERE id = ?", (decision_id,))
         if not rows:
             raise DataError(f"no decision with id {decision_id}", path=str(self.path), field="decision")
-        return _decision(rows[0])
+        return decision_from_row(rows[0])
 
     def last_decision(self) -> Decision | None:
-        rows = self._query("SELECT * FROM decisions WHERE undone_at IS NULL ORDER BY id DESC LIMIT 1")
-        return _decision(rows[0]) if rows else None
+        rows = self.db.query("SELECT * FROM decisions WHERE undone_at IS NULL ORDER BY id DESC LIMIT 1")
+        return decision_from_row(rows[0]) if rows else None
 
     def undo_last_decision(self) -> Decision | None:
         """Undo the most recent active decision (its entry goes back to pending). Returns it, or None."""
-        with self._tx() as conn:
+        with self.db.tx() as conn:
             row = conn.execute("SELECT * FROM decisions WHERE undone_at IS NULL ORDER BY id DESC LIMIT 1").fetchone()
             if row is None:
                 return None
@@ -169,7 +170,7 @@ class ReviewQueueStore:
         verifier); ``verifier`` (a resolved verifier folder) only labels given under that verifier
         (older decisions without one: the verifier that judged the answer); ``task`` only labels given
         under that task of it (decisions stored before tasks were kept count for every task)."""
-        rows = self._query(
+        rows = self.db.query(
             "SELECT d.*, m.features AS message_features, m.feature_model AS message_model, m.text AS answer, "
             "v.verifier AS judged_by "
             "FROM decisions d JOIN review_queue r ON r.id = d.review_id JOIN messages m ON m.id = r.message_id "
@@ -177,7 +178,7 @@ class ReviewQueueStore:
         )
         points = []
         for r in rows:
-            decision = _decision(r)
+            decision = decision_from_row(r)
             blob, model = (r["features"], r["feature_model"]) if r["features"] is not None else (r["message_features"], r["message_model"])
             if blob is None or (feature_model is not None and model != feature_model):
                 continue
@@ -187,7 +188,7 @@ class ReviewQueueStore:
             if task is not None and decision.task is not None and decision.task != task:
                 continue
             points.append(
-                SupportPoint(decision=decision, features=_features_array(blob), label=decision.label, text=decision.completion or r["answer"])
+                SupportPoint(decision=decision, features=features_array(blob), label=decision.label, text=decision.completion or r["answer"])
             )
         return points
 
@@ -195,7 +196,7 @@ class ReviewQueueStore:
         """Active decisions as training rows ``{"prompt", "completion", "label"}`` for `mlx-sdm train`/`finetune`.
         An edited completion gives label 1 for the edit; the original answer keeps the decision's label
         only when it was not edited (an edit says the original was not acceptable as written: label 0)."""
-        rows = self._query(
+        rows = self.db.query(
             "SELECT d.*, m.text AS answer, "
             "(SELECT u.text FROM messages u WHERE u.session_id = m.session_id AND u.role = 'user' AND u.id < m.id "
             " ORDER BY u.id DESC LIMIT 1) AS user_text "
@@ -227,7 +228,7 @@ class ReviewQueueStore:
 
 def _review_filters(session_id: str | None, reason: str | None, since: Any, until: Any,
                     review_id: int | None) -> tuple[list[str], list[Any]]:
-    """SQL conditions and their parameters for :meth:`ReviewQueueStore.review_items`."""
+    """SQL conditions and their parameters for :meth:`ReviewQueue.review_items`."""
     where: list[str] = []
     params: list[Any] = []
     if review_id is not None:
@@ -239,7 +240,7 @@ def _review_filters(session_id: str | None, reason: str | None, since: Any, unti
     if reason:
         where.append("(',' || r.reason || ',') LIKE ?")
         params.append(f"%,{reason},%")
-    lo, hi = _iso_bound(since, end=False), _iso_bound(until, end=True)
+    lo, hi = iso_bound(since, end=False), iso_bound(until, end=True)
     if lo is not None:
         where.append("r.created_at >= ?")
         params.append(lo)

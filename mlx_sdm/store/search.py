@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from mlx_sdm.errors import DataError
 from mlx_sdm.network.verdict import LEGACY_NO_VERIFIER, VerdictStatus
-from mlx_sdm.session.schema import _split_sql
-from mlx_sdm.session.search_index import INDEX_SQL, INDEX_TABLE, require_fts5
+from mlx_sdm.store.schema import split_sql
+from mlx_sdm.store.search_index import INDEX_SQL, INDEX_TABLE, require_fts5
 
 if TYPE_CHECKING:
-    from mlx_sdm.session.store import ChatStore
+    from mlx_sdm.store.chat_store import ChatStore
 
 DEFAULT_LIMIT = 50
 #: Words of context around the matches in a hit's snippet (FTS5 allows at most 64).
@@ -218,11 +218,11 @@ def _hit(row: sqlite3.Row) -> SearchHit:
 def ensure_index(store: "ChatStore") -> None:
     """The index, built now (with what the store already holds) if the store was upgraded where SQLite
     lacked FTS5; a clear error if it still does."""
-    if store._query("SELECT 1 FROM sqlite_master WHERE name = ?", (INDEX_TABLE,)):
+    if store.db.query("SELECT 1 FROM sqlite_master WHERE name = ?", (INDEX_TABLE,)):
         return
     require_fts5()
-    with store._tx() as conn:
-        for statement in _split_sql(INDEX_SQL):
+    with store.db.tx() as conn:
+        for statement in split_sql(INDEX_SQL):
             conn.execute(statement)
 
 
@@ -231,7 +231,7 @@ def search_sessions(store: "ChatStore", query: SearchQuery) -> list[SearchHit]:
     sql, params = _sql(query)
     ensure_index(store)
     try:
-        rows = store._query(sql, params)
+        rows = store.db.query(sql, params)
     except sqlite3.OperationalError as exc:
         if "fts5" in str(exc).lower():  # a store indexed elsewhere, opened by a SQLite without FTS5
             require_fts5()

@@ -1,11 +1,11 @@
 """The ONE turn service behind every front end that stores turns: the chat engine
-(:mod:`mlx_sdm.session.engine`) and the server (:mod:`mlx_sdm.server.backend`) are thin callers of it.
+(:mod:`mlx_sdm.executor.engine`) and the server (:mod:`mlx_sdm.server.backend`) are thin callers of it.
 
-It owns the :class:`~mlx_sdm.session.pipeline.TurnPipeline`, the
-:class:`~mlx_sdm.session.review.ReviewService` and the one cached KV prefix (a KV cache can be
+It owns the :class:`~mlx_sdm.turn.pipeline.TurnPipeline`, the
+:class:`~mlx_sdm.executor.review.ReviewService` and the one cached KV prefix (a KV cache can be
 ~100 MB, so one conversation's is kept at a time), and it says once what the store keeps of a turn
 (:meth:`TurnService.record`): the answer with its verdict, monitor reading, review reasons and typed
-:class:`~mlx_sdm.session.message_meta.MessageMeta`. A cancelled turn is stored with no verdict.
+:class:`~mlx_sdm.store.message_meta.MessageMeta`. A cancelled turn is stored with no verdict.
 
 Runs on the thread that owns MLX.
 """
@@ -14,39 +14,23 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, replace
+from typing import Iterator
 
 import numpy as np
 
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.monitor.session_file.provenance import Provenance, make_provenance
 from mlx_sdm.network.verdict import DocumentVerdict, verdict_words
-from mlx_sdm.session.answer import PrefixCache
-from mlx_sdm.session.escalation import REFLECTION_PROMPT, TurnStatus, verdict_review_reasons
-from mlx_sdm.session.message_meta import MessageMeta
-from mlx_sdm.session.partial_answers import StreamingAnswer
-from mlx_sdm.session.pipeline import TurnPipeline
-from mlx_sdm.session.review import ReviewService
-from mlx_sdm.session.schema import AnswerRecord, TaskScope, now_iso
-from mlx_sdm.session.store import ChatStore
-from mlx_sdm.session.turn import (
-    ChatMessage,
-    TokenPiece,
-    TurnComponents,
-    TurnObserver,
-    TurnOptions,
-    TurnOutcome,
-    TurnPlan,
-    TurnRequest,
-)
-
-
-@dataclass(frozen=True)
-class StoredTurn:
-    """A turn run and stored: what it produced, its answer's message id and its review entry (if any)."""
-
-    outcome: TurnOutcome
-    message_id: int
-    review_id: int | None
+from mlx_sdm.turn.answer import PrefixCache
+from mlx_sdm.turn.escalation import REFLECTION_PROMPT, TurnStatus, verdict_review_reasons
+from mlx_sdm.store.message_meta import MessageMeta
+from mlx_sdm.store.partial_answers import StreamingAnswer
+from mlx_sdm.lm.pieces import TokenPiece
+from mlx_sdm.turn.pipeline import PrefillCallback, TurnPipeline
+from mlx_sdm.executor.review import ReviewService
+from mlx_sdm.store.schema import AnswerRecord, TaskScope, now_iso
+from mlx_sdm.store.chat_store import ChatStore
+from mlx_sdm.turn.values import ChatMessage, TurnComponents, TurnItem, TurnOptions, TurnOutcome, TurnPlan, TurnRequest
 
 
 @dataclass(frozen=True)
@@ -97,32 +81,42 @@ class TurnService:
 
     # ------------------------------------------------------------------ turns
 
-    def run(self, request: TurnRequest, *, observer: TurnObserver | None = None, stop: threading.Event | None = None,
-            monitor: object = None, conversation: str | None = None) -> TurnOutcome:
-        """One turn through the pipeline, reusing the cached KV prefix when it is ``conversation``'s
-        (the server passes None for every request: the pipeline reuses it only when the prompt extends it)."""
+    def stream(self, request: TurnRequest, *, stop: threading.Event | None = None, monitor: object = None,
+               conversation: str | None = None, on_prefill: PrefillCallback | None = None) -> Iterator[TurnItem]:
+        """One turn through the pipeline (its items, the :class:`TurnOutcome` last), reusing the cached KV
+        prefix when it is ``conversation``'s (the server passes None for every request: the pipeline reuses
+        it only when the prompt extends it)."""
         prefix = self._prefix[1] if self._prefix is not None and self._prefix[0] == conversation else None
         self._prefix = None  # one cached conversation at a time
-        outcome = self.pipeline.run(request, observer=observer, stop=stop, monitor=monitor, prefix=prefix)
-        if outcome.prefix is not None:
-            self._prefix = (conversation, outcome.prefix)
-        return outcome
+        for item in self.pipeline.stream(request, stop=stop, monitor=monitor, prefix=prefix, on_prefill=on_prefill):
+            if isinstance(item, TurnOutcome) and item.prefix is not None:
+                self._prefix = (conversation, item.prefix)
+                item.prefix = None  # the service keeps the one cached prefix; the record goes on without it
+            yield item
 
-    def run_turn(self, session_id: str, request: TurnRequest, *, observer: TurnObserver | None = None,
-                 stop: threading.Event | None = None, monitor: object = None) -> StoredTurn:
-        """A chat turn of session ``session_id`` (its user message already stored): the answer is kept in
-        the store while it streams (a kill keeps the partial text, marked interrupted), then stored whole
-        with its verdict, monitor reading and review entry in one transaction (status "error" if it fails)."""
+    def stream_turn(self, session_id: str, request: TurnRequest, *, stop: threading.Event | None = None,
+                    monitor: object = None, on_prefill: PrefillCallback | None = None) -> Iterator[TurnItem]:
+        """A chat turn of session ``session_id`` (its user message already stored): the pipeline's items,
+        each answer piece also kept in the store as it streams (a kill keeps the partial text, marked
+        interrupted); then the answer is stored whole with its verdict, monitor reading and review entry in
+        one transaction (status "error" if it fails); the :class:`TurnOutcome` comes last, saying where."""
         created_at = now_iso()
         streaming = StreamingAnswer(self.store, session_id)
         try:
-            outcome = self.run(request, observer=_Streaming(observer or TurnObserver(), streaming), stop=stop,
-                               monitor=monitor, conversation=session_id)
+            for item in self.stream(request, stop=stop, monitor=monitor, conversation=session_id, on_prefill=on_prefill):
+                if isinstance(item, TurnOutcome):
+                    outcome = item
+                    continue
+                if isinstance(item, TokenPiece):
+                    streaming.token(item)
+                yield item
             message_id = streaming.finish(self.record(session_id, outcome, created_at=created_at))
         except BaseException:
             streaming.fail()
             raise
-        return StoredTurn(outcome, message_id, self.store.message(message_id).review_id)
+        outcome.session_id, outcome.message_id = session_id, message_id
+        outcome.review_id = self.store.message(message_id).review_id
+        yield outcome
 
     def verify(self, messages: list[ChatMessage], completion: str, options: TurnOptions = TurnOptions()) -> Verified:
         """Judge a completion made elsewhere as the chat judges that turn (``/v1/verify``)."""
@@ -197,25 +191,3 @@ class TurnService:
         self._applied = key
         return True
 
-
-class _Streaming(TurnObserver):
-    """The caller's observer, with each answer token also written to the answer row being streamed."""
-
-    def __init__(self, inner: TurnObserver, answer: StreamingAnswer):
-        self.inner, self.answer = inner, answer
-
-    def prefill(self, done: int, total: int) -> None:
-        self.inner.prefill(done, total)
-
-    def token(self, piece: TokenPiece) -> None:
-        self.answer.token(piece)
-        self.inner.token(piece)
-
-    def verdict(self, verdict, unverifiable_reason) -> None:
-        self.inner.verdict(verdict, unverifiable_reason)
-
-    def monitor(self, reading) -> None:
-        self.inner.monitor(reading)
-
-    def escalation(self, escalation) -> None:
-        self.inner.escalation(escalation)

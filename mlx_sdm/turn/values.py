@@ -1,7 +1,9 @@
 """The typed turn: what goes into one turn (:class:`TurnRequest` with :class:`TurnOptions`), how it is
-planned (:class:`TurnPlan`), what streams out (:class:`TokenPiece` to a :class:`TurnObserver`) and what
-it produced (:class:`TurnOutcome`). :class:`TurnComponents` is everything MLX a turn uses. The
-pipeline that runs a turn is :mod:`mlx_sdm.session.pipeline`; every front end consumes these types.
+planned (:class:`TurnPlan`), and what streams out of it (:data:`TurnItem`): each
+:class:`~mlx_sdm.lm.pieces.TokenPiece`, the :class:`AnswerVerdict`, the ``MonitorReading``, the
+``Escalation``, and last the one finished record (:class:`TurnOutcome`). :class:`TurnComponents` is
+everything MLX a turn uses. The pipeline that yields a turn is :mod:`mlx_sdm.turn.pipeline`; every
+front end is a ``for`` loop over it.
 """
 
 from __future__ import annotations
@@ -9,15 +11,16 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Union
 
 import numpy as np
 
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.coverage import TaskInstruction, TaskRoute, VerifierCoverage
-from mlx_sdm.network.verdict import DocumentVerdict
-from mlx_sdm.session.escalation import REFLECTION_PROMPT, Escalation, TurnStatus
-from mlx_sdm.session.answer import PrefixCache
+from mlx_sdm.lm.pieces import TokenPiece
+from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, VerdictWords, verdict_words
+from mlx_sdm.turn.escalation import REFLECTION_PROMPT, Escalation, TurnStatus
+from mlx_sdm.turn.answer import GeneratedAnswer, PrefixCache
 
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 from mlx_sdm.monitor.online.embedders import Embedder
@@ -49,7 +52,7 @@ class TurnComponents:
     head_tasks: tuple[TaskInstruction, ...] | None = None
     embedder: Embedder | None = None  # TRACER sentence embedder; None = lexical fallback
     #: task name -> the verifier whose support set holds the review labels of that task (set by the review
-    #: service, :class:`~mlx_sdm.session.review.ReviewService`); None: ``verifier`` judges every task
+    #: service, :class:`~mlx_sdm.executor.review.ReviewService`); None: ``verifier`` judges every task
     task_support: Callable[[str], DocumentVerifier] | None = None
 
     @property
@@ -105,45 +108,37 @@ class TurnPlan:
 
 
 @dataclass(frozen=True)
-class TokenPiece:
-    """One streamed token, the ONE token value every front end reads (the chat's events and UI, the
-    server's stream, ``generate``'s printer): its decoded text, id and log-prob (None for the
-    detokenizer's flushed tail, which has no token of its own), which part of the turn it belongs to,
-    and the most likely alternatives when asked for."""
+class AnswerVerdict:
+    """The verifier's verdict on this turn's answer, or why there is none (no verifier fits the model)."""
 
-    text: str
-    token_id: int | None = None
-    logprob: float | None = None
-    phase: str = "answer"  # "answer" | "reflection"
-    top: tuple[tuple[int, float], ...] = ()  # (token id, log-prob), most likely first (TurnOptions.top_logprobs)
+    verdict: DocumentVerdict | None
+    unverifiable_reason: str | None = None
 
+    @property
+    def words(self) -> VerdictWords:
+        """The badge and sentence a person reads (the one rule, network/verdict.verdict_words)."""
+        return verdict_words(self.verdict, no_verifier_reason=self.unverifiable_reason)
 
-class TurnObserver:
-    """Streamed progress of a turn; override what you need (the defaults do nothing). Called on the
-    thread running the pipeline, in this order: token* → verdict → monitor → escalation → token*
-    (reflection)."""
+    @property
+    def status(self) -> VerdictStatus:
+        return self.words.status
 
-    def prefill(self, done: int, total: int) -> None:
-        """``done`` of the answer prompt's ``total`` new tokens are prefilled (called before any token)."""
-
-    def token(self, piece: TokenPiece) -> None: ...
-
-    def verdict(self, verdict: DocumentVerdict | None, unverifiable_reason: str | None) -> None: ...
-
-    def monitor(self, reading: MonitorReading) -> None: ...
-
-    def escalation(self, escalation: Escalation) -> None: ...
+    @property
+    def reason(self) -> str | None:
+        """The verdict's reason code, or why there is no verdict."""
+        return self.verdict.reason if self.verdict is not None else self.unverifiable_reason
 
 
 @dataclass
 class TurnOutcome:
-    """Everything a turn produced. ``judged_text`` is what the verdict covers; ``unverified_tail``
-    any text after it (empty when the answer stopped at the judged unit)."""
+    """The ONE record of a finished turn, from the pipeline through the turn service and the engine to
+    the screen: everything the turn produced and, once a store keeps it, where. The answer is the answer
+    stream's own record (:class:`~mlx_sdm.turn.answer.GeneratedAnswer`, its KV cache released), read
+    through it, not copied: ``judged_text`` is what the verdict covers; ``unverified_tail`` any text after
+    it (empty when the answer stopped at the judged unit)."""
 
     status: TurnStatus
-    text: str
-    judged_text: str
-    unverified_tail: str
+    answer: GeneratedAnswer = field(repr=False)
     messages: list[ChatMessage]  # what the model saw (system prompt included)
     task: str | None = None  # the verifier's task the question was routed to (TaskRoute.task)
     decoded_with_head: bool = False  # this turn decoded with the SDM-network head (a question of its tasks)
@@ -153,17 +148,76 @@ class TurnOutcome:
     escalation: Escalation = field(default_factory=Escalation)
     reflection: str | None = None  # on a HIGH pause: the model's own statement of its uncertainty
     tool_calls: list[ToolCall] = field(default_factory=list)
-    finish_reason: str = "stop"
-    tokens: list[str] = field(default_factory=list)  # decoded piece per generated token
-    token_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    features: np.ndarray | None = None
-    first_token_s: float | None = None
+    first_token_s: float | None = None  # from the request (the engine counts the time it waited in its queue)
     generation_s: float = 0.0
-    prompt_tokens: int = 0
-    reused_tokens: int = 0
-    truncated_prompt_tokens: int = 0
     prefix: PrefixCache | None = field(default=None, repr=False)  # reusable by this conversation's next turn
+    # where the turn is kept (set by the turn service and the chat engine; None for a turn no store keeps)
+    session_id: str | None = None
+    turn: int = 0  # the chat engine's turn counter
+    message_id: int | None = None
+    review_id: int | None = None
+    user_message_id: int | None = None
+
+    @property
+    def text(self) -> str:
+        return self.answer.text
+
+    @property
+    def judged_text(self) -> str:
+        return self.answer.judged_text
+
+    @property
+    def unverified_tail(self) -> str:
+        return self.answer.unverified_tail
+
+    @property
+    def finish_reason(self) -> str:
+        return self.answer.finish_reason
+
+    @property
+    def tokens(self) -> list[str]:
+        return self.answer.tokens
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.answer.token_ids
+
+    @property
+    def logprobs(self) -> list[float]:
+        return self.answer.logprobs
+
+    @property
+    def features(self) -> np.ndarray | None:
+        return self.answer.features
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.answer.prompt_tokens
+
+    @property
+    def reused_tokens(self) -> int:
+        return self.answer.reused_tokens
+
+    @property
+    def truncated_prompt_tokens(self) -> int:
+        return self.answer.truncated_prompt_tokens
+
+    @property
+    def verdict_status(self) -> VerdictStatus | None:
+        """verified / not verified / out of scope / no verifier (None: the turn was stopped, nothing was judged)."""
+        return None if self.status is TurnStatus.CANCELLED else verdict_words(self.verdict).status
+
+    @property
+    def words(self) -> VerdictWords | None:
+        """The badge and sentence a person reads (None: the turn made no verdict, e.g. stopped)."""
+        if self.verdict_status is None:
+            return None
+        return verdict_words(self.verdict, no_verifier_reason=self.verdict_reason)
+
+    @property
+    def explanation(self) -> str | None:
+        """On an abort: why."""
+        return self.escalation.explanation
 
     @property
     def reflection_shown(self) -> str | None:
@@ -174,6 +228,12 @@ class TurnOutcome:
     def verdict_reason(self) -> str | None:
         """The verdict's reason code, or why there is no verdict."""
         return self.verdict.reason if self.verdict is not None else self.unverifiable_reason
+
+
+#: What a turn yields, in this order: TokenPiece* (answer) → AnswerVerdict → MonitorReading (with a session's
+#: monitor) → Escalation (when escalated) → TokenPiece* (reflection, on a HIGH pause) → TurnOutcome (last).
+#: A cancelled turn yields its pieces, then its TurnOutcome.
+TurnItem = Union[TokenPiece, AnswerVerdict, MonitorReading, Escalation, TurnOutcome]
 
 
 def parse_tool_calls(text: str) -> list[ToolCall]:

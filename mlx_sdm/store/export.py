@@ -19,8 +19,8 @@ from mlx_sdm.monitor.session_file.writer import write_session_jsonl, write_sessi
 from mlx_sdm.monitor.session_file.provenance import Provenance
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, verdict_words
-from mlx_sdm.session.store import ChatStore
-from mlx_sdm.session.schema import MessageRecord
+from mlx_sdm.store.chat_store import ChatStore
+from mlx_sdm.store.schema import MessageRecord
 
 EXPORT_FORMATS = ("markdown", "jsonl")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mlx_sdm.session.search_index import migration_sql as search_index_sql
+from mlx_sdm.store.search_index import migration_sql as search_index_sql
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,9 @@ import numpy as np
 
 from mlx_sdm.atomic import atomic_write_text
 from mlx_sdm.errors import DataError
-from mlx_sdm.session.turn import TurnComponents, last_user_text
-from mlx_sdm.session.store import ChatStore
-from mlx_sdm.session.schema import SupportPoint, TaskScope
+from mlx_sdm.turn.values import TurnComponents, last_user_text
+from mlx_sdm.store.chat_store import ChatStore
+from mlx_sdm.store.schema import SupportPoint, TaskScope
 
 
 def feature_model_id(fingerprint: dict) -> str:

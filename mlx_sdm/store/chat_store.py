@@ -1,0 +1,279 @@
+"""The chat store: sessions, messages, verdicts, monitor snapshots, the review queue and its decisions.
+
+One SQLite file (:class:`~mlx_sdm.store.database.Database`: WAL, ``synchronous=FULL``, versioned
+schema). Every public write is exactly one transaction. :class:`ChatStore` holds sessions and messages
+itself and hands the review queue to :class:`~mlx_sdm.store.review_queue.ReviewQueue` and the answer
+written while it streams to :class:`~mlx_sdm.store.partial_answers.PartialAnswers`: parts that share the
+one database, each through its public ``tx`` and ``query``.
+
+This module imports no MLX: the UI and the tests can open a store without loading a model.
+"""
+
+
+from __future__ import annotations
+
+import os
+import uuid
+from datetime import date, datetime
+from pathlib import Path
+
+import numpy as np
+
+from mlx_sdm.errors import DataError
+from mlx_sdm.store.answer_rows import write_answer
+from mlx_sdm.store.database import Database
+from mlx_sdm.store.message_meta import MessageMeta
+from mlx_sdm.store.migrations import SCHEMA_VERSION
+from mlx_sdm.store.partial_answers import PartialAnswers
+from mlx_sdm.store.review_queue import ReviewQueue
+from mlx_sdm.store.schema import (
+    AnswerRecord,
+    Decision,
+    MessageRecord,
+    ReviewItem,
+    SessionInfo,
+    SupportPoint,
+    TaskScope,
+    dumps_json,
+    message_from_row,
+    now_iso,
+    session_from_row,
+)
+from mlx_sdm.store.titles import insert_user_message, placeholder_title, title_from_first_message
+
+
+class ChatStore:
+    """SQLite chat store. Safe to share between threads (one connection behind a lock); several
+    processes may open the same file (WAL)."""
+
+    def __init__(self, path: str | os.PathLike, *, target_version: int | None = None):
+        self.db = Database(path, target_version=target_version, clock=lambda: now_iso())  # looked up at each stamp
+        self.path: Path = self.db.path
+        self.review_queue = ReviewQueue(self.db)
+        self.answers = PartialAnswers(self.db)
+        if self.schema_version == SCHEMA_VERSION:
+            self.answers.mark_interrupted()  # answers a killed process was writing
+
+    # ------------------------------------------------------------------ plumbing
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> "ChatStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def schema_version(self) -> int:
+        return self.db.schema_version
+
+    def applied_migrations(self) -> list[tuple[int, str, str]]:
+        return self.db.applied_migrations()
+
+    def integrity_check(self) -> str:
+        return self.db.integrity_check()
+
+    # ------------------------------------------------------------------ the answer being written (PartialAnswers)
+
+    def begin_answer(self, session_id: str, *, kind: str = "chat", created_at: str | None = None) -> int:
+        return self.answers.begin_answer(session_id, kind=kind, created_at=created_at)
+
+    def begin_turn(self, session_id: str, user_text: str, *, user_metadata: MessageMeta = MessageMeta()) -> tuple[int, int]:
+        return self.answers.begin_turn(session_id, user_text, user_metadata=user_metadata)
+
+    def update_partial(self, message_id: int, text: str, *, force: bool = False) -> bool:
+        return self.answers.update_partial(message_id, text, force=force)
+
+    def finish_answer(self, message_id: int, record: AnswerRecord) -> int:
+        return self.answers.finish_answer(message_id, record)
+
+    def mark_interrupted(self) -> int:
+        return self.answers.mark_interrupted()
+
+    # ------------------------------------------------------------------ the review queue (ReviewQueue)
+
+    def review_items(self, *, session_id: str | None = None, reason: str | None = None,
+                     since: str | date | datetime | None = None, until: str | date | datetime | None = None,
+                     status: str = "all", review_id: int | None = None) -> list[ReviewItem]:
+        return self.review_queue.review_items(session_id=session_id, reason=reason, since=since, until=until,
+                                              status=status, review_id=review_id)
+
+    def review_item(self, review_id: int) -> ReviewItem:
+        return self.review_queue.review_item(review_id)
+
+    def review_reasons(self) -> list[str]:
+        return self.review_queue.review_reasons()
+
+    def record_decision(self, review_id: int, label: int, *, note: str | None = None, completion: str | None = None,
+                        features: np.ndarray | None = None, feature_model: str | None = None,
+                        verifier: str | None = None, task: TaskScope | None = None) -> Decision:
+        return self.review_queue.record_decision(review_id, label, note=note, completion=completion, features=features,
+                                                 feature_model=feature_model, verifier=verifier, task=task)
+
+    def decisions_by_message(self, session_id: str) -> dict[int, Decision]:
+        return self.review_queue.decisions_by_message(session_id)
+
+    def decision(self, decision_id: int) -> Decision:
+        return self.review_queue.decision(decision_id)
+
+    def last_decision(self) -> Decision | None:
+        return self.review_queue.last_decision()
+
+    def undo_last_decision(self) -> Decision | None:
+        return self.review_queue.undo_last_decision()
+
+    def support_points(self, feature_model: str | None = None, verifier: str | None = None,
+                       task: TaskScope | None = None) -> list[SupportPoint]:
+        return self.review_queue.support_points(feature_model, verifier, task)
+
+    def training_rows(self) -> list[dict]:
+        return self.review_queue.training_rows()
+
+    def export_training_rows(self, path: str | os.PathLike) -> int:
+        return self.review_queue.export_training_rows(path)
+
+    # ------------------------------------------------------------------ sessions
+
+    def create_session(self, title: str | None = None, *, model: str | None = None, verifier: str | None = None) -> SessionInfo:
+        session_id = uuid.uuid4().hex[:12]
+        stamp = now_iso()
+        title = (title or "").strip()
+        with self.db.tx() as conn:  # untitled: a placeholder until the first user message names it
+            conn.execute(
+                "INSERT INTO sessions(id, title, created_at, updated_at, model, verifier, title_pending) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (session_id, title or placeholder_title(stamp), stamp, stamp, model, verifier, int(not title)),
+            )
+        return self.get_session(session_id)
+
+    def get_session(self, session_id: str) -> SessionInfo:
+        rows = self.db.query(
+            "SELECT s.*, (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id) AS message_count "
+            "FROM sessions s WHERE s.id = ?",
+            (session_id,),
+        )
+        if not rows:
+            raise DataError(f"no session with id {session_id!r}; `mlx-sdm chat --list` shows the ids", path=str(self.path), field="session")
+        return session_from_row(rows[0])
+
+    def list_sessions(self) -> list[SessionInfo]:
+        rows = self.db.query(
+            "SELECT s.*, (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id) AS message_count "
+            "FROM sessions s ORDER BY s.updated_at DESC, s.id"
+        )
+        return [session_from_row(r) for r in rows]
+
+    def rename_session(self, session_id: str, title: str) -> SessionInfo:
+        title = title.strip()
+        if not title:
+            raise DataError("a session title cannot be empty", field="title")
+        with self.db.tx() as conn:
+            cur = conn.execute("UPDATE sessions SET title = ?, title_pending = 0, updated_at = ? WHERE id = ?",
+                               (title, now_iso(), session_id))
+            if cur.rowcount == 0:
+                raise DataError(f"no session with id {session_id!r}", path=str(self.path), field="session")
+        return self.get_session(session_id)
+
+    def delete_session(self, session_id: str) -> int:
+        """Delete a session and everything under it. Returns how many active decisions went with it
+        (the engine then rebuilds the verifier's support set without them)."""
+        with self.db.tx() as conn:
+            active = conn.execute(
+                "SELECT COUNT(*) FROM decisions d JOIN review_queue r ON r.id = d.review_id "
+                "WHERE r.session_id = ? AND d.undone_at IS NULL",
+                (session_id,),
+            ).fetchone()[0]
+            cur = conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+            if cur.rowcount == 0:
+                raise DataError(f"no session with id {session_id!r}", path=str(self.path), field="session")
+        return int(active)
+
+    # ------------------------------------------------------------------ messages
+
+    def add_message(
+        self,
+        session_id: str,
+        role: str,
+        text: str,
+        *,
+        kind: str = "chat",
+        status: str = "done",
+        metadata: MessageMeta = MessageMeta(),
+    ) -> int:
+        """A message written whole (the user's, a system reflection, guidance, an explanation)."""
+        stamp = now_iso()
+        with self.db.tx() as conn:
+            cur = conn.execute(
+                "INSERT INTO messages(session_id, role, kind, text, status, created_at, finished_at, metadata_json) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (session_id, role, kind, text, status, stamp, stamp, dumps_json(metadata.to_dict() or None)),
+            )
+            conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (stamp, session_id))
+            if role == "user" and kind == "chat":
+                title_from_first_message(conn, session_id, text)
+            return int(cur.lastrowid)
+
+    def add_guidance(self, session_id: str, paused_message_id: int, text: str) -> int:
+        """The user's guidance for a paused answer: stored as a user message, and the paused answer
+        marked "resumed", in one transaction."""
+        stamp = now_iso()
+        with self.db.tx() as conn:
+            row = conn.execute("SELECT status FROM messages WHERE id = ? AND session_id = ?", (paused_message_id, session_id)).fetchone()
+            if row is None or row["status"] != "paused":
+                raise DataError(f"message {paused_message_id} of session {session_id!r} is not a paused answer", field="message")
+            conn.execute("UPDATE messages SET status = 'resumed' WHERE id = ?", (paused_message_id,))
+            cur = conn.execute(
+                "INSERT INTO messages(session_id, role, kind, text, status, created_at, finished_at, metadata_json) "
+                "VALUES (?, 'user', 'guidance', ?, 'done', ?, ?, ?)",
+                (session_id, text, stamp, stamp, dumps_json(MessageMeta(resumes=paused_message_id).to_dict())),
+            )
+            conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (stamp, session_id))
+            return int(cur.lastrowid)
+
+    def add_answer(self, record: AnswerRecord) -> int:
+        """An assistant answer with everything judged about it, in ONE transaction: the message,
+        its verdict, its monitor reading and (when not verified or escalated) its review-queue entry."""
+        stamp = now_iso()
+        with self.db.tx() as conn:
+            return write_answer(conn, record, stamp)
+
+    def add_turn(self, user_text: str, record: AnswerRecord, *,
+                 user_metadata: MessageMeta = MessageMeta()) -> tuple[int, int]:
+        """A whole turn, the user's message and the answer to it (as :meth:`add_answer` writes it), in ONE
+        transaction: a kill in between leaves neither, never a question without its answer.
+        Returns (user message id, answer message id)."""
+        stamp = now_iso()
+        with self.db.tx() as conn:
+            user_id = insert_user_message(conn, record.session_id, user_text, stamp, user_metadata)
+            return user_id, write_answer(conn, record, stamp)
+
+    def messages(self, session_id: str) -> list[MessageRecord]:
+        """All messages of a session in order, answers with their verdicts and monitor snapshots."""
+        self.get_session(session_id)
+        rows = self.db.query(
+            "SELECT m.*, v.status AS verdict_status, v.verdict_json, v.verifier, v.task AS verdict_task, "
+            "v.task_recorded AS verdict_task_recorded, "
+            "ms.details_json AS monitor_json, r.id AS review_id "
+            "FROM messages m LEFT JOIN verdicts v ON v.message_id = m.id "
+            "LEFT JOIN monitor_snapshots ms ON ms.message_id = m.id "
+            "LEFT JOIN review_queue r ON r.message_id = m.id "
+            "WHERE m.session_id = ? ORDER BY m.id",
+            (session_id,),
+        )
+        return [message_from_row(r) for r in rows]
+
+    def message(self, message_id: int) -> MessageRecord:
+        rows = self.db.query(
+            "SELECT m.*, v.status AS verdict_status, v.verdict_json, v.verifier, v.task AS verdict_task, "
+            "v.task_recorded AS verdict_task_recorded, "
+            "ms.details_json AS monitor_json, r.id AS review_id "
+            "FROM messages m LEFT JOIN verdicts v ON v.message_id = m.id "
+            "LEFT JOIN monitor_snapshots ms ON ms.message_id = m.id "
+            "LEFT JOIN review_queue r ON r.message_id = m.id WHERE m.id = ?",
+            (message_id,),
+        )
+        if not rows:
+            raise DataError(f"no message with id {message_id}", path=str(self.path), field="message")
+        return message_from_row(rows[0])
