@@ -217,3 +217,29 @@ def test_snippet_marks_become_spans():
     hit = SearchHit("s", "t", 1, "user", "2026", plain, marks)
     assert hit.marked("[", "]") == "the [capital] of [France]…"
     assert hit.to_dict()["snippet"] == "the **capital** of **France**…" and hit.to_dict()["status"] is None
+
+
+def test_a_store_indexed_with_fts5_still_takes_messages_where_sqlite_lacks_it(tmp_path, monkeypatch):
+    """Indexed by one Python, opened by another whose SQLite has no FTS5: the index's triggers would fail
+    every new message, so they go at open; the message is kept, and search with FTS5 again rebuilds the
+    index with everything, the message written meanwhile included."""
+    path = tmp_path / "chat.db"
+    with ChatStore(path) as first:
+        session = first.create_session("Trips")
+        turn(first, session.id, "Where is Lyon?", "In France.", VerdictStatus.VERIFIED)
+    monkeypatch.setattr(search_index, "fts5_available", lambda: False)
+    with ChatStore(path) as elsewhere:
+        # (this SQLite has FTS5, so the triggers could still run here; that they are gone is what counts)
+        assert not elsewhere.db.query("SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'messages_fts%'")
+        assert not search_index.index_is_live(elsewhere.db.conn)
+        turn(elsewhere, session.id, "Where is Porto?", "In Portugal.", VerdictStatus.NOT_VERIFIED)
+        with pytest.raises(MissingDependencyError, match="FTS5"):
+            search_sessions(elsewhere, SearchQuery("porto"))
+    monkeypatch.setattr(search_index, "fts5_available", lambda: True)
+    with ChatStore(path) as back:
+        assert [h.snippet for h in search_sessions(back, SearchQuery("porto"))] == ["Where is Porto?"]
+        assert search_index.index_is_live(back.db.conn)
+        assert len(search_sessions(back, SearchQuery("lyon"))) == 1
+        assert index_is_consistent(back)
+        turn(back, session.id, "Where is Graz?", "In Austria.", None)  # the triggers are back
+        assert len(search_sessions(back, SearchQuery("graz"))) == 1

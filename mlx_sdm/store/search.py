@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from mlx_sdm.errors import DataError
 from mlx_sdm.network.verdict import LEGACY_NO_VERIFIER, VerdictStatus
 from mlx_sdm.store.schema import split_sql
-from mlx_sdm.store.search_index import INDEX_SQL, INDEX_TABLE, require_fts5
+from mlx_sdm.store.search_index import INDEX_SQL, INDEX_TABLE, index_is_live, require_fts5
 
 if TYPE_CHECKING:
     from mlx_sdm.store.chat_store import ChatStore
@@ -216,13 +216,14 @@ def _hit(row: sqlite3.Row) -> SearchHit:
 
 
 def ensure_index(store: "ChatStore") -> None:
-    """The index, built now (with what the store already holds) if the store was upgraded where SQLite
-    lacked FTS5; a clear error if it still does."""
-    if store.db.query("SELECT 1 FROM sqlite_master WHERE name = ?", (INDEX_TABLE,)):
-        return
+    """The index, built now (with what the store already holds) if the store was upgraded, or last opened,
+    where SQLite lacked FTS5; a clear error if it still does."""
+    with store.db.lock:
+        if index_is_live(store.db.conn):
+            return
     require_fts5()
     with store.db.tx() as conn:
-        for statement in split_sql(INDEX_SQL):
+        for statement in split_sql(INDEX_SQL):  # CREATE ... IF NOT EXISTS, then 'rebuild' from messages
             conn.execute(statement)
 
 

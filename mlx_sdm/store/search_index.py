@@ -8,7 +8,10 @@ that were there before the index.
 
 FTS5 is a compile-time option of SQLite. Where this Python's ``sqlite3`` lacks it the schema step that
 creates the index does nothing (a store must always open), and :func:`require_fts5` says at search time
-what is missing and how to get it; the index is built at the first search once FTS5 is there.
+what is missing and how to get it; the index is built at the first search once FTS5 is there. A store
+indexed by a SQLite with FTS5 and opened by one without it would fail every new message in the triggers, so
+:func:`unhook_without_fts5` drops them at open (nothing is lost: the text is in ``messages``) and the first
+search with FTS5 rebuilds the index.
 """
 
 from __future__ import annotations
@@ -50,6 +53,27 @@ def fts5_available() -> bool:
     except sqlite3.OperationalError:
         return False
     return True
+
+
+TRIGGERS = tuple(f"{INDEX_TABLE}_{event}" for event in ("insert", "delete", "update"))
+
+
+def unhook_without_fts5(conn: sqlite3.Connection) -> bool:
+    """Where this SQLite lacks FTS5, drop the index's triggers (they would make every write of a message
+    fail); True when some were dropped. The index is then stale, and :func:`index_is_live` says so."""
+    if fts5_available():
+        return False
+    present = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'") if r[0] in TRIGGERS]
+    for name in present:
+        conn.execute(f"DROP TRIGGER IF EXISTS {name}")
+    return bool(present)
+
+
+def index_is_live(conn: sqlite3.Connection) -> bool:
+    """The index exists and its triggers keep it in step (else it must be (re)built before a search)."""
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE name IN (?, ?, ?, ?)",
+                                        (INDEX_TABLE, *TRIGGERS))}
+    return names == {INDEX_TABLE, *TRIGGERS}
 
 
 def migration_sql() -> str:
