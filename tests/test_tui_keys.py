@@ -184,7 +184,7 @@ async def test_the_chat_draws_and_takes_a_message_before_the_model_has_loaded(st
             await pilot.pause(0.2)
             bubble = answers(app)[-1]
             assert "waiting for the model" in str(bubble.badge.render())
-            assert "sent when" in str(app.chat.query_one("#status-line").render())
+            assert "sent when it is ready · yours is waiting" in str(app.chat.query_one("#status-line").render())
             release.set()
             await wait_until(pilot, lambda: bubble.badge.resolved and app.chat.active is None)
             assert bubble.text and store.messages(app.chat.session_id)[-1].text == bubble.text

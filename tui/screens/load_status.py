@@ -51,4 +51,4 @@ def turn_started(screen: LoadingScreen, answer: MessageBubble, *, loading: bool)
     the engine answers it with as soon as it has loaded (then this is called again with ``loading=False``)."""
     if answer.badge is not None:
         answer.badge.set_pending(WAITING if loading else ANSWERING)
-    screen.refresh_status("your message is sent when the model is ready" if loading else "generating… (escape stops)")
+    screen.refresh_status("yours is waiting for it" if loading else "generating… (escape stops)")
