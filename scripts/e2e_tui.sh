@@ -118,7 +118,7 @@ ask() {  # ask N TEXT: send TEXT, time its first token on screen, wait for turn 
     tmux send-keys -t "$SESSION" Enter
     deadline=$(echo "$t_enter + $ANSWER_TIMEOUT" | bc)
     while (( $(echo "$(now) < $deadline" | bc) )); do
-        if turn_block "$n" | grep -Eqv "^$|verifying|$BADGE"; then first=$(now); break; fi
+        if turn_block "$n" | grep -Eqv "^$|answering|verifying|$BADGE"; then first=$(now); break; fi
         sleep 0.05
     done
     if [ -n "$first" ]; then

@@ -60,7 +60,7 @@ def test_turn_streams_then_verdict_monitor_and_one_stored_answer(make_engine):
     seq = kinds(events, result.turn)
     tokens = len(result.tokens)
     assert seq[:tokens] == ["token"] * tokens and tokens == 12  # max_tokens, streamed one by one
-    assert seq[tokens:] == ["verdict", "monitor", "finished"]
+    assert seq[tokens:] == ["verifying", "verdict", "monitor", "finished"]  # verifying: the answer is done, the verifier reads it
     (finished,) = [e for e in events if e.kind == "finished" and e.turn == result.turn]
     assert finished.result is result  # the last event carries the one typed turn record the future resolves to
     assert "".join(e.piece.text for e in events if e.kind == "token" and e.turn == result.turn) == result.text

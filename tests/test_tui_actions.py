@@ -322,7 +322,7 @@ async def test_a_turn_that_cannot_run_fails_visibly(store, tmp_path):
         async with app.run_test(size=SIZE) as pilot:
             assert "not loaded" in str(app.chat.query_one("#status-line").render())
             await pilot.press(*"Hello?", "enter")
-            await wait_until(pilot, lambda: answers(app) and str(answers(app)[-1].badge.render()) != "… verifying")
+            await wait_until(pilot, lambda: answers(app) and str(answers(app)[-1].badge.render()) != "… answering")
             assert str(answers(app)[-1].badge.render()) == "✘ failed" and app.chat.active is None
             assert any("missing" in n.message for n in app._notifications)
     finally:

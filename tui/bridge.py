@@ -94,6 +94,11 @@ class Bridge:
         self.engine.ready.add_done_callback(lambda _future: callback())
         return True
 
+    @property
+    def loading(self) -> bool:
+        """The model is still loading: the UI is up and takes messages, which the engine answers once loaded."""
+        return self.engine.info() is None and not self.engine.ready.done()  # info is set before "ready" is sent
+
     def load_state(self) -> str:
         if not self.engine.ready.done():
             return "loading…"

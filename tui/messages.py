@@ -25,6 +25,7 @@ from mlx_sdm.executor.events import (
     TokenEvent,
     TurnFinishedEvent,
     VerdictEvent,
+    VerifyingEvent,
 )
 from mlx_sdm.lm.pieces import TokenPiece
 
@@ -38,6 +39,13 @@ class TokenArrived(Message):
     @property
     def piece(self) -> TokenPiece:
         return self.event.piece
+
+
+@dataclass
+class AnswerVerifying(Message):
+    """The answer is complete and the verifier is judging it (its verdict comes next)."""
+
+    event: VerifyingEvent
 
 
 @dataclass
@@ -87,7 +95,7 @@ class PrefillProgressed(Message):
 MESSAGE_FOR_EVENT: dict[type[EngineEvent], type[Message]] = {
     PrefillEvent: PrefillProgressed, TokenEvent: TokenArrived, VerdictEvent: VerdictReady, MonitorEvent: MonitorRead,
     EscalationEvent: Escalated, TurnFinishedEvent: TurnFinished, ErrorEvent: EngineFailed, SupportEvent: SupportChanged,
-    StatusEvent: EngineStatus,
+    StatusEvent: EngineStatus, VerifyingEvent: AnswerVerifying,
 }
 
 

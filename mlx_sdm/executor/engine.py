@@ -40,12 +40,15 @@ from mlx_sdm.executor.events import (
     TokenEvent,
     TurnFinishedEvent,
     VerdictEvent,
+    VerifyingEvent,
     prefill_event,
 )
 from mlx_sdm.executor.review import DecisionResult, ReviewService
 from mlx_sdm.store.schema import MessageRecord
 from mlx_sdm.store.chat_store import ChatStore
-from mlx_sdm.turn.values import TurnComponents, TurnItem, TurnOptions, TurnOutcome, TurnRequest, AnswerVerdict
+from mlx_sdm.turn.values import (
+    AnswerComplete, AnswerVerdict, TurnComponents, TurnItem, TurnOptions, TurnOutcome, TurnRequest,
+)
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 from mlx_sdm.executor.turn_service import TurnService
 from mlx_sdm.executor.worker import MlxWorker
@@ -339,6 +342,8 @@ def turn_event(item: TurnItem, session_id: str, turn: int, *, verifier: str | No
     with the session and turn it belongs to)."""
     if isinstance(item, TokenPiece):
         return TokenEvent(session_id=session_id, turn=turn, piece=item)
+    if isinstance(item, AnswerComplete):
+        return VerifyingEvent(session_id=session_id, turn=turn, tokens=item.tokens)
     if isinstance(item, AnswerVerdict):
         return VerdictEvent(session_id=session_id, turn=turn, verdict=item.verdict,
                             unverifiable_reason=item.unverifiable_reason, verifier=verifier)

@@ -4,6 +4,7 @@ future resolves to). Dataclasses holding typed values (no MLX), so the UI can im
 Events arrive on the ENGINE's thread, in this order for one turn::
 
     TokenEvent*  (phase "answer")
+    VerifyingEvent?                  the answer is complete and the verifier is reading it (a judged turn only)
     VerdictEvent                     a DocumentVerdict (verified / not_verified / out_of_scope) or none (no_verifier)
     MonitorEvent                     a MonitorReading: AUQ level + cumulative confidence, TRACER prefix risk
     EscalationEvent?                 an Escalation: proceed_with_log (MEDIUM), pause_for_human (HIGH /
@@ -62,6 +63,15 @@ def prefill_event(session_id: str | None, turn: int, done: int, total: int) -> P
     """The event of a prefill step, or None when the prompt is too short to show one."""
     return PrefillEvent(session_id=session_id, turn=turn, done=int(done), total=int(total)) \
         if total >= LONG_PREFILL_TOKENS else None
+
+
+@dataclass
+class VerifyingEvent(EngineEvent):
+    """The answer's last token is out and the verifier is judging it (the pipeline's ``AnswerComplete``);
+    the VerdictEvent follows."""
+
+    kind: ClassVar[str] = "verifying"
+    tokens: int = 0  # how many tokens the answer has
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """ONE turn, start to end, as a stream: a :class:`TurnRequest` (the conversation so far + options) in;
-out come the answer's :class:`TokenPiece` s as they are generated, then its :class:`AnswerVerdict`, the
+out come the answer's :class:`TokenPiece` s as they are generated, then (on a judged turn)
+:class:`AnswerComplete` while the verifier reads it, then its :class:`AnswerVerdict`, the
 :class:`MonitorReading`, the :class:`Escalation`, and last the one finished record,
 :class:`TurnOutcome` (as mlx-lm's ``stream_generate`` yields its responses, the last saying why it stopped).
 
@@ -53,6 +54,7 @@ from mlx_sdm.turn.values import (
     ChatMessage,
     TurnComponents,
     TurnItem,
+    AnswerComplete,
     TurnOptions,
     TurnOutcome,
     TurnPlan,
@@ -180,6 +182,8 @@ class TurnPipeline:
             gen.release()
             yield outcome
             return
+        if plan.judge:  # the verifier reads the answer now (force-decoding it when the model saw more)
+            yield AnswerComplete(len(gen.token_ids))
         outcome.verdict, outcome.unverifiable_reason = self.judge(
             plan, gen.features if plan.judged_is_generated else None, gen.text, options)
         yield AnswerVerdict(outcome.verdict, outcome.unverifiable_reason)

@@ -108,6 +108,15 @@ class TurnPlan:
 
 
 @dataclass(frozen=True)
+class AnswerComplete:
+    """The answer's last token has been generated and the verifier is now judging it: the moment between
+    the last answer :class:`~mlx_sdm.lm.pieces.TokenPiece` and the :class:`AnswerVerdict`, yielded only on a
+    turn the verifier reads (``TurnPlan.judge``), so a UI can say "verifying" exactly while it does."""
+
+    tokens: int  # how many tokens the answer has
+
+
+@dataclass(frozen=True)
 class AnswerVerdict:
     """The verifier's verdict on this turn's answer, or why there is none (no verifier fits the model)."""
 
@@ -230,10 +239,10 @@ class TurnOutcome:
         return self.verdict.reason if self.verdict is not None else self.unverifiable_reason
 
 
-#: What a turn yields, in this order: TokenPiece* (answer) → AnswerVerdict → MonitorReading (with a session's
-#: monitor) → Escalation (when escalated) → TokenPiece* (reflection, on a HIGH pause) → TurnOutcome (last).
-#: A cancelled turn yields its pieces, then its TurnOutcome.
-TurnItem = Union[TokenPiece, AnswerVerdict, MonitorReading, Escalation, TurnOutcome]
+#: What a turn yields, in this order: TokenPiece* (answer) → AnswerComplete (on a judged turn) → AnswerVerdict
+#: → MonitorReading (with a session's monitor) → Escalation (when escalated) → TokenPiece* (reflection, on a
+#: HIGH pause) → TurnOutcome (last). A cancelled turn yields its pieces, then its TurnOutcome.
+TurnItem = Union[TokenPiece, AnswerComplete, AnswerVerdict, MonitorReading, Escalation, TurnOutcome]
 
 
 def parse_tool_calls(text: str) -> list[ToolCall]:

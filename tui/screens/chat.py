@@ -20,6 +20,7 @@ from mlx_sdm.turn.escalation import TurnStatus
 from mlx_sdm.executor.events import EngineEvent
 from mlx_sdm.store.schema import MessageRecord
 from tui.messages import (
+    AnswerVerifying,
     EngineFailed,
     EngineStatus,
     Escalated,
@@ -30,20 +31,20 @@ from tui.messages import (
     TurnFinished,
     VerdictReady,
 )
+from tui.screens.chat_keys import BINDINGS as KEY_BINDINGS, ChatKeys
 from tui.screens.clipboard import copy_text
 from tui.screens.prompts import EscalationPrompt
-from tui.screens.load_status import watch_load
+from tui.screens.load_status import turn_started, watch_load
 from tui.screens.transcript import STATUS_TEXT, apply_stored_verdict, coverage_text, stored_widgets, unverified_note
 from tui.widgets.message import MessageBubble
 from tui.widgets.monitor import MonitorPanel
-from tui.widgets.verdict_badge import VerdictBadge
 
 if TYPE_CHECKING:
     from mlx_sdm.turn.values import TurnOutcome
     from tui.bridge import Bridge
 
 
-class ChatScreen(Screen):
+class ChatScreen(ChatKeys, Screen):
     @dataclass
     class CallFailed(Message):
         """An engine call's future failed without the engine reporting it as an event (e.g. the model never
@@ -58,8 +59,7 @@ class ChatScreen(Screen):
         Binding("ctrl+t", "toggle_monitor", "Monitor", show=True),
         Binding("ctrl+y", "copy", "Copy", show=True),
         Binding("ctrl+b", "evidence", "Evidence", show=True),
-        Binding("question_mark", "app.help", "Help", show=False),
-    ]
+    ] + KEY_BINDINGS  # tab stops, moving between messages; "?" is text (f1 is help)
 
     def __init__(self, *, session_id: str | None = None, show_monitor: bool = True) -> None:
         super().__init__(id="chat")
@@ -81,7 +81,8 @@ class ChatScreen(Screen):
             yield VerticalScroll(id="chat-log")
             yield MonitorPanel(id="monitor")
         yield Static("", id="status-line")
-        yield Input(placeholder="Ask something · enter sends · escape stops · f1 help", id="prompt")
+        yield Input(placeholder="Ask something · enter sends · escape stops · f1 help", id="prompt",
+                    select_on_focus=False)  # typing goes on where it was, even after focus left the input
         yield Footer(compact=True)
 
     async def on_mount(self) -> None:
@@ -96,7 +97,9 @@ class ChatScreen(Screen):
     def refresh_status(self, note: str | None = None) -> None:
         info = self.bridge.info()
         if not info.ready:
-            parts = [f"model {info.model}"]
+            # the screen is up before the model: say so, and that typing works
+            parts = ["loading model… type away: a message is sent when it is ready" if self.bridge.loading
+                     else f"model {info.model}"]
             if note:
                 parts.append(note)
             self.query_one("#status-line", Static).update(" · ".join(parts))
@@ -210,13 +213,15 @@ class ChatScreen(Screen):
                 self.post_message(self.CallFailed(bubble, f.exception()))
 
         future.add_done_callback(done)
-        self.refresh_status("generating… (escape stops)")
+        turn_started(self, bubble, loading=self.bridge.loading)
 
     async def _log_mount(self, widget: Widget) -> None:
         log = self.query_one("#chat-log", VerticalScroll)
         await log.mount(widget)
 
     def action_stop(self) -> None:
+        if self.focused_message() is not None:  # escape on a message: back to the input
+            self.focus_prompt()
         if self.active is None:
             return
         self.bridge.cancel()
@@ -238,6 +243,11 @@ class ChatScreen(Screen):
             await self.reflection_bubble.append(piece.text)
         elif self.active is not None:
             await self.active.append(piece.text)
+
+    async def on_answer_verifying(self, message: AnswerVerifying) -> None:
+        """The last token is out: the badge says "verifying" until the verdict replaces it."""
+        if self._mine(message.event) and self.active is not None and self.active.badge is not None:
+            self.active.badge.set_verifying()
 
     async def on_verdict_ready(self, message: VerdictReady) -> None:
         event = message.event
@@ -290,6 +300,8 @@ class ChatScreen(Screen):
 
     async def on_engine_status(self, message: EngineStatus) -> None:
         self.refresh_status(message.event.message or message.event.state)
+        if message.event.state == "ready" and self.active is not None:  # sent while loading: answered now
+            turn_started(self, self.active, loading=False)
         if message.event.state == "ready" and self.session_id is None and self.bridge.coverage().tasks:
             await self.show_coverage()  # a new chat starts by saying what can be verified
 
@@ -360,24 +372,6 @@ class ChatScreen(Screen):
             message.answer.set_cancelled(STATUS_TEXT["error"])
         self.notify(str(message.error), title=type(message.error).__name__, severity="error", timeout=10)
         self.refresh_status()
-
-    def on_verdict_badge_toggled(self, event: VerdictBadge.Toggled) -> None:
-        for bubble in self.query(MessageBubble):
-            if bubble.badge is event.badge:
-                bubble.toggle_evidence(event.expanded)
-                if event.expanded and bubble.evidence is not None:
-                    bubble.evidence.scroll_visible()
-
-    def action_evidence(self) -> None:
-        """Expand / collapse the evidence of the focused answer, or of the last one."""
-        bubble = self._message_to_copy()
-        if bubble is None or bubble.badge is None:
-            answers = [b for b in self.query(MessageBubble) if b.badge is not None and b.badge.expandable]
-            bubble = answers[-1] if answers else None
-        if bubble is None or bubble.badge is None or not bubble.badge.expandable:
-            self.notify("No verdict with evidence yet.", severity="warning")
-            return
-        bubble.badge.action_toggle()
 
     def action_toggle_monitor(self) -> None:
         panel = self.query_one(MonitorPanel)

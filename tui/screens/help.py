@@ -1,4 +1,4 @@
-"""F1 / ? : what every key does."""
+"""F1: what every key does."""
 
 from __future__ import annotations
 
@@ -26,8 +26,10 @@ MEDIUM is logged; HIGH pauses the turn and asks for your guidance; CRITICAL abor
 | key | chat |
 |---|---|
 | enter | send the message |
-| escape | stop the answer being generated |
-| ctrl+b | expand / collapse the evidence of the last (or focused) answer; `v` on a badge opens it full screen |
+| escape | stop the answer being generated; on a message, back to the input |
+| tab / shift+tab | move between the input, the last answer and the monitor panel |
+| up / down | on a message: the previous / next message (home / end: the first / last) |
+| ctrl+b | expand / collapse the evidence of the focused answer (else the last); enter on a focused answer does too; `v` on a badge opens it full screen |
 | ctrl+t | show / hide the session monitor panel |
 | ctrl+o | sessions: open, rename (r), delete (d), new (n) |
 | ctrl+n | new chat |
@@ -36,7 +38,7 @@ MEDIUM is logged; HIGH pauses the turn and asks for your guidance; CRITICAL abor
 | ctrl+y | copy the last answer (or the focused message) |
 | ctrl+p | command palette (also: switch model / verifier / head, theme) |
 | f12 | save an SVG screenshot (in `<store dir>/screenshots`, or `$MLX_SDM_SCREENSHOT_DIR`) |
-| f1, ? | this help |
+| f1 | this help (a key typed on a message, `?` too, goes into the input) |
 | ctrl+q | quit |
 
 | key | review queue |

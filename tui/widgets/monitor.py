@@ -41,7 +41,7 @@ class PanelRow:
         return cls(point.turn, point.level, point.cumulative_confidence, point.tracer_risk, point.fused_p)
 
 
-class MonitorPanel(VerticalScroll, can_focus=False):
+class MonitorPanel(VerticalScroll, can_focus=True):  # a tab stop of the chat (its keys scroll it)
     """Toggle it with ctrl+t (or the command palette). Its state is the typed, reactive :attr:`rows`
     (one :class:`PanelRow` per answered turn); :meth:`watch_rows` draws them."""
 

@@ -13,6 +13,12 @@ from textual.widgets import Static
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, VerdictWords, verdict_words
 from tui.format import PENDING, badge_text
 
+#: The badge's words before the verdict: while tokens stream, then while the verifier reads the finished answer.
+ANSWERING = "… answering"
+VERIFYING = "… verifying"
+#: A message sent while the model still loads: the engine answers it once loaded.
+WAITING = "… waiting for the model"
+
 
 class VerdictBadge(Static, can_focus=True):
     """One line; click it or press enter on it to expand the evidence behind the verdict. Its state is
@@ -41,7 +47,7 @@ class VerdictBadge(Static, can_focus=True):
     expanded: reactive[bool] = reactive(False, init=False)
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__("… verifying", id=id, classes=f"badge {PENDING}")
+        super().__init__(ANSWERING, id=id, classes=f"badge {PENDING}")
         self.verdict: DocumentVerdict | None = None  # the verdict behind the words (None: no estimator judgement)
 
     @property
@@ -52,6 +58,15 @@ class VerdictBadge(Static, can_focus=True):
     def resolved(self) -> bool:
         """A verdict is shown (False while streaming, and for a turn that ended without one)."""
         return self.words is not None
+
+    def set_verifying(self) -> None:
+        """The answer is complete and the verifier is reading it (until :meth:`set_verdict`)."""
+        self.set_pending(VERIFYING)
+
+    def set_pending(self, text: str) -> None:
+        """Words before the verdict (:data:`ANSWERING`, :data:`VERIFYING`, :data:`WAITING`)."""
+        if not self.resolved and not self.has_class("cancelled"):
+            self.update(text)
 
     def set_verdict(self, verdict: DocumentVerdict | None, *, reason: str | None = None) -> None:
         """Show the final verdict (None = no verifier judged it; ``reason`` says why)."""
