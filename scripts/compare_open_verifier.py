@@ -113,6 +113,14 @@ def threshold_for(scores: np.ndarray, labels: np.ndarray) -> float:
     return float("inf")
 
 
+def one_sided_lower(n: int, accuracy: float, confidence: float = 0.95) -> float:
+    """Clopper-Pearson one-sided lower bound on the precision of n admitted answers at ``accuracy``."""
+    from scipy.stats import beta
+
+    k = round(accuracy * n)
+    return 0.0 if k == 0 else float(beta.ppf(1 - confidence, k, n - k + 1))
+
+
 def families(args) -> int:
     """How often the model's answer is right, per source of question (NQ-open, WebQuestions, each made family)."""
     from collections import Counter
@@ -170,6 +178,9 @@ def main() -> int:
             t = threshold_for(by_part["calibration"], labels["calibration"])
             admitted = by_part[k] >= t
             rows.setdefault(name, {})[k] = (int(admitted.sum()), float(labels[k][admitted].mean()) if admitted.any() else None)
+            on_calibration = by_part["calibration"] >= t
+            rows[name]["calibration"] = (int(on_calibration.sum()),
+                                         float(labels["calibration"][on_calibration].mean()) if on_calibration.any() else None)
     n = {k: len(parts[k]) for k in ("test", "shift")}
     right = {k: int(labels[k].sum()) for k in ("test", "shift")}
     print(f"held-out test: {n['test']} answers, {right['test']} right; shift (WebQuestions): {n['shift']} answers, "
@@ -179,6 +190,10 @@ def main() -> int:
     for name, by in rows.items():
         cells = [f"{by[k][0]} | {'-' if by[k][1] is None else format(by[k][1], '.3f')}" for k in ("test", "shift")]
         print(f"| {name} | " + " | ".join(cells) + " |")
+    for name in scores:  # how much the 0.95 threshold rests on: a point estimate, no finite-sample bound
+        count, accuracy = rows[name]["calibration"]
+        print(f"{name}: its threshold admits {count} of {len(parts['calibration'])} calibration answers"
+              + ("" if accuracy is None else f" ({accuracy:.3f} right; {one_sided_lower(count, accuracy):.3f} lower 95 % bound)"))
     print(f"({time.time() - started:.0f} s)")
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "sizes": n, "right": right}, indent=1))
