@@ -226,6 +226,12 @@ class SdmChatApp(App):
         yield SystemCommand(
             "Export review labels", "Decisions as training rows for mlx-sdm train / finetune", self.action_export_labels
         )
+        yield SystemCommand("Regenerate answer", "Answer the last question again, sampled; both answers stay (ctrl+g)",
+                            self.chat.action_regenerate)
+        yield SystemCommand("Branch from a turn…", "Continue from an earlier turn in a new session that remembers "
+                            "where it came from (ctrl+f)", self.chat.action_branch)
+        yield SystemCommand("Edit and resend a question…", "Edit an earlier question and send it in a new branch; "
+                            "the original stays (ctrl+up)", self.chat.action_edit_turn)
         yield SystemCommand("Toggle monitor panel", "Show or hide AUQ / TRACER per turn (ctrl+t)", self.action_toggle_monitor)
         yield SystemCommand("Rename session", "Give this chat a title", self._rename_current)
         yield SystemCommand("Show copied text", "The last copied message as selectable text, and its file", self.action_show_copied)

@@ -33,6 +33,7 @@ from tui.messages import (
 from tui.screens.clipboard import copy_text
 from tui.screens.prompts import EscalationPrompt
 from tui.screens.load_status import watch_load
+from tui.screens import turns
 from tui.screens.transcript import STATUS_TEXT, apply_stored_verdict, coverage_text, stored_widgets, unverified_note
 from tui.widgets.message import MessageBubble
 from tui.widgets.monitor import MonitorPanel
@@ -58,6 +59,9 @@ class ChatScreen(Screen):
         Binding("ctrl+t", "toggle_monitor", "Monitor", show=True),
         Binding("ctrl+y", "copy", "Copy", show=True),
         Binding("ctrl+b", "evidence", "Evidence", show=True),
+        Binding("ctrl+g", "regenerate", "Regenerate", show=False),
+        Binding("ctrl+f", "branch", "Branch", show=False),
+        Binding("ctrl+up", "edit_turn", "Edit", show=False),
         Binding("question_mark", "app.help", "Help", show=False),
     ]
 
@@ -191,9 +195,9 @@ class ChatScreen(Screen):
         session_id = self.session_id
         await self._start(lambda: self.bridge.send(session_id, text))
 
-    async def _start(self, call: Callable[[], Future]) -> None:
+    async def _start(self, call: Callable[[], Future], *, title: str | None = None) -> None:
         """Mount the answer's bubble, then hand the turn to the engine (which returns at once)."""
-        bubble = MessageBubble("assistant", "", title=f"assistant · turn {self.turn_number}", number=self.turn_number)
+        bubble = MessageBubble("assistant", "", title=title or f"assistant · turn {self.turn_number}", number=self.turn_number)
         self.active = bubble  # before the mount, so nobody sees the answer's bubble without a running turn
         self.reflection_bubble = None
         await self._log_mount(bubble)
@@ -378,6 +382,15 @@ class ChatScreen(Screen):
             self.notify("No verdict with evidence yet.", severity="warning")
             return
         bubble.badge.action_toggle()
+
+    async def action_regenerate(self) -> None:
+        await turns.regenerate(self)
+
+    def action_branch(self) -> None:
+        turns.branch(self)
+
+    def action_edit_turn(self) -> None:
+        turns.edit(self)
 
     def action_toggle_monitor(self) -> None:
         panel = self.query_one(MonitorPanel)
