@@ -126,3 +126,20 @@ async def test_edit_and_resend_sends_the_edited_question_in_a_branch(store, veri
             assert answers(app)[-1].badge.resolved
     finally:
         engine.shutdown()
+
+
+async def test_the_palette_regenerates(store, verifier_dir):
+    engine = make_engine(store, verifier_dir)
+    try:
+        app = SdmChatApp(engine=engine, store=store)
+        async with app.run_test(size=SIZE) as pilot:
+            await send(pilot, app, "Is Paris the capital of France?")
+            await pilot.press("ctrl+p")
+            await pilot.pause(0.1)
+            await pilot.press(*"Regenerate answer")
+            await pilot.pause(0.3)
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: len(answers(app)) == 2 and app.chat.active is None)
+            assert answers(app)[1].badge.resolved
+    finally:
+        engine.shutdown()

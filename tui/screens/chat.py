@@ -33,7 +33,6 @@ from tui.messages import (
 from tui.screens.clipboard import copy_text
 from tui.screens.prompts import EscalationPrompt
 from tui.screens.load_status import watch_load
-from tui.screens import turns
 from tui.screens.transcript import STATUS_TEXT, apply_stored_verdict, coverage_text, stored_widgets, unverified_note
 from tui.widgets.message import MessageBubble
 from tui.widgets.monitor import MonitorPanel
@@ -59,9 +58,6 @@ class ChatScreen(Screen):
         Binding("ctrl+t", "toggle_monitor", "Monitor", show=True),
         Binding("ctrl+y", "copy", "Copy", show=True),
         Binding("ctrl+b", "evidence", "Evidence", show=True),
-        Binding("ctrl+g", "regenerate", "Regenerate", show=False),
-        Binding("ctrl+f", "branch", "Branch", show=False),
-        Binding("ctrl+up", "edit_turn", "Edit", show=False),
         Binding("question_mark", "app.help", "Help", show=False),
     ]
 
@@ -382,15 +378,6 @@ class ChatScreen(Screen):
             self.notify("No verdict with evidence yet.", severity="warning")
             return
         bubble.badge.action_toggle()
-
-    async def action_regenerate(self) -> None:
-        await turns.regenerate(self)
-
-    def action_branch(self) -> None:
-        turns.branch(self)
-
-    def action_edit_turn(self) -> None:
-        turns.edit(self)
 
     def action_toggle_monitor(self) -> None:
         panel = self.query_one(MonitorPanel)

@@ -13,7 +13,7 @@ The picker lists the session's questions; enter picks, escape closes."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -27,8 +27,8 @@ from mlx_sdm.executor.regeneration import regeneration
 from mlx_sdm.store.schema import MessageRecord
 from tui.format import shorten
 
-if TYPE_CHECKING:
-    from tui.screens.chat import ChatScreen
+#: The chat screen (``tui.screens.chat.ChatScreen``; not imported: it would import this module back).
+ChatScreen = Any
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ class TurnPicker(ModalScreen[Turn | None]):
         self.dismiss(None)
 
 
-def _ready(chat: "ChatScreen", what: str) -> list[Turn] | None:
+def _ready(chat: ChatScreen, what: str) -> list[Turn] | None:
     """The session's turns, or None (said why) when there is nothing to act on."""
     if chat.active is not None:
         chat.notify(f"An answer is still streaming; escape stops it before you {what}.", severity="warning")
@@ -91,7 +91,7 @@ def _ready(chat: "ChatScreen", what: str) -> list[Turn] | None:
     return turns
 
 
-async def regenerate(chat: "ChatScreen") -> None:
+async def regenerate(chat: ChatScreen) -> None:
     """Answer the last question again (sampled); the new answer gets its own bubble and verdict."""
     if _ready(chat, "regenerate") is None:
         return
@@ -105,7 +105,7 @@ async def regenerate(chat: "ChatScreen") -> None:
                       title=f"assistant · turn {chat.turn_number} · answer {again.attempt + 1} (sampled)")
 
 
-def branch(chat: "ChatScreen") -> None:
+def branch(chat: ChatScreen) -> None:
     """Pick a turn; continue from it in a new session."""
     turns = _ready(chat, "branch")
     if turns is None:
@@ -123,7 +123,7 @@ def branch(chat: "ChatScreen") -> None:
                                     "enter: a new session with the turns up to this one · escape closes", turns), picked)
 
 
-def edit(chat: "ChatScreen") -> None:
+def edit(chat: ChatScreen) -> None:
     """Pick a question; a new branch holds the turns before it, and the prompt the question to edit and send."""
     turns = _ready(chat, "edit")
     if turns is None:
