@@ -14,7 +14,8 @@
 #   6. edit and resend (ctrl+up): the follow-up of step 3 edited and sent in a new branch holding turns 1
 #      and 2; its answer gets a badge, and the original session keeps its own turn 3;
 #   7. branch (ctrl+f): a new session from turn 1 (both of its answers), titled as a branch; the sessions
-#      screen (ctrl+o) says "“<title>”, turn 1" in its "branched from" column;
+#      screen (ctrl+o) says "turn 1 of “<title>”" (and "turn 2 of …" for the edit's branch) in its
+#      "branched from" column;
 #   8. search (ctrl+p → Search sessions…): "Australia" finds the question in the original and in both
 #      branches; enter opens a hit's session.
 # Step 1 also regenerates its answer (ctrl+g): a second, sampled answer appears under the first ("answer 2
@@ -293,7 +294,6 @@ save "05-article-again"
 shot chat-same-again
 
 echo "e2e: -- step 6: edit and resend the follow-up"
-ORIGINAL_TITLE=$(header)
 tmux send-keys -t "$SESSION" C-Up
 if wait_for "Edit and resend which question" 10; then
     tmux send-keys -t "$SESSION" k; sleep 0.3; tmux send-keys -t "$SESSION" Enter  # turn 3, above the last
@@ -338,9 +338,9 @@ if wait_for "Branch: continue from which turn" 10; then
         no_toasts
         tmux send-keys -t "$SESSION" C-o
         if wait_for "branched from" 10 && wait_for "turn 1" 5; then
-            pane | grep -E "\(branch\)|edit of turn" | sed 's/[│┃]/ /g; s/  */ /g; s/^/e2e:   /'
-            check "7: the sessions screen says where the branch came from (\"…”, turn 1\")" \
-                "$(pane | grep "(branch)" | grep -q "”, turn 1" && echo 1)"
+            pane | grep -E "turn [0-9]+ of “" | sed 's/[│┃█]/ /g; s/  */ /g; s/^/e2e:   /'
+            check "7: the sessions screen says where each branch came from (\"turn 1 of “…”\", \"turn 2 of “…”\")" \
+                "$(pane | grep -q "turn 1 of “" && pane | grep -q "turn 2 of “" && echo 1)"
             save "07b-sessions"
             shot sessions-branch
         else

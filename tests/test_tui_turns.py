@@ -93,7 +93,7 @@ async def test_branch_continues_from_an_earlier_turn_in_a_new_session(store, ver
             await wait_until(pilot, lambda: isinstance(app.screen, SessionsScreen))
             table = app.screen.query_one(DataTable)
             row = table.get_row(branch.id)
-            assert row[-1] == f"“{parent_title}”, turn 1"
+            assert row[-1] == f"turn 1 of “{parent_title[:13]}…”"
             assert table.get_row(parent)[-1] == ""
     finally:
         engine.shutdown()

@@ -46,7 +46,7 @@ class SdmChatApp(App):
         Binding("ctrl+r", "review", "Review"),
         Binding("ctrl+s", "export", "Export"),
         Binding("f2", "change_theme", "Theme", show=False),
-        Binding("f12", "screenshot", "Screenshot", show=False),
+        Binding("f12", "screenshot", "Screenshot", show=False, priority=True),  # priority: modal screens too
         Binding("ctrl+g", "regenerate", "Regenerate", show=False),  # on the chat screen (tui/screens/turns.py)
         Binding("ctrl+f", "branch", "Branch", show=False),
         Binding("ctrl+up", "edit_turn", "Edit and resend", show=False),

@@ -19,11 +19,11 @@ if TYPE_CHECKING:
 
 
 def branch_origin(session: SessionInfo) -> str:
-    """Where a branch came from, short ("“Capitals”, turn 2"); empty for a session that is not a branch."""
+    """Where a branch came from, short ("turn 2 of “Capitals”"); empty for a session that is not a branch."""
     origin = session.branch
     if origin is None:
         return ""
-    return f"“{shorten(origin.title, 24)}”, " + (f"turn {origin.turn}" if origin.turn else "before turn 1")
+    return (f"turn {origin.turn}" if origin.turn else "before turn 1") + f" of “{shorten(origin.title, 14)}”"
 
 
 class SessionsScreen(ModalScreen[str | None]):
@@ -61,7 +61,7 @@ class SessionsScreen(ModalScreen[str | None]):
         self.sessions = self.bridge.sessions()
         for s in self.sessions:
             table.add_row(
-                shorten(s.title, 40), str(s.message_count), s.updated_at[:16].replace("T", " "), s.model or "",
+                shorten(s.title, 36), str(s.message_count), s.updated_at[:16].replace("T", " "), s.model or "",
                 branch_origin(s), key=s.id
             )
 
