@@ -74,7 +74,7 @@ turn_block() { no_toasts || true; chat_column | awk -v t="assistant · turn $1" 
 # The regenerated answer N of turn T: its lines from "assistant · turn T · answer N (sampled)".
 regen_block() { no_toasts || true; chat_column | awk -v t="assistant · turn $1 · answer $2 (sampled)" '$0 == t {f = 1; next} f && /^AUQ / {exit} f {print}'; }
 regen_badge() { regen_block "$1" "$2" | grep -E "^[▸▾]? ?$BADGE" | head -1 | sed 's/^[▸▾] //'; }
-header() { pane | head -1; }
+header() { pane | grep -m1 -o "[^◆]* — verified local chat" | sed 's/ — verified local chat$//; s/^ *//'; }
 turn_answer() { turn_block "$1" | awk '/^(▸|▾) / {exit} {print}' | sed '/^$/d'; }
 turn_badge() { turn_block "$1" | grep -E "^[▸▾]? ?$BADGE" | head -1 | sed 's/^[▸▾] //'; }
 support_in_status() { pane | grep -o "· support [0-9]*" | grep -o "[0-9]*$" | tail -1; }
@@ -297,8 +297,8 @@ echo "e2e: -- step 6: edit and resend the follow-up"
 tmux send-keys -t "$SESSION" C-Up
 if wait_for "Edit and resend which question" 10; then
     tmux send-keys -t "$SESSION" k; sleep 0.3; tmux send-keys -t "$SESSION" Enter  # turn 3, above the last
-    if wait_for "\(edit of turn 3\)" 10 && wait_for "$FOLLOW_UP" 5; then
-        ok "6: a new branch \"$(header | sed 's/^[^A-Za-z]*//; s/ *[0-9:]*$//' | sed 's/  */ /g')\" with the follow-up in the prompt"
+    if wait_for "edit of turn 3 · " 10 && wait_for "$FOLLOW_UP" 5; then
+        ok "6: a new branch \"$(header)\" with the follow-up in the prompt"
         no_toasts
         tmux send-keys -t "$SESSION" -l " Answer in one sentence."
         sleep 0.3
@@ -330,8 +330,8 @@ no_toasts
 tmux send-keys -t "$SESSION" C-f
 if wait_for "Branch: continue from which turn" 10; then
     tmux send-keys -t "$SESSION" Home; sleep 0.3; tmux send-keys -t "$SESSION" Enter  # turn 1
-    if wait_for "\(branch\)" 10 && wait_for "branched from" 5; then
-        ok "7: a new session \"$(header | grep -o '[^│]*(branch)' | sed 's/^ *//')\" from turn 1"
+    if wait_for "branch · edit of turn 3 · " 10 && wait_for "branched from" 5; then
+        ok "7: a new session \"$(header)\" from turn 1"
         check "7: it holds turn 1 with both answers, and no turn 2" \
             "$(pane | grep -q "assistant · turn 1 · answer 2 (sampled)" && ! pane | grep -q "assistant · turn 2" && echo 1)"
         save "07-branch"
@@ -369,7 +369,7 @@ if wait_for "Search sessions" 10 && wait_for "enter or ↓ to the hits" 10; then
         save "08-search"
         shot search
         tmux send-keys -t "$SESSION" Enter; sleep 0.3; tmux send-keys -t "$SESSION" Enter  # to the hits, open the first
-        if wait_for "Stop .*Evidence" 10 && in_chat; then ok "8: enter opened the hit's session: $(header | sed 's/^[^A-Za-z]*//; s/  */ /g')"
+        if wait_for "Stop .*Evidence" 10 && in_chat; then ok "8: enter opened the hit's session: \"$(header)\""
         else fail "8: enter on a hit opened its session"; back_to_chat; fi
     else
         fail "8: no hits for Australia"

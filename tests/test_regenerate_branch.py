@@ -35,7 +35,7 @@ def test_a_branch_copies_the_turns_before_its_point_and_remembers_where_it_came_
     parent, ids = two_turns(store)
     branch = store.branch_session(parent, before_message_id=ids[2])  # continue after turn 1
     assert branch.branch == BranchOrigin(parent, ids[1], 1, "Capitals")
-    assert branch.title == "Capitals (branch)" and branch.branch.words() == "branched from “Capitals”, turn 1"
+    assert branch.title == "branch · Capitals" and branch.branch.words() == "branched from “Capitals”, turn 1"
     copied = store.messages(branch.id)
     assert [(m.role, m.text) for m in copied] == [("user", "Capital of France?"), ("assistant", "Paris.")]
     assert copied[1].verdict_status == "verified" and copied[1].verdict == store.messages(parent)[1].verdict

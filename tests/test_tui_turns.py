@@ -84,7 +84,7 @@ async def test_branch_continues_from_an_earlier_turn_in_a_new_session(store, ver
             await wait_until(pilot, lambda: app.chat.session_id not in (None, parent))
             branch = store.get_session(app.chat.session_id)
             assert branch.branch.session_id == parent and branch.branch.turn == 1
-            assert branch.title == f"{parent_title} (branch)" and app.chat.title == branch.title
+            assert branch.title == f"branch · {parent_title}" and app.chat.title == branch.title
             assert [m.text for m in store.messages(branch.id) if m.role == "user"] == ["First question?"]
             assert len(answers(app)) == 1 and answers(app)[0].badge.resolved  # the copied answer keeps its badge
             bubble = await send(pilot, app, "A different second question?")  # the branch goes on by itself
@@ -115,7 +115,7 @@ async def test_edit_and_resend_sends_the_edited_question_in_a_branch(store, veri
             assert prompt.value == "Second question?" and prompt.has_focus
             branch = app.chat.session_id
             assert store.get_session(branch).branch.turn == 1
-            assert store.get_session(branch).title.endswith("(edit of turn 2)")
+            assert store.get_session(branch).title.startswith("edit of turn 2 · ")
             await pilot.press(*" Edited.")
             before = len(answers(app))
             await pilot.press("enter")

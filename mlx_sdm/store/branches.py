@@ -26,7 +26,7 @@ def branch_session(conn: sqlite3.Connection, parent_id: str, before_message_id: 
                    title: str | None = None) -> str:
     """Copy session ``parent_id``'s messages with ids below ``before_message_id`` (None: all of them) into a
     new session and return its id. Answers still being written are not copied. ``title``: the branch's
-    (default: the parent's, marked as a branch)."""
+    (default: the parent's after "branch · ", which stays in sight when a list shortens it)."""
     parent = conn.execute("SELECT * FROM sessions WHERE id = ?", (parent_id,)).fetchone()
     if parent is None:
         raise DataError(f"no session with id {parent_id!r}", field="session")
@@ -38,7 +38,7 @@ def branch_session(conn: sqlite3.Connection, parent_id: str, before_message_id: 
     conn.execute(
         "INSERT INTO sessions(id, title, created_at, updated_at, model, verifier, title_pending, provenance_json, "
         "parent_session_id, parent_message_id, parent_turn, parent_title) VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?)",
-        (branch_id, title or f"{parent['title']} (branch)", stamp, stamp, parent["model"], parent["verifier"],
+        (branch_id, title or f"branch · {parent['title']}", stamp, stamp, parent["model"], parent["verifier"],
          parent["provenance_json"], parent_id, rows[-1]["id"] if rows else None, turn, parent["title"]),
     )
     new_ids: dict[int, int] = {}

@@ -134,7 +134,7 @@ def edit(chat: ChatScreen) -> None:
         if turn is None:
             return
         made = chat.bridge.branch_session(parent, before_message_id=turn.question.id,
-                                          title=f"{chat.bridge.session(parent).title} (edit of turn {turn.number})")
+                                          title=f"edit of turn {turn.number} · {chat.bridge.session(parent).title}")
         await chat.open_session(made.id)
         chat.insert_prompt(turn.question.text)
         chat.notify(f"Edit turn {turn.number} and press enter: it is sent in a new session, {made.branch.words()}; "
