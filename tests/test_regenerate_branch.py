@@ -107,3 +107,16 @@ def test_the_engine_regenerates_sampled_and_keeps_both_answers(tmp_path):
         assert sum(1 for m in store.messages(s.id) if m.role == "user") == 1  # the question is not repeated
     finally:
         engine.shutdown()
+
+
+def test_the_markdown_export_says_which_answer_was_regenerated_and_where_a_branch_came_from(tmp_path):
+    from mlx_sdm.store.export import session_to_markdown
+
+    store = ChatStore(tmp_path / "chat.db")
+    parent, ids = two_turns(store)
+    store.add_answer(AnswerRecord(parent, "Rome, of course.", verdict_status="no_verifier",
+                                  metadata=MessageMeta(replaces=ids[3], seed=1, temperature=0.7)))
+    text = session_to_markdown(store, parent)
+    assert "### Assistant (regenerated: sampled at temperature 0.7, seed 1)" in text and text.count("### Assistant") == 3
+    branch = store.branch_session(parent, before_message_id=ids[2])
+    assert f"- branched from “Capitals”, turn 1 (session `{parent}`)" in session_to_markdown(store, branch.id)
