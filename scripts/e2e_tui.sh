@@ -346,6 +346,9 @@ if wait_for "Branch: continue from which turn" 10; then
         else
             fail "7: the sessions screen (ctrl+o) with its branched-from column"
         fi
+        tmux send-keys -t "$SESSION" Escape  # close the sessions screen (the chat's footer shows under it)
+        for _ in $(seq 50); do pane | grep -q "branched from" || break; sleep 0.1; done
+        pane | grep -q "branched from" && fail "7: the sessions screen closed (escape)"
         back_to_chat || fail "7: back to the chat (escape)"
     else
         fail "7: the branch did not open"
@@ -369,8 +372,11 @@ if wait_for "Search sessions" 10 && wait_for "enter or ↓ to the hits" 10; then
         save "08-search"
         shot search
         tmux send-keys -t "$SESSION" Enter; sleep 0.3; tmux send-keys -t "$SESSION" Enter  # to the hits, open the first
-        if wait_for "Stop .*Evidence" 10 && in_chat; then ok "8: enter opened the hit's session: \"$(header)\""
+        if wait_for "Stop .*Evidence" 10 && in_chat && wait_for " — verified local chat" 10; then
+            sleep 1
+            check "8: enter opened the hit's session: \"$(header)\"" "$(pane | grep -q "What is the capital of Australia?" && [ -n "$(header)" ] && echo 1)"
         else fail "8: enter on a hit opened its session"; back_to_chat; fi
+        save "08b-opened"
     else
         fail "8: no hits for Australia"
     fi
