@@ -10,13 +10,23 @@
 #   3. a follow-up ("Why did you pick that topic?"): a prose answer, not forced into the task's JSON;
 #   4. the review queue (ctrl+r): the turn-1 answer (else the first queued one) marked acceptable; the
 #      review footer's "support set N points" and the chat's status line "support N" both move by one;
-#   5. the article again: the same answer and the same verdict as in step 2.
+#   5. the article again: the same answer and the same verdict as in step 2;
+#   6. edit and resend (ctrl+up): the follow-up of step 3 edited and sent in a new branch holding turns 1
+#      and 2; its answer gets a badge, and the original session keeps its own turn 3;
+#   7. branch (ctrl+f): a new session from turn 1 (both of its answers), titled as a branch; the sessions
+#      screen (ctrl+o) says "turn 1 of “<title>”" (and "turn 2 of …" for the edit's branch) in its
+#      "branched from" column;
+#   8. search (ctrl+p → Search sessions…): "Australia" finds the question in the original and in both
+#      branches; enter opens a hit's session.
+# Step 1 also regenerates its answer (ctrl+g): a second, sampled answer appears under the first ("answer 2
+# (sampled)"), each with its own badge.
 # Then it exports the session (ctrl+s) and quits (ctrl+q). Exit status 0 when every step was seen.
 #
 # Each step's screen is saved as text under E2E_OUT (NN-step.txt; the store is E2E_OUT/store). With
 # --svg DIR (or E2E_SVG=DIR) the same run also saves SVG screenshots there, taken by the app itself (f12):
-# chat-everyday, verified-answer, chat-follow-up, review-queue, chat-same-again (.svg); the docs'
-# screenshots are made with `scripts/e2e_tui.sh --svg docs/screenshots`.
+# chat-everyday, chat-regenerated, verified-answer, chat-follow-up, review-queue, chat-same-again,
+# chat-edited, sessions-branch, search (.svg); the docs' screenshots are made with
+# `scripts/e2e_tui.sh --svg docs/screenshots`.
 #
 # Environment: PYTHON (default .venv/bin/python), E2E_OUT (default a new temp dir), E2E_SIZE (the
 # terminal, default 120x50), LOAD_TIMEOUT and
@@ -61,6 +71,10 @@ pane() { tmux capture-pane -p -t "$SESSION"; }
 chat_column() { pane | sed -e 's/[[:space:]]*▏.*$//' -e 's/^ █ \{0,1\}//' -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//'; }
 # Turn N's lines: from its "assistant · turn N" title to its monitor line.
 turn_block() { no_toasts || true; chat_column | awk -v t="assistant · turn $1" '$0 == t {f = 1; next} f && /^AUQ / {exit} f {print}'; }
+# The regenerated answer N of turn T: its lines from "assistant · turn T · answer N (sampled)".
+regen_block() { no_toasts || true; chat_column | awk -v t="assistant · turn $1 · answer $2 (sampled)" '$0 == t {f = 1; next} f && /^AUQ / {exit} f {print}'; }
+regen_badge() { regen_block "$1" "$2" | grep -E "^[▸▾]? ?$BADGE" | head -1 | sed 's/^[▸▾] //'; }
+header() { pane | grep -m1 -o "[^◆]* — verified local chat" | sed 's/ — verified local chat$//; s/^ *//'; }
 turn_answer() { turn_block "$1" | awk '/^(▸|▾) / {exit} {print}' | sed '/^$/d'; }
 turn_badge() { turn_block "$1" | grep -E "^[▸▾]? ?$BADGE" | head -1 | sed 's/^[▸▾] //'; }
 support_in_status() { pane | grep -o "· support [0-9]*" | grep -o "[0-9]*$" | tail -1; }
@@ -179,6 +193,28 @@ fi
 save "01-everyday-question"
 shot chat-everyday
 
+echo "e2e: -- step 1b: regenerate the everyday answer"
+if in_chat; then
+    tmux send-keys -t "$SESSION" C-g
+    if wait_for "assistant · turn 1 · answer 2 \(sampled\)" 10; then
+        deadline=$(echo "$(now) + $ANSWER_TIMEOUT" | bc)
+        while (( $(echo "$(now) < $deadline" | bc) )); do
+            regen_badge 1 2 | grep -Eq "$BADGE" && ! pane | grep -q "generating…\|stopping…" && break
+            sleep 0.2
+        done
+        echo "e2e:   answer 2: $(regen_block 1 2 | awk '/^(▸|▾) / {exit} {print}' | sed '/^$/d' | tr '\n' ' ' | sed 's/ $//')"
+        echo "e2e:   badge:    $(regen_badge 1 2)"
+        check "1b: a second answer with its own badge, the first keeps its badge ($(turn_badge 1))" \
+            "$(regen_badge 1 2 | grep -Eq "$BADGE" && turn_badge 1 | grep -Eq "$BADGE" && echo 1)"
+    else
+        fail "1b: regenerate (ctrl+g) showed no second answer"
+    fi
+else
+    fail "1b: the chat screen is not showing"
+fi
+save "01b-regenerated"
+shot chat-regenerated
+
 echo "e2e: -- step 2: the README's news article"
 if ask 2 "$ARTICLE"; then
     show_turn 2
@@ -256,6 +292,98 @@ if ask 4 "$ARTICLE"; then
 fi
 save "05-article-again"
 shot chat-same-again
+
+echo "e2e: -- step 6: edit and resend the follow-up"
+tmux send-keys -t "$SESSION" C-Up
+if wait_for "Edit and resend which question" 10; then
+    tmux send-keys -t "$SESSION" k; sleep 0.3; tmux send-keys -t "$SESSION" Enter  # turn 3, above the last
+    if wait_for "edit of turn 3 · " 10 && wait_for "$FOLLOW_UP" 5; then
+        ok "6: a new branch \"$(header)\" with the follow-up in the prompt"
+        no_toasts
+        tmux send-keys -t "$SESSION" -l " Answer in one sentence."
+        sleep 0.3
+        tmux send-keys -t "$SESSION" Enter
+        if wait_for "assistant · turn 3" "$ANSWER_TIMEOUT"; then
+            deadline=$(echo "$(now) + $ANSWER_TIMEOUT" | bc)
+            while (( $(echo "$(now) < $deadline" | bc) )); do
+                turn_badge 3 | grep -Eq "$BADGE" && ! pane | grep -q "generating…\|stopping…" && break
+                sleep 0.2
+            done
+            show_turn 3
+            check "6: the edited question answered in the branch, with a badge" "$(turn_badge 3 | grep -Eq "$BADGE" && echo 1)"
+            check "6: the branch holds turns 1 and 2 (and no turn 4)" \
+                "$(pane | grep -q "assistant · turn 4" || echo 1)"
+        else
+            fail "6: no answer to the edited question"
+        fi
+    else
+        fail "6: the edit did not open a branch with the question in the prompt"
+    fi
+else
+    fail "6: edit and resend (ctrl+up) opened no picker"
+fi
+save "06-edited"
+shot chat-edited
+
+echo "e2e: -- step 7: branch from turn 1"
+no_toasts
+tmux send-keys -t "$SESSION" C-f
+if wait_for "Branch: continue from which turn" 10; then
+    tmux send-keys -t "$SESSION" Home; sleep 0.3; tmux send-keys -t "$SESSION" Enter  # turn 1
+    if wait_for "branch · edit of turn 3 · " 10 && wait_for "branched from" 5; then
+        ok "7: a new session \"$(header)\" from turn 1"
+        check "7: it holds turn 1 with both answers, and no turn 2" \
+            "$(pane | grep -q "assistant · turn 1 · answer 2 (sampled)" && ! pane | grep -q "assistant · turn 2" && echo 1)"
+        save "07-branch"
+        no_toasts
+        tmux send-keys -t "$SESSION" C-o
+        if wait_for "branched from" 10 && wait_for "turn 1" 5; then
+            pane | grep -E "turn [0-9]+ of “" | sed 's/[│┃█]/ /g; s/  */ /g; s/^/e2e:   /'
+            check "7: the sessions screen says where each branch came from (\"turn 1 of “…”\", \"turn 2 of “…”\")" \
+                "$(pane | grep -q "turn 1 of “" && pane | grep -q "turn 2 of “" && echo 1)"
+            save "07b-sessions"
+            shot sessions-branch
+        else
+            fail "7: the sessions screen (ctrl+o) with its branched-from column"
+        fi
+        tmux send-keys -t "$SESSION" Escape  # close the sessions screen (the chat's footer shows under it)
+        for _ in $(seq 50); do pane | grep -q "branched from" || break; sleep 0.1; done
+        pane | grep -q "branched from" && fail "7: the sessions screen closed (escape)"
+        back_to_chat || fail "7: back to the chat (escape)"
+    else
+        fail "7: the branch did not open"
+    fi
+else
+    fail "7: branch (ctrl+f) opened no picker"
+fi
+
+echo "e2e: -- step 8: search"
+no_toasts
+tmux send-keys -t "$SESSION" C-p; sleep 0.5
+tmux send-keys -t "$SESSION" -l "Search sessions"; sleep 0.5
+tmux send-keys -t "$SESSION" Enter
+if wait_for "Search sessions" 10 && wait_for "enter or ↓ to the hits" 10; then
+    tmux send-keys -t "$SESSION" -l "Australia"
+    if wait_for "[0-9]+ hits?" 10; then
+        sleep 0.5
+        hits=$(pane | grep -oE "[0-9]+ hits?" | head -1 | grep -oE "^[0-9]+")
+        echo "e2e:   $hits hits for \"Australia\""
+        check "8: the question found in the original and both branches (at least 3 hits)" "$([ "${hits:-0}" -ge 3 ] && echo 1)"
+        save "08-search"
+        shot search
+        tmux send-keys -t "$SESSION" Enter; sleep 0.3; tmux send-keys -t "$SESSION" Enter  # to the hits, open the first
+        if wait_for "Stop .*Evidence" 10 && in_chat && wait_for " — verified local chat" 10; then
+            sleep 1
+            check "8: enter opened the hit's session: \"$(header)\"" "$(pane | grep -q "What is the capital of Australia?" && [ -n "$(header)" ] && echo 1)"
+        else fail "8: enter on a hit opened its session"; back_to_chat; fi
+        save "08b-opened"
+    else
+        fail "8: no hits for Australia"
+    fi
+else
+    fail "8: the palette's Search sessions… did not open"
+fi
+back_to_chat || fail "8: back to the chat"
 
 tmux send-keys -t "$SESSION" C-s  # Markdown and session JSONL under <store dir>/exports
 sleep 1.5

@@ -26,6 +26,7 @@ from tui.screens.prompts import CopyFallback, TextPrompt
 from tui.screens.review import ReviewScreen
 from tui.screens.search import SearchScreen
 from tui.screens.sessions import SessionsScreen
+from tui.screens import turns
 
 DEFAULT_THEME = "textual-dark"
 #: Where f12 (and the palette's "Screenshot") saves SVGs; default ``<store dir>/screenshots``.
@@ -45,7 +46,10 @@ class SdmChatApp(App):
         Binding("ctrl+r", "review", "Review"),
         Binding("ctrl+s", "export", "Export"),
         Binding("f2", "change_theme", "Theme", show=False),
-        Binding("f12", "screenshot", "Screenshot", show=False),
+        Binding("f12", "screenshot", "Screenshot", show=False, priority=True),  # priority: modal screens too
+        Binding("ctrl+g", "regenerate", "Regenerate", show=False),  # on the chat screen (tui/screens/turns.py)
+        Binding("ctrl+f", "branch", "Branch", show=False),
+        Binding("ctrl+up", "edit_turn", "Edit and resend", show=False),
     ]
 
     def __init__(
@@ -114,6 +118,18 @@ class SdmChatApp(App):
                 await self.chat.open_session(session_id)
 
         self.push_screen(SearchScreen(), chosen)
+
+    async def action_regenerate(self) -> None:
+        if self.screen is self.chat:
+            await turns.regenerate(self.chat)
+
+    def action_branch(self) -> None:
+        if self.screen is self.chat:
+            turns.branch(self.chat)
+
+    def action_edit_turn(self) -> None:
+        if self.screen is self.chat:
+            turns.edit(self.chat)
 
     def action_review(self) -> None:
         if not isinstance(self.screen, ReviewScreen):
@@ -226,6 +242,12 @@ class SdmChatApp(App):
         yield SystemCommand(
             "Export review labels", "Decisions as training rows for mlx-sdm train / finetune", self.action_export_labels
         )
+        yield SystemCommand("Regenerate answer", "Answer the last question again, sampled; both answers stay (ctrl+g)",
+                            self.action_regenerate)
+        yield SystemCommand("Branch from a turn…", "Continue from an earlier turn in a new session that remembers "
+                            "where it came from (ctrl+f)", self.action_branch)
+        yield SystemCommand("Edit and resend a question…", "Edit an earlier question and send it in a new branch; "
+                            "the original stays (ctrl+up)", self.action_edit_turn)
         yield SystemCommand("Toggle monitor panel", "Show or hide AUQ / TRACER per turn (ctrl+t)", self.action_toggle_monitor)
         yield SystemCommand("Rename session", "Give this chat a title", self._rename_current)
         yield SystemCommand("Show copied text", "The last copied message as selectable text, and its file", self.action_show_copied)

@@ -127,6 +127,15 @@ class Bridge:
     def send(self, session_id: str, text: str) -> Future:
         return self.engine.send(session_id, text)
 
+    def regenerate(self, session_id: str) -> Future:
+        """Answer the session's last question again, sampled (its own verdict; both answers kept)."""
+        return self.engine.regenerate(session_id)
+
+    def branch_session(self, session_id: str, *, before_message_id: int | None = None,
+                       title: str | None = None) -> SessionInfo:
+        """A new session continuing ``session_id`` with its messages before ``before_message_id`` (None: all)."""
+        return self.store.branch_session(session_id, before_message_id=before_message_id, title=title)
+
     def resume(self, session_id: str, guidance: str) -> Future:
         return self.engine.resume(session_id, guidance)
 

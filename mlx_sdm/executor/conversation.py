@@ -14,9 +14,14 @@ ANSWERS_KEPT = {"done", "paused", "resumed"}
 
 def conversation_from(records: Sequence[MessageRecord]) -> list[dict[str, str]]:
     """The chat so far (without a system prompt; the pipeline adds the verifier's): user messages and
-    guidance, kept answers, and a HIGH pause's reflection prompt and the model's reflection."""
+    guidance, kept answers, and a HIGH pause's reflection prompt and the model's reflection. An answer that a
+    regenerated one replaces is left out: the model sees the latest answer to each question."""
+    replaced = {m.metadata.replaces for m in records
+                if m.role == "assistant" and m.status in ANSWERS_KEPT and m.metadata.replaces is not None}
     messages: list[dict[str, str]] = []
     for m in records:
+        if m.id in replaced:
+            continue
         if m.role == "user":
             messages.append({"role": "user", "content": m.text})
         elif m.role == "assistant" and m.kind == "chat" and m.status in ANSWERS_KEPT:

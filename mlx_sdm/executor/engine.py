@@ -140,6 +140,11 @@ class ChatEngine:
         started = time.perf_counter()
         return self._worker.submit(lambda: self._resume(session_id, guidance, on_event, started))
 
+    def regenerate(self, session_id: str, *, on_event: EventCallback | None = None) -> Future:
+        """Answer the session's last question again, sampled (:mod:`mlx_sdm.executor.regeneration`): a new
+        answer with its own verdict and monitor reading, stored beside the first. Resolves to its :class:`TurnOutcome`."""
+        return self._worker.submit(lambda: self._regenerate(session_id, on_event))
+
     def stream(self, session_id: str, text: str, *, resume: bool = False) -> Iterator[EngineEvent]:
         """A turn as the caller's ``for`` loop sees it: each event of it, carried from the engine's thread,
         up to its :class:`TurnFinishedEvent` (whose ``result`` is the turn's record); a turn that fails
@@ -334,6 +339,35 @@ class ChatEngine:
         self._emit(on_event, TurnFinishedEvent(session_id=session_id, turn=turn, result=outcome))
         return outcome
 
+
+    def _regenerate(self, session_id: str, on_event: EventCallback | None) -> TurnOutcome:
+        import mlx.core as mx
+
+        from mlx_sdm.executor.regeneration import REGENERATE_TEMPERATURE, regeneration
+
+        service = self._require_service()
+        turn = next(self._turns)
+        self._cancel.clear()
+        try:
+            history = self.store.messages(session_id)
+            again = regeneration(history)
+            monitor = self._monitor_for(session_id, history)
+            request = TurnRequest(again.messages, replace(self.config.turn_options(), temperature=REGENERATE_TEMPERATURE))
+            mx.random.seed(again.attempt)
+            for item in service.stream_turn(session_id, request, stop=self._cancel, monitor=monitor,
+                                            replaces=again.replaces, seed=again.attempt):
+                if isinstance(item, TurnOutcome):
+                    outcome = item
+                else:
+                    self._emit(on_event, turn_event(item, session_id, turn, verifier=service.verifier_path,
+                                                    monitor=monitor))
+        except BaseException as exc:
+            self._emit(on_event, ErrorEvent(session_id=session_id, turn=turn, message=str(exc), error_type=type(exc).__name__))
+            self._emit(on_event, TurnFinishedEvent(session_id=session_id, turn=turn))
+            raise
+        outcome.turn, outcome.user_message_id = turn, again.question_id
+        self._emit(on_event, TurnFinishedEvent(session_id=session_id, turn=turn, result=outcome))
+        return outcome
 
 
 def turn_event(item: TurnItem, session_id: str, turn: int, *, verifier: str | None,

@@ -95,11 +95,14 @@ class TurnService:
             yield item
 
     def stream_turn(self, session_id: str, request: TurnRequest, *, stop: threading.Event | None = None,
-                    monitor: object = None, on_prefill: PrefillCallback | None = None) -> Iterator[TurnItem]:
+                    monitor: object = None, on_prefill: PrefillCallback | None = None,
+                    replaces: int | None = None, seed: int | None = None) -> Iterator[TurnItem]:
         """A chat turn of session ``session_id`` (its user message already stored): the pipeline's items,
         each answer piece also kept in the store as it streams (a kill keeps the partial text, marked
         interrupted); then the answer is stored whole with its verdict, monitor reading and review entry in
-        one transaction (status "error" if it fails); the :class:`TurnOutcome` comes last, saying where."""
+        one transaction (status "error" if it fails); the :class:`TurnOutcome` comes last, saying where.
+        ``replaces``/``seed``: a regenerated answer, stored with the answer it takes the place of and the seed
+        it was sampled with (its temperature is the request's)."""
         created_at = now_iso()
         streaming = StreamingAnswer(self.store, session_id)
         try:
@@ -110,7 +113,11 @@ class TurnService:
                 if isinstance(item, TokenPiece):
                     streaming.token(item)
                 yield item
-            message_id = streaming.finish(self.record(session_id, outcome, created_at=created_at))
+            record = self.record(session_id, outcome, created_at=created_at)
+            if replaces is not None:
+                record.metadata = replace(record.metadata, replaces=replaces, seed=seed,
+                                          temperature=request.options.temperature)
+            message_id = streaming.finish(record)
         except BaseException:
             streaming.fail()
             raise

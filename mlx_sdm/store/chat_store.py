@@ -21,6 +21,7 @@ import numpy as np
 
 from mlx_sdm.errors import DataError
 from mlx_sdm.store.answer_rows import write_answer
+from mlx_sdm.store.branches import branch_session
 from mlx_sdm.store.database import Database
 from mlx_sdm.store.message_meta import MessageMeta
 from mlx_sdm.store.migrations import SCHEMA_VERSION
@@ -164,6 +165,15 @@ class ChatStore:
             "FROM sessions s ORDER BY s.updated_at DESC, s.id"
         )
         return [session_from_row(r) for r in rows]
+
+    def branch_session(self, session_id: str, *, before_message_id: int | None = None,
+                       title: str | None = None) -> SessionInfo:
+        """A new session that continues ``session_id`` from an earlier point: a copy of its messages with ids
+        below ``before_message_id`` (None: all), remembering the parent, the last message copied and that
+        turn's number (:class:`~mlx_sdm.store.schema.BranchOrigin`). The parent is unchanged. One transaction."""
+        with self.db.tx() as conn:
+            branch_id = branch_session(conn, session_id, before_message_id, now_iso(), title)
+        return self.get_session(branch_id)
 
     def rename_session(self, session_id: str, title: str) -> SessionInfo:
         title = title.strip()

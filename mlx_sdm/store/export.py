@@ -57,6 +57,8 @@ def session_to_markdown(store: ChatStore, session_id: str) -> str:
         lines.append(f"- model: {info.model}")
     if info.verifier:
         lines.append(f"- verifier: {info.verifier}")
+    if info.branch is not None:
+        lines.append(f"- {info.branch.words()} (session `{info.branch.session_id}`)")
     lines.append("")
     for m in store.messages(session_id):
         lines.extend(_message_markdown(m))
@@ -71,6 +73,8 @@ def _message_markdown(m: MessageRecord) -> list[str]:
         return [f"### {m.role.capitalize()} ({m.kind})", "", m.text, ""]
     status = "" if m.status in {"done", "resumed"} else f" ({m.status})"
     meta = m.metadata
+    if meta.replaces is not None:  # a regenerated answer: the one before it stays above
+        status += f" (regenerated: sampled at temperature {meta.temperature}, seed {meta.seed})"
     out = [f"### Assistant{status}", "", m.text or "_(empty)_", ""]
     out.append(f"> {verdict_line(m.verdict_status, m.verdict, meta.verdict_reason)}  ")
     out.append(f"> {monitor_line(m.monitor)}")

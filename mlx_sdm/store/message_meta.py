@@ -29,6 +29,9 @@ class MessageMeta:
     reflection: str | None = None  # ... and the model's statement of its uncertainty
     tool_calls: tuple[ToolCall, ...] = ()  # proposed in the answer
     resumes: int | None = None  # guidance: the paused answer's message id
+    replaces: int | None = None  # a regenerated answer: the answer (message id) it takes the place of in the conversation
+    temperature: float | None = None  # a sampled answer (a regenerated one): its temperature ...
+    seed: int | None = None  # ... and the random seed it was sampled with
     writer_pid: int | None = None  # an answer being written: the writing process (interrupted when it is gone)
     extra: Mapping[str, Any] = field(default_factory=dict)  # keys of another version, kept as they were
 

@@ -144,6 +144,17 @@ MIGRATIONS: tuple[Migration, ...] = (
         "FTS5 nothing is created and the first search that can builds it)",
         search_index_sql(),
     ),
+    Migration(
+        9,
+        "a branch remembers where it came from: the session and the message it was continued from, and that "
+        "turn's number (no foreign key: the branch outlives a deleted parent)",
+        """
+        ALTER TABLE sessions ADD COLUMN parent_session_id TEXT;
+        ALTER TABLE sessions ADD COLUMN parent_message_id INTEGER;
+        ALTER TABLE sessions ADD COLUMN parent_turn INTEGER;
+        ALTER TABLE sessions ADD COLUMN parent_title TEXT;
+        """,
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

@@ -122,6 +122,23 @@ class SessionInfo:
     verifier: str | None
     message_count: int = 0
     provenance: Provenance | None = None  # recorded with its first answer (None: before the store kept it)
+    branch: BranchOrigin | None = None  # where a branch was continued from (None: not a branch)
+
+
+@dataclass(frozen=True)
+class BranchOrigin:
+    """Where a branched session came from: the parent session, the last message copied from it, that
+    turn's number (0: a branch made before the first turn) and the parent's title when branched (the
+    parent may since be renamed or deleted)."""
+
+    session_id: str
+    message_id: int | None
+    turn: int
+    title: str
+
+    def words(self) -> str:
+        """"branched from <title>, turn N", as the sessions screen shows it."""
+        return f"branched from “{self.title}”, turn {self.turn}" if self.turn else f"branched from “{self.title}”, before turn 1"
 
 
 @dataclass
@@ -243,7 +260,15 @@ def session_from_row(r: sqlite3.Row) -> SessionInfo:
         verifier=r["verifier"],
         message_count=int(r["message_count"]),
         provenance=_provenance(r),
+        branch=_branch(r),
     )
+
+
+def _branch(r: sqlite3.Row) -> BranchOrigin | None:
+    keys = r.keys()
+    if "parent_session_id" not in keys or r["parent_session_id"] is None:
+        return None
+    return BranchOrigin(r["parent_session_id"], r["parent_message_id"], int(r["parent_turn"] or 0), r["parent_title"] or "")
 
 
 def _provenance(r: sqlite3.Row) -> Provenance | None:

@@ -194,9 +194,9 @@ class ChatScreen(ChatKeys, Screen):
         session_id = self.session_id
         await self._start(lambda: self.bridge.send(session_id, text))
 
-    async def _start(self, call: Callable[[], Future]) -> None:
+    async def _start(self, call: Callable[[], Future], *, title: str | None = None) -> None:
         """Mount the answer's bubble, then hand the turn to the engine (which returns at once)."""
-        bubble = MessageBubble("assistant", "", title=f"assistant · turn {self.turn_number}", number=self.turn_number)
+        bubble = MessageBubble("assistant", "", title=title or f"assistant · turn {self.turn_number}", number=self.turn_number)
         self.active = bubble  # before the mount, so nobody sees the answer's bubble without a running turn
         self.reflection_bubble = None
         await self._log_mount(bubble)

@@ -36,6 +36,9 @@ MEDIUM is logged; HIGH pauses the turn and asks for your guidance; CRITICAL abor
 | ctrl+r | review queue |
 | ctrl+s | export this session (Markdown and session JSONL) |
 | ctrl+y | copy the last answer (or the focused message) |
+| ctrl+g | regenerate the last answer (sampled; both answers stay, each with its own verdict) |
+| ctrl+up | edit and resend a question (in a new branch; the original stays) |
+| ctrl+f | branch: continue from an earlier turn in a new session |
 | ctrl+p | command palette (also: switch model / verifier / head, theme) |
 | f12 | save an SVG screenshot (in `<store dir>/screenshots`, or `$MLX_SDM_SCREENSHOT_DIR`) |
 | f1 | this help (a key typed on a message, `?` too, goes into the input) |

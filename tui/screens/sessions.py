@@ -10,11 +10,20 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label, Static
 
+from mlx_sdm.store.schema import SessionInfo
 from tui.format import shorten
 from tui.screens.prompts import Confirm, TextPrompt
 
 if TYPE_CHECKING:
     from tui.bridge import Bridge
+
+
+def branch_origin(session: SessionInfo) -> str:
+    """Where a branch came from, short ("turn 2 of “Capitals”"); empty for a session that is not a branch."""
+    origin = session.branch
+    if origin is None:
+        return ""
+    return (f"turn {origin.turn}" if origin.turn else "before turn 1") + f" of “{shorten(origin.title, 14)}”"
 
 
 class SessionsScreen(ModalScreen[str | None]):
@@ -42,7 +51,7 @@ class SessionsScreen(ModalScreen[str | None]):
 
     def on_mount(self) -> None:
         table = self.query_one("#session-table", DataTable)
-        table.add_columns("title", "messages", "updated", "model")
+        table.add_columns("title", "messages", "updated", "model", "branched from")
         self.reload()
         table.focus()
 
@@ -52,7 +61,8 @@ class SessionsScreen(ModalScreen[str | None]):
         self.sessions = self.bridge.sessions()
         for s in self.sessions:
             table.add_row(
-                shorten(s.title, 40), str(s.message_count), s.updated_at[:16].replace("T", " "), s.model or "", key=s.id
+                shorten(s.title, 36), str(s.message_count), s.updated_at[:16].replace("T", " "), s.model or "",
+                branch_origin(s), key=s.id
             )
 
     def _current(self):

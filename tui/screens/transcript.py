@@ -57,7 +57,10 @@ def stored_widgets(record: MessageRecord, turn_number: int) -> Iterator[tuple[Me
     if record.role != "assistant":
         yield MessageBubble("system", record.text, title=f"monitor · {record.kind}", turn_id=record.id), None
         return
-    yield MessageBubble("assistant", record.text, title=f"assistant · turn {turn_number}", turn_id=record.id,
+    title = f"assistant · turn {turn_number}"
+    if record.metadata.replaces is not None:  # a regenerated answer (the seed is its attempt number)
+        title += f" · answer {(record.metadata.seed or 1) + 1} (sampled)"
+    yield MessageBubble("assistant", record.text, title=title, turn_id=record.id,
                         number=turn_number), record.monitor
     meta = record.metadata
     if meta.reflection or meta.reflection_prompt:
