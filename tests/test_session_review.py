@@ -144,3 +144,31 @@ def test_a_label_joins_only_the_verifier_it_was_given_under(engine, tmp_path):
         assert [p.decision.id for p in store.support_points(verifier=verifier_key(str(other)))] == [decided.decision_id]
     finally:
         b.shutdown()
+
+
+def test_the_one_count_includes_the_open_question_member_and_agrees_after_a_decision_and_an_undo(tmp_path):
+    """A verifier with an open-question member: the count shown (the decision's message, its
+    ``support_size`` and the status line's ``info().support_size``) holds the member's own points too,
+    moves by one with a decision on an everyday answer (routed to the member) and back on its undo."""
+    from mlx_sdm.network.question_router import OPEN_KIND
+
+    folder = build_tiny_verifier(tmp_path / "verifier")
+    verifier = DocumentVerifier.load(folder)
+    verifier.members = {OPEN_KIND: DocumentVerifier.load(build_tiny_verifier(tmp_path / "member"))}
+    verifier.save(folder)
+    own = verifier.estimator.support_size
+    member = verifier.members[OPEN_KIND].estimator.support_size
+    engine = ChatEngine(EngineConfig(max_tokens=10, auq_thresholds=ALWAYS_HIGH, generate_reflection=False),
+                        ChatStore(tmp_path / "chat.db"), components=tiny_components(folder))
+    try:
+        assert engine.ready.result(120).support_size == own + member
+        answer = _ask(engine, "a")
+        assert answer.verdict.task == OPEN_KIND and answer.review_id is not None
+        result = engine.decide(answer.review_id, int(answer.verdict.to_dict()["prediction"])).result(60)
+        assert result.applied and result.support_size == own + member + 1 == engine.info().support_size
+        assert f"support set {own + member + 1} points" in result.message and "open_questions" in result.message
+        undone = engine.undo_decision().result(60)
+        assert undone.support_size == own + member == engine.info().support_size
+        assert f"support set {own + member} points" in undone.message
+    finally:
+        engine.shutdown()

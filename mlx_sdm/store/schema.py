@@ -220,6 +220,12 @@ class SupportPoint:
     text: str
 
 
+def support_words(size: int | None) -> str:
+    """The support set's count (``ReviewService.support_size``, docs/chat.md "The support set's count") in the
+    words the decision message, the review screen's footer and the status line share."""
+    return "support set: no verifier" if size is None else f"support set {size} points"
+
+
 def split_sql(script: str) -> list[str]:
     """The statements of a migration script. A ``;`` ends a statement only where SQLite says the text so far
     is one whole statement (``sqlite3.complete_statement``): a trigger's ``BEGIN ...; END`` body stays whole."""

@@ -14,7 +14,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Select, Static
 
-from mlx_sdm.store.schema import ReviewItem
+from mlx_sdm.store.schema import ReviewItem, support_words
 from tui.format import decision_label, monitor_summary, reason_label
 from tui.screens.prompts import EditText, TextPrompt
 from tui.widgets.evidence_panel import evidence_renderable
@@ -97,7 +97,7 @@ class ReviewScreen(Screen):
     def refresh_status(self, note: str | None = None) -> None:
         size = self.bridge.info().support_size
         pending = len(self.bridge.review_items(status="pending"))
-        parts = [f"{pending} pending", f"support set {size if size is not None else '—'} points"]
+        parts = [f"{pending} pending", support_words(size)]
         last = self.bridge.last_decision()
         if last is not None:
             parts.append(f"last decision: #{last.review_id} {decision_label(last)} (z undoes it)")
