@@ -172,3 +172,23 @@ def test_the_one_count_includes_the_open_question_member_and_agrees_after_a_deci
         assert f"support set {own + member} points" in undone.message
     finally:
         engine.shutdown()
+
+
+def test_a_label_on_an_answer_no_verifier_judged_says_it_changes_no_verdict(engine):
+    """An answer with no estimator judgement (here: no checkable answer) is recorded as a training row
+    only; the decision's message says why, and the support set's count does not move."""
+    from mlx_sdm.network.verdict import DocumentVerdict
+    from mlx_sdm.store.schema import AnswerRecord
+
+    store, size = engine.store, engine.info().support_size
+    session = store.create_session("haiku")
+    store.add_message(session.id, "user", "Write a haiku about autumn.")
+    store.add_answer(AnswerRecord(session.id, "leaves fall", verdict_status="out_of_scope",
+                                  verdict=DocumentVerdict(None, unjudged="no_checkable_answer"),
+                                  features=np.ones(2 * tiny_loaded_model().fingerprint["hidden_size"]),
+                                  feature_model=engine.info().feature_model, review_reasons=["no_checkable_answer"]))
+    item = store.review_items(judged=False)[0]
+    result = engine.decide(item.id, 1).result(60)
+    assert not result.applied and "no checkable answer" in result.message and "changes no verdict" in result.message
+    assert result.support_size == size == engine.info().support_size
+    assert store.support_points() == [] and len(store.training_rows()) == 1

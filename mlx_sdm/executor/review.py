@@ -189,6 +189,9 @@ class ReviewService:
         def result(applied: bool, text: str, saved: str | None = None) -> DecisionResult:
             return DecisionResult(decision.id, review_id, decision.label, applied, self.support_size, saved, text)
 
+        if not item.judged:  # the store keeps it out of every support set (ReviewQueue.support_points)
+            return result(False, f"recorded as a training row only: {item.why_a_label_changes_nothing}; "
+                                 "the support set is unchanged")
         if self.components.verifier is None:
             return result(False, "recorded; no verifier is loaded, so the support set is unchanged")
         if given_under != self.verifier:
