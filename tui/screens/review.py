@@ -29,8 +29,7 @@ if TYPE_CHECKING:
 LABEL_ACCEPTABLE, LABEL_UNACCEPTABLE = 1, 0
 STATUS_CHOICES = [("status: pending", "pending"), ("status: decided", "decided"), ("status: all", "all")]
 #: The reviewable list (what a label can change) and, apart, the answers no verifier judged.
-JUDGED_CHOICES = [("judged: a label feeds its verifier", "judged"),
-                  ("not judged: a label changes nothing", "unjudged")]
+JUDGED_CHOICES = [("list: judged", "judged"), ("list: not judged", "unjudged")]
 
 
 class ReviewScreen(Screen):
