@@ -249,7 +249,7 @@ UNJUDGED_WORDS = {
     REASON_NOT_A_TASK: "the question is none of the verifier's tasks, so no verifier judged the answer",
     REASON_NO_CHECKABLE_ANSWER: "the question router read the message as having no checkable answer, so no "
                                 "verifier judged the answer",
-    REASON_EMPTY_ANSWER: "the answer was empty, so no verifier judged it",
+    REASON_EMPTY_ANSWER: "the answer was empty (or whitespace only), so no verifier judged it",
 }
 
 
