@@ -16,6 +16,10 @@ the share of the answer's total time spent on verification (routing + features +
     PYTHONPATH=/tmp/site:$PWD python scripts/bench_generate.py --random-phi3 --bits 4
     python scripts/bench_generate.py --random-phi3 --layers 2 --tokens 16 --rounds 1   # CPU smoke run
     python scripts/bench_generate.py --sync-check   # why the capture costs no device sync
+    # Time to first token by turn number: a --turns-turn chat through the chat's own engine and turn
+    # service (ChatEngine: the store, the conversation's KV prefix, verdict, monitor, P(True)), as
+    # `mlx-sdm chat` runs it; prints each turn's first-token time and the ratio of the last to the first
+    .venv/bin/python scripts/bench_generate.py --turns 10 --tokens 48 --head default
 """
 
 from __future__ import annotations
@@ -64,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bits", type=int, choices=(16, 8, 4), default=16, help="--random-phi3: bf16 or quantized (group 64)")
     p.add_argument("--layers", type=int, default=PHI35_SHAPE["num_hidden_layers"], help="--random-phi3: layers (default 32)")
     p.add_argument("--bandwidth-gbs", type=float, default=None, help="device memory bandwidth (GB/s) if not known")
+    p.add_argument("--turns", type=int, default=0,
+                   help="time to first token by turn number: a chat of this many turns through the chat's engine "
+                        "(ChatEngine with a temporary store, the chat's defaults; --head default = the chat's head)")
     p.add_argument("--sync-check", action="store_true",
                    help="only time reading a token's log-prob while the next step runs: in-graph gather vs .item()")
     return p
@@ -188,10 +195,85 @@ def load_bench_model(args) -> BenchModel:
                       head=head.head, head_path=head.path)
 
 
+#: The chat's turns: each a new question in the same conversation (the previous answers stay in the prompt).
+CHAT_TURNS = (
+    "What is the capital of France?", "Tell me one thing to see there.", "How old is that monument?",
+    "Who designed it?", "What else did that person build?", "Is Paris far from Lyon?",
+    "How long is the train ride between them?", "What food is Lyon known for?",
+    "Give me a simple recipe with it.", "Which wine goes with that?", "Summarise our conversation.",
+    "What should I pack for the trip?",
+)
+
+
+@dataclass
+class TurnTiming:
+    turn: int
+    first_token_s: float  # from send to the engine's first token event (the chat screen's "after Enter")
+    pipeline_first_token_s: float | None  # from the pipeline's start (routing, prefill) to its first piece
+    total_s: float  # the whole turn: answer, verdict, monitor (P(True)), storing
+    prompt_tokens: int
+    reused_tokens: int  # prompt tokens the conversation's KV prefix already held (not prefilled)
+
+
+def chat_turns(args) -> list[TurnTiming]:
+    """A ``--turns``-turn chat through :class:`~mlx_sdm.executor.engine.ChatEngine`, timed per turn."""
+    import tempfile
+    from pathlib import Path
+
+    from mlx_sdm.app.loading import chat_components
+    from mlx_sdm.executor.engine import ChatEngine, EngineConfig
+    from mlx_sdm.executor.events import TokenEvent
+    from mlx_sdm.store.chat_store import ChatStore
+
+    head = None if args.head == "default" else args.head
+    config = EngineConfig(model=args.model, verifier=args.verifier, head=head, max_tokens=args.tokens)
+    timings: list[TurnTiming] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        store = ChatStore(Path(tmp) / "chat.db")
+        engine = ChatEngine(config, store, components=chat_components)
+        try:
+            engine.ready.result(600)
+            session = store.create_session("bench")
+            for n in range(1, args.turns + 1):
+                first: list[float] = []
+
+                def on_event(event, first=first) -> None:
+                    if isinstance(event, TokenEvent) and not first:
+                        first.append(time.perf_counter())
+
+                started = time.perf_counter()
+                outcome = engine.send(session.id, CHAT_TURNS[(n - 1) % len(CHAT_TURNS)], on_event=on_event).result(600)
+                total = time.perf_counter() - started
+                timings.append(TurnTiming(n, (first[0] - started) if first else float("nan"), outcome.first_token_s,
+                                          total, outcome.prompt_tokens, outcome.answer.reused_tokens))
+                print(f"turn {n}: first token {timings[-1].first_token_s:.2f} s, prompt {outcome.prompt_tokens} tokens "
+                      f"({outcome.answer.reused_tokens} reused), turn {total:.2f} s, {outcome.status.value}", flush=True)
+        finally:
+            engine.shutdown()
+            store.close()
+    return timings
+
+
+def print_turn_table(args, timings: list[TurnTiming]) -> None:
+    print(f"\n| turn | first token (s) | pipeline's first piece (s) | prompt tokens | reused from the KV prefix | prefilled | whole turn (s) |")
+    print("|---|---|---|---|---|---|---|")
+    for t in timings:
+        pipe = "—" if t.pipeline_first_token_s is None else f"{t.pipeline_first_token_s:.2f}"
+        print(f"| {t.turn} | {t.first_token_s:.2f} | {pipe} | {t.prompt_tokens} | {t.reused_tokens} | "
+              f"{t.prompt_tokens - t.reused_tokens} | {t.total_s:.2f} |")
+    if len(timings) > 1:
+        last, one = timings[-1], timings[0]
+        print(f"\nfirst token, turn {last.turn} / turn 1: {last.first_token_s / one.first_token_s:.2f}x "
+              f"({last.first_token_s:.2f} s / {one.first_token_s:.2f} s; goal <= 1.5x)")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.sync_check:
         sync_check()
+        return 0
+    if args.turns:
+        print_turn_table(args, chat_turns(args))
         return 0
     import mlx.core as mx
     from mlx_lm.generate import stream_generate

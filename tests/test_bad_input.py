@@ -4,6 +4,7 @@ line or field and the fix, nothing of the user's is renamed or replaced, and gzi
 from __future__ import annotations
 
 import gzip
+import json
 import io
 import warnings
 from pathlib import Path
@@ -475,3 +476,23 @@ def test_history_search_bad_input_is_one_line(tmp_path, capsys):
     line = one_error_line(capsys.readouterr().err)
     assert f"{missing}: no chat store here; `mlx-sdm chat` creates it, or name one with --db PATH" in line
     assert not missing.parent.exists()  # a search never creates a store
+
+
+def test_generate_prints_the_monitor_reading_and_json_carries_it(text_verifier, capsys):
+    """After the verdict, ``generate`` prints the session monitor's reading as the chat's panel shows it
+    (AUQ level, P, R, the fused forecast's ok% and its sentence); ``--json`` carries it as "monitor"."""
+    _, model_dir, out, _ = text_verifier
+    args = ["Is Paris the capital of France?", "--model", str(model_dir), "--verifier", str(out), "--max-tokens", "4"]
+    assert generate_cmd.main(args) == 0
+    printed = capsys.readouterr().out
+    report = printed[printed.index("verdict:"):]
+    line = next(l for l in report.splitlines() if l.startswith("monitor: AUQ "))
+    assert " · P " in line and " · R " in line and " · ok " in line
+    assert generate_cmd.main(["--json", *args]) == 0
+    monitor = json.loads(capsys.readouterr().out)["monitor"]
+    assert monitor["level"] in ("low", "medium", "high", "critical") and monitor["action"]
+    assert 0.0 <= monitor["cumulative_confidence"] <= 1.0
+    assert f"AUQ {monitor['level'].upper()} · P {monitor['cumulative_confidence']:.3f}" in line
+    if monitor["fused_p"] is not None:
+        ok = f"{100 * monitor['fused_p']:.0f}%"
+        assert f"ok {ok}" in line and (monitor["fused_message"] is None or f"ok {ok}: {monitor['fused_message']}" in report)

@@ -186,13 +186,13 @@ def test_a_label_under_one_task_never_reaches_another_task_of_the_verifier(suite
 
     # a label under task B joins B only; the saved copies are per task
     decided_b = engine.decide(b_after.review_id, int(b_after.verdict.to_dict()["prediction"])).result(60)
-    assert decided_b.applied and decided_b.support_size == base + 1 and decided_b.saved_to != result.saved_to
+    assert decided_b.applied and decided_b.support_size == base + 2 and decided_b.saved_to != result.saved_to
     assert DocumentVerifier.load(decided_b.saved_to).estimator.support_size == base + 1
     assert engine.info().support_size == base + 2
     assert _review_exemplars(_ask(engine, TASK_A + claim)) == [support_id]
     # undo takes B's point out of B's set (and its saved copy); A keeps its own
     undone = engine.undo_decision().result(60)
-    assert undone.decision_id == decided_b.decision_id and undone.support_size == base
+    assert undone.decision_id == decided_b.decision_id and undone.support_size == base + 1  # the one count: A's label stays
     assert engine.info().support_size == base + 1
     assert DocumentVerifier.load(undone.saved_to).estimator.support_size == base
     assert _review_exemplars(_ask(engine, TASK_B + claim)) == []

@@ -248,3 +248,36 @@ def test_prefix_reuse_gives_the_features_of_a_full_recompute(make_engine):
         np.testing.assert_allclose(a.token_logprobs, b.token_logprobs, atol=1e-4)
         np.testing.assert_allclose(a.features, b.features, rtol=1e-4, atol=1e-5)
         assert a.monitor.auq.p_true_confidence == pytest.approx(b.monitor.auq.p_true_confidence, abs=1e-4)
+
+
+def test_the_reflection_reuses_the_answers_kv_cache_and_leaves_it_for_the_next_turn(make_engine, monkeypatch):
+    """A HIGH pause's reflection extends the answer's KV cache (only the reflection request is prefilled,
+    not the conversation again), says what a full recompute says, and the next turn still reuses the
+    conversation's prefix."""
+    import mlx_sdm.turn.pipeline as pipeline
+    from mlx_sdm.turn.answer import GeneratedAnswer
+
+    reflections: list[GeneratedAnswer] = []
+    real = pipeline.stream_answer
+
+    def spy(*args, **kwargs):
+        for item in real(*args, **kwargs):
+            if isinstance(item, GeneratedAnswer) and kwargs.get("phase") == "reflection":
+                reflections.append(item)
+            yield item
+
+    monkeypatch.setattr(pipeline, "stream_answer", spy)
+    runs = {}
+    for reuse in (True, False):
+        engine, store, _ = make_engine(reuse_cache=reuse, auq_thresholds=ALWAYS_HIGH, db=f"r{reuse}.db")
+        session = store.create_session()
+        runs[reuse] = [engine.send(session.id, q).result(60) for q in (QUESTION, "And Rome?")]
+    fast, slow = reflections[:2], reflections[2:]
+    assert [r.reused_tokens for r in slow] == [0, 0]
+    for f, s, turn in zip(fast, slow, runs[True]):
+        # the turn's whole prompt and its answer come from the cache: only the reflection request is prefilled
+        assert f.prompt_tokens == s.prompt_tokens and f.reused_tokens >= turn.prompt_tokens + len(turn.token_ids) - 1
+        assert f.text == s.text
+    assert runs[True][1].reused_tokens > 0  # the prefix survived the reflection
+    assert [r.text for r in runs[True]] == [r.text for r in runs[False]]
+    assert [r.reflection for r in runs[True]] == [r.reflection for r in runs[False]]

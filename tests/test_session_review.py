@@ -144,3 +144,51 @@ def test_a_label_joins_only_the_verifier_it_was_given_under(engine, tmp_path):
         assert [p.decision.id for p in store.support_points(verifier=verifier_key(str(other)))] == [decided.decision_id]
     finally:
         b.shutdown()
+
+
+def test_the_one_count_includes_the_open_question_member_and_agrees_after_a_decision_and_an_undo(tmp_path):
+    """A verifier with an open-question member: the count shown (the decision's message, its
+    ``support_size`` and the status line's ``info().support_size``) holds the member's own points too,
+    moves by one with a decision on an everyday answer (routed to the member) and back on its undo."""
+    from mlx_sdm.network.question_router import OPEN_KIND
+
+    folder = build_tiny_verifier(tmp_path / "verifier")
+    verifier = DocumentVerifier.load(folder)
+    verifier.members = {OPEN_KIND: DocumentVerifier.load(build_tiny_verifier(tmp_path / "member"))}
+    verifier.save(folder)
+    own = verifier.estimator.support_size
+    member = verifier.members[OPEN_KIND].estimator.support_size
+    engine = ChatEngine(EngineConfig(max_tokens=10, auq_thresholds=ALWAYS_HIGH, generate_reflection=False),
+                        ChatStore(tmp_path / "chat.db"), components=tiny_components(folder))
+    try:
+        assert engine.ready.result(120).support_size == own + member
+        answer = _ask(engine, "a")
+        assert answer.verdict.task == OPEN_KIND and answer.review_id is not None
+        result = engine.decide(answer.review_id, int(answer.verdict.to_dict()["prediction"])).result(60)
+        assert result.applied and result.support_size == own + member + 1 == engine.info().support_size
+        assert f"support set {own + member + 1} points" in result.message and "open_questions" in result.message
+        undone = engine.undo_decision().result(60)
+        assert undone.support_size == own + member == engine.info().support_size
+        assert f"support set {own + member} points" in undone.message
+    finally:
+        engine.shutdown()
+
+
+def test_a_label_on_an_answer_no_verifier_judged_says_it_changes_no_verdict(engine):
+    """An answer with no estimator judgement (here: no checkable answer) is recorded as a training row
+    only; the decision's message says why, and the support set's count does not move."""
+    from mlx_sdm.network.verdict import DocumentVerdict
+    from mlx_sdm.store.schema import AnswerRecord
+
+    store, size = engine.store, engine.info().support_size
+    session = store.create_session("haiku")
+    store.add_message(session.id, "user", "Write a haiku about autumn.")
+    store.add_answer(AnswerRecord(session.id, "leaves fall", verdict_status="out_of_scope",
+                                  verdict=DocumentVerdict(None, unjudged="no_checkable_answer"),
+                                  features=np.ones(2 * tiny_loaded_model().fingerprint["hidden_size"]),
+                                  feature_model=engine.info().feature_model, review_reasons=["no_checkable_answer"]))
+    item = store.review_items(judged=False)[0]
+    result = engine.decide(item.id, 1).result(60)
+    assert not result.applied and "no checkable answer" in result.message and "changes no verdict" in result.message
+    assert result.support_size == size == engine.info().support_size
+    assert store.support_points() == [] and len(store.training_rows()) == 1

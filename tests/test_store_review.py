@@ -110,3 +110,36 @@ def test_deleting_a_session_reports_its_active_decisions(tmp_path):
     assert store.delete_session(a.id) == 0
     assert store.delete_session(b.id) == 1
     assert store.review_items() == [] and store.support_points() == []
+
+
+def test_the_queue_lists_apart_what_no_verifier_judged_and_its_labels_join_no_support_set(tmp_path):
+    """What a label can change (an estimator verdict, out of scope at d = 0 included) is the reviewable
+    list; an answer no verifier judged (no task, no checkable answer, no verifier) is listed apart with
+    why, and a label on it is a training row but no support point."""
+    from mlx_sdm.network.verdict import DocumentVerdict
+
+    store = ChatStore(tmp_path / "chat.db")
+    a, b, ids = _fill(store)
+    s = store.create_session("gamma")
+    store.add_message(s.id, "user", "Write a haiku.")
+    ids["no_task"] = store.add_answer(AnswerRecord(
+        s.id, "leaves fall", verdict_status="out_of_scope", verdict=DocumentVerdict(None, unjudged="no_checkable_answer"),
+        features=np.full(4, 5.0), feature_model="m", review_reasons=["no_checkable_answer"]))
+    store.add_message(s.id, "user", "hello")
+    ids["none"] = store.add_answer(AnswerRecord(s.id, "hi", verdict_status="no_verifier", features=np.full(4, 6.0),
+                                                feature_model="m", review_reasons=["escalated_high"]))
+    judged_ids = [i.message_id for i in store.review_items(judged=True)]
+    apart = store.review_items(judged=False)
+    assert judged_ids == [ids["b_low"], ids["a_ood"]]  # out of scope at d = 0 was judged: a label can change it
+    assert [i.message_id for i in apart] == [ids["none"], ids["no_task"]]
+    assert len(store.review_items()) == 4
+    assert all(i.judged and i.why_a_label_changes_nothing is None for i in store.review_items(judged=True))
+    words = {i.message_id: i.why_a_label_changes_nothing for i in apart}
+    assert "no checkable answer" in words[ids["no_task"]] and "changes no verdict" in words[ids["no_task"]]
+    assert "no verifier judged this answer" in words[ids["none"]]
+    for item in apart:
+        store.record_decision(item.id, 1)
+    ood = store.review_items(judged=True, session_id=a.id)[0]
+    store.record_decision(ood.id, 0)
+    assert [p.decision.review_id for p in store.support_points(feature_model="m")] == [ood.id]
+    assert len(store.training_rows()) == 3  # the labels still export as training rows

@@ -10,7 +10,7 @@ from textual.widgets import Input, Select
 
 from mlx_sdm.store.schema import AnswerRecord
 from mlx_sdm.store.chat_store import ChatStore
-from tests.test_tui_flows import HIGH_EVERYWHERE, SIZE, answers, make_engine, send, wait_until
+from tests.test_tui_flows import HIGH_EVERYWHERE, SIZE, answers, make_engine, plain, send, wait_until
 from tests.tiny_verifier import build_tiny_verifier
 from tui.app import SdmChatApp
 from tui.screens.prompts import Confirm, CopyFallback, EditText, EscalationPrompt, TextPrompt
@@ -135,6 +135,7 @@ async def test_review_decisions_grow_the_support_set_with_notes_edits_undo_and_f
         app = SdmChatApp(engine=engine, store=store)
         async with app.run_test(size=SIZE) as pilot:
             for question in ("Oslo is the capital of Norway.", "Athens is the capital of Greece."):
+                await pilot.press("ctrl+n")  # a chat each: both answers are judged (a paused chat's next is empty)
                 app.chat.query_one("#prompt").focus()
                 await pilot.press(*question, "enter")
                 await wait_until(pilot, lambda: isinstance(app.screen, EscalationPrompt))
@@ -199,8 +200,9 @@ async def test_review_decisions_grow_the_support_set_with_notes_edits_undo_and_f
 
 
 async def test_status_line_and_review_footer_follow_each_label_of_a_task_question(store, tmp_path):
-    """A multi-task verifier: a label given under a task joins that task's set (the toast's "now N
-    points"); the status line and the review footer count it too, and drop it again on undo."""
+    """A multi-task verifier: a label given under a task joins that task's set; the decision's toast,
+    the status line and the review footer show the one count of the support set (ReviewService.support_size)
+    and agree after the decision and after its undo."""
     from tests.test_review_task_scope import TASK_A, multi_task_verifier
 
     engine = make_engine(store, multi_task_verifier(tmp_path / "suite"), generate_reflection=False)
@@ -210,7 +212,7 @@ async def test_status_line_and_review_footer_follow_each_label_of_a_task_questio
             await send(pilot, app, TASK_A + " Is Paris the capital of France?")
             base = engine.info().support_size
             status = app.chat.query_one("#status-line")
-            assert f"support {base}" in str(status.render())
+            assert f"support set {base} points" in str(status.render())
             await pilot.press("ctrl+r")
             await wait_until(pilot, lambda: isinstance(app.screen, ReviewScreen))
             review = app.screen
@@ -218,10 +220,13 @@ async def test_status_line_and_review_footer_follow_each_label_of_a_task_questio
             await pilot.press("a")
             footer = review.query_one("#review-status")
             await wait_until(pilot, lambda: f"support set {base + 1} points" in str(footer.render()))
-            assert f"support {base + 1}" in str(status.render())
+            assert f"support set {base + 1} points" in str(status.render())
+            assert any(f"support set {base + 1} points" in n.message for n in app._notifications)
+            assert engine.info().support_size == base + 1
             await pilot.press("z")
             await wait_until(pilot, lambda: f"support set {base} points" in str(footer.render()))
-            assert f"support {base} " in str(status.render()) + " "
+            assert f"support set {base} points" in str(status.render())
+            assert any(f"support set {base} points" in n.message and "undone" in n.message for n in app._notifications)
     finally:
         engine.shutdown()
 
@@ -341,5 +346,45 @@ async def test_f12_saves_an_svg_of_the_screen_in_the_screenshot_folder(store, ve
             await wait_until(pilot, lambda: any(p.stat().st_size > 0 for p in folder.glob("*.svg")))
             (svg,) = folder.glob("*.svg")
             assert svg.read_text(encoding="utf-8").startswith("<svg") and "Picture" in svg.read_text(encoding="utf-8")
+    finally:
+        engine.shutdown()
+
+
+async def test_the_review_queue_lists_apart_what_no_verifier_judged_and_offers_no_label_there(store, verifier_dir):
+    """The review list holds what a label can change (answers a verifier judged); an answer no verifier
+    judged is listed apart (the "not judged" filter), says why, and `a` there records nothing."""
+    from mlx_sdm.network.verdict import DocumentVerdict
+
+    engine = make_engine(store, verifier_dir, generate_reflection=False, **HIGH_EVERYWHERE)
+    try:
+        session = store.create_session("haiku")
+        store.add_message(session.id, "user", "Write a haiku about autumn.")
+        store.add_answer(AnswerRecord(session.id, "leaves fall", verdict_status="out_of_scope",
+                                      verdict=DocumentVerdict(None, unjudged="no_checkable_answer"),
+                                      review_reasons=["no_checkable_answer"]))
+        app = SdmChatApp(engine=engine, store=store)
+        async with app.run_test(size=SIZE) as pilot:
+            app.chat.query_one("#prompt").focus()
+            await pilot.press(*"Oslo is the capital of Norway.", "enter")
+            await wait_until(pilot, lambda: isinstance(app.screen, EscalationPrompt))
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: app.chat.active is None and app.screen is app.chat)
+            support = engine.info().support_size
+            await pilot.press("ctrl+r")
+            await wait_until(pilot, lambda: isinstance(app.screen, ReviewScreen))
+            review = app.screen
+            table = review.query_one(ReviewList)
+            assert len(table.items) == 1 and table.items[0].judged  # the judged answer only
+            footer = str(review.query_one("#review-status").render())
+            assert "1 pending" in footer and "1 not judged, listed apart" in footer
+            review.query_one("#filter-judged", Select).value = "unjudged"
+            await wait_until(pilot, lambda: len(table.items) == 1 and not table.items[0].judged)
+            table.focus()
+            detail = " ".join(plain(review.query_one("#review-item").content).split())
+            assert "no checkable answer" in detail and "changes no verdict" in detail
+            await pilot.press("a")
+            await pilot.pause(0.2)
+            assert any("not labelled" in n.message and "changes no verdict" in n.message for n in app._notifications)
+            assert store.last_decision() is None and engine.info().support_size == support
     finally:
         engine.shutdown()

@@ -1,7 +1,9 @@
 """``mlx-sdm generate "PROMPT"``: answer one prompt with the local LM, then print the verifier's
 verdict in words (verified / not verified / out of scope), p_lower, q, d and the nearest training
-exemplars (docs/method.md § 15.7). One :class:`~mlx_sdm.turn.pipeline.TurnPipeline` turn, without a store
-or monitor."""
+exemplars (docs/method.md § 15.7), then the session monitor's reading of the answer (AUQ level, the fused
+forecast p_t as the chat's monitor panel shows it, and the sentence saying what moved it; docs/monitoring.md).
+One :class:`~mlx_sdm.turn.pipeline.TurnPipeline` turn, without a store, read by a fresh session monitor
+configured as the chat's (so a looping answer carries the chat's warning here too)."""
 
 from __future__ import annotations
 
@@ -30,8 +32,13 @@ answers the answer ends at the JSON unit, so the verdict covers exactly the text
   p_lower   the calibrated lower probability of the predicted class (only when admitted)
   q, d      similarity (nearest training exemplars that agree) and distance quantile
   exemplars the nearest training documents with their labels
+  monitor   the session monitor's reading, as the chat's monitor panel shows it for a first turn: AUQ level,
+            cumulative confidence P, TRACER risk R, the fused forecast "ok N%" and what moved it most; an
+            escalation (a degenerate, looping answer; HIGH uncertainty) is printed as the chat says it
 --json prints one object ("head": the SDM-network head folder decoded with, or null); its "verdict" carries "status" (verified, not_verified, out_of_scope; no_verifier without one), "badge"
-beside "reason" and "explanation" (null when no verifier fits the model: see "unverifiable_reason").
+beside "reason" and "explanation" (null when no verifier fits the model: see "unverifiable_reason");
+its "monitor" carries "level", "action", "cumulative_confidence", "tracer_risk", "fused_p", "fused_message"
+and "escalation" (the message, or null).
 
 examples:
   mlx-sdm generate "Check the following document for hallucinations and/or factual inaccuracies. \\
@@ -94,6 +101,34 @@ def format_verdict(judged, no_verifier_reason: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def format_monitor(reading, escalation=None) -> str:
+    """The monitor's reading as the chat's panel shows it (AUQ, P, R, ok%) and the fused forecast's sentence;
+    then the escalation's message when the turn escalated."""
+    if reading is None:
+        return "monitor: no reading"
+    def num(x, decimals):
+        return "—" if x is None else f"{float(x):.{decimals}f}"
+
+    ok = "—" if reading.fused_p is None else f"{100 * float(reading.fused_p):.0f}%"
+    lines = [f"monitor: AUQ {reading.level.value.upper()} · P {num(reading.cumulative_confidence, 3)} · "
+             f"R {num(reading.tracer_risk, 2)} · ok {ok}"]
+    if reading.fused is not None and reading.fused.message:
+        lines.append(f"ok {ok}: {reading.fused.message}")
+    if escalation is not None and escalation.escalated and escalation.message:
+        lines.append(escalation.message)
+    return "\n".join(lines)
+
+
+def monitor_payload(reading, escalation=None) -> dict | None:
+    """``--json``'s "monitor": the fields :func:`format_monitor` prints."""
+    if reading is None:
+        return None
+    return {"level": reading.level.value, "action": reading.action.value,
+            "cumulative_confidence": reading.cumulative_confidence, "tracer_risk": reading.tracer_risk,
+            "fused_p": reading.fused_p, "fused_message": reading.fused.message if reading.fused is not None else None,
+            "escalation": escalation.message if escalation is not None and escalation.escalated else None}
+
+
 def _payload(args, components, outcome) -> dict:
     return {
         "prompt": args.prompt,
@@ -106,6 +141,7 @@ def _payload(args, components, outcome) -> dict:
         "unverifiable_reason": outcome.unverifiable_reason,
         "status": verdict_words(outcome.verdict).status.value,
         "verdict": outcome.verdict.to_dict() if outcome.verdict is not None else None,
+        "monitor": monitor_payload(outcome.monitor, outcome.escalation),
         "generation": {"tokens": outcome.token_ids, "finish_reason": outcome.finish_reason,
                        "prompt_tokens": outcome.prompt_tokens,
                        "truncated_prompt_tokens": outcome.truncated_prompt_tokens,
@@ -122,6 +158,7 @@ def _print_report(components, outcome) -> None:
     if outcome.verdict is not None and outcome.verdict.verdict is not None:
         if outcome.unverified_tail.strip():
             print(f"note: the verdict covers {outcome.judged_text.strip()!r} only; the rest was not checked")
+    print(format_monitor(outcome.monitor, outcome.escalation))
     if outcome.decoded_with_head:
         print(f"decoded with the SDM-network head {components.head_path} (the question is one of its tasks)")
     rate = len(outcome.tokens) / outcome.generation_s if outcome.generation_s else 0.0
@@ -168,18 +205,23 @@ def main(argv: list[str] | None = None) -> int:
         from mlx_sdm.app.loading import load_components
         from mlx_sdm.app.prefill_progress import PrefillProgress
         from mlx_sdm.lm.pieces import TokenPiece
+        from mlx_sdm.turn.monitoring import MonitorConfig, SessionMonitor
         from mlx_sdm.turn.pipeline import TurnPipeline
         from mlx_sdm.turn.values import TurnOptions, TurnRequest
 
         components = load_components(args.model, verifier=args.verifier, head=args.head, quantized=args.quantized)
+        # the monitor as the chat configures it (P(True) reuses the answer's KV cache: the question alone is
+        # prefilled); no reflection is generated, so what is printed is the answer alone
         options = TurnOptions(max_tokens=args.max_tokens, system_prompt=args.system, explain=args.explain,
-                              enable_p_true=False, reuse_cache=False)
+                              enable_p_true=True, reuse_cache=False, generate_reflection=False)
+        monitor = SessionMonitor("generate", MonitorConfig(), lm=components.lm, embedder=components.embedder)
         show_prefill_progress = PrefillProgress()
         with warnings.catch_warnings():  # the left-truncation notice as one plain line, not a raw UserWarning
             warnings.simplefilter("always", UserWarning)
             warnings.showwarning = lambda message, *_, **__: print(f"mlx-sdm generate: note: {message}", file=sys.stderr)
             request = TurnRequest([{"role": "user", "content": args.prompt}], options)
-            for outcome in TurnPipeline(components).stream(request, stop=stop, on_prefill=show_prefill_progress):
+            for outcome in TurnPipeline(components).stream(request, stop=stop, monitor=monitor,
+                                                                  on_prefill=show_prefill_progress):
                 if isinstance(outcome, TokenPiece) and outcome.text and not args.json:
                     sys.stdout.write(outcome.text)
                     sys.stdout.flush()

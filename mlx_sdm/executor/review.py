@@ -26,7 +26,7 @@ from mlx_sdm.atomic import atomic_write_text
 from mlx_sdm.errors import DataError
 from mlx_sdm.turn.values import TurnComponents, last_user_text
 from mlx_sdm.store.chat_store import ChatStore
-from mlx_sdm.store.schema import SupportPoint, TaskScope
+from mlx_sdm.store.schema import SupportPoint, TaskScope, support_words
 
 
 def feature_model_id(fingerprint: dict) -> str:
@@ -45,7 +45,7 @@ class DecisionResult:
     review_id: int
     label: int
     applied: bool  # the point went into the verifier's support set
-    support_size: int | None
+    support_size: int | None  # ReviewService.support_size after the decision: the one count shown everywhere
     saved_to: str | None  # where the updated verifier was saved (atomically)
     message: str = ""
 
@@ -68,16 +68,23 @@ class ReviewService:
     # -- what is loaded -------------------------------------------------------------------------
     @property
     def support_size(self) -> int | None:
-        """The points this verifier holds over all its support sets: the ones it was built on plus every
-        active label given under it, whatever task it was given for (a single-task verifier: its one
-        set). This is the status line's "support N": it moves with every decision and undo, where the
-        unrouted set alone (:meth:`support_size_for` None) stays put when a task's question is labelled."""
-        unrouted = self.support_size_for(None)
-        if unrouted is None or self.components.verifier_path is None:
-            return unrouted  # no folder to load task sets from: every label went into the one set
-        return unrouted - len(self.points()) + len(self.all_points())
+        """THE count of the support set (docs/chat.md, "The support set's count"), the one number the
+        decision message, the review screen's footer and the status line show: the points the loaded
+        verifier was built with, its members' included (the open-question member's own points), plus every
+        active label given under it, whatever task it was given for. It moves by one with every decision
+        and undo, wherever the label went; None when no verifier is loaded."""
+        verifier = self.components.verifier
+        if verifier is None:
+            return None
+        members = getattr(verifier, "members", {}) or {}
+        held = int(verifier.estimator.support_size) + sum(int(m.estimator.support_size) for m in members.values())
+        if self.components.verifier_path is None:
+            return held  # no folder to load task sets from: every label went into these sets
+        # the unrouted sets hold the unrouted labels; a task's labels live in that task's own copy
+        return held - len(self.points()) + len(self.all_points())
 
     def support_size_for(self, task: str | None) -> int | None:
+        """The size of the one set that judges ``task``'s questions (not the count shown: see support_size)."""
         verifier = self.verifier_for_task(task)
         return None if verifier is None else int(_estimator(verifier, task).support_size)
 
@@ -180,8 +187,11 @@ class ReviewService:
         task = None if scope is None else scope.name
 
         def result(applied: bool, text: str, saved: str | None = None) -> DecisionResult:
-            return DecisionResult(decision.id, review_id, decision.label, applied, self.support_size_for(task), saved, text)
+            return DecisionResult(decision.id, review_id, decision.label, applied, self.support_size, saved, text)
 
+        if not item.judged:  # the store keeps it out of every support set (ReviewQueue.support_points)
+            return result(False, f"recorded as a training row only: {item.why_a_label_changes_nothing}; "
+                                 "the support set is unchanged")
         if self.components.verifier is None:
             return result(False, "recorded; no verifier is loaded, so the support set is unchanged")
         if given_under != self.verifier:
@@ -202,7 +212,7 @@ class ReviewService:
                     np.array([decision.label], dtype=np.int64), [completion or message.text])
         saved = self.save(task) if scope is not None else self.save_all()
         where = "" if task is None else f" of task {task}"
-        return result(True, f"added to the support set{where} (now {self.support_size_for(task)} points)", saved)
+        return result(True, f"added to the support set{where} ({support_words(self.support_size)})", saved)
 
     def _task_of(self, message: Any, given_under: str | None) -> TaskScope | None:
         """The task the answer was judged under: as stored with its verdict, else (an answer stored before
@@ -228,8 +238,8 @@ class ReviewService:
             unrouted, applied = self.save_all(), True
             target = self.reviewed_dir(task)
             saved = unrouted if task is None or target is None else str(target)
-        size = self.support_size_for(task)
-        text = "decision undone" + (f"; support set back to {size} points" if applied else "")
+        size = self.support_size
+        text = "decision undone" + (f"; {support_words(size)}" if applied else "")
         return DecisionResult(decision.id, decision.review_id, decision.label, applied, size, saved, text)
 
     def after_delete(self, removed: int) -> None:

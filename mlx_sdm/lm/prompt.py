@@ -49,3 +49,35 @@ def truncate_left(ids: list[int], budget: int, what: str = "prompt") -> tuple[li
             stacklevel=3,
         )
     return ids[dropped:], dropped
+
+
+def splice_cached(tokenizer, cached: Sequence[int], ids: list[int]) -> list[int]:
+    """``ids`` (a rendered prompt) starting with the ``cached`` token ids when both say the same text there.
+
+    A conversation is rendered again from its text every turn, but the model may have generated an answer
+    in tokens the tokenizer would split differently (a made-up word: "Bouillabadou"); the rendered prompt
+    then leaves the KV cache's tokens at that point, and every token after it would be prefilled again
+    (the whole conversation, every later turn). When the cached tokens decode to the text the rendered
+    prompt holds at that place, the prompt is those cached tokens plus its remaining text tokenized: the
+    same text, read in the tokens the model already holds. Otherwise (the texts differ) ``ids`` unchanged."""
+    cached = list(cached)
+    n = len(cached)
+    if not n or ids[:n] == cached:
+        return ids
+    common = 0
+    for a, b in zip(cached, ids):
+        if a != b:
+            break
+        common += 1
+    try:
+        head = tokenizer.decode(cached[common:])
+        rest = tokenizer.decode(ids[common:])
+    except Exception:  # a tokenizer that cannot decode a slice: keep the rendered ids
+        return ids
+    if not head or "\ufffd" in head or not rest.startswith(head):
+        return ids
+    tail = rest[len(head):]
+    tail_ids = list(tokenizer.encode(tail, add_special_tokens=False)) if tail else []
+    if tokenizer.decode(tail_ids) != tail:
+        return ids
+    return cached + tail_ids

@@ -97,9 +97,10 @@ class ChatStore:
 
     def review_items(self, *, session_id: str | None = None, reason: str | None = None,
                      since: str | date | datetime | None = None, until: str | date | datetime | None = None,
-                     status: str = "all", review_id: int | None = None) -> list[ReviewItem]:
+                     status: str = "all", review_id: int | None = None,
+                     judged: bool | None = None) -> list[ReviewItem]:
         return self.review_queue.review_items(session_id=session_id, reason=reason, since=since, until=until,
-                                              status=status, review_id=review_id)
+                                              status=status, review_id=review_id, judged=judged)
 
     def review_item(self, review_id: int) -> ReviewItem:
         return self.review_queue.review_item(review_id)

@@ -30,6 +30,7 @@ from mlx_sdm.store.schema import (
     now_iso,
     stored_reading,
     stored_verdict,
+    verifier_judged,
 )
 from mlx_sdm.network.verdict import VerdictStatus
 
@@ -53,9 +54,12 @@ class ReviewQueue:
         until: str | date | datetime | None = None,
         status: str = "all",
         review_id: int | None = None,
+        judged: bool | None = None,
     ) -> list[ReviewItem]:
         """Review-queue entries, newest first. ``status``: "pending" (no active decision), "decided" or "all";
-        ``since``/``until``: ISO timestamps or dates (a bare date covers its whole day)."""
+        ``since``/``until``: ISO timestamps or dates (a bare date covers its whole day); ``judged``: True, only
+        answers a verifier judged (what a label can change: :attr:`ReviewItem.judged`); False, only the others
+        (listed apart, each saying why a label changes nothing); None, both."""
         if status not in {"pending", "decided", "all"}:
             raise DataError(f"unknown review status {status!r}; use pending, decided or all", field="status")
         where, params = _review_filters(session_id, reason, since, until, review_id)
@@ -76,12 +80,14 @@ class ReviewQueue:
             decision = decisions.get(int(r["id"]))
             if status == "pending" and decision is not None or status == "decided" and decision is None:
                 continue
-            items.append(ReviewItem(
+            item = ReviewItem(
                 id=int(r["id"]), message_id=int(r["message_id"]), session_id=r["session_id"],
                 session_title=r["session_title"], reason=r["reason"], created_at=r["created_at"],
                 prompt=r["user_text"] or "", answer=r["answer"], verdict_status=VerdictStatus.read(r["verdict_status"]),
                 verdict=stored_verdict(r), monitor=stored_reading(r), decision=decision,
-            ))
+            )
+            if judged is None or item.judged == judged:
+                items.append(item)
         return items
 
     def review_item(self, review_id: int) -> ReviewItem:
@@ -169,10 +175,12 @@ class ReviewQueue:
         whose features were computed by that model (features of another model mean nothing to its
         verifier); ``verifier`` (a resolved verifier folder) only labels given under that verifier
         (older decisions without one: the verifier that judged the answer); ``task`` only labels given
-        under that task of it (decisions stored before tasks were kept count for every task)."""
+        under that task of it (decisions stored before tasks were kept count for every task). A label on an
+        answer no verifier judged (:attr:`ReviewItem.judged` False) is no support point: no support set judges
+        such answers, so it would change no verdict (it stays a training row)."""
         rows = self.db.query(
             "SELECT d.*, m.features AS message_features, m.feature_model AS message_model, m.text AS answer, "
-            "v.verifier AS judged_by "
+            "v.verifier AS judged_by, v.status AS verdict_status, v.verdict_json "
             "FROM decisions d JOIN review_queue r ON r.id = d.review_id JOIN messages m ON m.id = r.message_id "
             "LEFT JOIN verdicts v ON v.message_id = m.id WHERE d.undone_at IS NULL ORDER BY d.id"
         )
@@ -181,6 +189,8 @@ class ReviewQueue:
             decision = decision_from_row(r)
             blob, model = (r["features"], r["feature_model"]) if r["features"] is not None else (r["message_features"], r["message_model"])
             if blob is None or (feature_model is not None and model != feature_model):
+                continue
+            if not verifier_judged(VerdictStatus.read(r["verdict_status"]), stored_verdict(r)):
                 continue
             given_under = decision.verifier or (str(Path(r["judged_by"]).resolve()) if r["judged_by"] else None)
             if verifier is not None and given_under != verifier:

@@ -14,7 +14,14 @@ import numpy as np
 from mlx_sdm.errors import DataError
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.monitor.session_file.provenance import Provenance
-from mlx_sdm.network.verdict import LEGACY_NO_VERIFIER, DocumentVerdict, VerdictStatus
+from mlx_sdm.network.verdict import (
+    LEGACY_NO_VERIFIER,
+    REASON_EMPTY_ANSWER,
+    REASON_NO_CHECKABLE_ANSWER,
+    REASON_NOT_A_TASK,
+    DocumentVerdict,
+    VerdictStatus,
+)
 from mlx_sdm.store.message_meta import MessageMeta
 
 #: A stored answer's verdict state: a value of ``mlx_sdm.network.verdict.VerdictStatus`` (rows written
@@ -226,6 +233,42 @@ class ReviewItem:
     def reasons(self) -> list[str]:
         return [r for r in self.reason.split(",") if r]
 
+    @property
+    def judged(self) -> bool:
+        """A verifier judged this answer (an estimator verdict), so a label joins that verifier's support set
+        (an everyday answer: the open-question member's) and can change later verdicts."""
+        return verifier_judged(self.verdict_status, self.verdict)
+
+    @property
+    def why_a_label_changes_nothing(self) -> str | None:
+        """Why no verifier judged this answer, in plain words (None when one did): a label on it joins no
+        support set that judges such answers, so it changes no verdict."""
+        if self.judged:
+            return None
+        verdict = self.verdict
+        why = UNJUDGED_WORDS.get(verdict.unjudged if verdict is not None else None, UNJUDGED_WORDS[None])
+        return f"{why}, so a label changes no verdict"
+
+
+def verifier_judged(status: VerdictStatus | None, verdict: DocumentVerdict | None) -> bool:
+    """THE rule of what a review label can change: an answer a verifier's estimator judged. Not judged: no
+    verdict stored, no verifier, or a verdict without an estimator judgement (not a task, no checkable
+    answer, an empty answer). A stored state without its numbers (older rows) is taken as judged."""
+    if verdict is not None:
+        return verdict.verdict is not None
+    return status in (VerdictStatus.VERIFIED, VerdictStatus.NOT_VERIFIED, VerdictStatus.OUT_OF_SCOPE)
+
+
+#: Why no verifier judged an answer (DocumentVerdict.unjudged; None: no verdict at all), in plain words.
+UNJUDGED_WORDS = {
+    None: "no verifier judged this answer (none fits the model, verification was off, or the turn ended before "
+          "the verdict)",
+    REASON_NOT_A_TASK: "the question is none of the verifier's tasks, so no verifier judged the answer",
+    REASON_NO_CHECKABLE_ANSWER: "the question router read the message as having no checkable answer, so no "
+                                "verifier judged the answer",
+    REASON_EMPTY_ANSWER: "the answer was empty (or whitespace only), so no verifier judged it",
+}
+
 
 @dataclass
 class SupportPoint:
@@ -235,6 +278,12 @@ class SupportPoint:
     features: np.ndarray
     label: int
     text: str
+
+
+def support_words(size: int | None) -> str:
+    """The support set's count (``ReviewService.support_size``, docs/chat.md "The support set's count") in the
+    words the decision message, the review screen's footer and the status line share."""
+    return "support set: no verifier" if size is None else f"support set {size} points"
 
 
 def split_sql(script: str) -> list[str]:

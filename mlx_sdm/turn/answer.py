@@ -125,9 +125,11 @@ def stream_answer(
     ``top_logprobs``: a recorder of the most likely tokens at each position (the server's ``top_logprobs``).
     ``on_prefill(done, total)``: prompt tokens prefilled so far (mlx-lm's ``prompt_progress_callback``)."""
     from mlx_sdm.lm.generation import GenerationConfig
-    from mlx_sdm.lm.prompt import render_prompt
+    from mlx_sdm.lm.prompt import render_prompt, splice_cached
 
     full_ids = render_prompt(lm.tokenizer, messages)
+    if keep_cache and prefix is not None:  # the previous answer in the tokens the cache holds (splice_cached)
+        full_ids = splice_cached(lm.tokenizer, prefix.ids, full_ids)
     start = _Start.of(lm, full_ids, max_tokens, keep_cache, prefix)
     sampler = _sampler(temperature)
     if top_logprobs is not None and top_logprobs.k > 0:

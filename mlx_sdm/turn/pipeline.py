@@ -199,11 +199,12 @@ class TurnPipeline:
         if outcome.escalation.escalated:
             yield outcome.escalation
         if outcome.escalation.reflect and options.generate_reflection:
-            for item in self._reflect(plan, gen.text, options, stop):
+            for item in self._reflect(plan, gen.text, options, stop, outcome.prefix):
                 if isinstance(item, GeneratedAnswer):
                     outcome.reflection = item.text
                 else:
                     yield item
+            outcome.prefix = settle_prefix(outcome.prefix)  # the reflection's tokens leave the cache again
         yield outcome
 
     def judge(self, plan: TurnPlan, features: np.ndarray | None, text: str,
@@ -288,10 +289,13 @@ class TurnPipeline:
                                     tool_calls=outcome.tool_calls, p_true=p_true, verdict=outcome.verdict,
                                     sampler=sampler)
 
-    def _reflect(self, plan: TurnPlan, answer: str, options: TurnOptions,
-                 stop: threading.Event) -> Iterator[TokenPiece | GeneratedAnswer]:
-        """docs/monitoring.md, AUQ reflection: on HIGH the model states what it is NOT confident about."""
+    def _reflect(self, plan: TurnPlan, answer: str, options: TurnOptions, stop: threading.Event,
+                 prefix: PrefixCache | None = None) -> Iterator[TokenPiece | GeneratedAnswer]:
+        """docs/monitoring.md, AUQ reflection: on HIGH the model states what it is NOT confident about.
+        ``prefix``: the answer's KV cache (the turn's next prefix): the reflection request extends it, so only
+        the request is prefilled, not the whole conversation again; the caller trims it back after."""
         ask = plan.messages + [{"role": "assistant", "content": answer}, {"role": "system", "content": REFLECTION_PROMPT}]
         return stream_answer(self.components.lm, ask, max_tokens=options.reflection_max_tokens,
                              temperature=options.temperature, head=None, stop=stop, phase="reflection",
-                             features=False, keep_cache=False, delimiter=self._delimiter(plan))
+                             features=False, keep_cache=prefix is not None, prefix=prefix,
+                             delimiter=self._delimiter(plan))

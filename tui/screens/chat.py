@@ -18,7 +18,7 @@ from textual.widgets import Footer, Header, Input, Static
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction
 from mlx_sdm.turn.escalation import TurnStatus
 from mlx_sdm.executor.events import EngineEvent
-from mlx_sdm.store.schema import MessageRecord
+from mlx_sdm.store.schema import MessageRecord, support_words
 from tui.messages import (
     AnswerVerifying,
     EngineFailed,
@@ -108,7 +108,7 @@ class ChatScreen(ChatKeys, Screen):
         if info.head:
             parts.append(f"head {info.head}")
         if info.support_size is not None:
-            parts.append(f"support {info.support_size}")
+            parts.append(support_words(info.support_size))
         if note:
             parts.append(note)
         self.query_one("#status-line", Static).update(" · ".join(parts))

@@ -1,5 +1,8 @@
 """The review queue: every unverified or escalated answer from every session. Each decision is a label
-that the executor adds to the verifier's support set at once (no retraining)."""
+that the executor adds to the support set of the verifier that judged the answer at once (no retraining).
+Answers no verifier judged (out of scope with no judgement, no checkable answer, no verifier, an empty
+answer) are listed apart (the "not judged" list): a label there changes no verdict, so it is not offered,
+and each says why."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Select, Static
 
-from mlx_sdm.store.schema import ReviewItem
+from mlx_sdm.store.schema import ReviewItem, support_words
 from tui.format import decision_label, monitor_summary, reason_label
 from tui.screens.prompts import EditText, TextPrompt
 from tui.widgets.evidence_panel import evidence_renderable
@@ -25,6 +28,8 @@ if TYPE_CHECKING:
 
 LABEL_ACCEPTABLE, LABEL_UNACCEPTABLE = 1, 0
 STATUS_CHOICES = [("status: pending", "pending"), ("status: decided", "decided"), ("status: all", "all")]
+#: The reviewable list (what a label can change) and, apart, the answers no verifier judged.
+JUDGED_CHOICES = [("list: judged", "judged"), ("list: not judged", "unjudged")]
 
 
 class ReviewScreen(Screen):
@@ -56,6 +61,7 @@ class ReviewScreen(Screen):
             yield Select([], prompt="every reason", id="filter-reason", allow_blank=True)
             yield Input(placeholder="since YYYY-MM-DD", id="filter-since", max_length=10)
             yield Select(STATUS_CHOICES, value="all", id="filter-status", allow_blank=False)
+            yield Select(JUDGED_CHOICES, value="judged", id="filter-judged", allow_blank=False)
         yield ReviewList(id="review-list")
         with VerticalScroll(id="review-detail"):
             yield Static("", id="review-item")
@@ -89,6 +95,7 @@ class ReviewScreen(Screen):
             reason=self._filter_value("#filter-reason"),
             since=since,
             status=self._filter_value("#filter-status") or "all",
+            judged=self._filter_value("#filter-judged") != "unjudged",
         )
         self.query_one(ReviewList).show_items(items)
         self.show_current()
@@ -96,8 +103,11 @@ class ReviewScreen(Screen):
 
     def refresh_status(self, note: str | None = None) -> None:
         size = self.bridge.info().support_size
-        pending = len(self.bridge.review_items(status="pending"))
-        parts = [f"{pending} pending", f"support set {size if size is not None else '—'} points"]
+        pending = len(self.bridge.review_items(status="pending", judged=True))
+        apart = len(self.bridge.review_items(judged=False))
+        parts = [f"{pending} pending", support_words(size)]
+        if apart:
+            parts.append(f"{apart} not judged, listed apart (a label there changes no verdict)")
         last = self.bridge.last_decision()
         if last is not None:
             parts.append(f"last decision: #{last.review_id} {decision_label(last)} (z undoes it)")
@@ -114,6 +124,8 @@ class ReviewScreen(Screen):
         head = Text()
         head.append(f"#{item.id} · {item.session_title} · {str(item.created_at)[:19].replace('T', ' ')}\n", style="bold")
         head.append(f"reason: {reason_label(item.reason)}   decision: {decision_label(item.decision)}\n")
+        if not item.judged:
+            head.append(f"not labelled here: {item.why_a_label_changes_nothing}.\n", style="italic")
         if item.decision is not None and item.decision.note:
             head.append(f"note: {item.decision.note}\n", style="italic")
         elif item.id in self.notes:
@@ -167,6 +179,9 @@ class ReviewScreen(Screen):
         item = self.query_one(ReviewList).current_item
         if item is None or self.busy:
             return
+        if not item.judged:
+            self.notify(f"#{item.id} not labelled: {item.why_a_label_changes_nothing}.", severity="warning")
+            return
         note = self.notes.pop(item.id, None)
         if note is None and item.decision is not None:
             note = item.decision.note
@@ -212,6 +227,9 @@ class ReviewScreen(Screen):
     def action_edit(self) -> None:
         item = self.query_one(ReviewList).current_item
         if item is None:
+            return
+        if not item.judged:
+            self.notify(f"#{item.id} not labelled: {item.why_a_label_changes_nothing}.", severity="warning")
             return
         start = item.decision.completion if item.decision is not None and item.decision.completion else item.answer
 

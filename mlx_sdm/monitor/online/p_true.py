@@ -21,6 +21,8 @@ import mlx_sdm  # noqa: F401  (BLAS preload before mlx.core)
 import mlx.core as mx
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
+from mlx_sdm.lm.prompt import splice_cached
+
 DEFAULT_QUESTION = (
     "Is your previous answer correct? Answer with exactly one word: True or False."
 )
@@ -104,6 +106,8 @@ def p_true_from_cache(
         length = _cache_length(cache)
         if length is not None and length != len(cached_tokens):
             raise ValueError(f"the cache holds {length} tokens but cached_tokens has {len(cached_tokens)}; pass the tokens the cache was built from")
+        # the answer in the tokens the cache holds, so it is not trimmed back and prefilled again
+        question_tokens = splice_cached(tokenizer, cached_tokens, question_tokens)
         common = _common_prefix(cached_tokens, question_tokens)
         common = min(common, len(question_tokens) - 1)  # at least one token must be fed to get logits
         extra = len(cached_tokens) - common
