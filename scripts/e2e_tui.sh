@@ -9,7 +9,7 @@
 #   2. the README's news article: {"topic": "sports"}, "✔ verified"; its evidence expanded (ctrl+b);
 #   3. a follow-up ("Why did you pick that topic?"): a prose answer, not forced into the task's JSON;
 #   4. the review queue (ctrl+r): the turn-1 answer (else the first queued one) marked acceptable; the
-#      review footer's "support set N points" and the chat's status line "support N" both move by one;
+#      review footer's and the chat's status line's "support set N points" (one count) both move by one;
 #   5. the article again: the same answer and the same verdict as in step 2;
 #   6. edit and resend (ctrl+up): the follow-up of step 3 edited and sent in a new branch holding turns 1
 #      and 2; its answer gets a badge, and the original session keeps its own turn 3;
@@ -77,7 +77,7 @@ regen_badge() { regen_block "$1" "$2" | grep -E "^[▸▾]? ?$BADGE" | head -1 |
 header() { pane | grep -m1 -o "[^◆]* — verified local chat" | sed 's/ — verified local chat$//; s/^ *//'; }
 turn_answer() { turn_block "$1" | awk '/^(▸|▾) / {exit} {print}' | sed '/^$/d'; }
 turn_badge() { turn_block "$1" | grep -E "^[▸▾]? ?$BADGE" | head -1 | sed 's/^[▸▾] //'; }
-support_in_status() { pane | grep -o "· support [0-9]*" | grep -o "[0-9]*$" | tail -1; }
+support_in_status() { pane | grep -o "· support set [0-9]* points" | grep -o "[0-9][0-9]*" | tail -1; }
 # Textual's toasts (drawn with ▌ at the right) cover the status line's end; wait until they are gone.
 no_toasts() { local i; for i in $(seq 120); do pane | grep -q "▌" || return 0; sleep 0.1; done; return 1; }
 # The chat screen is showing (not the review queue or a prompt): its input's placeholder or footer.
@@ -276,10 +276,10 @@ else
 fi
 back_to_chat || fail "4: back to the chat (escape)"
 no_toasts
-if [ -n "$support" ] && wait_for "· support $((support + 1))( |$)" 10; then
-    ok "4: the chat's status line moved (support $support → $((support + 1)))"
+if [ -n "$support" ] && wait_for "· support set $((support + 1)) points" 10; then
+    ok "4: the chat's status line moved (support set $support → $((support + 1)) points)"
 else
-    fail "4: the chat's status line shows support $((${support:-0} + 1)) (it says support $(support_in_status))"
+    fail "4: the chat's status line shows support set $((${support:-0} + 1)) points (it says support set $(support_in_status) points)"
 fi
 save "04c-chat-after-label"
 

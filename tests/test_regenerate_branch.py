@@ -105,6 +105,11 @@ def test_the_engine_regenerates_sampled_and_keeps_both_answers(tmp_path):
         assert (meta.replaces, meta.seed, meta.temperature) == (first.message_id, 1, REGENERATE_TEMPERATURE)
         assert all(a.verdict_status is not None for a in answers)  # each judged on its own
         assert sum(1 for m in store.messages(s.id) if m.role == "user") == 1  # the question is not repeated
+        # the monitor scores both answers under the one turn, and says "turn 1" of the second, as the chat does
+        assert [p.turn for p in engine._monitors[s.id].history] == [1, 1]
+        assert "turn 2" not in second.monitor.fused.message
+        third = engine.send(s.id, "And of Spain?").result(60)
+        assert [p.turn for p in engine._monitors[s.id].history] == [1, 1, 2] and "turn 3" not in third.monitor.fused.message
     finally:
         engine.shutdown()
 

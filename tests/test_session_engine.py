@@ -147,7 +147,8 @@ def test_high_pauses_with_reflection_then_resumes_with_guidance(make_engine):
     prompt = msgs[-1].prompt
     assert [m["role"] for m in prompt[-5:]] == ["user", "assistant", "system", "assistant", "user"]
     assert "NOT confident" in prompt[-3]["content"] and prompt[-1]["content"] == "Answer with one word."
-    assert [h.turn for h in history_of(events, second.turn)] == [1, 2]  # P_t carried over (no reset on resume)
+    # P_t carried over (no reset on resume); the answer after guidance is the paused turn's, as the chat numbers it
+    assert [h.turn for h in history_of(events, second.turn)] == [1, 1]
     assert second.status == "paused"  # still HIGH: the resumed answer pauses again, and can be resumed again
     assert engine.pending_pause(session.id).message_id == second.message_id
 

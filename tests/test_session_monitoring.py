@@ -127,7 +127,7 @@ def test_replay_rebuilds_the_state_from_stored_messages(tmp_path):
     assert state.status.value == "waiting_for_human"  # the last answer was HIGH and paused
     replayed.resume("go on")
     _, nxt = score(replayed, answer="done", tokens=None, logprobs=None, tool_calls=[], p_true=1.0)
-    assert nxt["level"] and replayed.history[-1].turn == 3
+    assert nxt["level"] and replayed.history[-1].turn == 2  # the paused turn answered after guidance, as the chat numbers it
 
 
 def test_semantic_sampling_runs_inside_the_trigger_zone_only():
@@ -168,3 +168,18 @@ def test_a_stored_reading_does_not_grow_with_the_session(tmp_path):
     assert len(sizes) == 200 and len(m.history) == 200
     assert max(sizes) - min(sizes[1:]) < 64  # flat (number formatting only), not proportional to the turn
     assert max(sizes[150:]) < 1.1 * sizes[10]
+
+
+def test_an_answer_given_again_keeps_its_question_s_turn_number():
+    """Two answers to one question (the second regenerated): both are turn 1 in the history and the fused
+    forecast's sentence; the next question is turn 2, live and when the session is replayed."""
+    m = SessionMonitor("s", MonitorConfig())
+    m.observe_user("What is 2 + 2?")
+    first = m.score_answer(answer="4", tokens=TOKENS, logprobs=LOGPROBS, tool_calls=[], verdict=VERIFIED)
+    again = m.score_answer(answer="Four.", tokens=TOKENS, logprobs=LOGPROBS, tool_calls=[], verdict=VERIFIED)
+    m.observe_user("And 3 + 3?")
+    m.score_answer(answer="6", tokens=TOKENS, logprobs=LOGPROBS, tool_calls=[], verdict=VERIFIED)
+    assert [p.turn for p in m.history] == [1, 1, 2]
+    for reading in (first, again):
+        if reading.fused is not None:
+            assert "turn 1" in reading.fused.message or "turn" not in reading.fused.message

@@ -47,7 +47,7 @@ from mlx_sdm.executor.review import DecisionResult, ReviewService
 from mlx_sdm.store.schema import MessageRecord
 from mlx_sdm.store.chat_store import ChatStore
 from mlx_sdm.turn.values import (
-    AnswerComplete, AnswerVerdict, TurnComponents, TurnItem, TurnOptions, TurnOutcome, TurnRequest,
+    AnswerComplete, AnswerVerdict, TurnComponents, TurnItem, TurnOptions, TurnKind, TurnOutcome, TurnRequest,
 )
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 from mlx_sdm.executor.turn_service import TurnService
@@ -316,7 +316,8 @@ class ChatEngine:
                 user_id = self.store.add_guidance(session_id, guidance_for, text)
                 monitor.resume(text)
             request = TurnRequest(conversation_from(history) + [{"role": "user", "content": text}],
-                                  self.config.turn_options())
+                                  self.config.turn_options(),
+                                  kind=TurnKind.QUESTION if guidance_for is None else TurnKind.GUIDANCE)
             queued_s = time.perf_counter() - started
 
             def prefill(done: int, total: int) -> None:
@@ -352,7 +353,8 @@ class ChatEngine:
             history = self.store.messages(session_id)
             again = regeneration(history)
             monitor = self._monitor_for(session_id, history)
-            request = TurnRequest(again.messages, replace(self.config.turn_options(), temperature=REGENERATE_TEMPERATURE))
+            request = TurnRequest(again.messages, replace(self.config.turn_options(), temperature=REGENERATE_TEMPERATURE),
+                                  kind=TurnKind.AGAIN)
             mx.random.seed(again.attempt)
             for item in service.stream_turn(session_id, request, stop=self._cancel, monitor=monitor,
                                             replaces=again.replaces, seed=again.attempt):

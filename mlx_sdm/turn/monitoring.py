@@ -73,7 +73,9 @@ class SessionMonitor:
         self.fused = _fused_monitor()  # the fused forecast p_t and the signal that moved it (reading.fused)
         # the measured pause threshold on p_t (mlx_sdm.monitor.forecast.policy); degenerate answers are caught either way
         self.pause_policy = _pause_policy() if config.forecast_pause and self.fused is not None else None
-        self.history: list[HistoryPoint] = []  # per answered turn: level, cumulative confidence, TRACER prefix risk
+        self.history: list[HistoryPoint] = []  # per answer: level, cumulative confidence, TRACER prefix risk
+        #: the chat's turn number: one per question (user step); an answer given again keeps its turn's number
+        self.turn = 0
 
     # -- state -----------------------------------------------------------------------------------
     def replay(self, messages: Sequence[Any]) -> None:
@@ -83,6 +85,7 @@ class SessionMonitor:
         state = self.auq.belief(self.session_id)
         for m in messages:
             if m.role == "user":
+                self.turn += m.kind == "chat"  # the chat numbers its questions, not the guidance given on a pause
                 self._observe_user_fused(self.tracer.observe(self._user_step(m.text)))
             elif m.role == "assistant" and m.kind == "chat" and m.monitor:
                 calls = list(m.metadata.tool_calls)
@@ -90,14 +93,16 @@ class SessionMonitor:
                 reading = m.monitor
                 if self.fused is not None:
                     self.fused.observe_answer(out, reading.auq.to_format() if reading.auq else None,
-                                              TurnVerdict.of(m.verdict))
+                                              TurnVerdict.of(m.verdict), turn=max(self.turn, 1))
                 if reading.cumulative_confidence is not None:
                     state.cumulative_confidence = float(reading.cumulative_confidence)
                 state.step_counter += 1
                 state.status = SessionStatus.WAITING_FOR_HUMAN if m.status == "paused" else SessionStatus.RUNNING
-                self.history.append(HistoryPoint.of(len(self.history) + 1, reading))
+                self.history.append(HistoryPoint.of(max(self.turn, 1), reading))
 
-    def observe_user(self, text: str) -> None:
+    def observe_user(self, text: str, *, new_turn: bool = True) -> None:
+        """A user step; ``new_turn``: a new question (False: guidance for the paused turn)."""
+        self.turn += new_turn
         self._observe_user_fused(self.tracer.observe(self._user_step(text)))
 
     def _observe_user_fused(self, out: Any) -> None:
@@ -162,9 +167,10 @@ class SessionMonitor:
                                               "reused_tokens": ran.reused_tokens, "cache_restored": ran.cache_restored},
         )
         if self.fused is not None:
-            reading.fused = self.fused.observe_answer(tracer_out, step.to_format(), TurnVerdict.of(verdict))
+            reading.fused = self.fused.observe_answer(tracer_out, step.to_format(), TurnVerdict.of(verdict),
+                                                      turn=max(self.turn, 1))
         apply_policy(reading, answer, self.pause_policy)  # degenerate answers log, a low fused forecast pauses
-        self.history.append(HistoryPoint.of(len(self.history) + 1, reading))
+        self.history.append(HistoryPoint.of(max(self.turn, 1), reading))
         return reading
 
     # -- steps -----------------------------------------------------------------------------------

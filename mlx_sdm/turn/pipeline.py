@@ -58,6 +58,7 @@ from mlx_sdm.turn.values import (
     TurnOptions,
     TurnOutcome,
     TurnPlan,
+    TurnKind,
     TurnRequest,
     AnswerVerdict,
     last_user_text,
@@ -176,8 +177,8 @@ class TurnPipeline:
             task=plan.route.task, decoded_with_head=plan.head is not None, first_token_s=first_token_s,
             generation_s=generation_s,
         )
-        if monitor is not None:  # TRACER's user step is scored after generation, not before the first token
-            monitor.observe_user(last_user_text(request.messages))
+        if monitor is not None and request.kind is not TurnKind.AGAIN:  # TRACER's user step, after generation
+            monitor.observe_user(last_user_text(request.messages), new_turn=request.kind is TurnKind.QUESTION)
         if gen.cancelled:
             gen.release()
             yield outcome

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from enum import Enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Union
 
@@ -82,6 +83,15 @@ class TurnOptions:
     top_logprobs: int = 0  # with each token, the k most likely tokens and their log-probs (TokenPiece.top)
 
 
+class TurnKind(str, Enum):
+    """What the last user message of a request is to the chat's numbering of turns (which the monitor
+    follows: its history and sentences name the chat's turn numbers)."""
+
+    QUESTION = "question"  # a new question: a new turn
+    AGAIN = "again"  # the last question answered again (regenerated): its turn, and no new user step
+    GUIDANCE = "guidance"  # the user's guidance for a paused turn: that turn, the guidance a user step
+
+
 @dataclass
 class TurnRequest:
     """The conversation so far (last message = the user's) and how to answer it. A system message is
@@ -89,6 +99,7 @@ class TurnRequest:
 
     messages: list[ChatMessage]
     options: TurnOptions = field(default_factory=TurnOptions)
+    kind: TurnKind = TurnKind.QUESTION
 
 
 @dataclass(frozen=True)

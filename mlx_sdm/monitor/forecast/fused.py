@@ -133,9 +133,11 @@ class OnlineFusedMonitor:
     def observe_user(self, tracer: TracerOutput | None) -> None:
         self._parts.append(self._tracer_row(tracer))
 
-    def observe_answer(self, tracer: TracerOutput | None, auq: AUQOutput | None, verdict: TurnVerdict) -> FusedReading:
+    def observe_answer(self, tracer: TracerOutput | None, auq: AUQOutput | None, verdict: TurnVerdict,
+                       turn: int | None = None) -> FusedReading:
         """The answer's TRACER features, AUQ belief (None: AUQ did not score it) and verdict, as the chat
-        makes them or a session file records them."""
+        makes them or a session file records them. ``turn``: the chat's turn number the words name (a turn
+        answered again has several answers); default, the count of answers observed."""
         self._agent.append(len(self._parts))
         self._parts.append(self._tracer_row(tracer))
         self._auq.append(_prob(auq.propagated_confidence if auq is not None else None))
@@ -150,7 +152,7 @@ class OnlineFusedMonitor:
         first = self._last_features is None
         name, delta = strongest_signal(self.params.stacker, features, self._last_features)
         self._last_features = features
-        return FusedReading(p, name, delta, signal_words(name, delta, self._verdicts[-1], len(self._agent), first))
+        return FusedReading(p, name, delta, signal_words(name, delta, self._verdicts[-1], turn or len(self._agent), first))
 
 
 def signal_words(name: str, delta: float, verdict: TurnVerdict, turn: int, first: bool) -> str:
