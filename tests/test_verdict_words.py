@@ -145,3 +145,17 @@ def test_the_monitor_panel_names_what_the_verifier_did_with_the_turn(judged: Doc
     unjudged = TurnVerdict.of(DocumentVerdict(None, coverage=COVERAGE, unjudged="not_a_task"))
     assert "outside what the verifier covers" in signal_words("verifier", -1.0, unjudged, 2, first=True)
     assert signal_words("verifier", -1.0, TurnVerdict.of(None), 2, first=True) == "no verifier judged turn 2"
+
+
+def test_the_review_queue_names_a_verifier_that_vouches_for_nothing_as_such():
+    """A judged answer of a verifier with no high-probability region is queued as such, not under the
+    estimator's own reason code (its badge and sentence say the same); other answers keep their reason."""
+    from mlx_sdm.turn.escalation import verdict_review_reasons
+    from tui.format import reason_label
+
+    v = Verdict(1, None, False, 27, 0.9, 0, "index_flipped", [])
+    nothing = DocumentVerdict(v, task="open_questions", admits_nothing=True)
+    assert verdict_review_reasons(nothing) == ["admits_nothing"]
+    assert reason_label("admits_nothing") == "vouches for no answer on this model"
+    assert "vouches for no answer on this model" in verdict_words(nothing).badge
+    assert verdict_review_reasons(DocumentVerdict(v, task="bbc_topic")) == ["index_flipped"]

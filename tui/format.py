@@ -18,6 +18,7 @@ REASON_LABELS: dict[str, str] = {
     "predicted_unacceptable": "likely wrong",
     "not_a_task": "not one of its tasks",
     "empty_answer": "empty answer",
+    "admits_nothing": "vouches for no answer on this model",
 }
 
 #: Review-queue reasons that are not verdicts but escalations by the session monitor.

@@ -46,6 +46,9 @@ REASON_EMPTY_ANSWER = "empty_answer"
 REASON_NO_CHECKABLE_ANSWER = "no_checkable_answer"
 VERDICT_REASONS = (REASON_OUT_OF_DISTRIBUTION, REASON_BELOW_THRESHOLD, REASON_INDEX_FLIPPED,
                    REASON_PREDICTED_UNACCEPTABLE, REASON_NOT_A_TASK, REASON_EMPTY_ANSWER, REASON_NO_CHECKABLE_ANSWER)
+#: Why a judged answer is queued for review when its verifier admits no answer at all (Alg. 3 found no
+#: region): the estimator's own reason code would name a detail that says nothing about this answer.
+REASON_ADMITS_NOTHING = "admits_nothing"
 #: The two reasons of an out-of-scope turn with no estimator judgement.
 UNJUDGED_OUT_OF_SCOPE = (REASON_NOT_A_TASK, REASON_NO_CHECKABLE_ANSWER)
 #: Older stored spellings of "no verifier judged it".

@@ -11,7 +11,7 @@ from enum import Enum
 
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction, UncertaintyLevel
 from mlx_sdm.monitor.online.reading import MonitorReading
-from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
+from mlx_sdm.network.verdict import REASON_ADMITS_NOTHING, DocumentVerdict, VerdictStatus
 
 #: docs/monitoring.md, AUQ reflection: the reflection injected on HIGH (keeps the phrase "NOT confident").
 REFLECTION_PROMPT = (
@@ -79,6 +79,8 @@ def verdict_review_reasons(verdict: DocumentVerdict | None) -> list[str]:
     """An answer the verifier did not vouch for goes to the review queue under its reason code."""
     if verdict is None or verdict.status is VerdictStatus.VERIFIED:
         return []
+    if verdict.admits_nothing and verdict.status is VerdictStatus.NOT_VERIFIED:
+        return [REASON_ADMITS_NOTHING]
     return [verdict.reason or VerdictStatus.NOT_VERIFIED.value]
 
 
