@@ -381,8 +381,7 @@ def turn_event(item: TurnItem, session_id: str, turn: int, *, verifier: str | No
     if isinstance(item, AnswerComplete):
         return VerifyingEvent(session_id=session_id, turn=turn, tokens=item.tokens)
     if isinstance(item, AnswerVerdict):
-        return VerdictEvent(session_id=session_id, turn=turn, verdict=item.verdict,
-                            unverifiable_reason=item.unverifiable_reason, verifier=verifier)
+        return VerdictEvent(session_id=session_id, turn=turn, answer=item, verifier=verifier)
     if isinstance(item, MonitorReading):
         history = list(monitor.history) if monitor is not None else []
         return MonitorEvent(session_id=session_id, turn=turn, reading=item, history=history)

@@ -28,7 +28,7 @@ from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, VerdictWords
 from mlx_sdm.network.coverage import VerifierCoverage
 from mlx_sdm.turn.escalation import Escalation, TurnStatus
 from mlx_sdm.lm.pieces import TokenPiece
-from mlx_sdm.turn.values import TurnOutcome
+from mlx_sdm.turn.values import AnswerVerdict, TurnOutcome
 
 
 @dataclass
@@ -76,24 +76,34 @@ class VerifyingEvent(EngineEvent):
 
 @dataclass
 class VerdictEvent(EngineEvent):
+    """The turn's :class:`~mlx_sdm.turn.values.AnswerVerdict`, carried as the pipeline yielded it."""
+
     kind: ClassVar[str] = "verdict"
-    verdict: DocumentVerdict | None = None  # None: no verifier judged it (unverifiable_reason says why)
-    unverifiable_reason: str | None = None
+    answer: AnswerVerdict = field(default_factory=lambda: AnswerVerdict(None))
     verifier: str | None = None  # the verifier's path / name
 
     @property
+    def verdict(self) -> DocumentVerdict | None:
+        """None: no verifier judged it (:attr:`unverifiable_reason` says why)."""
+        return self.answer.verdict
+
+    @property
+    def unverifiable_reason(self) -> str | None:
+        return self.answer.unverifiable_reason
+
+    @property
     def status(self) -> VerdictStatus:
-        return self.words.status
+        return self.answer.status
 
     @property
     def words(self) -> VerdictWords:
         """The badge and sentence a person reads (the one rule, network/verdict.verdict_words)."""
-        return verdict_words(self.verdict, no_verifier_reason=self.unverifiable_reason)
+        return self.answer.words
 
     @property
     def reason(self) -> str | None:
         """The verdict's reason code, or why there is no verdict."""
-        return self.verdict.reason if self.verdict is not None else self.unverifiable_reason
+        return self.answer.reason
 
 
 @dataclass
