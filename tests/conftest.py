@@ -59,3 +59,21 @@ def smollm2_shared(smollm2, monkeypatch):
     """The session's SmolLM2, also returned by the product's ``load_model()`` during the test (:func:`share_smollm2`)."""
     share_smollm2(monkeypatch, smollm2)
     return smollm2
+
+
+@pytest.fixture(scope="module")
+def verifier_dir(tmp_path_factory):
+    """A tiny verifier on the tiny random model (tests/tiny_verifier.py), built once per test module."""
+    from tests.tiny_verifier import build_tiny_verifier
+
+    return build_tiny_verifier(tmp_path_factory.mktemp("tiny") / "verifier")
+
+
+@pytest.fixture
+def store(tmp_path):
+    """An empty chat store of this test's own."""
+    from mlx_sdm.store.chat_store import ChatStore
+
+    store = ChatStore(tmp_path / "chat.db")
+    yield store
+    store.close()

@@ -11,7 +11,6 @@ from textual.widgets import Input, Select
 from mlx_sdm.store.schema import AnswerRecord
 from mlx_sdm.store.chat_store import ChatStore
 from tests.test_tui_flows import HIGH_EVERYWHERE, SIZE, answers, make_engine, plain, send, wait_until
-from tests.tiny_verifier import build_tiny_verifier
 from tui.app import SdmChatApp
 from tui.screens.prompts import Confirm, CopyFallback, EditText, EscalationPrompt, TextPrompt
 from tui.screens.review import ReviewScreen
@@ -25,18 +24,6 @@ pytestmark = pytest.mark.asyncio
 #: (docs/monitoring.md, AUQ levels and actions).
 CRITICAL_EVERYWHERE = {"auq_thresholds": (1.0, 0.9999, 0.9998)}
 MEDIUM_EVERYWHERE = {"auq_thresholds": (1.0, 1e-4, 5e-5)}
-
-
-@pytest.fixture(scope="module")
-def verifier_dir(tmp_path_factory):
-    return build_tiny_verifier(tmp_path_factory.mktemp("tiny") / "verifier")
-
-
-@pytest.fixture
-def store(tmp_path):
-    store = ChatStore(tmp_path / "chat.db")
-    yield store
-    store.close()
 
 
 async def test_escape_stops_the_answer_and_autoscroll_follows_only_at_the_bottom(store, verifier_dir):

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from mlx_sdm.executor.engine import ChatEngine, EngineConfig
 from mlx_sdm.store.chat_store import ChatStore
-from tests.tiny_verifier import build_tiny_verifier, tiny_components
+from tests.tiny_verifier import tiny_components
 from tui.app import SdmChatApp
 from tui.screens.evidence_screen import EvidenceScreen
 from tui.screens.prompts import EscalationPrompt
@@ -26,11 +26,6 @@ MAX_TOKENS = 10
 TURN_TIMEOUT_S = 60.0
 
 
-@pytest.fixture(scope="module")
-def verifier_dir(tmp_path_factory) -> Path:
-    return build_tiny_verifier(tmp_path_factory.mktemp("tiny") / "verifier")
-
-
 def make_engine(store: ChatStore, verifier_dir: Path | None, *, max_context: int = 2048, **config) -> ChatEngine:
     config.setdefault("max_tokens", MAX_TOKENS)
     config.setdefault("embedder", "none")
@@ -39,13 +34,6 @@ def make_engine(store: ChatStore, verifier_dir: Path | None, *, max_context: int
     engine = ChatEngine(EngineConfig(**config), store, components=tiny_components(verifier_dir, max_context=max_context))
     engine.ready.result(timeout=120)
     return engine
-
-
-@pytest.fixture
-def store(tmp_path) -> ChatStore:
-    store = ChatStore(tmp_path / "chat.db")
-    yield store
-    store.close()
 
 
 @pytest.fixture

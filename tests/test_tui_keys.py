@@ -13,9 +13,8 @@ import pytest
 from textual.widgets import Input
 
 from mlx_sdm.executor.engine import ChatEngine, EngineConfig
-from mlx_sdm.store.chat_store import ChatStore
 from tests.test_tui_flows import LOW_EVERYWHERE, SIZE, answers, make_engine, send, wait_until
-from tests.tiny_verifier import build_tiny_verifier, tiny_components
+from tests.tiny_verifier import tiny_components
 from tui.app import SdmChatApp
 from tui.screens.help import HelpScreen
 from tui.widgets.message import MessageBubble
@@ -24,18 +23,6 @@ from tui.widgets.verdict_badge import ANSWERING, VERIFYING, VerdictBadge
 pytestmark = pytest.mark.asyncio
 
 CLAIM = "Paris is the capital of France. Is this claim true or false?"
-
-
-@pytest.fixture(scope="module")
-def verifier_dir(tmp_path_factory):
-    return build_tiny_verifier(tmp_path_factory.mktemp("tiny") / "verifier")
-
-
-@pytest.fixture
-def store(tmp_path):
-    store = ChatStore(tmp_path / "chat.db")
-    yield store
-    store.close()
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import pytest
 
 from mlx_sdm.monitor.online.reading import MonitorReading
 
-from tests.test_tui_flows import SIZE, make_engine, plain, send, verifier_dir  # noqa: F401  (fixture)
+from tests.test_tui_flows import SIZE, make_engine, plain, send
 from mlx_sdm.store.chat_store import ChatStore
 from tui.app import SdmChatApp
 from tui.widgets.message import MessageBubble

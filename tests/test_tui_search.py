@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 from textual.command import CommandPalette
@@ -12,7 +11,6 @@ from mlx_sdm.network.verdict import VerdictStatus
 from mlx_sdm.store.chat_store import ChatStore
 from tests.test_store_search import turn
 from tests.test_tui_flows import make_engine, wait_until
-from tests.tiny_verifier import build_tiny_verifier
 from tui.app import SdmChatApp
 from tui.screens.chat import ChatScreen
 from tui.screens.search import SearchScreen
@@ -21,11 +19,6 @@ from tui.widgets.search_results import SearchResults
 pytestmark = pytest.mark.asyncio
 
 SIZE = (120, 40)
-
-
-@pytest.fixture(scope="module")
-def verifier_dir(tmp_path_factory) -> Path:
-    return build_tiny_verifier(tmp_path_factory.mktemp("tiny") / "verifier")
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from mlx_sdm.calibration.row_verdict import Exemplar, Verdict
 from mlx_sdm.network.verdict import DocumentVerdict
 from mlx_sdm.executor.engine import ChatEngine, EngineConfig
 from tests.test_tui_flows import HIGH_EVERYWHERE, LOW_EVERYWHERE, MAX_TOKENS, wait_until
-from tests.tiny_verifier import build_tiny_verifier, tiny_components
+from tests.tiny_verifier import tiny_components
 from tui.app import SdmChatApp
 from tui.screens.prompts import EscalationPrompt
 from tui.screens.review import ReviewScreen
@@ -70,11 +70,6 @@ def make_engine(store: ChatStore, verifier_dir, **config) -> ChatEngine:
     engine = ChatEngine(EngineConfig(**config), store, components=factory)
     engine.ready.result(timeout=120)
     return engine
-
-
-@pytest.fixture(scope="module")
-def verifier_dir(tmp_path_factory):
-    return build_tiny_verifier(tmp_path_factory.mktemp("tiny") / "verifier")
 
 
 @pytest.fixture

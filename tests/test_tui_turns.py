@@ -9,26 +9,11 @@ import pytest
 from textual.widgets import DataTable, Input
 
 from tests.test_tui_flows import SIZE, answers, make_engine, send, wait_until
-from tests.tiny_verifier import build_tiny_verifier
 from tui.app import SdmChatApp
 from tui.screens.sessions import SessionsScreen
 from tui.screens.turns import TurnPicker
 
 pytestmark = pytest.mark.asyncio
-
-
-@pytest.fixture(scope="module")
-def verifier_dir(tmp_path_factory):
-    return build_tiny_verifier(tmp_path_factory.mktemp("tiny") / "verifier")
-
-
-@pytest.fixture
-def store(tmp_path):
-    from mlx_sdm.store.chat_store import ChatStore
-
-    store = ChatStore(tmp_path / "chat.db")
-    yield store
-    store.close()
 
 
 async def test_regenerate_adds_a_sampled_answer_with_its_own_badge_and_keeps_the_first(store, verifier_dir):

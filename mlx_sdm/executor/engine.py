@@ -19,6 +19,7 @@ import threading
 import time
 import traceback
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -306,7 +307,7 @@ class ChatEngine:
         service = self._require_service()
         turn = next(self._turns)
         self._cancel.clear()
-        try:
+        with self._reported(session_id, turn, on_event):
             self.store.get_session(session_id)
             history = self.store.messages(session_id)  # read once, before this turn writes anything
             monitor = self._monitor_for(session_id, history)
@@ -324,22 +325,10 @@ class ChatEngine:
                 if (event := prefill_event(session_id, turn, done, total)) is not None:
                     self._emit(on_event, event)
 
-            for item in service.stream_turn(session_id, request, stop=self._cancel, monitor=monitor, on_prefill=prefill):
-                if isinstance(item, TurnOutcome):
-                    outcome = item
-                else:
-                    self._emit(on_event, turn_event(item, session_id, turn, verifier=service.verifier_path,
-                                                    monitor=monitor))
-        except BaseException as exc:
-            self._emit(on_event, ErrorEvent(session_id=session_id, turn=turn, message=str(exc), error_type=type(exc).__name__))
-            self._emit(on_event, TurnFinishedEvent(session_id=session_id, turn=turn))
-            raise
-        outcome.turn, outcome.user_message_id = turn, user_id
+            outcome = self._stream(service, session_id, turn, request, monitor, on_event, on_prefill=prefill)
         if outcome.first_token_s is not None:
             outcome.first_token_s += queued_s  # from the call, the time the turn waited for the engine included
-        self._emit(on_event, TurnFinishedEvent(session_id=session_id, turn=turn, result=outcome))
-        return outcome
-
+        return self._finished(outcome, session_id, turn, user_id, on_event)
 
     def _regenerate(self, session_id: str, on_event: EventCallback | None) -> TurnOutcome:
         import mlx.core as mx
@@ -349,25 +338,41 @@ class ChatEngine:
         service = self._require_service()
         turn = next(self._turns)
         self._cancel.clear()
-        try:
+        with self._reported(session_id, turn, on_event):
             history = self.store.messages(session_id)
             again = regeneration(history)
             monitor = self._monitor_for(session_id, history)
             request = TurnRequest(again.messages, replace(self.config.turn_options(), temperature=REGENERATE_TEMPERATURE),
                                   kind=TurnKind.AGAIN)
             mx.random.seed(again.attempt)
-            for item in service.stream_turn(session_id, request, stop=self._cancel, monitor=monitor,
-                                            replaces=again.replaces, seed=again.attempt):
-                if isinstance(item, TurnOutcome):
-                    outcome = item
-                else:
-                    self._emit(on_event, turn_event(item, session_id, turn, verifier=service.verifier_path,
-                                                    monitor=monitor))
+            outcome = self._stream(service, session_id, turn, request, monitor, on_event,
+                                   replaces=again.replaces, seed=again.attempt)
+        return self._finished(outcome, session_id, turn, again.question_id, on_event)
+
+    def _stream(self, service: TurnService, session_id: str, turn: int, request: TurnRequest, monitor: Any,
+                on_event: EventCallback | None, **options: Any) -> TurnOutcome:
+        """Loop over the turn's stream: every item but the record goes to the listeners; returns the record."""
+        outcome = None
+        for item in service.stream_turn(session_id, request, stop=self._cancel, monitor=monitor, **options):
+            if isinstance(item, TurnOutcome):
+                outcome = item
+            else:
+                self._emit(on_event, turn_event(item, session_id, turn, verifier=service.verifier_path, monitor=monitor))
+        return outcome
+
+    @contextmanager
+    def _reported(self, session_id: str, turn: int, on_event: EventCallback | None) -> Iterator[None]:
+        """A turn that fails tells its listeners why, then that it is over, and raises."""
+        try:
+            yield
         except BaseException as exc:
             self._emit(on_event, ErrorEvent(session_id=session_id, turn=turn, message=str(exc), error_type=type(exc).__name__))
             self._emit(on_event, TurnFinishedEvent(session_id=session_id, turn=turn))
             raise
-        outcome.turn, outcome.user_message_id = turn, again.question_id
+
+    def _finished(self, outcome: TurnOutcome, session_id: str, turn: int, user_id: int,
+                  on_event: EventCallback | None) -> TurnOutcome:
+        outcome.turn, outcome.user_message_id = turn, user_id
         self._emit(on_event, TurnFinishedEvent(session_id=session_id, turn=turn, result=outcome))
         return outcome
 
