@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from mlx_sdm.errors import ArtifactError, OutputError
 from mlx_sdm.store.migrations import MIGRATIONS, SCHEMA_VERSION
-from mlx_sdm.store.search_index import fts5_available, unhook_without_fts5
+from mlx_sdm.store import search_index
 from mlx_sdm.store.schema import now_iso, split_sql
 
 #: How long a writer waits for another process's write lock before giving up (milliseconds).
@@ -51,9 +51,9 @@ class Database:
         self.conn.execute("PRAGMA synchronous = FULL")
         self.conn.execute("PRAGMA foreign_keys = ON")
         self.migrate(SCHEMA_VERSION if target_version is None else target_version)
-        if not fts5_available():  # a store indexed elsewhere must still take new messages here
+        if not search_index.fts5_available():  # a store indexed elsewhere must still take new messages here
             with self.tx() as conn:
-                unhook_without_fts5(conn)
+                search_index.unhook_without_fts5(conn)
 
     def close(self) -> None:
         with self.lock:
