@@ -1,11 +1,19 @@
-"""Typed verdicts and readings for store tests: what the chat stores is a DocumentVerdict and a
-MonitorReading, never a dict (JSON only inside SQLite)."""
+"""Typed verdicts, readings and turn records for store tests: what the chat stores is the turn's
+record (TurnOutcome) with its DocumentVerdict and MonitorReading, never a dict (JSON only inside SQLite)."""
 
 from __future__ import annotations
 
+from typing import Sequence
+
+import numpy as np
+
 from mlx_sdm.monitor.online.auq_escalation import UncertaintyLevel
 from mlx_sdm.monitor.online.reading import MonitorReading
-from mlx_sdm.network.verdict import DocumentVerdict
+from mlx_sdm.monitor.session_file.records import ToolCall
+from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
+from mlx_sdm.turn.answer import GeneratedAnswer
+from mlx_sdm.turn.escalation import Escalation, TurnStatus
+from mlx_sdm.turn.values import Resampled, TurnOutcome
 
 
 def judged(reason: str | None = "below_threshold", *, p_lower: float | None = 0.1, prediction: int = 1,
@@ -20,3 +28,44 @@ def judged(reason: str | None = "below_threshold", *, p_lower: float | None = 0.
 
 def reading(level: str = "low", **fields) -> MonitorReading:
     return MonitorReading(level=UncertaintyLevel(level), **fields)
+
+
+#: A verdict of each stored state, for tests that need an answer in that state and not its numbers.
+VERDICT_OF_STATE = {
+    "verified": lambda: judged(None, p_lower=0.97, admitted=True, d=0.1),
+    "not_verified": judged,
+    "out_of_scope": lambda: judged("out_of_distribution", d=0.0),
+    "no_verifier": lambda: None,
+}
+
+
+def answer(session_id: str, text: str, *, status: str | TurnStatus = TurnStatus.DONE,
+           state: str | VerdictStatus | None = None,
+           verdict: DocumentVerdict | None = None, unverifiable_reason: str | None = None,
+           monitor: MonitorReading | None = None, review_reasons: Sequence[str] = (), features=None,
+           feature_model: str | None = None, tokens: list[str] | None = None, logprobs: list[float] | None = None,
+           prompt: list[dict] | None = None, task: str | None = None, verifier: str | None = None,
+           resampled: Resampled | None = None, source: str | None = None, explanation: str | None = None,
+           reflection: str | None = None, reflect: bool = False, pause_message: str = "",
+           judged_tokens: int | None = None, finish_reason: str = "stop",
+           tool_calls: Sequence[ToolCall] = ()) -> TurnOutcome:
+    """A turn's record as the pipeline yields it and the store keeps it, in session ``session_id``.
+    ``state``: the verdict state wanted ("verified", "not_verified", "out_of_scope", "no_verifier") when the
+    test needs an answer in that state and not particular numbers (a verdict of that state is made)."""
+    if state is not None and verdict is None:
+        verdict = VERDICT_OF_STATE[str(getattr(state, "value", state))]()
+    tokens = list(tokens or [])
+    gen = GeneratedAnswer(text, tokens=tokens, logprobs=list(logprobs or []),
+                          features=None if features is None else np.asarray(features, dtype=np.float32),
+                          finish_reason=finish_reason, cancelled=TurnStatus(status) is TurnStatus.CANCELLED,
+                          judged_tokens=len(tokens) if judged_tokens is None else judged_tokens)
+    outcome = TurnOutcome(
+        TurnStatus(status), gen, messages=list(prompt or []), task=task, verdict=verdict,
+        unverifiable_reason=unverifiable_reason, monitor=monitor,
+        escalation=Escalation(review_reasons=list(review_reasons), explanation=explanation, reflect=reflect,
+                              message=pause_message),
+        reflection=reflection, tool_calls=list(tool_calls), verifier=verifier, resampled=resampled, source=source, feature_model=feature_model,
+        session_id=session_id)
+    if state is not None and outcome.verdict_status is not None:
+        assert outcome.verdict_status.value == str(getattr(state, "value", state)), (state, outcome.verdict_status)
+    return outcome

@@ -12,9 +12,10 @@ from mlx_sdm.executor.engine import ChatEngine, EngineConfig
 from mlx_sdm.executor.regeneration import REGENERATE_TEMPERATURE, regeneration
 from mlx_sdm.network.verdict import DocumentVerdict
 from mlx_sdm.store.chat_store import ChatStore
-from mlx_sdm.store.message_meta import MessageMeta
 from mlx_sdm.store.migrations import SCHEMA_VERSION
-from mlx_sdm.store.schema import AnswerRecord, BranchOrigin
+from mlx_sdm.store.schema import BranchOrigin
+from mlx_sdm.turn.values import Resampled
+from tests.stored import answer as stored_answer
 from tests.tiny_verifier import build_tiny_verifier, tiny_components
 
 VERIFIED = DocumentVerdict.from_dict({"prediction": 1, "p_lower": 0.97, "admitted": True, "q": 5, "d": 0.1})
@@ -25,8 +26,7 @@ def two_turns(store: ChatStore) -> tuple[str, list[int]]:
     ids = []
     for q, a in (("Capital of France?", "Paris."), ("And of Italy?", "Rome.")):
         ids.append(store.add_message(s.id, "user", q))
-        record = AnswerRecord(s.id, a, verdict=VERIFIED, verdict_status="verified", verifier="v")
-        ids.append(store.add_answer(record))
+        ids.append(store.add_answer(stored_answer(s.id, a, verdict=VERIFIED, state="verified", verifier="v")))
     return s.id, ids
 
 
@@ -65,8 +65,8 @@ def test_the_conversation_carries_the_latest_answer_and_a_branch_remaps_what_it_
     again = regeneration(store.messages(parent))
     assert again.replaces == ids[3] and again.attempt == 1
     assert again.messages[-1] == {"role": "user", "content": "And of Italy?"} and len(again.messages) == 3
-    newer = AnswerRecord(parent, "Rome, of course.", verdict_status="verified", verdict=VERIFIED,
-                         metadata=MessageMeta(replaces=ids[3], seed=1, temperature=REGENERATE_TEMPERATURE))
+    newer = stored_answer(parent, "Rome, of course.", state="verified", verdict=VERIFIED,
+                          resampled=Resampled(ids[3], REGENERATE_TEMPERATURE, 1))
     newer_id = store.add_answer(newer)
     records = store.messages(parent)
     assert [m["content"] for m in conversation_from(records)][-2:] == ["And of Italy?", "Rome, of course."]
@@ -119,8 +119,8 @@ def test_the_markdown_export_says_which_answer_was_regenerated_and_where_a_branc
 
     store = ChatStore(tmp_path / "chat.db")
     parent, ids = two_turns(store)
-    store.add_answer(AnswerRecord(parent, "Rome, of course.", verdict_status="no_verifier",
-                                  metadata=MessageMeta(replaces=ids[3], seed=1, temperature=0.7)))
+    store.add_answer(stored_answer(parent, "Rome, of course.", state="no_verifier",
+                                   resampled=Resampled(ids[3], 0.7, 1)))
     text = session_to_markdown(store, parent)
     assert "### Assistant (regenerated: sampled at temperature 0.7, seed 1)" in text and text.count("### Assistant") == 3
     branch = store.branch_session(parent, before_message_id=ids[2])

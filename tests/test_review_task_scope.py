@@ -12,9 +12,9 @@ import pytest
 
 from mlx_sdm.network.coverage import TaskRoute
 from mlx_sdm.network.verifier import DocumentVerifier, FeatureRecipe
-from mlx_sdm.store.schema import AnswerRecord, TaskScope
+from mlx_sdm.store.schema import TaskScope
 from mlx_sdm.store.chat_store import ChatStore
-from tests.stored import judged
+from tests.stored import answer as stored_answer, judged
 from tests.tiny_verifier import build_tiny_verifier
 
 V, OTHER = "/verifiers/suite", "/verifiers/other"
@@ -24,9 +24,9 @@ def _label(store, text, *, verifier, task, label=1, value=1.0):
     """An answer judged under (verifier, task), queued and labelled with the task it was stored under."""
     s = store.create_session(text)
     store.add_message(s.id, "user", text)
-    mid = store.add_answer(AnswerRecord(s.id, text, verdict_status="not_verified", verdict=judged(),
-                                        features=np.full(4, value), feature_model="m", verifier=verifier,
-                                        task=TaskScope(task), review_reasons=["below_threshold"]))
+    mid = store.add_answer(stored_answer(s.id, text, state="not_verified", verdict=judged(),
+                                         features=np.full(4, value), feature_model="m", verifier=verifier,
+                                         task=task, review_reasons=["below_threshold"]))
     message = store.message(mid)
     return store.record_decision(message.review_id, label, verifier=verifier, task=message.task)
 
@@ -49,8 +49,8 @@ def test_support_points_keep_each_task_of_a_verifier_apart(tmp_path):
     assert _ids(store.support_points(verifier=V)) == [a.id, b.id, unrouted.id]  # no task given: every task
     # a decision without a task (the caller did not know it) counts for every task of its verifier only
     s = store.create_session("x")
-    mid = store.add_answer(AnswerRecord(s.id, "y", verdict_status="not_verified", features=np.zeros(4), feature_model="m",
-                                        verifier=V, review_reasons=["below_threshold"]))
+    mid = store.add_answer(stored_answer(s.id, "y", state="not_verified", features=np.zeros(4), feature_model="m",
+                                         verifier=V, review_reasons=["below_threshold"]))
     unknown = store.record_decision(store.message(mid).review_id, 0, verifier=V)
     assert unknown.task is None
     assert _ids(store.support_points(verifier=V, task=TaskScope("fever"))) == [a.id, unknown.id]

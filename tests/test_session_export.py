@@ -11,8 +11,8 @@ from mlx_sdm.errors import DataError
 from mlx_sdm.executor.engine import ChatEngine, EngineConfig
 from mlx_sdm.store.export import export_session, session_to_markdown
 from mlx_sdm.monitor.session_file.reader import read_sessions_jsonl
-from mlx_sdm.store.schema import AnswerRecord
 from mlx_sdm.store.chat_store import ChatStore
+from tests.stored import answer as stored_answer
 from tests.tiny_verifier import build_tiny_verifier, tiny_components
 
 ALWAYS_HIGH = (1.0, 0.9999, 0.0)
@@ -138,8 +138,8 @@ def test_session_outcome_follows_the_verdicts_and_review_labels(tmp_path):
         ids = []
         for status, verdict in answers:
             store.add_message(s.id, "user", "q")
-            ids.append(store.add_answer(AnswerRecord(s.id, "a", status=status, verdict_status=verdict,
-                                        review_reasons=["below_threshold"] if verdict == "not_verified" else [])))
+            ids.append(store.add_answer(stored_answer(s.id, "a", status=status, state=verdict,
+                                                      review_reasons=["below_threshold"] if verdict == "not_verified" else [])))
         return s.id, ids
 
     ok, _ = session(("done", "not_verified"), ("done", "verified"))

@@ -14,8 +14,8 @@ from mlx_sdm.monitor.online.reading import HistoryPoint
 from mlx_sdm.network.verdict import DocumentVerdict
 from mlx_sdm.turn.escalation import plan_escalation
 from mlx_sdm.turn.monitoring import MonitorConfig, SessionMonitor
-from mlx_sdm.store.schema import AnswerRecord
 from mlx_sdm.store.chat_store import ChatStore
+from tests.stored import answer as stored_answer
 
 pytestmark = pytest.mark.filterwarnings("ignore::mlx_sdm.monitor.online.tracer.MonitorWarning")  # steps without log-probs on purpose
 
@@ -116,8 +116,8 @@ def test_replay_rebuilds_the_state_from_stored_messages(tmp_path):
         store.add_message(s.id, "user", q)
         live.observe_user(q)
         reading, snap = score(live, answer="I booked flight 1234 the Paris", tokens=TOKENS, logprobs=LOGPROBS, tool_calls=[], p_true=p)
-        store.add_answer(AnswerRecord(s.id, "I booked flight 1234 the Paris", tokens=TOKENS, token_logprobs=LOGPROBS, monitor=reading,
-                         status="paused" if snap["action"] == "pause_for_human" else "done"))
+        store.add_answer(stored_answer(s.id, "I booked flight 1234 the Paris", tokens=TOKENS, logprobs=LOGPROBS, monitor=reading,
+                                       status="paused" if snap["action"] == "pause_for_human" else "done"))
     replayed = SessionMonitor(s.id, MonitorConfig())
     replayed.replay(store.messages(s.id))
     assert replayed.history == live.history[:2]
@@ -161,7 +161,7 @@ def test_a_stored_reading_does_not_grow_with_the_session(tmp_path):
         store.add_message(s.id, "user", f"question {i}")
         m.observe_user(f"question {i}")
         reading = m.score_answer(answer=f"answer {i}", tokens=TOKENS, logprobs=LOGPROBS, tool_calls=[], p_true=0.9)
-        store.add_answer(AnswerRecord(s.id, f"answer {i}", tokens=TOKENS, token_logprobs=LOGPROBS, monitor=reading))
+        store.add_answer(stored_answer(s.id, f"answer {i}", tokens=TOKENS, logprobs=LOGPROBS, monitor=reading))
     store.close()
     with sqlite3.connect(tmp_path / "c.db") as conn:
         sizes = [n for (n,) in conn.execute("SELECT length(details_json) FROM monitor_snapshots ORDER BY message_id")]

@@ -178,15 +178,15 @@ def test_a_label_on_an_answer_no_verifier_judged_says_it_changes_no_verdict(engi
     """An answer with no estimator judgement (here: no checkable answer) is recorded as a training row
     only; the decision's message says why, and the support set's count does not move."""
     from mlx_sdm.network.verdict import DocumentVerdict
-    from mlx_sdm.store.schema import AnswerRecord
+    from tests.stored import answer as stored_answer
 
     store, size = engine.store, engine.info().support_size
     session = store.create_session("haiku")
     store.add_message(session.id, "user", "Write a haiku about autumn.")
-    store.add_answer(AnswerRecord(session.id, "leaves fall", verdict_status="out_of_scope",
-                                  verdict=DocumentVerdict(None, unjudged="no_checkable_answer"),
-                                  features=np.ones(2 * tiny_loaded_model().fingerprint["hidden_size"]),
-                                  feature_model=engine.info().feature_model, review_reasons=["no_checkable_answer"]))
+    store.add_answer(stored_answer(session.id, "leaves fall", state="out_of_scope",
+                                   verdict=DocumentVerdict(None, unjudged="no_checkable_answer"),
+                                   features=np.ones(2 * tiny_loaded_model().fingerprint["hidden_size"]),
+                                   feature_model=engine.info().feature_model, review_reasons=["no_checkable_answer"]))
     item = store.review_items(judged=False)[0]
     result = engine.decide(item.id, 1).result(60)
     assert not result.applied and "no checkable answer" in result.message and "changes no verdict" in result.message

@@ -12,15 +12,14 @@ from pathlib import Path
 
 import numpy as np
 
-from mlx_sdm.store.schema import AnswerRecord
 from mlx_sdm.store.chat_store import ChatStore
-from tests.stored import judged, reading
+from tests.stored import answer as stored_answer, judged, reading
 
 WRITER = r"""
 import sys
 import numpy as np
-from mlx_sdm.store.chat_store import AnswerRecord, ChatStore
-from tests.stored import judged, reading
+from mlx_sdm.store.chat_store import ChatStore
+from tests.stored import answer, judged, reading
 
 store = ChatStore(sys.argv[1])
 session = store.create_session("killed")
@@ -28,9 +27,9 @@ print("session", session.id, flush=True)
 i = 0
 while True:
     store.add_message(session.id, "user", f"question {i}")
-    mid = store.add_answer(AnswerRecord(
-        session.id, f"answer {i} " + "x" * 2000, tokens=["a"] * 50, token_logprobs=[-0.1] * 50,
-        features=np.full(256, i, dtype=np.float32), feature_model="m", verdict_status="not_verified",
+    mid = store.add_answer(answer(
+        session.id, f"answer {i} " + "x" * 2000, tokens=["a"] * 50, logprobs=[-0.1] * 50,
+        features=np.full(256, i, dtype=np.float32), feature_model="m", state="not_verified",
         verdict=judged(), monitor=reading("high"),
         review_reasons=["below_threshold"],
     ))
@@ -144,9 +143,9 @@ def test_a_live_writers_answer_is_not_marked_interrupted_and_finishes_in_place(t
     assert writer.update_partial(answer_id, "Hello", force=True)
     reader = ChatStore(db)  # another open while this process still writes
     assert reader.messages(session.id)[-1].status == "in_progress" and reader.messages(session.id)[-1].text == "Hello"
-    mid = writer.finish_answer(answer_id, AnswerRecord(
-        session.id, "Hello there.", tokens=["Hello", " there."], token_logprobs=[-0.1, -0.2],
-        verdict_status="not_verified", verdict=judged(p_lower=0.2),
+    mid = writer.finish_answer(answer_id, stored_answer(
+        session.id, "Hello there.", tokens=["Hello", " there."], logprobs=[-0.1, -0.2],
+        state="not_verified", verdict=judged(p_lower=0.2),
         review_reasons=["below_threshold"]))
     answer = reader.messages(session.id)[-1]
     assert mid == answer_id and answer.status == "done" and answer.text == "Hello there." and answer.token_count == 2
@@ -171,7 +170,7 @@ def test_a_streaming_answer_keeps_answer_tokens_and_ends_done_or_failed(tmp_path
         answer.token(TokenPiece(piece, phase=phase))
     assert answer.text == "Hello"
     assert store.message(answer.message_id).text == "Hel" and store.message(answer.message_id).status == "in_progress"
-    assert answer.finish(AnswerRecord(session.id, "Hello.")) == answer.message_id  # throttled writes: the end is whole
+    assert answer.finish(stored_answer(session.id, "Hello.")) == answer.message_id  # throttled writes: the end is whole
     assert store.message(answer.message_id).text == "Hello." and store.message(answer.message_id).status == "done"
     failed = StreamingAnswer(store, session.id)
     failed.token(TokenPiece("Part"))

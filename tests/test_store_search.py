@@ -15,7 +15,6 @@ import mlx_sdm.store.database as store_module
 from mlx_sdm.errors import DataError, MissingDependencyError
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
 from mlx_sdm.store.migrations import MIGRATIONS, SCHEMA_VERSION, Migration
-from mlx_sdm.store.schema import AnswerRecord, TaskScope
 from mlx_sdm.store.search import (
     SearchHit,
     SearchQuery,
@@ -26,6 +25,8 @@ from mlx_sdm.store.search import (
     split_marks,
 )
 from mlx_sdm.store.chat_store import ChatStore
+from mlx_sdm.turn.escalation import TurnStatus
+from tests.stored import answer as stored_answer
 
 VERIFIED = DocumentVerdict.from_dict({"prediction": 1, "p_lower": 0.97, "admitted": True, "q": 5, "d": 0.1})
 BELOW = DocumentVerdict.from_dict({"prediction": 1, "p_lower": 0.4, "admitted": False, "q": 5, "d": 0.1,
@@ -34,9 +35,10 @@ BELOW = DocumentVerdict.from_dict({"prediction": 1, "p_lower": 0.4, "admitted": 
 
 def turn(store: ChatStore, session_id: str, question: str, answer: str, status: VerdictStatus | None,
          task: str | None = None, day: str | None = None) -> tuple[int, int]:
+    """A question and its answer in state ``status`` (None: a cancelled turn, no verdict)."""
     verdict = {VerdictStatus.VERIFIED: VERIFIED, VerdictStatus.NOT_VERIFIED: BELOW}.get(status)
-    ids = store.add_turn(question, AnswerRecord(session_id, answer, verdict_status=status, verdict=verdict,
-                                                task=TaskScope(task)))
+    ids = store.add_turn(question, stored_answer(session_id, answer, state=status, verdict=verdict, task=task,
+                                                 status=TurnStatus.DONE if status is not None else TurnStatus.CANCELLED))
     if day is not None:
         with store.db.tx() as conn:
             conn.execute("UPDATE messages SET created_at = ? WHERE id IN (?, ?)", (f"{day}T12:00:00.000000Z", *ids))
@@ -139,8 +141,8 @@ def test_triggers_keep_the_index_in_step_with_streaming_edits_and_deletes(store)
     store.update_partial(answer, "Quokkas are small", force=True)
     assert [h.message_id for h in search_sessions(store, SearchQuery("small"))] == [answer]  # the partial answer
     store.update_partial(answer, "Quokkas are marsupials", force=True)
-    store.finish_answer(answer, AnswerRecord(session.id, "Quokkas are marsupials of Rottnest Island.",
-                                             verdict_status=VerdictStatus.NOT_VERIFIED, verdict=BELOW))
+    store.finish_answer(answer, stored_answer(session.id, "Quokkas are marsupials of Rottnest Island.",
+                                              state=VerdictStatus.NOT_VERIFIED, verdict=BELOW))
     assert search_sessions(store, SearchQuery("small")) == []  # the old text left the index
     (hit,) = search_sessions(store, SearchQuery("rottnest"))
     assert hit.message_id == answer and hit.status is VerdictStatus.NOT_VERIFIED

@@ -14,8 +14,8 @@ from mlx_sdm.monitor.session_file.records import ToolCall
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
 from mlx_sdm.store.message_meta import MessageMeta
 from mlx_sdm.store.migrations import MIGRATIONS, SCHEMA_VERSION
-from mlx_sdm.store.schema import AnswerRecord
 from mlx_sdm.store.chat_store import ChatStore
+from tests.stored import answer as stored_answer, judged
 
 VERIFIED_097 = DocumentVerdict.from_dict({"prediction": 1, "p_lower": 0.97, "admitted": True, "q": 5, "d": 0.1})
 
@@ -38,10 +38,10 @@ def test_session_lifecycle_and_reopen(tmp_path):
     feats = np.arange(6, dtype=np.float32)
     verdict = {"prediction": 1, "p_lower": 0.97, "admitted": True, "q": 5, "d": 0.1, "q_bin": 3, "reason": None,
                "exemplars": [{"id": "t1", "label": 1, "prediction": 1, "distance": 0.2, "text": "x"}], "softmax": [0.03, 0.97]}
-    mid = store.add_answer(AnswerRecord(
+    mid = store.add_answer(stored_answer(
         a.id, "Yes.", prompt=[{"role": "user", "content": "Is Paris the capital of France?"}],
-        tokens=["Yes", "."], token_logprobs=[-0.5, -1.5], features=feats, feature_model="abc",
-        verdict_status=VerdictStatus.VERIFIED, verdict=DocumentVerdict.from_dict(verdict), verifier="weights/default",
+        tokens=["Yes", "."], logprobs=[-0.5, -1.5], features=feats, feature_model="abc",
+        state=VerdictStatus.VERIFIED, verdict=DocumentVerdict.from_dict(verdict), verifier="weights/default",
         monitor=MonitorReading(cumulative_confidence=0.84, tracer_risk=0.7),
     ))
     store.rename_session(a.id, "capitals")
@@ -78,7 +78,7 @@ def test_nan_features_are_refused_and_nothing_is_written(tmp_path):
     store = ChatStore(tmp_path / "chat.db")
     s = store.create_session("s")
     with pytest.raises(DataError, match="NaN"):
-        store.add_answer(AnswerRecord(s.id, "x", features=np.array([1.0, np.nan]), verdict_status="not_verified", review_reasons=["below_threshold"]))
+        store.add_answer(stored_answer(s.id, "x", features=np.array([1.0, np.nan]), state="not_verified", review_reasons=["below_threshold"]))
     assert store.messages(s.id) == [] and store.review_items() == []
 
 
@@ -106,8 +106,8 @@ def test_migration_from_v1_keeps_data(tmp_path):
     # the new tables work on the migrated file
     high = MonitorReading(level=UncertaintyLevel.HIGH)
     ood = DocumentVerdict.from_dict({"prediction": 1, "p_lower": 0.1, "admitted": False, "reason": "out_of_distribution"})
-    mid = store.add_answer(AnswerRecord("s1", "again", verdict_status=VerdictStatus.OUT_OF_SCOPE, verdict=ood,
-                           monitor=high, review_reasons=["out_of_distribution", "escalated_high"]))
+    mid = store.add_answer(stored_answer("s1", "again", state=VerdictStatus.OUT_OF_SCOPE, verdict=ood,
+                                         monitor=high, review_reasons=["out_of_distribution", "escalated_high"]))
     (item,) = store.review_items()
     assert item.message_id == mid and item.reasons == ["out_of_distribution", "escalated_high"]
     assert item.prompt == "hi" and item.monitor == high and item.verdict == ood
@@ -138,20 +138,20 @@ def test_add_turn_writes_question_and_answer_in_one_transaction(tmp_path, monkey
     store = ChatStore(tmp_path / "turn.db")
     session = store.create_session("t")
     user_id, answer_id = store.add_turn(
-        "Capital of France?", AnswerRecord(session.id, "Paris.", verdict_status=VerdictStatus.VERIFIED, verdict=VERIFIED_097,
-                                           verifier="v", review_reasons=("below",)),
+        "Capital of France?", stored_answer(session.id, "Paris.", state=VerdictStatus.VERIFIED, verdict=VERIFIED_097,
+                                            verifier="v", review_reasons=("below",)),
         user_metadata=MessageMeta(source="api:test"))
     user, answer = store.messages(session.id)
     assert (user.id, user.role, user.text, user.metadata) == (user_id, "user", "Capital of France?", MessageMeta(source="api:test"))
     assert (answer.id, answer.role, answer.text, answer.verdict_status) == (answer_id, "assistant", "Paris.", "verified")
     assert answer.review_id is not None
 
-    def killed_midway(conn, record, stamp):  # the answer's write fails after the question's row went in
+    def killed_midway(conn, outcome, stamp, *args, **kwargs):  # the answer's write fails after the question's row went in
         raise RuntimeError("killed")
 
     monkeypatch.setattr(store_module, "write_answer", killed_midway)
     with pytest.raises(RuntimeError):
-        store.add_turn("A second question?", AnswerRecord(session.id, "lost"))
+        store.add_turn("A second question?", stored_answer(session.id, "lost"))
     assert [m.text for m in ChatStore(tmp_path / "turn.db").messages(session.id)] == ["Capital of France?", "Paris."]
 
 
@@ -167,7 +167,7 @@ def test_an_untitled_session_is_named_after_its_first_user_message(tmp_path):
 
     server_style = store.create_session()  # the server writes a whole turn at once
     store.add_turn("Give me three tips for sleeping better tonight\nthanks",
-                   AnswerRecord(server_style.id, "1. ..."))
+                   stored_answer(server_style.id, "1. ..."))
     assert store.get_session(server_style.id).title == "Give me three tips for sleeping…"
 
     named = store.create_session("my chat")  # a title given, or a rename, is never replaced
@@ -221,7 +221,11 @@ def test_message_meta_is_typed_in_the_store_and_older_rows_still_read(tmp_path):
     session = store.create_session("t")
     meta = MessageMeta(finish_reason="length", source="api:chat", verdict_reason="below_threshold", judged_text='{"a": 1}',
                        tool_calls=(ToolCall("send", {"to": "x"}),))
-    store.add_answer(AnswerRecord(session.id, '{"a": 1} and more', metadata=meta))
+    # the turn's record says all of it: how it ended, who asked, the verdict's reason, the judged span (its
+    # first token; text follows it) and the proposed tool calls
+    store.add_answer(stored_answer(session.id, '{"a": 1} and more', tokens=['{"a": 1}', " and more"], judged_tokens=1,
+                                   finish_reason="length", source="api:chat", verdict=judged("below_threshold"),
+                                   tool_calls=meta.tool_calls))
     store.add_message(session.id, "user", "plain")  # no metadata at all: the column stays NULL
     conn = sqlite3.connect(tmp_path / "meta.db")
     conn.execute("INSERT INTO messages(session_id, role, kind, text, status, created_at, metadata_json) VALUES "

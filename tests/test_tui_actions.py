@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Input, Select
 
-from mlx_sdm.store.schema import AnswerRecord
 from mlx_sdm.store.chat_store import ChatStore
+from tests.stored import answer as stored_answer
 from tests.test_tui_flows import HIGH_EVERYWHERE, SIZE, answers, make_engine, plain, send, wait_until
 from tui.app import SdmChatApp
 from tui.screens.prompts import Confirm, CopyFallback, EditText, EscalationPrompt, TextPrompt
@@ -30,7 +30,7 @@ async def test_escape_stops_the_answer_and_autoscroll_follows_only_at_the_bottom
     session = store.create_session("Long").id
     for i in range(10):  # enough history to scroll
         store.add_message(session, "user", f"Q{i}?")
-        store.add_answer(AnswerRecord(session, f"A{i}.\n\nMore.", verdict_status="no_verifier"))
+        store.add_answer(stored_answer(session, f"A{i}.\n\nMore.", state="no_verifier"))
     # The tiny model never emits end-of-turn and streams thousands of tokens a second on a quiet
     # machine: give it a budget it cannot finish while the test scrolls and presses escape.
     long_answer = 500_000
@@ -346,9 +346,9 @@ async def test_the_review_queue_lists_apart_what_no_verifier_judged_and_offers_n
     try:
         session = store.create_session("haiku")
         store.add_message(session.id, "user", "Write a haiku about autumn.")
-        store.add_answer(AnswerRecord(session.id, "leaves fall", verdict_status="out_of_scope",
-                                      verdict=DocumentVerdict(None, unjudged="no_checkable_answer"),
-                                      review_reasons=["no_checkable_answer"]))
+        store.add_answer(stored_answer(session.id, "leaves fall", state="out_of_scope",
+                                       verdict=DocumentVerdict(None, unjudged="no_checkable_answer"),
+                                       review_reasons=["no_checkable_answer"]))
         app = SdmChatApp(engine=engine, store=store)
         async with app.run_test(size=SIZE) as pilot:
             app.chat.query_one("#prompt").focus()

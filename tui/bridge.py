@@ -28,6 +28,7 @@ from tui.messages import engine_message
 
 if TYPE_CHECKING:  # the engine module loads the MLX pipeline
     from mlx_sdm.executor.engine import ChatEngine
+    from mlx_sdm.turn.values import TurnOutcome
 
 #: How long a UI worker waits for the engine to apply a review decision, an undo or a delete (seconds).
 DECISION_TIMEOUT_S = 300.0
@@ -155,6 +156,10 @@ class Bridge:
 
     def messages(self, session_id: str) -> list[MessageRecord]:
         return self.store.messages(session_id)
+
+    def answers_of(self, session_id: str) -> dict[int, TurnOutcome]:
+        """The session's answers (message id -> the turn's record, read back as the pipeline yielded it)."""
+        return self.store.answers_of(session_id)
 
     def rename_session(self, session_id: str, title: str) -> SessionInfo:
         return self.store.rename_session(session_id, title)

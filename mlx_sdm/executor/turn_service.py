@@ -4,8 +4,8 @@
 It owns the :class:`~mlx_sdm.turn.pipeline.TurnPipeline`, the
 :class:`~mlx_sdm.executor.review.ReviewService` and the one cached KV prefix (a KV cache can be
 ~100 MB, so one conversation's is kept at a time), and it says once what the store keeps of a turn
-(:meth:`TurnService.record`): the answer with its verdict, monitor reading, review reasons and typed
-:class:`~mlx_sdm.store.message_meta.MessageMeta`. A cancelled turn is stored with no verdict.
+(:meth:`TurnService.keep`): the turn's one record, :class:`~mlx_sdm.turn.values.TurnOutcome`, which
+the store writes as it is and reads back as the same type. A cancelled turn is stored with no verdict.
 
 Runs on the thread that owns MLX.
 """
@@ -13,36 +13,17 @@ Runs on the thread that owns MLX.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, replace
 from typing import Iterator
 
-import numpy as np
-
-from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.monitor.session_file.provenance import Provenance, make_provenance
-from mlx_sdm.network.verdict import DocumentVerdict, verdict_words
-from mlx_sdm.turn.answer import PrefixCache
-from mlx_sdm.turn.escalation import REFLECTION_PROMPT, TurnStatus, verdict_review_reasons
-from mlx_sdm.store.message_meta import MessageMeta
+from mlx_sdm.turn.answer import GeneratedAnswer, PrefixCache
+from mlx_sdm.turn.escalation import Escalation, TurnStatus, verdict_review_reasons
 from mlx_sdm.store.partial_answers import StreamingAnswer
 from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.turn.pipeline import PrefillCallback, TurnPipeline
 from mlx_sdm.executor.review import ReviewService
-from mlx_sdm.store.schema import AnswerRecord, TaskScope, now_iso
 from mlx_sdm.store.chat_store import ChatStore
-from mlx_sdm.turn.values import ChatMessage, TurnComponents, TurnItem, TurnOptions, TurnOutcome, TurnPlan, TurnRequest
-
-
-@dataclass(frozen=True)
-class Verified:
-    """A given completion judged as the chat judges that turn (force-decoded): the plan it was judged
-    under, its features (None when nothing was judged) and the verdict or why there is none."""
-
-    plan: TurnPlan
-    completion: str
-    features: np.ndarray | None
-    verdict: DocumentVerdict | None
-    unverifiable_reason: str | None
+from mlx_sdm.turn.values import ChatMessage, Resampled, TurnComponents, TurnItem, TurnOptions, TurnOutcome, TurnRequest
 
 
 class TurnService:
@@ -103,7 +84,6 @@ class TurnService:
         one transaction (status "error" if it fails); the :class:`TurnOutcome` comes last, saying where.
         ``replaces``/``seed``: a regenerated answer, stored with the answer it takes the place of and the seed
         it was sampled with (its temperature is the request's)."""
-        created_at = now_iso()
         streaming = StreamingAnswer(self.store, session_id)
         try:
             for item in self.stream(request, stop=stop, monitor=monitor, conversation=session_id, on_prefill=on_prefill):
@@ -113,24 +93,26 @@ class TurnService:
                 if isinstance(item, TokenPiece):
                     streaming.token(item)
                 yield item
-            record = self.record(session_id, outcome, created_at=created_at)
+            self.keep(outcome, session_id)
             if replaces is not None:
-                record.metadata = replace(record.metadata, replaces=replaces, seed=seed,
-                                          temperature=request.options.temperature)
-            message_id = streaming.finish(record)
+                outcome.resampled = Resampled(replaces, request.options.temperature, seed if seed is not None else 0)
+            outcome.message_id = streaming.finish(outcome, provenance=self.provenance)
         except BaseException:
             streaming.fail()
             raise
-        outcome.session_id, outcome.message_id = session_id, message_id
-        outcome.review_id = self.store.message(message_id).review_id
+        outcome.review_id = self.store.message(outcome.message_id).review_id
         yield outcome
 
-    def verify(self, messages: list[ChatMessage], completion: str, options: TurnOptions = TurnOptions()) -> Verified:
-        """Judge a completion made elsewhere as the chat judges that turn (``/v1/verify``)."""
+    def verify(self, messages: list[ChatMessage], completion: str, options: TurnOptions = TurnOptions()) -> TurnOutcome:
+        """Judge a completion made elsewhere as the chat judges that turn (``/v1/verify``): the turn's record
+        of an answer that was read, not generated (no tokens; its features are those the verdict read)."""
         plan = self.pipeline.plan(messages, options)
         features = self.pipeline.features_of(plan, completion) if plan.judge else None
         verdict, why = self.pipeline.judge(plan, features, completion, options)
-        return Verified(plan, completion, features, verdict, why)
+        return TurnOutcome(TurnStatus.DONE, GeneratedAnswer(completion, features=features), messages=plan.messages,
+                           task=plan.route.task, verdict=verdict, unverifiable_reason=why,
+                           escalation=Escalation(review_reasons=verdict_review_reasons(verdict)),
+                           verifier=self.verifier_path)
 
     def forget(self, session_id: str | None = None) -> None:
         """Drop the cached KV prefix (of ``session_id`` only, when given: a deleted session)."""
@@ -139,49 +121,13 @@ class TurnService:
 
     # ------------------------------------------------------------------ what the store keeps
 
-    def record(self, session_id: str, outcome: TurnOutcome, *, created_at: str | None = None,
-               source: str | None = None) -> AnswerRecord:
-        """What the store keeps of a turn (``source``: who asked, e.g. "api:chat"); a cancelled turn
-        keeps its text and tokens but no verdict, features or review entry."""
-        escalation = outcome.escalation
-        record = AnswerRecord(session_id, outcome.text, status=outcome.status.value, created_at=created_at,
-                              prompt=outcome.messages, tokens=outcome.tokens, token_logprobs=outcome.logprobs,
-                              metadata=MessageMeta(finish_reason=outcome.finish_reason, source=source),
-                              provenance=self.provenance)
-        if outcome.status is TurnStatus.CANCELLED:
-            return record
-        reflect = escalation.reflect
-        meta = replace(
-            record.metadata, verdict_reason=outcome.verdict_reason,
-            judged_text=outcome.judged_text if outcome.unverified_tail else None,
-            explanation=escalation.explanation, tool_calls=tuple(outcome.tool_calls),
-            pause_message=escalation.message if outcome.status is TurnStatus.PAUSED else None,
-            reflection_prompt=REFLECTION_PROMPT if reflect else None, reflection=outcome.reflection if reflect else None)
-        return self._judged(record, outcome.verdict, outcome.features, outcome.task, meta, monitor=outcome.monitor,
-                            review_reasons=escalation.review_reasons)
-
-    def record_verified(self, session_id: str, verified: Verified, *, source: str | None = None) -> AnswerRecord:
-        """What the store keeps of a judged completion (no tokens: it was read, not generated)."""
-        verdict, why = verified.verdict, verified.unverifiable_reason
-        record = AnswerRecord(session_id, verified.completion, prompt=verified.plan.messages, provenance=self.provenance)
-        meta = MessageMeta(finish_reason="stop", source=source,
-                           verdict_reason=verdict.reason if verdict is not None else why)
-        return self._judged(record, verdict, verified.features, verified.plan.route.task, meta,
-                            review_reasons=verdict_review_reasons(verdict))
-
-    def _judged(self, record: AnswerRecord, verdict: DocumentVerdict | None, features: np.ndarray | None,
-                task: str | None, meta: MessageMeta, *, review_reasons: list[str],
-                monitor: MonitorReading | None = None) -> AnswerRecord:
-        record.features = features
-        record.feature_model = None if features is None else self.review.feature_model
-        record.verdict_status = verdict_words(verdict).status
-        record.verdict = verdict
-        record.verifier = self.verifier_path
-        record.task = TaskScope(task)
-        record.monitor = monitor
-        record.review_reasons = review_reasons
-        record.metadata = meta
-        return record
+    def keep(self, outcome: TurnOutcome, session_id: str, *, source: str | None = None) -> TurnOutcome:
+        """Say where ``outcome`` is kept and what its features are of, before the store writes it
+        (``source``: who asked, e.g. "api:chat"). The store writes the record itself
+        (:func:`~mlx_sdm.store.answer_rows.write_answer`); nothing is copied into another record."""
+        outcome.session_id, outcome.source = session_id, source
+        outcome.feature_model = self.review.feature_model if outcome.features is not None else None
+        return outcome
 
     # ------------------------------------------------------------------ review decisions
 

@@ -15,13 +15,16 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.server import verdicts
 from mlx_sdm.server.results import ServedAnswer, ServedToken, ServedVerdict
 from mlx_sdm.server.wire import ApiError, ChatMessage, ChatRequest, TokenLogprob, VerifyRequest
+
+if TYPE_CHECKING:  # the turn's modules load with the model
+    from mlx_sdm.turn.values import TurnOutcome
 
 API_TITLE_PREFIX = "API · "
 
@@ -127,8 +130,7 @@ class SessionBackend:
         answer = ServedAnswer(text=outcome.text, finish_reason=finish, prompt_tokens=outcome.prompt_tokens,
                               completion_tokens=len(outcome.tokens), verdict=verdict, logprobs=logprobs,
                               cached_tokens=outcome.reused_tokens, generation_s=outcome.generation_s)
-        self._store_turn(request.conversation, request.messages, answer,
-                         lambda session_id: self.service.record(session_id, outcome, source="api:chat"), "api:chat")
+        self._store_turn(request.conversation, request.messages, answer, outcome, "api:chat")
         yield answer
 
     def verify(self, request: VerifyRequest) -> ServedAnswer:
@@ -144,9 +146,7 @@ class SessionBackend:
         answer = ServedAnswer(text=request.completion, finish_reason="stop", prompt_tokens=prepared.prompt_tokens,
                               completion_tokens=completion_tokens,
                               verdict=self._served(verified.verdict, verified.unverifiable_reason))
-        self._store_turn(request.conversation, request.messages, answer,
-                         lambda session_id: self.service.record_verified(session_id, verified, source="api:verify"),
-                         "api:verify")
+        self._store_turn(request.conversation, request.messages, answer, verified, "api:verify")
         return answer
 
     # ------------------------------------------------------------------ verdicts and review decisions
@@ -180,14 +180,17 @@ class SessionBackend:
         return self._sessions[conversation]
 
     def _store_turn(self, conversation: str | None, messages: tuple[ChatMessage, ...], answer: ServedAnswer,
-                    record: Callable[[str], Any], source: str) -> None:
-        """The client's last user message and the answer as the turn service records it (``record(session
-        id)``), all in ONE transaction (a kill between them leaves neither)."""
+                    outcome: TurnOutcome, source: str) -> None:
+        """The client's last user message and the turn's record, all in ONE transaction (a kill between them
+        leaves neither)."""
         from mlx_sdm.store.message_meta import MessageMeta
 
         user_text = next(m.content for m in reversed(messages) if m.role == "user" and m.content.strip())
         answer.session_id = session_id = self.session_for(conversation, user_text)
-        _, answer.message_id = self.store.add_turn(user_text, record(session_id), user_metadata=MessageMeta(source=source))
+        self.service.keep(outcome, session_id, source=source)
+        _, answer.message_id = self.store.add_turn(user_text, outcome, user_metadata=MessageMeta(source=source),
+                                                   provenance=self.service.provenance)
+        outcome.message_id = answer.message_id
 
     def _logprob(self, piece: TokenPiece) -> TokenLogprob | None:
         """A token's log-prob and alternatives as OpenAI's logprob entry (the HTTP edge); None for a

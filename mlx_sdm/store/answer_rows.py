@@ -1,64 +1,100 @@
-"""An answer's rows, written inside a caller's transaction: its message (new, or the row begun while it
-streamed), verdict, monitor snapshot and review entry. The typed verdict and reading become their JSON
-here, and only here (the SQLite edge)."""
+"""An answer's rows: the turn's one record (:class:`~mlx_sdm.turn.values.TurnOutcome`) becomes its
+message row, verdict, monitor snapshot and review entry here, inside a caller's transaction, and is
+read back from them here as the same type (:func:`outcome_from_row`). The typed verdict, reading and
+metadata become their JSON here, and only here (the SQLite edge)."""
 
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from mlx_sdm.monitor.session_file.provenance import Provenance
 from mlx_sdm.network.verdict import VerdictStatus
-from mlx_sdm.store.schema import AnswerRecord, dumps_json, features_blob
+from mlx_sdm.store.message_meta import MessageMeta
+from mlx_sdm.store.schema import dumps_json, features_array, features_blob, loads_json, stored_reading, stored_verdict
+from mlx_sdm.turn.answer import GeneratedAnswer
+from mlx_sdm.turn.escalation import REFLECTION_PROMPT, Escalation, EscalationAction, TurnStatus
+from mlx_sdm.turn.values import Resampled, TurnOutcome
 
 
-def _answer_columns(r: AnswerRecord, stamp: str) -> dict[str, Any]:
-    """The answer's message-row columns (log-prob summary included), but its session, role and creation time."""
-    logprobs = None if r.token_logprobs is None else [float(x) for x in r.token_logprobs]
+def answer_meta(outcome: TurnOutcome) -> MessageMeta:
+    """What the store keeps of a turn beside its text, verdict and reading. A turn with no verdict
+    (stopped, failed) keeps how it ended and who asked, nothing of a judgement."""
+    again = outcome.resampled
+    meta = MessageMeta(finish_reason=outcome.finish_reason, source=outcome.source,
+                       replaces=again.replaces if again else None, temperature=again.temperature if again else None,
+                       seed=again.seed if again else None)
+    if outcome.verdict_status is None:
+        return meta
+    escalation = outcome.escalation
+    reflect = escalation.reflect
+    return replace(
+        meta, verdict_reason=outcome.verdict_reason,
+        judged_text=outcome.judged_text if outcome.unverified_tail else None,
+        explanation=escalation.explanation, tool_calls=tuple(outcome.tool_calls),
+        pause_message=escalation.message if outcome.status is TurnStatus.PAUSED else None,
+        reflection_prompt=REFLECTION_PROMPT if reflect else None, reflection=outcome.reflection if reflect else None)
+
+
+def _answer_columns(outcome: TurnOutcome, stamp: str) -> dict[str, Any]:
+    """The answer's message-row columns (log-prob summary included), but its session, role and creation time.
+    A turn with no verdict keeps its text and tokens, not its features."""
+    judged = outcome.verdict_status is not None
+    features = outcome.features if judged else None
+    logprobs = [float(x) for x in outcome.logprobs] if outcome.tokens else None
     finite = [x for x in (logprobs or []) if np.isfinite(x)]
-    return {"kind": r.kind, "text": r.text, "status": r.status, "finished_at": stamp,
+    return {"kind": "chat", "text": outcome.text, "status": outcome.status.value, "finished_at": stamp,
             "token_count": None if logprobs is None else len(logprobs),
             "logprob_mean": float(np.mean(finite)) if finite else None,
-            "logprob_min": float(np.min(finite)) if finite else None, "prompt_json": dumps_json(r.prompt),
-            "tokens_json": dumps_json(r.tokens), "logprobs_json": dumps_json(logprobs), "features": features_blob(r.features),
-            "feature_model": r.feature_model, "metadata_json": dumps_json(r.metadata.to_dict() or None)}
+            "logprob_min": float(np.min(finite)) if finite else None,
+            "prompt_json": dumps_json(outcome.messages or None),
+            "tokens_json": dumps_json(outcome.tokens or None), "logprobs_json": dumps_json(logprobs),
+            "features": features_blob(features), "feature_model": outcome.feature_model if features is not None else None,
+            "metadata_json": dumps_json(answer_meta(outcome).to_dict() or None)}
 
 
-def _insert_answer(conn: sqlite3.Connection, r: AnswerRecord, stamp: str) -> int:
+def _insert_answer(conn: sqlite3.Connection, outcome: TurnOutcome, stamp: str) -> int:
     """The answer's message row; returns its id."""
-    columns = {"session_id": r.session_id, "role": "assistant", "created_at": r.created_at or stamp,
-               **_answer_columns(r, stamp)}
+    columns = {"session_id": outcome.session_id, "role": "assistant", "created_at": stamp,
+               **_answer_columns(outcome, stamp)}
     cur = conn.execute(f"INSERT INTO messages({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
                        tuple(columns.values()))
     return int(cur.lastrowid)
 
 
-def _update_answer(conn: sqlite3.Connection, message_id: int, r: AnswerRecord, stamp: str) -> int:
+def _update_answer(conn: sqlite3.Connection, message_id: int, outcome: TurnOutcome, stamp: str) -> int:
     """An answer row begun earlier (``begin_answer``) rewritten whole; its creation time stays."""
-    columns = _answer_columns(r, stamp)
+    columns = _answer_columns(outcome, stamp)
     conn.execute(f"UPDATE messages SET {', '.join(f'{name} = ?' for name in columns)} WHERE id = ?",
                  (*columns.values(), message_id))
     return message_id
 
 
-def write_answer(conn: sqlite3.Connection, record: AnswerRecord, stamp: str, message_id: int | None = None) -> int:
-    """Inside a caller's transaction: the answer's message (new, or the begun row ``message_id``), verdict,
-    monitor snapshot and review entry."""
-    message_id = _insert_answer(conn, record, stamp) if message_id is None else _update_answer(conn, message_id, record, stamp)
-    if record.provenance is not None:  # the session keeps the product of its first answer
+def write_answer(conn: sqlite3.Connection, outcome: TurnOutcome, stamp: str, message_id: int | None = None,
+                 provenance: Provenance | None = None) -> int:
+    """Inside a caller's transaction: the answer of session ``outcome.session_id`` (a new row, or the begun
+    row ``message_id``), its verdict, monitor snapshot and review entry (the escalation's review reasons);
+    ``provenance``: the product that answered, kept by the session with its first answer."""
+    if outcome.session_id is None:
+        raise ValueError("a turn is stored in a session: set outcome.session_id first")
+    message_id = _insert_answer(conn, outcome, stamp) if message_id is None else _update_answer(conn, message_id, outcome, stamp)
+    if provenance is not None:
         conn.execute("UPDATE sessions SET provenance_json = ? WHERE id = ? AND provenance_json IS NULL",
-                     (dumps_json(record.provenance.to_dict()), record.session_id))
-    if record.verdict_status is not None:  # the typed verdict becomes its JSON here, and only here
-        verdict = record.verdict.to_dict() if record.verdict is not None else None
+                     (dumps_json(provenance.to_dict()), outcome.session_id))
+    status = outcome.verdict_status
+    if status is not None:  # the typed verdict becomes its JSON here, and only here
+        verdict = outcome.verdict.to_dict() if outcome.verdict is not None else None
         conn.execute(
             "INSERT INTO verdicts(message_id, status, p_lower, reason, verdict_json, verifier, task, task_recorded, "
             "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?)",
-            (message_id, VerdictStatus(record.verdict_status).value, (verdict or {}).get("p_lower"),
-             (verdict or {}).get("reason"), dumps_json(verdict), record.verifier, record.task.name, stamp),
+            (message_id, status.value, (verdict or {}).get("p_lower"), (verdict or {}).get("reason"),
+             dumps_json(verdict), outcome.verifier, outcome.task, stamp),
         )
-    if record.monitor is not None:
-        monitor = record.monitor.to_dict()
+    if status is not None and outcome.monitor is not None:
+        monitor = outcome.monitor.to_dict()
         conn.execute(
             "INSERT INTO monitor_snapshots(message_id, level, action, cumulative_confidence, step_confidence, "
             "tracer_risk, step_risk, details_json, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -66,11 +102,62 @@ def write_answer(conn: sqlite3.Connection, record: AnswerRecord, stamp: str, mes
              monitor.get("step_confidence"), monitor.get("tracer_risk"), monitor.get("step_risk"),
              dumps_json(monitor), stamp),
         )
-    reasons = [r for r in dict.fromkeys(record.review_reasons) if r]
+    reasons = [r for r in dict.fromkeys(outcome.escalation.review_reasons) if r] if status is not None else []
     if reasons:
         conn.execute(
             "INSERT INTO review_queue(message_id, session_id, reason, created_at) VALUES (?, ?, ?, ?)",
-            (message_id, record.session_id, ",".join(reasons), stamp),
+            (message_id, outcome.session_id, ",".join(reasons), stamp),
         )
-    conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (stamp, record.session_id))
+    conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (stamp, outcome.session_id))
     return message_id
+
+
+#: The escalation a stored answer's status says was taken (a logged MEDIUM is not kept apart from PROCEED).
+ACTION_OF_STATUS = {TurnStatus.PAUSED: EscalationAction.PAUSE_FOR_HUMAN, TurnStatus.RESUMED: EscalationAction.PAUSE_FOR_HUMAN,
+                    TurnStatus.ABORTED: EscalationAction.ABORT}
+
+
+def outcome_from_row(r: sqlite3.Row) -> TurnOutcome:
+    """An answer's row (the message joined with its verdict, monitor snapshot and review entry, as
+    :meth:`~mlx_sdm.store.chat_store.ChatStore.messages` selects it) read back as the turn's record: what
+    the store keeps of it. Not kept, so not read back: the KV cache, timings, the escalation's level
+    and a logged MEDIUM (the reading has the level)."""
+    meta = MessageMeta.from_dict(loads_json(r["metadata_json"]))
+    tokens = loads_json(r["tokens_json"]) or []
+    text = r["text"]
+    answer = GeneratedAnswer(text, tokens=tokens, logprobs=loads_json(r["logprobs_json"]) or [],
+                             features=features_array(r["features"]), finish_reason=meta.finish_reason or "stop",
+                             cancelled=r["status"] == TurnStatus.CANCELLED.value,
+                             judged_tokens=_judged_tokens(tokens, meta.judged_text))
+    status = TurnStatus(r["status"])
+    verdict = stored_verdict(r)
+    reading = stored_reading(r)
+    keys = r.keys()
+    reasons = (r["review_reason"] or "") if "review_reason" in keys else ""
+    escalation = Escalation(
+        action=ACTION_OF_STATUS.get(status, EscalationAction.PROCEED),
+        level=reading.level if reading is not None else Escalation().level,
+        message=meta.pause_message or "", review_reasons=[x for x in reasons.split(",") if x],
+        reflect=meta.reflection_prompt is not None, explanation=meta.explanation)
+    again = (Resampled(meta.replaces, meta.temperature if meta.temperature is not None else 0.0, meta.seed or 0)
+             if meta.replaces is not None else None)
+    return TurnOutcome(
+        status=status, answer=answer, messages=loads_json(r["prompt_json"]) or [],
+        task=r["verdict_task"] if "verdict_task" in keys else None, verdict=verdict,
+        unverifiable_reason=meta.verdict_reason if verdict is None else None, monitor=reading,
+        escalation=escalation, reflection=meta.reflection, tool_calls=list(meta.tool_calls),
+        verifier=r["verifier"], resampled=again, source=meta.source, feature_model=r["feature_model"],
+        session_id=r["session_id"], message_id=int(r["id"]), review_id=r["review_id"])
+
+
+def _judged_tokens(tokens: list[str], judged_text: str | None) -> int:
+    """How many of the answer's tokens the verdict covered: all of them unless the stored judged span is
+    shorter (then the tokens that spell it)."""
+    if judged_text is None:
+        return len(tokens)
+    spelled = ""
+    for n, piece in enumerate(tokens):
+        if spelled == judged_text:
+            return n
+        spelled += piece
+    return len(tokens)

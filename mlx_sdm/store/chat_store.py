@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from mlx_sdm.errors import DataError
-from mlx_sdm.store.answer_rows import write_answer
+from mlx_sdm.monitor.session_file.provenance import Provenance
+from mlx_sdm.store.answer_rows import outcome_from_row, write_answer
 from mlx_sdm.store.branches import branch_session
 from mlx_sdm.store.database import Database
 from mlx_sdm.store.message_meta import MessageMeta
@@ -28,7 +29,7 @@ from mlx_sdm.store.migrations import SCHEMA_VERSION
 from mlx_sdm.store.partial_answers import PartialAnswers
 from mlx_sdm.store.review_queue import ReviewQueue
 from mlx_sdm.store.schema import (
-    AnswerRecord,
+    MESSAGE_ROWS,
     Decision,
     MessageRecord,
     ReviewItem,
@@ -40,6 +41,7 @@ from mlx_sdm.store.schema import (
     now_iso,
     session_from_row,
 )
+from mlx_sdm.turn.values import TurnOutcome
 from mlx_sdm.store.titles import insert_user_message, placeholder_title, title_from_first_message
 
 
@@ -87,8 +89,8 @@ class ChatStore:
     def update_partial(self, message_id: int, text: str, *, force: bool = False) -> bool:
         return self.answers.update_partial(message_id, text, force=force)
 
-    def finish_answer(self, message_id: int, record: AnswerRecord) -> int:
-        return self.answers.finish_answer(message_id, record)
+    def finish_answer(self, message_id: int, outcome: TurnOutcome, *, provenance: Provenance | None = None) -> int:
+        return self.answers.finish_answer(message_id, outcome, provenance=provenance)
 
     def mark_interrupted(self) -> int:
         return self.answers.mark_interrupted()
@@ -243,48 +245,46 @@ class ChatStore:
             conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (stamp, session_id))
             return int(cur.lastrowid)
 
-    def add_answer(self, record: AnswerRecord) -> int:
-        """An assistant answer with everything judged about it, in ONE transaction: the message,
-        its verdict, its monitor reading and (when not verified or escalated) its review-queue entry."""
+    def add_answer(self, outcome: TurnOutcome, *, provenance: Provenance | None = None) -> int:
+        """A turn's answer (in session ``outcome.session_id``) with everything judged about it, in ONE
+        transaction: the message, its verdict, its monitor reading and (when not verified or escalated) its
+        review-queue entry (:func:`~mlx_sdm.store.answer_rows.write_answer`). Returns its message id."""
         stamp = now_iso()
         with self.db.tx() as conn:
-            return write_answer(conn, record, stamp)
+            return write_answer(conn, outcome, stamp, provenance=provenance)
 
-    def add_turn(self, user_text: str, record: AnswerRecord, *,
-                 user_metadata: MessageMeta = MessageMeta()) -> tuple[int, int]:
+    def add_turn(self, user_text: str, outcome: TurnOutcome, *, user_metadata: MessageMeta = MessageMeta(),
+                 provenance: Provenance | None = None) -> tuple[int, int]:
         """A whole turn, the user's message and the answer to it (as :meth:`add_answer` writes it), in ONE
         transaction: a kill in between leaves neither, never a question without its answer.
         Returns (user message id, answer message id)."""
         stamp = now_iso()
         with self.db.tx() as conn:
-            user_id = insert_user_message(conn, record.session_id, user_text, stamp, user_metadata)
-            return user_id, write_answer(conn, record, stamp)
+            user_id = insert_user_message(conn, outcome.session_id, user_text, stamp, user_metadata)
+            return user_id, write_answer(conn, outcome, stamp, provenance=provenance)
 
     def messages(self, session_id: str) -> list[MessageRecord]:
         """All messages of a session in order, answers with their verdicts and monitor snapshots."""
         self.get_session(session_id)
-        rows = self.db.query(
-            "SELECT m.*, v.status AS verdict_status, v.verdict_json, v.verifier, v.task AS verdict_task, "
-            "v.task_recorded AS verdict_task_recorded, "
-            "ms.details_json AS monitor_json, r.id AS review_id "
-            "FROM messages m LEFT JOIN verdicts v ON v.message_id = m.id "
-            "LEFT JOIN monitor_snapshots ms ON ms.message_id = m.id "
-            "LEFT JOIN review_queue r ON r.message_id = m.id "
-            "WHERE m.session_id = ? ORDER BY m.id",
-            (session_id,),
-        )
-        return [message_from_row(r) for r in rows]
+        return [message_from_row(r) for r in self.db.query(MESSAGE_ROWS + "WHERE m.session_id = ? ORDER BY m.id", (session_id,))]
+
+    def answer(self, message_id: int) -> TurnOutcome:
+        """A stored answer read back as the turn's one record, the type the pipeline yielded and the turn
+        service stored (:func:`~mlx_sdm.store.answer_rows.outcome_from_row`)."""
+        rows = self.db.query(MESSAGE_ROWS + "WHERE m.id = ? AND m.role = 'assistant'", (message_id,))
+        if not rows:
+            raise DataError(f"no answer with id {message_id}", path=str(self.path), field="message")
+        return outcome_from_row(rows[0])
+
+    def answers_of(self, session_id: str) -> dict[int, TurnOutcome]:
+        """Every answer of a session (message id -> its record), read back as :meth:`answer` reads one."""
+        self.get_session(session_id)
+        rows = self.db.query(MESSAGE_ROWS + "WHERE m.session_id = ? AND m.role = 'assistant' AND m.kind = 'chat' "
+                             "ORDER BY m.id", (session_id,))
+        return {int(r["id"]): outcome_from_row(r) for r in rows}
 
     def message(self, message_id: int) -> MessageRecord:
-        rows = self.db.query(
-            "SELECT m.*, v.status AS verdict_status, v.verdict_json, v.verifier, v.task AS verdict_task, "
-            "v.task_recorded AS verdict_task_recorded, "
-            "ms.details_json AS monitor_json, r.id AS review_id "
-            "FROM messages m LEFT JOIN verdicts v ON v.message_id = m.id "
-            "LEFT JOIN monitor_snapshots ms ON ms.message_id = m.id "
-            "LEFT JOIN review_queue r ON r.message_id = m.id WHERE m.id = ?",
-            (message_id,),
-        )
+        rows = self.db.query(MESSAGE_ROWS + "WHERE m.id = ?", (message_id,))
         if not rows:
             raise DataError(f"no message with id {message_id}", path=str(self.path), field="message")
         return message_from_row(rows[0])

@@ -16,11 +16,15 @@ import time
 from typing import Any
 
 from mlx_sdm.errors import DataError
+from mlx_sdm.monitor.session_file.provenance import Provenance
 from mlx_sdm.store.answer_rows import write_answer
 from mlx_sdm.store.database import Database
 from mlx_sdm.store.message_meta import MessageMeta
 from mlx_sdm.store.schema import dumps_json, loads_json
 from mlx_sdm.store.titles import insert_user_message
+from mlx_sdm.turn.answer import GeneratedAnswer
+from mlx_sdm.turn.escalation import TurnStatus
+from mlx_sdm.turn.values import TurnOutcome
 
 #: The partial text of an answer being generated is committed at most this often (each is an fsync).
 PARTIAL_WRITE_SECONDS = 1.0
@@ -77,17 +81,17 @@ class PartialAnswers:
         written[message_id] = now
         return True
 
-    def finish_answer(self, message_id: int, record: Any) -> int:
-        """The whole answer (an ``AnswerRecord``, as :meth:`add_answer` writes it) over its ``in_progress``
+    def finish_answer(self, message_id: int, outcome: TurnOutcome, *, provenance: Provenance | None = None) -> int:
+        """The whole answer (the turn's record, as :meth:`add_answer` writes it) over its ``in_progress``
         row, with its verdict, monitor reading and review entry, in one transaction."""
         stamp = self.db.now()
         with self.db.tx() as conn:
             row = conn.execute("SELECT status, session_id FROM messages WHERE id = ?", (message_id,)).fetchone()
-            if row is None or row["status"] != IN_PROGRESS or row["session_id"] != record.session_id:
+            if row is None or row["status"] != IN_PROGRESS or row["session_id"] != outcome.session_id:
                 raise DataError(f"message {message_id} is not an answer being written in session "
-                                f"{record.session_id!r}", field="message")
+                                f"{outcome.session_id!r}", field="message")
             self.written.pop(message_id, None)
-            return write_answer(conn, record, stamp, message_id)
+            return write_answer(conn, outcome, stamp, message_id, provenance=provenance)
 
     def mark_interrupted(self) -> int:
         """Answers left ``in_progress`` by a process that is gone become ``interrupted`` (their partial
@@ -106,11 +110,11 @@ class PartialAnswers:
 
 class StreamingAnswer:
     """One answer kept in the store while it streams, for a chat turn: begun on creation, fed the turn's
-    tokens (:meth:`token`: a ``TokenPiece``; answer tokens only), then finished with the whole record,
+    tokens (:meth:`token`: a ``TokenPiece``; answer tokens only), then finished with the turn's record,
     or with what was generated marked "error" when the turn fails (:meth:`fail`)."""
 
     def __init__(self, store: Any, session_id: str, *, created_at: str | None = None):
-        self.store, self.session_id, self.created_at = store, session_id, created_at
+        self.store, self.session_id = store, session_id
         self.message_id = store.begin_answer(session_id, created_at=created_at)
         self.pieces: list[str] = []
         self.finished = False
@@ -124,8 +128,8 @@ class StreamingAnswer:
             self.pieces.append(piece.text)
             self.store.update_partial(self.message_id, self.text)
 
-    def finish(self, record: Any) -> int:
-        message_id = self.store.finish_answer(self.message_id, record)
+    def finish(self, outcome: TurnOutcome, *, provenance: Provenance | None = None) -> int:
+        message_id = self.store.finish_answer(self.message_id, outcome, provenance=provenance)
         self.finished = True
         return message_id
 
@@ -133,13 +137,12 @@ class StreamingAnswer:
         """The turn raised: the row keeps what was generated, status "error". Safe to call from the turn's
         error handler: nothing once finished, and a store that cannot take the write leaves the row in
         progress (marked interrupted on the next open) rather than hiding the turn's own error."""
-        from mlx_sdm.store.schema import AnswerRecord
-
         if self.finished:
             return
+        failed = TurnOutcome(TurnStatus.ERROR, GeneratedAnswer(self.text, finish_reason="error"), messages=[],
+                             session_id=self.session_id)
         try:
-            self.store.finish_answer(self.message_id, AnswerRecord(self.session_id, self.text, status="error",
-                                                                   created_at=self.created_at))
+            self.store.finish_answer(self.message_id, failed)
         except Exception:  # noqa: BLE001  (the turn's error is the one to report)
             return
         self.finished = True

@@ -7,7 +7,7 @@ import json
 import sqlite3
 from dataclasses import asdict, dataclass, field
 from datetime import date, datetime, timezone
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -93,30 +93,17 @@ def _task_scope(r: sqlite3.Row, prefix: str = "") -> TaskScope | None:
     return TaskScope(r[f"{prefix}task"])
 
 
-@dataclass
-class AnswerRecord:
-    """An assistant answer to store (:meth:`ChatStore.add_answer`): the text and what the model saw,
-    its tokens and features, the typed verdict and monitor reading (the store writes their JSON), the
-    review reasons (empty = no review-queue entry)."""
-
-    session_id: str
-    text: str
-    status: str = "done"
-    kind: str = "chat"
-    created_at: str | None = None
-    prompt: list[dict] | None = None
-    tokens: list[str] | None = None
-    token_logprobs: Sequence[float] | None = None
-    features: np.ndarray | None = None
-    feature_model: str | None = None
-    verdict_status: VerdictStatus | None = None  # None: no verdict was made (a cancelled turn)
-    verdict: DocumentVerdict | None = None  # None with NO_VERIFIER: no verifier judged it
-    verifier: str | None = None
-    task: TaskScope = TaskScope()  # the verifier's task the question was routed to (kept with the verdict)
-    monitor: MonitorReading | None = None
-    review_reasons: Sequence[str] = ()
-    metadata: MessageMeta = MessageMeta()
-    provenance: Provenance | None = None  # the product that made it; the session keeps its first answer's
+#: A message row joined with its verdict, monitor snapshot and review entry (callers add WHERE and ORDER):
+#: read as a :class:`MessageRecord` (:func:`message_from_row`) or, for an answer, as its turn's record
+#: (``mlx_sdm.store.answer_rows.outcome_from_row``).
+MESSAGE_ROWS = (
+    "SELECT m.*, v.status AS verdict_status, v.verdict_json, v.verifier, v.task AS verdict_task, "
+    "v.task_recorded AS verdict_task_recorded, ms.details_json AS monitor_json, r.id AS review_id, "
+    "r.reason AS review_reason "
+    "FROM messages m LEFT JOIN verdicts v ON v.message_id = m.id "
+    "LEFT JOIN monitor_snapshots ms ON ms.message_id = m.id "
+    "LEFT JOIN review_queue r ON r.message_id = m.id "
+)
 
 
 @dataclass

@@ -32,10 +32,12 @@ class TurnStatus(str, Enum):
 
     DONE = "done"
     PAUSED = "paused"
-    RESUMED = "resumed"
+    RESUMED = "resumed"  # a paused answer the user has since given guidance for
     ABORTED = "aborted"
     CANCELLED = "cancelled"
     ERROR = "error"
+    INTERRUPTED = "interrupted"  # the app stopped before the answer was finished (its partial text kept)
+    IN_PROGRESS = "in_progress"  # still being written (by this or another process)
 
     @classmethod
     def after(cls, action: EscalationAction) -> "TurnStatus":

@@ -175,7 +175,7 @@ class TurnPipeline:
         outcome = TurnOutcome(
             status=TurnStatus.CANCELLED if gen.cancelled else TurnStatus.DONE, answer=gen, messages=messages,
             task=plan.route.task, decoded_with_head=plan.head is not None, first_token_s=first_token_s,
-            generation_s=generation_s,
+            generation_s=generation_s, verifier=self.components.verifier_path if self.components.verifier else None,
         )
         if monitor is not None and request.kind is not TurnKind.AGAIN:  # TRACER's user step, after generation
             monitor.observe_user(last_user_text(request.messages), new_turn=request.kind is TurnKind.QUESTION)

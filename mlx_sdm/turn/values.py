@@ -149,6 +149,20 @@ class AnswerVerdict:
         return self.verdict.reason if self.verdict is not None else self.unverifiable_reason
 
 
+#: How a turn can end without a verdict: stopped, failed, cut by the app's end, or still being written.
+UNJUDGED_ENDS = frozenset({TurnStatus.CANCELLED, TurnStatus.ERROR, TurnStatus.INTERRUPTED, TurnStatus.IN_PROGRESS})
+
+
+@dataclass(frozen=True)
+class Resampled:
+    """An answer given again to the same question, sampled: the answer (message id) it takes the place of
+    in the conversation, and the temperature and seed it was drawn with."""
+
+    replaces: int
+    temperature: float
+    seed: int
+
+
 @dataclass
 class TurnOutcome:
     """The ONE record of a finished turn, from the pipeline through the turn service and the engine to
@@ -171,6 +185,10 @@ class TurnOutcome:
     first_token_s: float | None = None  # from the request (the engine counts the time it waited in its queue)
     generation_s: float = 0.0
     prefix: PrefixCache | None = field(default=None, repr=False)  # reusable by this conversation's next turn
+    verifier: str | None = None  # the folder of the verifier that judged it (None: no verifier judged it)
+    resampled: Resampled | None = None  # an answer given again, sampled (a regenerated answer)
+    source: str | None = None  # who asked: "api:chat" / "api:verify" for the server; None for the chat
+    feature_model: str | None = None  # the model whose hidden states ``features`` are (a short fingerprint hash)
     # where the turn is kept (set by the turn service and the chat engine; None for a turn no store keeps)
     session_id: str | None = None
     turn: int = 0  # the chat engine's turn counter
@@ -224,8 +242,9 @@ class TurnOutcome:
 
     @property
     def verdict_status(self) -> VerdictStatus | None:
-        """verified / not verified / out of scope / no verifier (None: the turn was stopped, nothing was judged)."""
-        return None if self.status is TurnStatus.CANCELLED else verdict_words(self.verdict).status
+        """verified / not verified / out of scope / no verifier (None: the turn made no verdict: it was
+        stopped, failed or cut before its end)."""
+        return None if self.status in UNJUDGED_ENDS else verdict_words(self.verdict).status
 
     @property
     def words(self) -> VerdictWords | None:

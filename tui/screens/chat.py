@@ -35,7 +35,9 @@ from tui.screens.chat_keys import BINDINGS as KEY_BINDINGS, ChatKeys
 from tui.screens.clipboard import copy_text
 from tui.screens.prompts import EscalationPrompt
 from tui.screens.load_status import turn_started, watch_load
-from tui.screens.transcript import STATUS_TEXT, apply_stored_verdict, coverage_text, stored_widgets, unverified_note
+from tui.screens.transcript import (
+    ABORTED_WITHOUT_WHY, STATUS_TEXT, answer_notes, coverage_text, show_outcome, stored_bubble,
+)
 from tui.widgets.message import MessageBubble
 from tui.widgets.monitor import MonitorPanel
 
@@ -137,8 +139,9 @@ class ChatScreen(ChatKeys, Screen):
                 await self.show_coverage()
             return
         self._set_title(self.bridge.session(session_id).title)
+        answers = self.bridge.answers_of(session_id)
         for record in self.bridge.messages(session_id):
-            await self._mount_stored(record)
+            await self._mount_stored(record, answers.get(record.id))
         log.scroll_end(animate=False)
         log.anchor()
         pause = self.bridge.pending_pause(session_id)
@@ -146,17 +149,17 @@ class ChatScreen(ChatKeys, Screen):
             self._ask_guidance(session_id, pause.level or "high", pause.confidence, pause.reflection or "",
                               pause.irreversible, pause.message)
 
-    async def _mount_stored(self, record: MessageRecord) -> None:
-        """One stored message as it looked when it was written."""
+    async def _mount_stored(self, record: MessageRecord, answer: TurnOutcome | None) -> None:
+        """One stored message as it looked when it was written; an answer (``answer``: its turn's record, read
+        back from the store) is settled exactly as a live one is (:meth:`_settle`)."""
         if record.role == "user" and record.kind == "chat":
             self.turn_number += 1
-        log = self.query_one("#chat-log", VerticalScroll)
-        for widget, reading in stored_widgets(record, self.turn_number):
-            await log.mount(widget)
-            if isinstance(widget, MessageBubble) and widget.role == "assistant":
-                apply_stored_verdict(widget, record)
-                if reading:
-                    self.query_one(MonitorPanel).add_turn(self.turn_number, reading)
+        bubble = stored_bubble(record, self.turn_number, answer)
+        await self._log_mount(bubble)
+        if answer is not None:
+            await self._settle(bubble, answer)
+            if answer.monitor is not None:
+                self.query_one(MonitorPanel).add_turn(self.turn_number, answer.monitor)
 
     def insert_prompt(self, text: str) -> None:
         prompt = self.query_one("#prompt", Input)
@@ -313,35 +316,29 @@ class ChatScreen(ChatKeys, Screen):
             self._set_title(self.bridge.session(self.session_id).title)
         if bubble is not None:
             await bubble.finish()
-        if self.reflection_bubble is not None:
+        streamed_reflection = self.reflection_bubble is not None
+        if streamed_reflection:
             await self.reflection_bubble.finish()
-        status = result.status if result is not None else TurnStatus.ERROR
-        if result is not None and result.unverified_tail.strip() and bubble is not None:
-            judged = bubble.text[: len(bubble.text) - len(result.unverified_tail)]
-            await self._log_mount(MessageBubble("system", unverified_note(judged), title="verifier · scope"))
-        if status is TurnStatus.PAUSED:
-            await self._paused(result, bubble)
-        elif status is TurnStatus.ABORTED:
+        if result is None:
             if bubble is not None and bubble.badge is not None and not bubble.badge.resolved:
-                bubble.set_cancelled(STATUS_TEXT[status.value])
-            explanation = result.explanation or "The session monitor aborted this turn (CRITICAL)."
-            await self._log_mount(MessageBubble("system", explanation, title="monitor · CRITICAL"))
-            self.notify(explanation, title="Turn aborted", severity="error", timeout=8)
-        elif status in (TurnStatus.CANCELLED, TurnStatus.ERROR):
-            if bubble is not None and bubble.badge is not None and not bubble.badge.resolved:
-                bubble.set_cancelled(STATUS_TEXT[status.value])
+                bubble.set_cancelled(STATUS_TEXT[TurnStatus.ERROR.value])
+        else:
+            await self._settle(bubble, result, reflection_shown=streamed_reflection)
+            if result.status is TurnStatus.PAUSED:
+                escalation = result.escalation
+                self._ask_guidance(result.session_id, escalation.level.value, escalation.confidence,
+                                   result.reflection_shown or "", escalation.irreversible, escalation.message)
+            elif result.status is TurnStatus.ABORTED:
+                self.notify(result.explanation or ABORTED_WITHOUT_WHY, title="Turn aborted", severity="error", timeout=8)
         self.refresh_status()
 
-    async def _paused(self, result: TurnOutcome, bubble: MessageBubble | None) -> None:
-        escalation = result.escalation
-        reflection = result.reflection_shown or ""
-        if reflection and self.reflection_bubble is None:
-            self.reflection_bubble = MessageBubble("system", reflection, title="monitor · reflection")
-            await self._log_mount(self.reflection_bubble)
-        if bubble is not None and bubble.badge is not None and not bubble.badge.resolved:
-            bubble.set_cancelled(STATUS_TEXT[TurnStatus.PAUSED.value])
-        self._ask_guidance(result.session_id, escalation.level.value, escalation.confidence, reflection,
-                           escalation.irreversible, escalation.message)
+    async def _settle(self, bubble: MessageBubble | None, outcome: TurnOutcome, *, reflection_shown: bool = False) -> None:
+        """A finished answer as the chat shows it, live or reopened (one rule, :mod:`tui.screens.transcript`):
+        its badge and monitor line, then the notes under it (the reflection, an abort's reason, the verdict's scope)."""
+        if bubble is not None:
+            show_outcome(bubble, outcome)
+        for note in answer_notes(outcome, reflection_shown=reflection_shown):
+            await self._log_mount(note)
 
     def _ask_guidance(
         self, session_id: str, level: str, confidence: float | None, reflection: str, irreversible: bool,

@@ -1,15 +1,16 @@
-"""How stored messages and verifier notes read in the chat log: the widgets a stored message becomes,
-the note under an answer whose verdict covers only part of it, and what the verifier covers."""
+"""How messages and verifier notes read in the chat log: the bubble a stored message becomes, how a
+finished answer shows its turn's record (badge, monitor line, the notes under it: one rule for a live
+answer and a reopened one), and what the verifier covers."""
 
 from __future__ import annotations
 
 from typing import Iterator
 
-from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.coverage import VerifierCoverage
 from mlx_sdm.network.verdict import OPEN_QUESTIONS
 from mlx_sdm.turn.escalation import TurnStatus
 from mlx_sdm.store.schema import MessageRecord
+from mlx_sdm.turn.values import TurnOutcome
 from tui.widgets.message import MessageBubble
 
 #: How a stored answer without a verdict ended (a TurnStatus value, or a state of a row still being written).
@@ -22,6 +23,10 @@ STATUS_TEXT = {
     "in_progress": "… still being written (by another process)",
     TurnStatus.DONE.value: "no verdict",
 }
+
+
+#: Said under an aborted answer whose escalation gave no reason of its own.
+ABORTED_WITHOUT_WHY = "The session monitor aborted this turn (CRITICAL)."
 
 
 def unverified_note(judged: str) -> str:
@@ -47,35 +52,40 @@ def coverage_text(coverage: VerifierCoverage) -> str:
     return "\n".join(lines)
 
 
-def stored_widgets(record: MessageRecord, turn_number: int) -> Iterator[tuple[MessageBubble, MonitorReading | None]]:
-    """The bubbles one stored message shows as, in order, each with the monitor reading to put in the
-    panel (the answer's own; None for the others)."""
+def stored_bubble(record: MessageRecord, turn_number: int, answer: TurnOutcome | None) -> MessageBubble:
+    """The bubble one stored message shows as; ``answer``: the message's turn record when it is an answer
+    (read back from the store as the type the pipeline yielded), whose badge and notes
+    :func:`show_outcome` and :func:`answer_notes` add, as for a live answer."""
     if record.role == "user":
         title = None if record.kind == "chat" else f"you · {record.kind}"
-        yield MessageBubble("user", record.text, title=title, turn_id=record.id), None
-        return
-    if record.role != "assistant":
-        yield MessageBubble("system", record.text, title=f"monitor · {record.kind}", turn_id=record.id), None
-        return
+        return MessageBubble("user", record.text, title=title, turn_id=record.id)
+    if answer is None:
+        return MessageBubble("system", record.text, title=f"monitor · {record.kind}", turn_id=record.id)
     title = f"assistant · turn {turn_number}"
-    if record.metadata.replaces is not None:  # a regenerated answer (the seed is its attempt number)
-        title += f" · answer {(record.metadata.seed or 1) + 1} (sampled)"
-    yield MessageBubble("assistant", record.text, title=title, turn_id=record.id,
-                        number=turn_number), record.monitor
-    meta = record.metadata
-    if meta.reflection or meta.reflection_prompt:
-        yield MessageBubble("system", meta.reflection or meta.reflection_prompt, title="monitor · reflection"), None
-    if meta.explanation:
-        yield MessageBubble("system", meta.explanation, title="monitor · CRITICAL"), None
-    if meta.judged_text is not None:
-        yield MessageBubble("system", unverified_note(meta.judged_text), title="verifier · scope"), None
+    if answer.resampled is not None:  # a regenerated answer (the seed is its attempt number)
+        title += f" · answer {answer.resampled.seed + 1} (sampled)"
+    return MessageBubble("assistant", record.text, title=title, turn_id=record.id, number=turn_number)
 
 
-def apply_stored_verdict(answer: MessageBubble, record: MessageRecord) -> None:
-    """A mounted answer bubble shows the stored verdict (or how the turn ended) and monitor line."""
-    if record.verdict_status is not None:
-        answer.set_verdict(record.verdict, reason=record.metadata.verdict_reason)
-    else:
-        answer.set_cancelled(STATUS_TEXT.get(record.status, record.status))
-    if record.monitor is not None:
-        answer.set_monitor(record.monitor)
+def show_outcome(answer: MessageBubble, outcome: TurnOutcome) -> None:
+    """An answer bubble shows its turn's verdict (or how the turn ended) and monitor line, unless the live
+    stream already set its badge."""
+    if answer.badge is None or not answer.badge.resolved:
+        if outcome.verdict_status is not None:
+            answer.set_verdict(outcome.verdict, reason=outcome.unverifiable_reason)
+        else:
+            answer.set_cancelled(STATUS_TEXT.get(outcome.status.value, outcome.status.value))
+    if outcome.monitor is not None:
+        answer.set_monitor(outcome.monitor)
+
+
+def answer_notes(outcome: TurnOutcome, *, reflection_shown: bool = False) -> Iterator[MessageBubble]:
+    """The notes a finished answer leaves under it, in order, live and reopened alike: the model's
+    reflection on a HIGH pause (unless it was streamed: ``reflection_shown``), why the monitor aborted the
+    turn, and which part of the answer the verdict covers when text follows it."""
+    if outcome.reflection_shown and not reflection_shown:
+        yield MessageBubble("system", outcome.reflection_shown, title="monitor · reflection")
+    if outcome.status is TurnStatus.ABORTED or outcome.explanation:
+        yield MessageBubble("system", outcome.explanation or ABORTED_WITHOUT_WHY, title="monitor · CRITICAL")
+    if outcome.verdict_status is not None and outcome.unverified_tail.strip():
+        yield MessageBubble("system", unverified_note(outcome.judged_text), title="verifier · scope")
