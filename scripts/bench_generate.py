@@ -222,7 +222,7 @@ def chat_turns(args) -> list[TurnTiming]:
 
     from mlx_sdm.app.loading import chat_components
     from mlx_sdm.executor.engine import ChatEngine, EngineConfig
-    from mlx_sdm.executor.events import TokenEvent
+    from mlx_sdm.lm.pieces import TokenPiece
     from mlx_sdm.store.chat_store import ChatStore
 
     head = None if args.head == "default" else args.head
@@ -237,12 +237,12 @@ def chat_turns(args) -> list[TurnTiming]:
             for n in range(1, args.turns + 1):
                 first: list[float] = []
 
-                def on_event(event, first=first) -> None:
-                    if isinstance(event, TokenEvent) and not first:
+                def on_item(_ref, item, first=first) -> None:
+                    if isinstance(item, TokenPiece) and not first:
                         first.append(time.perf_counter())
 
                 started = time.perf_counter()
-                outcome = engine.send(session.id, CHAT_TURNS[(n - 1) % len(CHAT_TURNS)], on_event=on_event).result(600)
+                outcome = engine.send(session.id, CHAT_TURNS[(n - 1) % len(CHAT_TURNS)], listener=on_item).result(600)
                 total = time.perf_counter() - started
                 timings.append(TurnTiming(n, (first[0] - started) if first else float("nan"), outcome.first_token_s,
                                           total, outcome.prompt_tokens, outcome.answer.reused_tokens))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from mlx_sdm.app.prefill_progress import PrefillProgress
+from mlx_sdm.app.prefill_progress import PrefillBar
 from mlx_sdm.turn.pipeline import TurnPipeline
 from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.turn.values import TurnComponents, TurnOptions, TurnRequest
@@ -36,10 +36,10 @@ class Terminal(io.StringIO):
 
 def test_prefill_bar_only_for_long_prompts():
     out = Terminal()
-    short = PrefillProgress(min_tokens=1000, file=out)
+    short = PrefillBar(min_tokens=1000, file=out)
     short(0, 10), short(9, 10)
     assert out.getvalue() == "" and short.bar is None
-    long = PrefillProgress(min_tokens=1000, file=out)
+    long = PrefillBar(min_tokens=1000, file=out)
     for done in (0, 2048, 4095, 4096):  # mlx-lm reports the end twice: no second bar
         long(done, 4096)
     assert out.getvalue().count("reading the prompt:   0%") == 1 and long.bar is None  # closed at the end
@@ -50,18 +50,18 @@ def test_prefill_bar_only_for_long_prompts():
 
 def test_prefill_bar_prints_nothing_when_piped():
     out = io.StringIO()  # not a terminal: the transient bar would only be redraws in a log
-    bar = PrefillProgress(min_tokens=1000, file=out)
+    bar = PrefillBar(min_tokens=1000, file=out)
     for done in (0, 2048, 4095, 4096):
         bar(done, 4096)
     assert out.getvalue() == "" and bar.bar is None
 
 
-def test_the_engine_sends_prefill_events_only_for_long_prompts():
-    from mlx_sdm.executor.events import LONG_PREFILL_TOKENS, PrefillEvent, prefill_event
+def test_the_engine_sends_prefill_progress_only_for_long_prompts():
+    from mlx_sdm.executor.events import LONG_PREFILL_TOKENS, PrefillProgress, prefill_progress
 
-    sent = [e for e in (prefill_event("s", 1, 0, 10), prefill_event("s", 1, 10, 10)) if e is not None]
+    sent = [p for p in (prefill_progress(0, 10), prefill_progress(10, 10)) if p is not None]
     assert sent == []
-    sent = [e for e in (prefill_event("s", 1, 0, LONG_PREFILL_TOKENS),
-                        prefill_event("s", 1, LONG_PREFILL_TOKENS - 1, LONG_PREFILL_TOKENS)) if e is not None]
-    assert [(e.done, e.total) for e in sent] == [(0, LONG_PREFILL_TOKENS), (LONG_PREFILL_TOKENS - 1, LONG_PREFILL_TOKENS)]
-    assert all(isinstance(e, PrefillEvent) and e.kind == "prefill" for e in sent)
+    sent = [p for p in (prefill_progress(0, LONG_PREFILL_TOKENS),
+                        prefill_progress(LONG_PREFILL_TOKENS - 1, LONG_PREFILL_TOKENS)) if p is not None]
+    assert sent == [PrefillProgress(0, LONG_PREFILL_TOKENS), PrefillProgress(LONG_PREFILL_TOKENS - 1, LONG_PREFILL_TOKENS)]
+    assert all(type(p) is PrefillProgress for p in sent)

@@ -9,8 +9,13 @@ import numpy as np
 import pytest
 
 from mlx_sdm.errors import DataError
+from mlx_sdm.executor.events import TurnFailed, TurnRef
+from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction
+from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.executor.engine import ChatEngine, EngineConfig
+from mlx_sdm.turn.escalation import Escalation
+from mlx_sdm.turn.values import AnswerComplete, AnswerVerdict, TurnOutcome
 from mlx_sdm.monitor.session_file.records import ToolCall
 from mlx_sdm.turn.values import parse_tool_calls
 from mlx_sdm.store.chat_store import ChatStore
@@ -30,10 +35,11 @@ def make_engine(tmp_path):
     def make(*, verifier=True, db="chat.db", **config):
         path = build_tiny_verifier(tmp_path / "verifier") if verifier else None
         store = ChatStore(tmp_path / db)
-        events = []
+        events = []  # (TurnRef, item) as the engine handed them to its listener
         config.setdefault("max_tokens", 12)
         config.setdefault("reflection_max_tokens", 6)
-        engine = ChatEngine(EngineConfig(**config), store, on_event=events.append, components=tiny_components(path))
+        engine = ChatEngine(EngineConfig(**config), store, listener=lambda ref, item: events.append((ref, item)),
+                            components=tiny_components(path))
         engine.ready.result(120)
         engines.append(engine)
         return engine, store, events
@@ -43,14 +49,14 @@ def make_engine(tmp_path):
         engine.shutdown()
 
 
-def history_of(events, turn):
-    """The session's monitor history as the live MonitorEvent of ``turn`` carries it."""
-    (event,) = [e for e in events if e.kind == "monitor" and e.turn == turn]
-    return event.history
+def items(events, kind, turn=None):
+    """The items of type ``kind`` the listener got (of ``turn`` only, when given)."""
+    return [item for ref, item in events if isinstance(item, kind) and (turn is None or ref.turn == turn)]
 
 
 def kinds(events, turn):
-    return [e.kind for e in events if e.turn == turn]
+    """The types of the items of ``turn``, in the order they came."""
+    return [type(item) for ref, item in events if ref.turn == turn]
 
 
 def test_turn_streams_then_verdict_monitor_and_one_stored_answer(make_engine):
@@ -59,12 +65,14 @@ def test_turn_streams_then_verdict_monitor_and_one_stored_answer(make_engine):
     result = engine.send(session.id, QUESTION).result(60)
     seq = kinds(events, result.turn)
     tokens = len(result.tokens)
-    assert seq[:tokens] == ["token"] * tokens and tokens == 12  # max_tokens, streamed one by one
-    assert seq[tokens:] == ["verifying", "verdict", "monitor", "finished"]  # verifying: the answer is done, the verifier reads it
-    (finished,) = [e for e in events if e.kind == "finished" and e.turn == result.turn]
-    assert finished.result is result  # the last event carries the one typed turn record the future resolves to
-    assert "".join(e.piece.text for e in events if e.kind == "token" and e.turn == result.turn) == result.text
-    assert all(e.piece.logprob <= 0 for e in events if e.kind == "token" and e.piece.logprob is not None)
+    assert seq[:tokens] == [TokenPiece] * tokens and tokens == 12  # max_tokens, streamed one by one
+    # AnswerComplete: the answer is done, the verifier reads it
+    assert seq[tokens:] == [AnswerComplete, AnswerVerdict, MonitorReading, TurnOutcome]
+    assert {ref for ref, _ in events if ref.turn == result.turn} == {TurnRef(session.id, result.turn)}
+    (finished,) = items(events, TurnOutcome, result.turn)
+    assert finished is result  # the last item is the one typed turn record the future resolves to
+    assert "".join(p.text for p in items(events, TokenPiece, result.turn)) == result.text
+    assert all(p.logprob <= 0 for p in items(events, TokenPiece) if p.logprob is not None)
     assert result.status == "done" and result.first_token_s is not None and result.first_token_s < result.generation_s + 1
     assert result.verdict_status in {"verified", "not_verified", "out_of_scope"}
     assert result.verdict_status == result.verdict.status.value
@@ -89,27 +97,38 @@ def test_turn_streams_then_verdict_monitor_and_one_stored_answer(make_engine):
     assert (answer.review_id is not None) == (result.verdict_status != "verified")
 
 
+def test_stream_yields_the_items_the_listeners_get_and_the_record_last(make_engine):
+    engine, store, events = make_engine(auq_thresholds=(0.02, 0.01, 0.0))
+    session = store.create_session()
+    streamed = list(engine.stream(session.id, QUESTION))
+    given = [item for ref, item in events if ref.session_id == session.id]
+    assert len(streamed) == len(given) and all(a is b for a, b in zip(streamed, given))  # the very objects, unwrapped
+    assert isinstance(streamed[-1], TurnOutcome) and streamed[-1].message_id == store.messages(session.id)[-1].id
+    with pytest.raises(DataError, match="no session"):  # a failed turn raises its error after its items
+        list(engine.stream("nope", "hello"))
+
+
 def test_unverifiable_when_no_verifier_fits(make_engine):
     engine, store, events = make_engine(verifier=False)
     assert engine.info().verifier_path is None and engine.info().unverifiable_reason
     result = engine.send(store.create_session().id, QUESTION).result(60)
     assert result.verdict_status == "no_verifier" and result.verdict is None
-    (verdict_event,) = [e for e in events if e.kind == "verdict"]
-    assert verdict_event.status.value == "no_verifier" and verdict_event.reason == engine.info().unverifiable_reason
+    (verdict,) = items(events, AnswerVerdict)
+    assert verdict.status.value == "no_verifier" and verdict.reason == engine.info().unverifiable_reason
 
 
 def test_cancel_stops_generation_at_the_next_token(make_engine):
     engine, store, events = make_engine(max_tokens=60)
 
-    def stop_after_three(event):
-        if event.kind == "token" and sum(e.kind == "token" for e in events) == 3:
+    def stop_after_three(_ref, item):
+        if isinstance(item, TokenPiece) and len(items(events, TokenPiece)) == 3:
             engine.cancel()
 
     engine.subscribe(stop_after_three)
     session = store.create_session()
     result = engine.send(session.id, QUESTION).result(60)
     assert result.status == "cancelled" and len(result.tokens) <= 4
-    assert kinds(events, result.turn)[-1] == "finished" and "verdict" not in kinds(events, result.turn)
+    assert kinds(events, result.turn)[-1] is TurnOutcome and AnswerVerdict not in kinds(events, result.turn)
     answer = store.messages(session.id)[-1]
     assert answer.status == "cancelled" and answer.verdict is None and answer.review_id is None
     # the next turn runs normally (the stop applied to one turn only)
@@ -123,12 +142,12 @@ def test_high_pauses_with_reflection_then_resumes_with_guidance(make_engine):
     first = engine.send(session.id, QUESTION).result(60)
     assert first.status == "paused" and first.monitor.level.value == "high"
     seq = kinds(events, first.turn)
-    assert seq.index("monitor") < seq.index("escalation") < seq.index("finished")
-    (esc,) = [e for e in events if e.kind == "escalation"]
-    assert esc.escalation.action is EscalationAction.PAUSE_FOR_HUMAN and esc.escalation.level.value == "high"
-    assert not esc.escalation.irreversible
-    reflection_tokens = [e for e in events if e.kind == "token" and e.piece.phase == "reflection"]
-    assert 0 < len(reflection_tokens) <= 6 and first.reflection == "".join(e.piece.text for e in reflection_tokens)
+    assert seq.index(MonitorReading) < seq.index(Escalation) < seq.index(TurnOutcome)
+    (esc,) = items(events, Escalation)
+    assert esc.action is EscalationAction.PAUSE_FOR_HUMAN and esc.level.value == "high"
+    assert not esc.irreversible
+    reflection_tokens = [p for p in items(events, TokenPiece) if p.phase == "reflection"]
+    assert 0 < len(reflection_tokens) <= 6 and first.reflection == "".join(p.text for p in reflection_tokens)
     pause = engine.pending_pause(session.id)
     assert pause.message_id == first.message_id and pause.level == "high" and pause.reflection == first.reflection
     item = store.review_item(first.review_id)
@@ -148,7 +167,7 @@ def test_high_pauses_with_reflection_then_resumes_with_guidance(make_engine):
     assert [m["role"] for m in prompt[-5:]] == ["user", "assistant", "system", "assistant", "user"]
     assert "NOT confident" in prompt[-3]["content"] and prompt[-1]["content"] == "Answer with one word."
     # P_t carried over (no reset on resume); the answer after guidance is the paused turn's, as the chat numbers it
-    assert [h.turn for h in history_of(events, second.turn)] == [1, 1]
+    assert [h.turn for h in engine._monitors[session.id].history] == [1, 1]
     assert second.status == "paused"  # still HIGH: the resumed answer pauses again, and can be resumed again
     assert engine.pending_pause(session.id).message_id == second.message_id
 
@@ -168,8 +187,8 @@ def test_critical_aborts_with_an_explanation_and_the_chat_goes_on(make_engine):
     assert result.status == "aborted" and result.monitor.level.value == "critical"
     assert result.monitor.action is EscalationAction.ABORT
     assert "CRITICAL" in result.explanation
-    (esc,) = [e for e in events if e.kind == "escalation"]
-    assert esc.escalation.action is EscalationAction.ABORT and esc.escalation.message == result.explanation
+    (esc,) = items(events, Escalation)
+    assert esc.action is EscalationAction.ABORT and esc.message == result.explanation
     assert "escalated_critical" in store.review_item(result.review_id).reasons
     assert store.messages(session.id)[-1].status == "aborted"
     assert engine.pending_pause(session.id) is None
@@ -183,8 +202,8 @@ def test_medium_logs_and_proceeds(make_engine):
     engine, store, events = make_engine(auq_thresholds=ALWAYS_MEDIUM)
     result = engine.send(store.create_session().id, QUESTION).result(60)
     assert result.status == "done" and result.monitor.level.value == "medium"
-    (esc,) = [e for e in events if e.kind == "escalation"]
-    assert esc.escalation.action is EscalationAction.PROCEED_WITH_LOG and "MEDIUM" in esc.escalation.message
+    (esc,) = items(events, Escalation)
+    assert esc.action is EscalationAction.PROCEED_WITH_LOG and "MEDIUM" in esc.message
 
 
 def test_reopened_session_continues_its_conversation_and_monitor(make_engine):
@@ -193,21 +212,22 @@ def test_reopened_session_continues_its_conversation_and_monitor(make_engine):
     first = engine.send(session.id, QUESTION).result(60)
     engine.shutdown()
     store.close()
-    engine2, store2, events2 = make_engine(auq_thresholds=ALWAYS_MEDIUM)
-    second = engine2.send(session.id, "And Rome?").result(60)
+    engine2, store2, _ = make_engine(auq_thresholds=ALWAYS_MEDIUM)
+    engine2.send(session.id, "And Rome?").result(60)
     msgs = store2.messages(session.id)
     assert [m.text for m in msgs[:2]] == [QUESTION, first.text]
     assert [m["content"] for m in msgs[-1].prompt[-3:]] == [QUESTION, first.text, "And Rome?"]
-    history = history_of(events2, second.turn)
+    history = engine2._monitors[session.id].history
     assert [h.turn for h in history] == [1, 2]
     # TRACER replayed the stored steps: 4 steps observed, prefix risk over all of them
     assert history[0].tracer_risk == pytest.approx(first.monitor.tracer_risk)
 
 
-def test_events_arrive_on_the_engine_thread(make_engine):
+def test_items_arrive_on_the_engine_thread(make_engine):
     engine, store, _ = make_engine()
     threads = set()
-    engine.send(store.create_session().id, QUESTION, on_event=lambda e: threads.add(threading.current_thread().name)).result(60)
+    engine.send(store.create_session().id, QUESTION,
+                listener=lambda ref, item: threads.add(threading.current_thread().name)).result(60)
     assert threads == {"mlx-sdm-engine"}
 
 
@@ -217,8 +237,9 @@ def test_empty_message_and_unknown_session_are_refused(make_engine):
         engine.send("whatever", "   ")
     with pytest.raises(DataError, match="no session"):
         engine.send("nope", "hello").result(60)
-    error, finished = [e for e in events if e.kind in {"error", "finished"}]
-    assert error.error_type == "DataError" and "no session" in error.message and finished.status == "error"
+    (ref, failed), = [(ref, item) for ref, item in events if ref.turn > 0]  # the failed turn's one item: why, and its end
+    assert ref == TurnRef("nope", ref.turn) and isinstance(failed, TurnFailed)
+    assert failed.error_type == "DataError" and "no session" in failed.message
     # the engine keeps serving after a failed turn
     assert engine.send(store.create_session().id, QUESTION).result(60).status in {"done", "paused", "aborted"}
 

@@ -27,12 +27,13 @@ engine = ChatEngine(EngineConfig(max_tokens=400, auq_thresholds=(1.0, 1e-9, 0.0)
 engine.ready.result()
 session = store.create_session("killed")
 print("session", session.id, flush=True)
+from mlx_sdm.lm.pieces import TokenPiece
 i = 0
-def on_event(event):
-    if event.kind == "token" and event.piece.text:
+def on_item(ref, item):
+    if isinstance(item, TokenPiece) and item.text:
         print("token", flush=True)
 while True:
-    r = engine.send(session.id, f"question {i}", on_event=on_event).result()
+    r = engine.send(session.id, f"question {i}", listener=on_item).result()
     print("stored", r.message_id, r.user_message_id, flush=True)
     i += 1
 """

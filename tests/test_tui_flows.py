@@ -4,6 +4,7 @@ and resume, export, reopening a session. Review decisions growing the support se
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import time
 from pathlib import Path
@@ -12,9 +13,12 @@ import pytest
 from rich.console import Console
 
 from mlx_sdm.executor.engine import ChatEngine, EngineConfig
+from mlx_sdm.executor.events import TurnRef
+from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.store.chat_store import ChatStore
 from tests.tiny_verifier import tiny_components
 from tui.app import SdmChatApp
+from tui.messages import TokenArrived
 from tui.screens.evidence_screen import EvidenceScreen
 from tui.screens.prompts import EscalationPrompt
 from tui.widgets.message import MessageBubble
@@ -76,7 +80,8 @@ async def test_message_streams_and_gets_a_badge(store, verifier_dir):
     engine = make_engine(store, verifier_dir, enable_p_true=True)  # the full turn: generate, verify, P(True), monitor
     try:
         tokens: list[str] = []
-        unsubscribe = engine.subscribe(lambda e: tokens.append(e.piece.text) if e.kind == "token" and e.piece.phase == "answer" else None)
+        unsubscribe = engine.subscribe(
+            lambda ref, item: tokens.append(item.text) if isinstance(item, TokenPiece) and item.phase == "answer" else None)
         app = SdmChatApp(engine=engine, store=store)
         async with app.run_test(size=SIZE) as pilot:
             bubble = await send(pilot, app, "Paris is the capital of France. Is this claim true or false?")
@@ -101,6 +106,44 @@ async def test_message_streams_and_gets_a_badge(store, verifier_dir):
             assert line.startswith(f"AUQ LOW · P {monitor.cumulative_confidence:.3f} · TRACER {monitor.tracer_risk:.2f}")
             rows = app.chat.query_one("#monitor").rows
             assert [(r.turn, r.confidence) for r in rows] == [(1, monitor.cumulative_confidence)]
+    finally:
+        engine.shutdown()
+
+
+async def test_a_token_crosses_to_the_screen_in_one_envelope(store, verifier_dir, monkeypatch):
+    """The Textual message the screen handles for a streamed token holds the very TokenPiece the pipeline
+    yielded, beside where it belongs: one envelope from the engine's thread to the screen, no executor
+    wrapper in between."""
+    from mlx_sdm.turn.pipeline import TurnPipeline
+    from tui.screens.chat import ChatScreen
+
+    yielded: list = []
+    handled: list = []
+    real_stream, real_handler = TurnPipeline.stream, ChatScreen.on_token_arrived
+
+    def stream(self, *args, **kwargs):
+        for item in real_stream(self, *args, **kwargs):
+            yielded.append(item)
+            yield item
+
+    async def on_token_arrived(self, message):
+        handled.append(message)
+        await real_handler(self, message)
+
+    monkeypatch.setattr(TurnPipeline, "stream", stream)
+    monkeypatch.setattr(ChatScreen, "on_token_arrived", on_token_arrived)
+    engine = make_engine(store, verifier_dir)
+    try:
+        app = SdmChatApp(engine=engine, store=store)
+        async with app.run_test(size=SIZE) as pilot:
+            bubble = await send(pilot, app, "Is Paris the capital of France?")
+            pieces = [item for item in yielded if isinstance(item, TokenPiece)]
+            assert len(pieces) >= 2 and len(handled) == len(pieces)
+            for message, piece in zip(handled, pieces):
+                assert type(message) is TokenArrived and message.piece is piece  # the pipeline's own object
+                assert message.ref == TurnRef(app.chat.session_id, message.ref.turn) and message.ref.turn > 0
+            assert [f.name for f in dataclasses.fields(TokenArrived)] == ["ref", "piece"]  # nothing else travels
+            assert bubble.text == "".join(piece.text for piece in pieces)
     finally:
         engine.shutdown()
 

@@ -4,7 +4,7 @@
     run(engine=engine, store=store)            # what `mlx-sdm chat` does on a terminal
 
 The App owns no model: every model, verifier and monitor call goes to the executor's engine
-thread through :class:`tui.bridge.Bridge`, and its events come back as Textual messages.
+thread through :class:`tui.bridge.Bridge`, and the items of its turns come back, each in its Textual message.
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 and the store only here.
 
 Engine calls return at once (the engine's single worker thread does the work and owns all MLX
-state). The engine calls its listeners on ITS thread; :meth:`Bridge.attach` subscribes a listener
-that turns each event into its Textual message (:func:`tui.messages.engine_message`) and posts it to a Textual widget (``post_message`` is
-thread-safe and does not block the engine). Calls that must wait for the engine (a review decision,
+state). The engine calls its listeners on ITS thread with each item and the
+:class:`~mlx_sdm.executor.events.TurnRef` it belongs to; :meth:`Bridge.attach` subscribes a listener that
+puts the item in its Textual message (:func:`tui.messages.message_for`) and posts it to a Textual widget
+(``post_message`` is thread-safe and does not block the engine). Calls that must wait for the engine (a review decision,
 an undo, deleting a session, switching the model) block on the engine's future and are made from
 Textual thread workers, never from the UI thread.
 """
@@ -19,12 +20,12 @@ from typing import TYPE_CHECKING, Any, Callable
 from textual.message_pump import MessagePump
 
 from mlx_sdm.network.coverage import VerifierCoverage
-from mlx_sdm.executor.events import EngineEvent, PauseInfo
+from mlx_sdm.executor.events import EngineItem, PauseInfo, TurnRef
 from mlx_sdm.executor.review import DecisionResult
 from mlx_sdm.store.schema import Decision, MessageRecord, ReviewItem, SessionInfo
 from mlx_sdm.store.search import SearchHit, SearchQuery, search_sessions
 from mlx_sdm.store.chat_store import ChatStore
-from tui.messages import engine_message
+from tui.messages import message_for
 
 if TYPE_CHECKING:  # the engine module loads the MLX pipeline
     from mlx_sdm.executor.engine import ChatEngine
@@ -58,20 +59,21 @@ class Bridge:
         self._target: MessagePump | None = None
         self._unsubscribe: Callable[[], None] | None = None
 
-    # ----- events -------------------------------------------------------------------------------
+    # ----- the engine's items ---------------------------------------------------------------------
     def attach(self, target: MessagePump) -> None:
-        """Deliver every engine event to ``target`` (a Textual widget) as its own Textual message."""
+        """Deliver every item the engine hands its listeners to ``target`` (a Textual widget), each in its
+        own Textual message."""
         self._target = target
         if self._unsubscribe is not None:
             self._unsubscribe()
 
-        def post(event: EngineEvent) -> None:
-            target.post_message(engine_message(event))
+        def post(ref: TurnRef, item: EngineItem) -> None:
+            target.post_message(message_for(ref, item))
 
         self._unsubscribe = self.engine.subscribe(post)
 
     def close(self) -> None:
-        """Stop delivering events. The engine and store given to the UI belong to the caller (``mlx-sdm chat``
+        """Stop delivering the engine's items. The engine and store given to the UI belong to the caller (``mlx-sdm chat``
         closes them); an engine the UI started by switching the model is shut down here."""
         if self._unsubscribe is not None:
             self._unsubscribe()

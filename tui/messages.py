@@ -1,11 +1,12 @@
-"""Textual messages: ONE dataclass per engine event (as posting and harlequin do), each holding the
-typed event from ``mlx_sdm.executor.events``.
+"""Textual messages: ONE dataclass per item the engine hands its listeners, each holding the item's
+:class:`~mlx_sdm.executor.events.TurnRef` and the item itself, the very object the pipeline (or the
+engine) made. This is the one envelope a value travels in between the engine's thread and the screen.
 
-The engine calls the bridge's callback on ITS thread; the bridge turns the event into its message
-(:func:`engine_message`) and posts it with ``post_message`` (thread-safe and non-blocking), so the
-engine never waits for the UI and the UI never waits for MLX. A screen handles each with the
-handler Textual names after the class (``on_verdict_ready`` for :class:`VerdictReady`). Messages a
-widget posts itself live beside it (``VerdictBadge.Toggled``, ``VerdictBadge.OpenEvidence``).
+The engine calls the bridge's listener on ITS thread; the bridge makes the item's message
+(:func:`message_for`) and posts it with ``post_message`` (thread-safe and non-blocking), so the engine
+never waits for the UI and the UI never waits for MLX. A screen handles each with the handler Textual
+names after the class (``on_verdict_ready`` for :class:`VerdictReady`). Messages a widget posts itself
+live beside it (``VerdictBadge.Toggled``, ``VerdictBadge.OpenEvidence``).
 """
 
 from __future__ import annotations
@@ -14,91 +15,91 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from mlx_sdm.executor.events import (
-    EngineEvent,
-    ErrorEvent,
-    EscalationEvent,
-    MonitorEvent,
-    PrefillEvent,
-    StatusEvent,
-    SupportEvent,
-    TokenEvent,
-    TurnFinishedEvent,
-    VerdictEvent,
-    VerifyingEvent,
-)
+from mlx_sdm.executor.events import EngineItem, EngineState, PrefillProgress, SupportChange, TurnFailed, TurnRef
 from mlx_sdm.lm.pieces import TokenPiece
+from mlx_sdm.monitor.online.reading import MonitorReading
+from mlx_sdm.turn.escalation import Escalation
+from mlx_sdm.turn.values import AnswerComplete, AnswerVerdict, TurnOutcome
 
 
 @dataclass
 class TokenArrived(Message):
-    """One streamed token (``piece``: the pipeline's ``TokenPiece`` itself)."""
+    """One streamed token: the pipeline's ``TokenPiece`` itself."""
 
-    event: TokenEvent
-
-    @property
-    def piece(self) -> TokenPiece:
-        return self.event.piece
+    ref: TurnRef
+    piece: TokenPiece
 
 
 @dataclass
 class AnswerVerifying(Message):
     """The answer is complete and the verifier is judging it (its verdict comes next)."""
 
-    event: VerifyingEvent
+    ref: TurnRef
+    complete: AnswerComplete
 
 
 @dataclass
 class VerdictReady(Message):
-    event: VerdictEvent
+    ref: TurnRef
+    verdict: AnswerVerdict
 
 
 @dataclass
 class MonitorRead(Message):
-    event: MonitorEvent
+    ref: TurnRef
+    reading: MonitorReading
 
 
 @dataclass
 class Escalated(Message):
-    event: EscalationEvent
+    ref: TurnRef
+    escalation: Escalation
 
 
 @dataclass
 class TurnFinished(Message):
-    """The turn's last event; ``event.result`` is its typed record (None: it failed before one was made)."""
+    """The turn's last item: its one typed record, the object the engine's future resolves to."""
 
-    event: TurnFinishedEvent
+    ref: TurnRef
+    outcome: TurnOutcome
 
 
 @dataclass
 class EngineFailed(Message):
-    event: ErrorEvent
+    """A turn failed: its last item, in place of its record."""
+
+    ref: TurnRef
+    failure: TurnFailed
 
 
 @dataclass
 class SupportChanged(Message):
-    event: SupportEvent
+    ref: TurnRef
+    change: SupportChange
 
 
 @dataclass
 class EngineStatus(Message):
-    event: StatusEvent
+    ref: TurnRef
+    status: EngineState
 
 
 @dataclass
 class PrefillProgressed(Message):
-    """The engine is reading a long prompt (``event.done`` of ``event.total`` tokens)."""
+    """The engine is reading a long prompt (``progress.done`` of ``progress.total`` tokens)."""
 
-    event: PrefillEvent
+    ref: TurnRef
+    progress: PrefillProgress
 
 
-MESSAGE_FOR_EVENT: dict[type[EngineEvent], type[Message]] = {
-    PrefillEvent: PrefillProgressed, TokenEvent: TokenArrived, VerdictEvent: VerdictReady, MonitorEvent: MonitorRead,
-    EscalationEvent: Escalated, TurnFinishedEvent: TurnFinished, ErrorEvent: EngineFailed, SupportEvent: SupportChanged,
-    StatusEvent: EngineStatus, VerifyingEvent: AnswerVerifying,
+#: The message class of each item type the engine hands its listeners.
+MESSAGE_FOR_ITEM: dict[type, type[Message]] = {
+    TokenPiece: TokenArrived, AnswerComplete: AnswerVerifying, AnswerVerdict: VerdictReady, MonitorReading: MonitorRead,
+    Escalation: Escalated, TurnOutcome: TurnFinished, TurnFailed: EngineFailed, SupportChange: SupportChanged,
+    EngineState: EngineStatus, PrefillProgress: PrefillProgressed,
 }
 
 
-def engine_message(event: EngineEvent) -> Message:
-    """The Textual message that carries ``event``."""
-    return MESSAGE_FOR_EVENT[type(event)](event)
+def message_for(ref: TurnRef, item: EngineItem) -> Message:
+    """The Textual message that carries ``item`` (the object itself) and where it belongs."""
+    return MESSAGE_FOR_ITEM[type(item)](ref, item)

@@ -8,11 +8,11 @@ from typing import Any, TextIO
 
 from mlx_sdm.executor.events import LONG_PREFILL_TOKENS
 
-#: Prompts with fewer new tokens prefill in about a second: no bar (the engine's rule for PrefillEvent).
+#: Prompts with fewer new tokens prefill in about a second: no bar (the engine's rule for PrefillProgress).
 DEFAULT_PREFILL_PROGRESS_TOKENS = LONG_PREFILL_TOKENS
 
 
-class PrefillProgress:
+class PrefillBar:
     """Call with (done, total) as the prompt prefills; a progress bar opens for a long prompt and closes at the end."""
 
     def __init__(self, *, min_tokens: int = DEFAULT_PREFILL_PROGRESS_TOKENS, file: TextIO | None = None):

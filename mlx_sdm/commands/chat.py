@@ -185,21 +185,25 @@ def _run_ui(args, config, store) -> int:
 
 
 def _plain_turn(engine, session_id: str, text: str, *, resume: bool, out, prefill_progress) -> tuple[TurnOutcome, list[str]]:
-    """One turn in line mode, a ``for`` loop over the engine's events: a bar while a long prompt is read,
-    the answer's tokens to ``out``; returns the turn's record and the messages of a logged escalation."""
+    """One turn in line mode, a ``for`` loop over the engine's stream of the turn's items: a bar while a long
+    prompt is read, the answer's tokens to ``out``; returns the turn's record and the messages of a logged
+    escalation."""
+    from mlx_sdm.executor.events import PrefillProgress
+    from mlx_sdm.lm.pieces import TokenPiece
     from mlx_sdm.monitor.online.auq_escalation import EscalationAction
-    from mlx_sdm.executor.events import EscalationEvent, PrefillEvent, TokenEvent, TurnFinishedEvent
+    from mlx_sdm.turn.escalation import Escalation
+    from mlx_sdm.turn.values import TurnOutcome
 
     logged: list[str] = []
-    for event in engine.stream(session_id, text, resume=resume):
-        if isinstance(event, PrefillEvent):
-            prefill_progress(event.done, event.total)
-        elif isinstance(event, TokenEvent) and event.piece.phase == "answer":
-            out(event.piece.text, end="")
-        elif isinstance(event, EscalationEvent) and event.escalation.action is EscalationAction.PROCEED_WITH_LOG:
-            logged.append(event.escalation.message)
-        elif isinstance(event, TurnFinishedEvent):
-            result = event.result
+    for item in engine.stream(session_id, text, resume=resume):
+        if isinstance(item, PrefillProgress):
+            prefill_progress(item.done, item.total)
+        elif isinstance(item, TokenPiece) and item.phase == "answer":
+            out(item.text, end="")
+        elif isinstance(item, Escalation) and item.action is EscalationAction.PROCEED_WITH_LOG:
+            logged.append(item.message)
+        elif isinstance(item, TurnOutcome):
+            result = item
     return result, logged
 
 
@@ -208,14 +212,14 @@ def run_plain(config, store, *, session_id: str | None, title: str | None, stdin
     """Line mode: each input line is a message; the answer streams to ``stdout``, then its verdict and
     monitor lines. Returns 0, or 2 when the model or verifier cannot be loaded."""
     from mlx_sdm.app.loading import chat_components
-    from mlx_sdm.app.prefill_progress import PrefillProgress
+    from mlx_sdm.app.prefill_progress import PrefillBar
     from mlx_sdm.executor.engine import ChatEngine
 
     def out(text: str = "", end: str = "\n") -> None:
         stdout.write(text + end)
         stdout.flush()
 
-    prefill_progress = PrefillProgress()
+    prefill_progress = PrefillBar()
 
     if hasattr(stdin, "reconfigure"):  # undecodable bytes become lone surrogates, refused line by line below
         stdin.reconfigure(errors="surrogateescape")

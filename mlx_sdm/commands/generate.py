@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     try:
         from mlx_sdm.app.loading import load_components
-        from mlx_sdm.app.prefill_progress import PrefillProgress
+        from mlx_sdm.app.prefill_progress import PrefillBar
         from mlx_sdm.lm.pieces import TokenPiece
         from mlx_sdm.turn.monitoring import MonitorConfig, SessionMonitor
         from mlx_sdm.turn.pipeline import TurnPipeline
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         options = TurnOptions(max_tokens=args.max_tokens, system_prompt=args.system, explain=args.explain,
                               enable_p_true=True, reuse_cache=False, generate_reflection=False)
         monitor = SessionMonitor("generate", MonitorConfig(), lm=components.lm, embedder=components.embedder)
-        show_prefill_progress = PrefillProgress()
+        show_prefill_progress = PrefillBar()
         with warnings.catch_warnings():  # the left-truncation notice as one plain line, not a raw UserWarning
             warnings.simplefilter("always", UserWarning)
             warnings.showwarning = lambda message, *_, **__: print(f"mlx-sdm generate: note: {message}", file=sys.stderr)

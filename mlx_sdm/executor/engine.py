@@ -3,12 +3,14 @@
 A turn is :class:`~mlx_sdm.executor.turn_service.TurnService` (the pipeline generate → verify →
 monitor → escalate, the cached KV prefix, the answer stored with its verdict, monitor reading and
 review entry in ONE transaction), shared with the server; this module only adds what a *chat* needs
-around it: the conversation so far (from the store), the session's monitor, and events for the UI
-(:mod:`mlx_sdm.executor.events`). Review decisions are the service's
+around it: the conversation so far (from the store), the session's monitor, and the turn's items handed to
+its listeners as the pipeline yielded them, each with the :class:`~mlx_sdm.executor.events.TurnRef` it
+belongs to (:mod:`mlx_sdm.executor.events`). Review decisions are the service's
 :class:`~mlx_sdm.executor.review.ReviewService`.
 
 Callers (the Textual UI, ``mlx-sdm chat --plain``, tests) use methods that queue a job and return a
-:class:`concurrent.futures.Future`, and receive events on the engine's thread.
+:class:`concurrent.futures.Future`, and receive the items on the engine's thread (or loop over
+:meth:`ChatEngine.stream`).
 """
 
 from __future__ import annotations
@@ -24,32 +26,23 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from mlx_sdm.errors import DataError, MlxSdmError
-from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.executor.conversation import conversation_from, pending_pause
-from mlx_sdm.monitor.online.reading import MonitorReading
-from mlx_sdm.turn.escalation import Escalation
 from mlx_sdm.executor.events import (
-    EngineEvent,
+    ENGINE_REF,
     EngineInfo,
-    ErrorEvent,
-    EscalationEvent,
-    EventCallback,
-    MonitorEvent,
+    EngineItem,
+    EngineState,
+    Listener,
     PauseInfo,
-    StatusEvent,
-    SupportEvent,
-    TokenEvent,
-    TurnFinishedEvent,
-    VerdictEvent,
-    VerifyingEvent,
-    prefill_event,
+    SupportChange,
+    TurnFailed,
+    TurnRef,
+    prefill_progress,
 )
 from mlx_sdm.executor.review import DecisionResult, ReviewService
 from mlx_sdm.store.schema import MessageRecord
 from mlx_sdm.store.chat_store import ChatStore
-from mlx_sdm.turn.values import (
-    AnswerComplete, AnswerVerdict, TurnComponents, TurnItem, TurnOptions, TurnKind, TurnOutcome, TurnRequest,
-)
+from mlx_sdm.turn.values import TurnComponents, TurnOptions, TurnKind, TurnOutcome, TurnRequest
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 from mlx_sdm.executor.turn_service import TurnService
 from mlx_sdm.executor.worker import MlxWorker
@@ -98,11 +91,11 @@ class ChatEngine:
     (``mlx_sdm.app.loading.chat_components``; tests pass a tiny model)."""
 
     def __init__(self, config: EngineConfig, store: ChatStore, *, components: ComponentsFactory,
-                 on_event: EventCallback | None = None):
+                 listener: Listener | None = None):
         self.config = config
         self.store = store
         self.factory = components
-        self._listeners: list[EventCallback] = [on_event] if on_event else []
+        self._listeners: list[Listener] = [listener] if listener else []
         self._cancel = threading.Event()
         self._turns = itertools.count(1)
         self._info: EngineInfo | None = None
@@ -115,10 +108,10 @@ class ChatEngine:
 
     # ------------------------------------------------------------------ public API (any thread)
 
-    def subscribe(self, callback: EventCallback) -> Callable[[], None]:
-        """Receive every event; returns a function that unsubscribes."""
-        self._listeners.append(callback)
-        return lambda: self._listeners.remove(callback) if callback in self._listeners else None
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Receive every item of every turn, and the engine's own; returns a function that unsubscribes."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
 
     def info(self) -> EngineInfo | None:
         """What is loaded (None until :attr:`ready` resolves)."""
@@ -128,34 +121,35 @@ class ChatEngine:
     def busy(self) -> bool:
         return self._worker.busy
 
-    def send(self, session_id: str, text: str, *, on_event: EventCallback | None = None) -> Future:
+    def send(self, session_id: str, text: str, *, listener: Listener | None = None) -> Future:
         """Start a turn: the user says ``text`` in session ``session_id``. Resolves to its :class:`TurnOutcome`."""
         if not text.strip():
             raise DataError("the message is empty; type something to send", field="text")
         started = time.perf_counter()
-        return self._worker.submit(lambda: self._turn(session_id, text, on_event, started, guidance_for=None))
+        return self._worker.submit(lambda: self._turn(session_id, text, listener, started, guidance_for=None))
 
-    def resume(self, session_id: str, guidance: str, *, on_event: EventCallback | None = None) -> Future:
+    def resume(self, session_id: str, guidance: str, *, listener: Listener | None = None) -> Future:
         """Resume a paused turn with the user's guidance: the model answers again, seeing the
         reflection and the guidance. Resolves to its :class:`TurnOutcome`."""
         started = time.perf_counter()
-        return self._worker.submit(lambda: self._resume(session_id, guidance, on_event, started))
+        return self._worker.submit(lambda: self._resume(session_id, guidance, listener, started))
 
-    def regenerate(self, session_id: str, *, on_event: EventCallback | None = None) -> Future:
+    def regenerate(self, session_id: str, *, listener: Listener | None = None) -> Future:
         """Answer the session's last question again, sampled (:mod:`mlx_sdm.executor.regeneration`): a new
         answer with its own verdict and monitor reading, stored beside the first. Resolves to its :class:`TurnOutcome`."""
-        return self._worker.submit(lambda: self._regenerate(session_id, on_event))
+        return self._worker.submit(lambda: self._regenerate(session_id, listener))
 
-    def stream(self, session_id: str, text: str, *, resume: bool = False) -> Iterator[EngineEvent]:
-        """A turn as the caller's ``for`` loop sees it: each event of it, carried from the engine's thread,
-        up to its :class:`TurnFinishedEvent` (whose ``result`` is the turn's record); a turn that fails
-        raises its error after its events. ``resume``: answer the paused turn with ``text`` as guidance."""
-        events: queue.Queue = queue.Queue()
-        future = (self.resume if resume else self.send)(session_id, text, on_event=events.put)
-        future.add_done_callback(lambda _: events.put(None))  # a turn refused before it started sends no event
-        while (event := events.get()) is not None:
-            yield event
-            if isinstance(event, TurnFinishedEvent):
+    def stream(self, session_id: str, text: str, *, resume: bool = False) -> Iterator[EngineItem]:
+        """A turn as the caller's ``for`` loop sees it: each item as the pipeline yielded it, carried from the
+        engine's thread (a :class:`~mlx_sdm.executor.events.PrefillProgress` while a long prompt is read),
+        and last its :class:`TurnOutcome`; a turn that fails raises its error after its items.
+        ``resume``: answer the paused turn with ``text`` as guidance."""
+        items: queue.Queue = queue.Queue()
+        future = (self.resume if resume else self.send)(session_id, text, listener=lambda _ref, item: items.put(item))
+        future.add_done_callback(lambda _: items.put(None))  # a turn refused before it started sends no item
+        while (item := items.get()) is not None and not isinstance(item, TurnFailed):
+            yield item
+            if isinstance(item, TurnOutcome):
                 break
         future.result()
 
@@ -168,24 +162,24 @@ class ChatEngine:
         return pending_pause(self.store.messages(session_id))
 
     def decide(self, review_id: int, label: int, *, note: str | None = None, completion: str | None = None,
-               on_event: EventCallback | None = None) -> Future:
+               listener: Listener | None = None) -> Future:
         """Label a review-queue entry (1 acceptable / 0 unacceptable; ``completion`` = an edited,
         acceptable answer). The point joins the verifier's support set at once. Resolves to a :class:`DecisionResult`."""
         def run() -> DecisionResult:
             result = self._require_review().decide(review_id, label, note=note, completion=completion)
             session_id = self.store.review_item(review_id).session_id
-            self._support_changed(on_event, session_id, "added" if result.applied else "skipped", result)
+            self._support_changed(listener, session_id, "added" if result.applied else "skipped", result)
             return result
 
         return self._worker.submit(run)
 
-    def undo_decision(self, *, on_event: EventCallback | None = None) -> Future:
+    def undo_decision(self, *, listener: Listener | None = None) -> Future:
         """Undo the most recent decision and take its point out of the support set.
         Resolves to a :class:`DecisionResult` (``applied`` = the support set changed) or None."""
         def run() -> DecisionResult | None:
             result = self._require_review().undo()
             if result is not None:
-                self._support_changed(on_event, None, "removed", result)
+                self._support_changed(listener, None, "removed", result)
             return result
 
         return self._worker.submit(run)
@@ -219,17 +213,17 @@ class ChatEngine:
 
     # ------------------------------------------------------------------ worker side
 
-    def _emit(self, on_event: EventCallback | None, event: EngineEvent) -> None:
-        for callback in ([on_event] if on_event else []) + list(self._listeners):
+    def _emit(self, listener: Listener | None, ref: TurnRef, item: EngineItem) -> None:
+        for call in ([listener] if listener else []) + list(self._listeners):
             try:
-                callback(event)
+                call(ref, item)
             except Exception:  # a broken listener must not kill a turn
                 traceback.print_exc()
 
     def _stopped(self) -> None:
         self._components = self._service = None
         self._monitors.clear()
-        self._emit(None, StatusEvent(session_id=None, turn=0, state="stopped", message="engine stopped"))
+        self._emit(None, ENGINE_REF, EngineState("stopped", "engine stopped"))
 
     def _require(self) -> TurnComponents:
         if self._components is None:
@@ -244,12 +238,12 @@ class ChatEngine:
         return self._require_service().review
 
     def _load(self) -> EngineInfo:
-        self._emit(None, StatusEvent(session_id=None, turn=0, state="loading", message="loading model and verifier"))
+        self._emit(None, ENGINE_REF, EngineState("loading", "loading model and verifier"))
         try:
             components = self.factory(self.config)
         except BaseException as exc:
             self._load_error = exc
-            self._emit(None, ErrorEvent(session_id=None, turn=0, message=str(exc), error_type=type(exc).__name__))
+            self._emit(None, ENGINE_REF, EngineState("failed", str(exc) or type(exc).__name__))
             raise
         self._components = components
         self._service = service = TurnService(self.store, components, reviewed_dir=self.config.reviewed_verifier_dir)
@@ -265,18 +259,19 @@ class ChatEngine:
             max_tokens=self.config.max_tokens, irreversible_tools=list(self.config.irreversible_tools),
             coverage=components.coverage,
         )
-        self._emit(None, StatusEvent(session_id=None, turn=0, state="ready", message=f"model {components.lm.name} ready"))
+        self._emit(None, ENGINE_REF, EngineState("ready", f"model {components.lm.name} ready"))
         return self._info
 
     def _refresh_info(self) -> None:
         if self._info is not None and self._service is not None:
             self._info = replace(self._info, support_size=self._service.review.support_size)
 
-    def _support_changed(self, on_event: EventCallback | None, session_id: str | None, action: str,
+    def _support_changed(self, listener: Listener | None, session_id: str | None, action: str,
                          result: DecisionResult) -> None:
         self._refresh_info()
-        self._emit(on_event, SupportEvent(session_id=session_id, turn=0, action=action, support_size=result.support_size,
-                                          decision_id=result.decision_id, message=result.message))
+        self._emit(listener, TurnRef(session_id, 0),
+                   SupportChange(action, support_size=result.support_size, decision_id=result.decision_id,
+                                 message=result.message))
 
     def _monitor_for(self, session_id: str, messages: list[MessageRecord]) -> SessionMonitor:
         monitor = self._monitors.get(session_id)
@@ -294,20 +289,20 @@ class ChatEngine:
             self._monitors[session_id] = monitor
         return monitor
 
-    def _resume(self, session_id: str, guidance: str, on_event: EventCallback | None, started: float) -> TurnOutcome:
+    def _resume(self, session_id: str, guidance: str, listener: Listener | None, started: float) -> TurnOutcome:
         if not guidance.strip():
             raise DataError("guidance is empty; tell the model how to go on", field="guidance")
         pause = self.pending_pause(session_id)
         if pause is None:
             raise DataError(f"session {session_id!r} has no paused turn to resume", field="session")
-        return self._turn(session_id, guidance, on_event, started, guidance_for=pause.message_id)
+        return self._turn(session_id, guidance, listener, started, guidance_for=pause.message_id)
 
-    def _turn(self, session_id: str, text: str, on_event: EventCallback | None, started: float,
+    def _turn(self, session_id: str, text: str, listener: Listener | None, started: float,
               guidance_for: int | None) -> TurnOutcome:
         service = self._require_service()
         turn = next(self._turns)
         self._cancel.clear()
-        with self._reported(session_id, turn, on_event):
+        with self._reported(session_id, turn, listener):
             self.store.get_session(session_id)
             history = self.store.messages(session_id)  # read once, before this turn writes anything
             monitor = self._monitor_for(session_id, history)
@@ -322,15 +317,15 @@ class ChatEngine:
             queued_s = time.perf_counter() - started
 
             def prefill(done: int, total: int) -> None:
-                if (event := prefill_event(session_id, turn, done, total)) is not None:
-                    self._emit(on_event, event)
+                if (progress := prefill_progress(done, total)) is not None:
+                    self._emit(listener, TurnRef(session_id, turn), progress)
 
-            outcome = self._stream(service, session_id, turn, request, monitor, on_event, on_prefill=prefill)
+            outcome = self._stream(service, session_id, turn, request, monitor, listener, on_prefill=prefill)
         if outcome.first_token_s is not None:
             outcome.first_token_s += queued_s  # from the call, the time the turn waited for the engine included
-        return self._finished(outcome, session_id, turn, user_id, on_event)
+        return self._finished(outcome, session_id, turn, user_id, listener)
 
-    def _regenerate(self, session_id: str, on_event: EventCallback | None) -> TurnOutcome:
+    def _regenerate(self, session_id: str, listener: Listener | None) -> TurnOutcome:
         import mlx.core as mx
 
         from mlx_sdm.executor.regeneration import REGENERATE_TEMPERATURE, regeneration
@@ -338,58 +333,40 @@ class ChatEngine:
         service = self._require_service()
         turn = next(self._turns)
         self._cancel.clear()
-        with self._reported(session_id, turn, on_event):
+        with self._reported(session_id, turn, listener):
             history = self.store.messages(session_id)
             again = regeneration(history)
             monitor = self._monitor_for(session_id, history)
             request = TurnRequest(again.messages, replace(self.config.turn_options(), temperature=REGENERATE_TEMPERATURE),
                                   kind=TurnKind.AGAIN)
             mx.random.seed(again.attempt)
-            outcome = self._stream(service, session_id, turn, request, monitor, on_event,
+            outcome = self._stream(service, session_id, turn, request, monitor, listener,
                                    replaces=again.replaces, seed=again.attempt)
-        return self._finished(outcome, session_id, turn, again.question_id, on_event)
+        return self._finished(outcome, session_id, turn, again.question_id, listener)
 
     def _stream(self, service: TurnService, session_id: str, turn: int, request: TurnRequest, monitor: Any,
-                on_event: EventCallback | None, **options: Any) -> TurnOutcome:
-        """Loop over the turn's stream: every item but the record goes to the listeners; returns the record."""
+                listener: Listener | None, **options: Any) -> TurnOutcome:
+        """Loop over the turn's stream: every item but the record goes to the listeners as it is; returns the record."""
+        ref = TurnRef(session_id, turn)
         outcome = None
         for item in service.stream_turn(session_id, request, stop=self._cancel, monitor=monitor, **options):
             if isinstance(item, TurnOutcome):
                 outcome = item
             else:
-                self._emit(on_event, turn_event(item, session_id, turn, verifier=service.verifier_path, monitor=monitor))
+                self._emit(listener, ref, item)
         return outcome
 
     @contextmanager
-    def _reported(self, session_id: str, turn: int, on_event: EventCallback | None) -> Iterator[None]:
-        """A turn that fails tells its listeners why, then that it is over, and raises."""
+    def _reported(self, session_id: str, turn: int, listener: Listener | None) -> Iterator[None]:
+        """A turn that fails ends with a :class:`TurnFailed` saying why, and raises."""
         try:
             yield
         except BaseException as exc:
-            self._emit(on_event, ErrorEvent(session_id=session_id, turn=turn, message=str(exc), error_type=type(exc).__name__))
-            self._emit(on_event, TurnFinishedEvent(session_id=session_id, turn=turn))
+            self._emit(listener, TurnRef(session_id, turn), TurnFailed(str(exc), type(exc).__name__))
             raise
 
     def _finished(self, outcome: TurnOutcome, session_id: str, turn: int, user_id: int,
-                  on_event: EventCallback | None) -> TurnOutcome:
+                  listener: Listener | None) -> TurnOutcome:
         outcome.turn, outcome.user_message_id = turn, user_id
-        self._emit(on_event, TurnFinishedEvent(session_id=session_id, turn=turn, result=outcome))
+        self._emit(listener, TurnRef(session_id, turn), outcome)
         return outcome
-
-
-def turn_event(item: TurnItem, session_id: str, turn: int, *, verifier: str | None,
-               monitor: SessionMonitor | None = None) -> EngineEvent:
-    """The engine event that carries one item of a chat turn's stream to its listeners (the item itself,
-    with the session and turn it belongs to)."""
-    if isinstance(item, TokenPiece):
-        return TokenEvent(session_id=session_id, turn=turn, piece=item)
-    if isinstance(item, AnswerComplete):
-        return VerifyingEvent(session_id=session_id, turn=turn, tokens=item.tokens)
-    if isinstance(item, AnswerVerdict):
-        return VerdictEvent(session_id=session_id, turn=turn, answer=item, verifier=verifier)
-    if isinstance(item, MonitorReading):
-        history = list(monitor.history) if monitor is not None else []
-        return MonitorEvent(session_id=session_id, turn=turn, reading=item, history=history)
-    if isinstance(item, Escalation):
-        return EscalationEvent(session_id=session_id, turn=turn, escalation=item)
-    raise TypeError(f"a chat turn does not stream {type(item).__name__}")

@@ -17,7 +17,7 @@ from textual.widgets import Footer, Header, Input, Static
 
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction
 from mlx_sdm.turn.escalation import TurnStatus
-from mlx_sdm.executor.events import EngineEvent
+from mlx_sdm.executor.events import TurnRef
 from mlx_sdm.store.schema import MessageRecord, support_words
 from tui.messages import (
     AnswerVerifying,
@@ -34,7 +34,7 @@ from tui.messages import (
 from tui.screens.chat_keys import BINDINGS as KEY_BINDINGS, ChatKeys
 from tui.screens.clipboard import copy_text
 from tui.screens.prompts import EscalationPrompt
-from tui.screens.load_status import turn_started, watch_load
+from tui.screens.load_status import report_load_failure, turn_started, watch_load
 from tui.screens.transcript import (
     ABORTED_WITHOUT_WHY, STATUS_TEXT, answer_notes, coverage_text, show_outcome, stored_bubble,
 )
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 class ChatScreen(ChatKeys, Screen):
     @dataclass
     class CallFailed(Message):
-        """An engine call's future failed without the engine reporting it as an event (e.g. the model never
+        """An engine call's future failed without the engine reporting it in a turn's items (e.g. the model never
         loaded, or there was no paused turn to resume). ``answer`` is the bubble it was meant for (Textual's
         ``Message.bubble`` is taken)."""
 
@@ -230,14 +230,14 @@ class ChatScreen(ChatKeys, Screen):
         self.bridge.cancel()
         self.refresh_status("stopping…")
 
-    # ----- engine events (posted from the engine's thread) ---------------------------------------
-    def _mine(self, event: EngineEvent) -> bool:
-        """False for a late event of a session the user has left."""
-        return event.session_id is None or event.session_id == self.session_id
+    # ----- the engine's items (posted from the engine's thread) ----------------------------------
+    def _mine(self, ref: TurnRef) -> bool:
+        """False for a late item of a session the user has left."""
+        return ref.session_id is None or ref.session_id == self.session_id
 
     async def on_token_arrived(self, message: TokenArrived) -> None:
         piece = message.piece
-        if not self._mine(message.event):
+        if not self._mine(message.ref):
             return
         if piece.phase == "reflection":
             if self.reflection_bubble is None:
@@ -249,33 +249,28 @@ class ChatScreen(ChatKeys, Screen):
 
     async def on_answer_verifying(self, message: AnswerVerifying) -> None:
         """The last token is out: the badge says "verifying" until the verdict replaces it."""
-        if self._mine(message.event) and self.active is not None and self.active.badge is not None:
+        if self._mine(message.ref) and self.active is not None and self.active.badge is not None:
             self.active.badge.set_verifying()
 
     async def on_verdict_ready(self, message: VerdictReady) -> None:
-        event = message.event
-        if self._mine(event) and self.active is not None:
+        answer = message.verdict
+        if self._mine(message.ref) and self.active is not None:
             await self.active.finish()
-            self.active.set_verdict(event.verdict, reason=event.unverifiable_reason)
+            self.active.set_verdict(answer.verdict, reason=answer.unverifiable_reason)
 
     async def on_monitor_read(self, message: MonitorRead) -> None:
-        event = message.event
-        if not self._mine(event):
+        if not self._mine(message.ref):
             return
-        reading = event.reading
+        reading = message.reading
         number = self.active.number if self.active is not None else self.turn_number
         if self.active is not None:
             self.active.set_monitor(reading)
-        panel = self.query_one(MonitorPanel)
-        if event.history:
-            panel.show_history(event.history, latest=reading)
-        else:
-            panel.add_turn(number, reading)
+        self.query_one(MonitorPanel).add_turn(number, reading)  # a turn answered again replaces its row
 
     async def on_escalated(self, message: Escalated) -> None:
-        if not self._mine(message.event):
+        if not self._mine(message.ref):
             return
-        escalation = message.event.escalation
+        escalation = message.escalation
         if escalation.action is EscalationAction.PROCEED_WITH_LOG:  # MEDIUM: log it and carry on
             level = escalation.level.value.upper()
             self.log.warning(f"AUQ {level}: {escalation.message}")
@@ -283,33 +278,38 @@ class ChatScreen(ChatKeys, Screen):
 
     async def on_prefill_progressed(self, message: PrefillProgressed) -> None:
         """A long prompt is being read before the first token: say how far (it can take seconds)."""
-        event = message.event
-        if self._mine(event) and self.active is not None:
-            self.refresh_status(f"reading the prompt… {event.done:,} of {event.total:,} tokens (escape stops)")
+        progress = message.progress
+        if self._mine(message.ref) and self.active is not None:
+            self.refresh_status(f"reading the prompt… {progress.done:,} of {progress.total:,} tokens (escape stops)")
 
     async def on_turn_finished(self, message: TurnFinished) -> None:
-        if self._mine(message.event):
-            await self._finished(message.event.result)
+        if self._mine(message.ref):
+            await self._finished(message.outcome)
 
     async def on_engine_failed(self, message: EngineFailed) -> None:
-        event = message.event
-        if self._mine(event):
-            self.notify(event.message, title=event.error_type or "Error", severity="error", timeout=10)
-        if event.session_id is None:
-            self.refresh_status()  # a load failure: the status line says why, not "loading…"
+        """A turn failed: say why, and end its answer's bubble ("failed")."""
+        if self._mine(message.ref):
+            failure = message.failure
+            self.notify(failure.message, title=failure.error_type or "Error", severity="error", timeout=10)
+            await self._finished(None)
 
     async def on_support_changed(self, message: SupportChanged) -> None:
         self.refresh_status()
 
     async def on_engine_status(self, message: EngineStatus) -> None:
-        self.refresh_status(message.event.message or message.event.state)
-        if message.event.state == "ready" and self.active is not None:  # sent while loading: answered now
+        status = message.status
+        if status.state == "failed":  # the status line says why loading failed, not "loading…"
+            self.refresh_status()
+            report_load_failure(self, status.message)
+            return
+        self.refresh_status(status.message or status.state)
+        if status.state == "ready" and self.active is not None:  # sent while loading: answered now
             turn_started(self, self.active, loading=False)
-        if message.event.state == "ready" and self.session_id is None and self.bridge.coverage().tasks:
+        if status.state == "ready" and self.session_id is None and self.bridge.coverage().tasks:
             await self.show_coverage()  # a new chat starts by saying what can be verified
 
     async def _finished(self, result: TurnOutcome | None) -> None:
-        """The turn's record arrived (None: it failed before it made one; an error was shown)."""
+        """The turn's record arrived (None: it failed before it made one; its error was shown)."""
         bubble = self.active
         self.active = None
         if self.session_id is not None:  # the store titles a new session after its first question
@@ -360,9 +360,9 @@ class ChatScreen(ChatKeys, Screen):
                              answered)
 
     async def on_chat_screen_call_failed(self, message: "ChatScreen.CallFailed") -> None:
-        """A turn that failed before the engine could report it (its events never came)."""
+        """A turn that failed before the engine could report it (its items never came)."""
         if self.active is not message.answer:
-            return  # the engine already finished this turn with its own events
+            return  # the engine already finished this turn with its own items
         self.active = None
         await message.answer.finish()
         if message.answer.badge is not None and not message.answer.badge.resolved:

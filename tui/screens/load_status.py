@@ -39,8 +39,9 @@ def watch_load(screen: LoadingScreen) -> None:
         report_load_failure(screen)
 
 
-def report_load_failure(screen: LoadingScreen) -> None:
-    error = screen.bridge.load_error()
+def report_load_failure(screen: LoadingScreen, error: str | None = None) -> None:
+    """Notify why loading failed: ``error`` as the engine said it, or as its future holds it."""
+    error = error or screen.bridge.load_error()
     if error:
         screen.notify(f"{error}\nFix it and start the chat again (mlx-sdm chat --help).",
                       title="The model or verifier could not be loaded", severity="error", timeout=30)

@@ -3,7 +3,7 @@ with sparklines over turns (docs/monitoring.md, AUQ propagation; TRACER weights)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from rich.console import Group
 from rich.table import Table
@@ -13,7 +13,7 @@ from textual.containers import VerticalScroll
 from textual.reactive import reactive
 from textual.widgets import Label, Sparkline, Static
 
-from mlx_sdm.monitor.online.reading import HistoryPoint, MonitorReading
+from mlx_sdm.monitor.online.reading import MonitorReading
 from tui.format import format_p, format_risk, level_label
 
 LEVEL_STYLES = {"low": "green", "medium": "yellow", "high": "dark_orange", "critical": "bold red"}
@@ -21,8 +21,8 @@ LEVEL_STYLES = {"low": "green", "medium": "yellow", "high": "dark_orange", "crit
 
 @dataclass(frozen=True)
 class PanelRow:
-    """One turn's row: AUQ level, P_t, TRACER R_t and the fused forecast p_t; for the newest turn also
-    the sentence saying which signal moved the forecast (``fused_message``)."""
+    """One turn's row: AUQ level, P_t, TRACER R_t, the fused forecast p_t and the sentence saying which
+    signal moved it (``fused_message``; the panel shows the newest turn's)."""
 
     turn: int
     level: str | None
@@ -35,10 +35,6 @@ class PanelRow:
     def of(cls, turn: int, reading: MonitorReading) -> "PanelRow":
         return cls(turn, reading.level.value, reading.cumulative_confidence, reading.tracer_risk,
                    reading.fused_p, reading.fused.message if reading.fused is not None else "")
-
-    @classmethod
-    def from_history(cls, point: HistoryPoint) -> "PanelRow":
-        return cls(point.turn, point.level, point.cumulative_confidence, point.tracer_risk, point.fused_p)
 
 
 class MonitorPanel(VerticalScroll, can_focus=True):  # a tab stop of the chat (its keys scroll it)
@@ -62,15 +58,6 @@ class MonitorPanel(VerticalScroll, can_focus=True):  # a tab stop of the chat (i
         """Record (or replace) the reading of one turn."""
         self.rows = tuple(sorted([r for r in self.rows if r.turn != turn] + [PanelRow.of(turn, reading)],
                                  key=lambda r: r.turn))
-
-    def show_history(self, history: list[HistoryPoint], latest: MonitorReading | None = None) -> None:
-        """The engine's whole-session history; ``latest``: the newest turn's whole reading, whose fused
-        forecast also says what moved it."""
-        rows = [PanelRow.from_history(point) for point in history]
-        newest = latest.fused if latest is not None else None
-        if newest is not None and rows:
-            rows[-1] = replace(rows[-1], fused_p=newest.p, fused_message=newest.message)
-        self.rows = tuple(rows)
 
     def watch_rows(self) -> None:
         confidence = [float(r.confidence) for r in self.rows if r.confidence is not None]
