@@ -16,8 +16,7 @@ import threading
 from typing import Iterator
 
 from mlx_sdm.monitor.session_file.provenance import Provenance, make_provenance
-from mlx_sdm.turn.answer import GeneratedAnswer, PrefixCache
-from mlx_sdm.turn.escalation import Escalation, TurnStatus, verdict_review_reasons
+from mlx_sdm.turn.answer import PrefixCache
 from mlx_sdm.store.partial_answers import StreamingAnswer
 from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.turn.pipeline import PrefillCallback, TurnPipeline
@@ -104,15 +103,9 @@ class TurnService:
         yield outcome
 
     def verify(self, messages: list[ChatMessage], completion: str, options: TurnOptions = TurnOptions()) -> TurnOutcome:
-        """Judge a completion made elsewhere as the chat judges that turn (``/v1/verify``): the turn's record
-        of an answer that was read, not generated (no tokens; its features are those the verdict read)."""
-        plan = self.pipeline.plan(messages, options)
-        features = self.pipeline.features_of(plan, completion) if plan.judge else None
-        verdict, why = self.pipeline.judge(plan, features, completion, options)
-        return TurnOutcome(TurnStatus.DONE, GeneratedAnswer(completion, features=features), messages=plan.messages,
-                           task=plan.route.task, verdict=verdict, unverifiable_reason=why,
-                           escalation=Escalation(review_reasons=verdict_review_reasons(verdict)),
-                           verifier=self.verifier_path)
+        """Judge a completion made elsewhere as the chat judges that turn (``/v1/verify``):
+        :meth:`~mlx_sdm.turn.pipeline.TurnPipeline.read_answer`."""
+        return self.pipeline.read_answer(messages, completion, options)
 
     def forget(self, session_id: str | None = None) -> None:
         """Drop the cached KV prefix (of ``session_id`` only, when given: a deleted session)."""

@@ -16,7 +16,8 @@ from mlx_sdm.network.verdict import VerdictStatus
 from mlx_sdm.store.message_meta import MessageMeta
 from mlx_sdm.store.schema import dumps_json, features_array, features_blob, loads_json, stored_reading, stored_verdict
 from mlx_sdm.turn.answer import GeneratedAnswer
-from mlx_sdm.turn.escalation import REFLECTION_PROMPT, Escalation, EscalationAction, TurnStatus
+from mlx_sdm.monitor.online.auq_escalation import EscalationAction
+from mlx_sdm.turn.escalation import REFLECTION_PROMPT, Escalation, TurnStatus
 from mlx_sdm.turn.values import Resampled, TurnOutcome
 
 

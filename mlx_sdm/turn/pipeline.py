@@ -49,7 +49,7 @@ from mlx_sdm.network.coverage import RouteKind, TaskRoute, match_instruction
 from mlx_sdm.network.verdict import REASON_EMPTY_ANSWER, REASON_NO_CHECKABLE_ANSWER, REASON_NOT_A_TASK, DocumentVerdict
 from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.turn.answer import GeneratedAnswer, PrefixCache, TopLogprobs, settle_prefix, stream_answer
-from mlx_sdm.turn.escalation import REFLECTION_PROMPT, TurnStatus, plan_escalation
+from mlx_sdm.turn.escalation import REFLECTION_PROMPT, Escalation, TurnStatus, plan_escalation, verdict_review_reasons
 from mlx_sdm.turn.values import (
     ChatMessage,
     TurnComponents,
@@ -245,6 +245,19 @@ class TurnPipeline:
         """Verify a given (conversation, completion) exactly as the chat judges that turn, by force-decoding
         (review edits, ``/v1/verify``, ``mlx-sdm verify`` on text rows)."""
         return self.judge(self.plan(messages, options), None, completion, options)
+
+    def read_answer(self, messages: list[ChatMessage], completion: str,
+                    options: TurnOptions = TurnOptions()) -> TurnOutcome:
+        """A completion made elsewhere judged as the chat judges that turn (``/v1/verify``): the turn's record
+        of an answer that was read, not generated (no tokens; its features are those the verdict read; an
+        answer the verifier does not vouch for goes to review under the verdict's reason)."""
+        plan = self.plan(messages, options)
+        features = self.features_of(plan, completion) if plan.judge else None
+        verdict, why = self.judge(plan, features, completion, options)
+        return TurnOutcome(TurnStatus.DONE, GeneratedAnswer(completion, features=features), messages=plan.messages,
+                           task=plan.route.task, verdict=verdict, unverifiable_reason=why,
+                           escalation=Escalation(review_reasons=verdict_review_reasons(verdict)),
+                           verifier=self.components.verifier_path if self.components.verifier else None)
 
     def features_for(self, messages: list[ChatMessage], completion: str,
                      options: TurnOptions = TurnOptions()) -> np.ndarray:
