@@ -61,9 +61,11 @@ def test_sdk_model_scores_as_the_sdk(name):
     np.testing.assert_array_equal(a["prediction"], get("prediction"))
     np.testing.assert_array_equal(a["q"], get("q"))
     ties = np.array([_distance_tie(est, dn) for dn in a["d_nearest"]])
-    assert ties.sum() == 1  # measured: one row each (its d agrees on spam, differs by one rank on BBC)
+    assert ties.sum() == 1  # measured: one row each, a distance that ties a stored one in float32
+    # A near-tie falls on either side by the CPU's float rounding (on BBC its d differs by one rank from the
+    # SDK's on some machines and agrees on others): only such rows may differ.
     differ = a["d"] != get("d")
-    assert np.all(ties[differ]) and differ.sum() == {"spam": 0, "bbc": 1}[name]
+    assert np.all(ties[differ]) and differ.sum() <= ties.sum()
     ok = ~ties
     np.testing.assert_allclose(a["q_tilde"][ok], get("qPrime")[ok], rtol=FLOAT_TOLERANCE)
     np.testing.assert_allclose(a["sdm"][ok], np.array([r["sdm"] for r in expected])[ok], atol=FLOAT_TOLERANCE)
