@@ -1,6 +1,7 @@
-"""The chat's measured escalation policy (mlx_sdm/monitor/forecast/policy.py, evaluation/policy_choice.py): a degenerate
-answer always escalates with its reason; a turn whose fused forecast is below the threshold chosen on
-the corpus pauses; the shipped threshold reproduces its pause rate on the recorded sessions."""
+"""When a turn pauses (mlx_sdm/monitor/forecast/policy.py, turn/escalation.py): on its own risks only (a degenerate
+answer, a verdict confident it is wrong, AUQ's HIGH unless the verifier vouches for the answer), never on the
+session's length; and the forecast threshold eval-monitor measures (evaluation/policy_choice.py) reproduces its
+pause rate on the recorded sessions."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ from mlx_sdm.monitor.evaluation.policy_choice import choose_policy, corpus_signa
 from mlx_sdm.monitor.online.reading import FusedReading, MonitorReading
 from mlx_sdm.monitor.session_file.reader import read_sessions_jsonl
 from mlx_sdm.monitor.forecast.signals import _turn_labels
-from mlx_sdm.turn.escalation import REASON_DEGENERATE, REASON_ESCALATED_FORECAST, plan_escalation
+from mlx_sdm.turn.escalation import REASON_DEGENERATE, plan_escalation
+
+from tests.stored import judged
 from mlx_sdm.turn.monitoring import MonitorConfig, SessionMonitor
 
 pytestmark = pytest.mark.filterwarnings("ignore::mlx_sdm.monitor.online.tracer.MonitorWarning")
@@ -37,56 +40,85 @@ def _answer(m: SessionMonitor, text: str) -> MonitorReading:
     return m.score_answer(answer=text, tokens=None, logprobs=None, tool_calls=[])
 
 
-def test_a_degenerate_answer_is_raised_to_medium_and_logged_with_its_reason():
-    reading = _answer(_monitor(forecast_pause=False), BROKEN)
-    assert reading.level is UncertaintyLevel.MEDIUM and reading.action is EscalationAction.PROCEED_WITH_LOG
+def _answer_judged(m: SessionMonitor, text: str, verdict) -> MonitorReading:
+    m.observe_user("Classify the topic of this article.")
+    return m.score_answer(answer=text, tokens=None, logprobs=None, tool_calls=[], verdict=verdict)
+
+
+def _paused_by_auq_high(**kw) -> MonitorReading:
+    """A reading AUQ put at HIGH (it pauses by its own ladder)."""
+    return MonitorReading(level=UncertaintyLevel.HIGH, action=EscalationAction.PAUSE_FOR_HUMAN, cumulative_confidence=0.5,
+                          inject_reflection=True, **kw)
+
+
+def test_a_degenerate_answer_pauses_the_turn_with_its_reason():
+    reading = _answer(_monitor(), BROKEN)
+    assert reading.level is UncertaintyLevel.MEDIUM and reading.action is EscalationAction.PAUSE_FOR_HUMAN
     assert "quotes and braces" in reading.degenerate.reason
     assert MonitorReading.from_dict(reading.to_dict()).degenerate == reading.degenerate  # stored and reopened
     plan = plan_escalation(reading, [], None)
-    assert plan.action is EscalationAction.PROCEED_WITH_LOG and plan.escalated
-    assert reading.degenerate.reason in plan.message and REASON_DEGENERATE in plan.review_reasons
+    assert plan.action is EscalationAction.PAUSE_FOR_HUMAN and plan.escalated and not plan.reflect
+    assert plan.message.startswith("Paused: the answer is mostly quotes and braces")
+    assert REASON_DEGENERATE in plan.review_reasons
 
 
 def test_an_ordinary_answer_stays_low():
-    reading = _answer(_monitor(forecast_pause=False), "1. Keep a regular schedule.\n2. Keep the room dark.\n3. No screens.")
+    reading = _answer(_monitor(), "1. Keep a regular schedule.\n2. Keep the room dark.\n3. No screens.")
     assert reading.degenerate is None and reading.level is UncertaintyLevel.LOW
     assert plan_escalation(reading, [], None).action is EscalationAction.PROCEED
 
 
-def test_a_turn_below_the_forecast_threshold_pauses_and_says_why():
+def test_a_long_session_of_ordinary_answers_never_pauses():
+    """The fused forecast of the whole session falls with its length; no turn pauses on it (it stays a reading)."""
     m = _monitor()
-    p = _answer(_monitor(forecast_pause=False), "Canberra.").fused_p
-    m.pause_policy = PausePolicy(threshold=p + 1e-6, pause_rate=0.15, measured={"in_sample_paused": 0.101})
-    reading = _answer(m, "Canberra.")
-    assert reading.forecast_pause is not None and reading.action is EscalationAction.PAUSE_FOR_HUMAN
-    assert reading.level is UncertaintyLevel.LOW  # AUQ's own level is kept; the policy acts on the forecast
-    plan = plan_escalation(reading, [], None)
-    assert plan.action is EscalationAction.PAUSE_FOR_HUMAN and REASON_ESCALATED_FORECAST in plan.review_reasons
-    assert plan.message.startswith("Paused: the fused forecast") and "about 10% of the recorded turns" in plan.message
-    m2 = _monitor()
-    m2.pause_policy = PausePolicy(threshold=p - 1e-6, pause_rate=0.15)
-    assert _answer(m2, "Canberra.").action is EscalationAction.PROCEED
+    readings = [_answer(m, f"The answer is {i}.") for i in range(30)]
+    assert readings[-1].fused_p < readings[0].fused_p  # the session forecast does fall with length ...
+    assert all(r.action is EscalationAction.PROCEED for r in readings)  # ... and pauses nothing
 
 
-def test_the_pause_sentence_is_true_of_its_numbers():
-    """The forecast and the threshold are told apart ("2.1% is below 2.4%", never "2% is below 2%"),
-    and the share paused is the one the threshold pauses on the recorded turns, not the rate asked for."""
-    from mlx_sdm.monitor.online.reading import ForecastPause
+def test_a_verdict_that_calls_the_answer_wrong_pauses_and_says_how_sure():
+    wrong = judged(None, prediction=0, p_lower=0.997, admitted=True)
+    reading = _answer_judged(_monitor(), "The topic is business.", wrong)
+    assert reading.judged_wrong == pytest.approx(0.997) and reading.action is EscalationAction.PAUSE_FOR_HUMAN
+    plan = plan_escalation(reading, [], wrong)
+    assert plan.message == ("Paused: the verifier is confident this answer is wrong (calibrated lower probability 0.997 "
+                            "that it is wrong). Give guidance to resume, or move on with a new message.")
+    assert MonitorReading.from_dict(reading.to_dict()).judged_wrong == pytest.approx(0.997)
+    # a verdict that only leans wrong, without reaching alpha', pauses nothing
+    leaning = judged("below_threshold", prediction=0, p_lower=0.6)
+    assert _answer_judged(_monitor(), "The topic is business.", leaning).action is EscalationAction.PROCEED
 
-    assert ForecastPause(0.0212, 0.0243, 0.101).reason == (
-        "the fused forecast 2.1% is below the measured threshold 2.4% "
-        "(a threshold that pauses about 10% of the recorded turns)")
-    assert "forecast 1% is below the measured threshold 3%" in ForecastPause(0.01, 0.03, 0.15).reason
-    assert "0.0172% is below the measured threshold 0.0173%" in ForecastPause(0.000172, 0.000173, 0.1).reason
-    assert PausePolicy(0.02, 0.15, measured={"in_sample_paused": 0.101}).paused_share == 0.101
-    assert PausePolicy(0.02, 0.15).paused_share == 0.15  # a policy stored without it says the rate it was chosen at
+
+def test_a_verified_answer_is_not_paused_by_the_auq_level_alone():
+    verified = judged(None, p_lower=0.998, admitted=True)
+    reading = apply_policy(_paused_by_auq_high(), '{"topic": "sports"}', verified)
+    assert reading.action is EscalationAction.PROCEED_WITH_LOG and reading.auq_pause_lifted and not reading.inject_reflection
+    assert "but the verifier vouches for this answer" in plan_escalation(reading, [], verified).message
+    # not verified: AUQ's HIGH pauses, as its ladder says, and the message names the level
+    reading = apply_policy(_paused_by_auq_high(), "Maybe.", judged())
+    plan = plan_escalation(reading, [], judged())
+    assert plan.action is EscalationAction.PAUSE_FOR_HUMAN and plan.reflect
+    assert plan.message.startswith("Paused: the session's cumulative confidence 0.500 is HIGH uncertainty")
+    # a degenerate answer pauses even when verified
+    assert apply_policy(_paused_by_auq_high(), BROKEN, verified).action is EscalationAction.PAUSE_FOR_HUMAN
+
+
+def test_the_ladder_is_said_in_one_place():
+    from mlx_sdm.turn.escalation import LADDER_LINES, ladder_words
+
+    words = ladder_words()
+    assert all(line in words for line in LADDER_LINES)
+    for level in ("LOW", "MEDIUM", "HIGH", "CRITICAL"):
+        assert level in words
+    assert "never pauses a turn by itself" in words and "confident it is wrong" in words
 
 
 def test_the_policy_never_lowers_what_auq_decided():
-    reading = MonitorReading(level=UncertaintyLevel.CRITICAL, action=EscalationAction.ABORT, fused=FusedReading(0.0, "verifier", -1.0, "the verifier could not vouch for turn 1"))
-    apply_policy(reading, BROKEN, PausePolicy(0.5, 0.15))
+    reading = MonitorReading(level=UncertaintyLevel.CRITICAL, action=EscalationAction.ABORT,
+                             fused=FusedReading(0.0, "verifier", -1.0, "the verifier could not vouch for turn 1"))
+    apply_policy(reading, BROKEN, None)
     assert reading.action is EscalationAction.ABORT and reading.level is UncertaintyLevel.CRITICAL
-    assert reading.degenerate is not None and reading.forecast_pause is not None
+    assert reading.degenerate is not None
     assert "quotes and braces" in plan_escalation(reading, [], None).message
 
 

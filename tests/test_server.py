@@ -21,6 +21,7 @@ openai = pytest.importorskip("openai")
 uvicorn = pytest.importorskip("uvicorn")
 
 from mlx_sdm.calibration.row_verdict import Exemplar, Verdict  # noqa: E402
+from mlx_sdm.monitor.online.degenerate import degenerate_answer  # noqa: E402
 from mlx_sdm.network.verdict import DocumentVerdict  # noqa: E402
 from mlx_sdm.commands.serve import bind_socket  # noqa: E402
 from mlx_sdm.server import verdicts  # noqa: E402
@@ -121,6 +122,11 @@ def test_chat_completion_carries_a_verdict_and_is_stored(served):
     assert set(verdict) == VERDICT_KEYS
     assert verdict["status"] in {"verified", "not_verified", "out_of_scope"}
     assert verdict["reason"] and verdict["exemplars"] and {"id", "label", "label_text", "text"} <= set(verdict["exemplars"][0])
+    # the turn's monitor reading, as the chat reads it: the stored reading's level and action, and its own risks
+    monitor = reply.model_extra["monitor"]
+    stored = served.store.messages(reply.model_extra["session_id"])[1].monitor
+    assert monitor["level"] == stored.level.value and monitor["action"] == stored.action.value
+    assert (monitor["degenerate"] is None) == (degenerate_answer(choice.message.content) is None)
     # stored in the chat's store, under the conversation's own session
     session_id = reply.model_extra["session_id"]
     messages = served.store.messages(session_id)
@@ -146,6 +152,7 @@ def test_stream_sends_tokens_then_the_verdict_in_the_last_chunk(served):
     last = chunks[-1]
     assert last.choices[0].finish_reason == whole.choices[0].finish_reason
     assert last.model_extra["verdict"] == whole.model_extra["verdict"] | {"verifier": last.model_extra["verdict"]["verifier"]}
+    assert last.model_extra["monitor"]["level"] == whole.model_extra["monitor"]["level"]
     assert all("verdict" not in (c.model_extra or {}) for c in chunks[:-1])
     text = "".join(c.choices[0].delta.content or "" for c in chunks)
     assert text == whole.choices[0].message.content  # greedy: the stream equals the whole answer

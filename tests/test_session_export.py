@@ -93,12 +93,39 @@ def test_plain_chat_prints_answer_then_verdict_and_monitor(tmp_path):
     assert sum(l.startswith("[monitor: AUQ HIGH") for l in lines) == 2
     timings = [l for l in lines if l.startswith("[timing: first token ")]
     assert len(timings) == 2 and "6 tokens" in timings[0] and "0 reused" in timings[0] and "0 reused" not in timings[1]
-    assert "[PAUSED at HIGH uncertainty" in out and "[queued for review as #1]" in out
+    assert "[Paused: the session's cumulative confidence" in out and "is HIGH uncertainty" in out
+    assert "Type your guidance on the next line" in out and "[queued for review as #1]" in out
     answer_line = lines[lines.index(verdicts[0]) - 1]
     assert answer_line == store.messages(store.list_sessions()[0].id)[1].text.splitlines()[-1]  # answer, then verdict
     assert "[renamed to 'plain test']" in out and (tmp_path / "x.md").exists()
     (s,) = store.list_sessions()
     assert s.title == "plain test" and [m.kind for m in store.messages(s.id)] == ["chat", "chat", "guidance", "chat"]
+
+
+def test_ctrl_c_in_plain_chat_stops_the_answer_and_the_chat_goes_on(tmp_path):
+    """ctrl+c while an answer streams stops that answer (kept as stopped); the next line is a new question."""
+    path = build_tiny_verifier(tmp_path / "verifier")
+    store = ChatStore(tmp_path / "chat.db")
+    stdin = io.StringIO("Is Paris the capital of France?\nAnswer in one word.\n")
+
+    class InterruptOnFirstToken(io.StringIO):
+        interrupted = False
+
+        def write(self, text):
+            if not self.interrupted and self.getvalue().count("[session ") and not text.startswith("["):
+                self.interrupted = True
+                raise KeyboardInterrupt  # what a terminal's ctrl+c raises in the main thread
+            return super().write(text)
+
+    stdout = InterruptOnFirstToken()
+    rc = chat_cmd.run_plain(EngineConfig(max_tokens=24), store, session_id=None, title=None, stdin=stdin, stdout=stdout,
+                            components=tiny_components(path))
+    out = stdout.getvalue()
+    assert rc == 0 and stdout.interrupted and "[stopped]" in out, out
+    (s,) = store.list_sessions()
+    answers = [m for m in store.messages(s.id) if m.role == "assistant"]
+    assert len(answers) == 2 and answers[0].status == "cancelled"  # the chat went on to the second question
+    assert answers[1].status != "cancelled"
 
 
 def test_chat_list_and_bad_session(tmp_path, capsys):

@@ -156,7 +156,7 @@ def test_a_stored_reading_does_not_grow_with_the_session(tmp_path):
 
     store = ChatStore(tmp_path / "c.db")
     s = store.create_session()
-    m = monitor(forecast_pause=False)  # a paused turn stores its ForecastPause (a fixed size, not the history)
+    m = monitor()
     for i in range(200):
         store.add_message(s.id, "user", f"question {i}")
         m.observe_user(f"question {i}")

@@ -36,15 +36,15 @@ async def test_the_ok_column_fills_live_and_matches_the_reopened_session(tmp_pat
             assert live == pytest.approx([m.monitor.fused_p for m in stored])
             shown = _ok_column(panel)
             assert shown == [f"{100 * p:.0f}%" for p in live] and "—" not in shown
-            # the line under an answer says why the measured policy escalated it
+            # the line under an answer says why this turn was escalated
             bubble = [b for b in app.chat.query(MessageBubble) if b.role == "assistant"][-1]
             bubble.set_monitor(MonitorReading.from_dict(
                 {"level": "medium", "cumulative_confidence": 0.9, "tracer_risk": 0.1, "action": "pause_for_human",
                  "degenerate": {"kind": "loop", "reason": "the answer loops: 'a b' repeated 5 times in a row"},
-                 "forecast_pause": {"p": 0.01, "threshold": 0.0243, "pause_rate": 0.15}}))
+                 "judged_wrong": 0.97}))
             line = str(bubble.query_one(".monitor-line").render())
             assert "· the answer loops: 'a b' repeated 5 times in a row" in line
-            assert "· the fused forecast 1% is below the measured threshold 2%" in line
+            assert "· the verifier is confident it is wrong" in line
             session_id = app.chat.session_id
             await app.chat.open_session(None)
             await app.chat.open_session(session_id)  # reopened: the same column from the store

@@ -20,12 +20,15 @@ from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS, MAX_TEMPERATURE
 
 if TYPE_CHECKING:
     from mlx_sdm.turn.values import TurnOutcome
+from mlx_sdm.turn.escalation import ladder_words
+
 DEFAULT_EMBEDDER = "minilm"
 DEFAULT_DB_NAME = "chat.db"
 APP_NAME = "mlx-sdm"
 #: Plain-mode commands (a line starting with one of these is not sent to the model).
-PLAIN_HELP = """commands: /help  /sessions  /new [title]  /rename TITLE  /export PATH(.md|.jsonl)  /quit
-A HIGH-uncertainty answer pauses: type your guidance to resume it (or an empty line to move on)."""
+PLAIN_HELP = ("commands: /help  /sessions  /new [title]  /rename TITLE  /export PATH(.md|.jsonl)  /quit\n"
+              "ctrl+c stops the answer being written (twice in a row, or at the prompt, quits).\n"
+              f"{ladder_words()}\nA paused turn: type your guidance to resume it, or an empty line to move on.")
 
 
 def default_data_dir() -> Path:
@@ -53,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Chat with a local model; every answer gets a calibrated verdict in words: verified (p_lower >= alpha' = 0.95), "
             "not verified (in scope, but the verifier cannot vouch for it, and why), out of scope (unlike anything the "
             "verifier was built on; it says what it covers), or unverifiable when no verifier fits the model; and a session monitor reading "
-            "(AUQ confidence level, TRACER risk). HIGH uncertainty pauses the answer for your guidance; CRITICAL aborts it. "
+            f"(AUQ confidence level, TRACER risk). {ladder_words()} "
             "Unverified and escalated answers land in a review queue; your labels join the verifier's support set at once."
         ),
         epilog=(
@@ -185,9 +188,9 @@ def _run_ui(args, config, store) -> int:
 
 
 def _plain_turn(engine, session_id: str, text: str, *, resume: bool, out, prefill_progress) -> tuple[TurnOutcome, list[str]]:
-    """One turn in line mode, a ``for`` loop over the engine's stream of the turn's items: a bar while a long
-    prompt is read, the answer's tokens to ``out``; returns the turn's record and the messages of a logged
-    escalation."""
+    """One turn in line mode, a loop over the engine's stream of the turn's items: a bar while a long prompt is
+    read, the answer's tokens to ``out``; ctrl+c stops the answer (a second one quits). Returns the turn's record
+    and the messages of a logged escalation."""
     from mlx_sdm.executor.events import PrefillProgress
     from mlx_sdm.lm.pieces import TokenPiece
     from mlx_sdm.monitor.online.auq_escalation import EscalationAction
@@ -195,15 +198,25 @@ def _plain_turn(engine, session_id: str, text: str, *, resume: bool, out, prefil
     from mlx_sdm.turn.values import TurnOutcome
 
     logged: list[str] = []
-    for item in engine.stream(session_id, text, resume=resume):
-        if isinstance(item, PrefillProgress):
-            prefill_progress(item.done, item.total)
-        elif isinstance(item, TokenPiece) and item.phase == "answer":
-            out(item.text, end="")
-        elif isinstance(item, Escalation) and item.action is EscalationAction.PROCEED_WITH_LOG:
-            logged.append(item.message)
-        elif isinstance(item, TurnOutcome):
-            result = item
+    items, interrupted = engine.stream(session_id, text, resume=resume), False
+    while True:
+        try:
+            item = next(items, None)
+            if item is None:
+                break
+            if isinstance(item, PrefillProgress):
+                prefill_progress(item.done, item.total)
+            elif isinstance(item, TokenPiece) and item.phase == "answer":
+                out(item.text, end="")
+            elif isinstance(item, Escalation) and item.action is EscalationAction.PROCEED_WITH_LOG:
+                logged.append(item.message)
+            elif isinstance(item, TurnOutcome):
+                result = item
+        except KeyboardInterrupt:  # ctrl+c stops the answer (kept, "cancelled"); the chat goes on
+            if interrupted:
+                raise
+            interrupted = True
+            engine.cancel()
     return result, logged
 
 
@@ -330,8 +343,7 @@ def _print_turn(result: TurnOutcome, out, logged: list[str], timing: bool) -> bo
     if timing:
         out(f"[timing: {_timing_line(result)}]")
     if result.status is TurnStatus.PAUSED:
-        out(f"[PAUSED at {result.monitor.level.value.upper()} uncertainty: give guidance on the next line, "
-            "or an empty line to move on]")
+        out(f"[{result.escalation.message} Type your guidance on the next line, or an empty line to move on.]")
         if result.reflection_shown:
             out(f"[reflection: {result.reflection_shown.strip()}]")
     elif result.status is TurnStatus.ABORTED:

@@ -16,6 +16,7 @@ import warnings
 from mlx_sdm.commands.arguments import CommandParser, non_negative_int, positive_int
 from mlx_sdm.errors import MlxSdmError
 from mlx_sdm.network.verdict import verdict_words
+from mlx_sdm.turn.escalation import monitor_payload
 
 DEFAULT_MAX_TOKENS = 128
 DEFAULT_EXPLAIN = 3
@@ -117,16 +118,6 @@ def format_monitor(reading, escalation=None) -> str:
     if escalation is not None and escalation.escalated and escalation.message:
         lines.append(escalation.message)
     return "\n".join(lines)
-
-
-def monitor_payload(reading, escalation=None) -> dict | None:
-    """``--json``'s "monitor": the fields :func:`format_monitor` prints."""
-    if reading is None:
-        return None
-    return {"level": reading.level.value, "action": reading.action.value,
-            "cumulative_confidence": reading.cumulative_confidence, "tracer_risk": reading.tracer_risk,
-            "fused_p": reading.fused_p, "fused_message": reading.fused.message if reading.fused is not None else None,
-            "escalation": escalation.message if escalation is not None and escalation.escalated else None}
 
 
 def _payload(args, components, outcome) -> dict:

@@ -142,12 +142,24 @@ class ChatEngine:
     def stream(self, session_id: str, text: str, *, resume: bool = False) -> Iterator[EngineItem]:
         """A turn as the caller's ``for`` loop sees it: each item as the pipeline yielded it, carried from the
         engine's thread (a :class:`~mlx_sdm.executor.events.PrefillProgress` while a long prompt is read),
-        and last its :class:`TurnOutcome`; a turn that fails raises its error after its items.
+        and last its :class:`TurnOutcome`; a turn that fails raises its error after its items. A ctrl+c
+        (KeyboardInterrupt) while it waits stops the answer at the next token; a second one is raised.
         ``resume``: answer the paused turn with ``text`` as guidance."""
         items: queue.Queue = queue.Queue()
         future = (self.resume if resume else self.send)(session_id, text, listener=lambda _ref, item: items.put(item))
         future.add_done_callback(lambda _: items.put(None))  # a turn refused before it started sends no item
-        while (item := items.get()) is not None and not isinstance(item, TurnFailed):
+        interrupted = False
+        while True:
+            try:
+                item = items.get()
+            except KeyboardInterrupt:  # ctrl+c stops the answer; the turn still ends with its (cancelled) record
+                if interrupted:
+                    raise
+                interrupted = True
+                self.cancel()
+                continue
+            if item is None or isinstance(item, TurnFailed):
+                break
             yield item
             if isinstance(item, TurnOutcome):
                 break

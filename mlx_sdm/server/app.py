@@ -113,7 +113,7 @@ def build_app(worker: ModelWorker, config: ServerConfig = ServerConfig()) -> Sta
         ids = wire.StreamIds(model=model_id)
         return JSONResponse(wire.completion_body(
             ids, text=answer.text, finish_reason=answer.finish_reason, usage=answer.usage(), verdict=answer.verdict.to_json(),
-            logprobs=answer.logprobs if req.logprobs else None, session_id=answer.session_id,
+            logprobs=answer.logprobs if req.logprobs else None, session_id=answer.session_id, monitor=answer.monitor,
         ))
 
     async def verify(request: Request) -> Response:
@@ -211,7 +211,7 @@ async def _chunks(ids: wire.StreamIds, req: wire.ChatRequest, events: asyncio.Qu
                 error = exc if isinstance(exc, wire.ApiError) else wire.ApiError(500, str(exc), type_="server_error")
                 yield sse.event(error.body())
                 break
-            extra = {"verdict": answer.verdict.to_json(), "session_id": answer.session_id}
+            extra = {"verdict": answer.verdict.to_json(), "monitor": answer.monitor, "session_id": answer.session_id}
             yield sse.event(wire.chunk_body(ids, delta={}, finish_reason=answer.finish_reason, extra=extra))
             if req.include_usage:
                 yield sse.event(dict(wire.chunk_body(ids, delta={}), choices=[], usage=answer.usage()))

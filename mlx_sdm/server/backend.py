@@ -72,12 +72,19 @@ class SessionBackend:
     def verifier_name(self) -> str | None:
         return self.service.verifier_path
 
-    def options(self, max_tokens: int, temperature: float = 0.0, top_logprobs: int = 0):
-        """Turn options of a served answer: no session monitor (no P(True), no reflection)."""
+    def options(self, max_tokens: int, temperature: float = 0.0, top_logprobs: int = 0, *, monitored: bool = False):
+        """Turn options of a served answer: P(True) only for a monitored answer, no reflection (nobody is there to
+        give guidance: a paused turn is reported in ``monitor``)."""
         from mlx_sdm.turn.values import TurnOptions
 
         return TurnOptions(max_tokens=max_tokens, temperature=temperature, system_prompt=self.config.system_prompt,
-                           enable_p_true=False, generate_reflection=False, top_logprobs=top_logprobs)
+                           enable_p_true=monitored, generate_reflection=False, top_logprobs=top_logprobs)
+
+    def monitor(self) -> Any:
+        """The chat's session monitor for one request (its reading is of the request's own turn, as ``generate``'s)."""
+        from mlx_sdm.turn.monitoring import MonitorConfig, SessionMonitor
+
+        return SessionMonitor("api", MonitorConfig(), lm=self.lm, embedder=self.components.embedder)
 
     # ------------------------------------------------------------------ requests
 
@@ -110,13 +117,14 @@ class SessionBackend:
                stop: threading.Event | None = None) -> Iterator[ServedToken | ServedAnswer]:
         """One turn through the turn service: each answer token as it comes, then the answer, judged and
         stored. Setting ``stop`` (the client went away) ends the answer at the next token."""
-        from mlx_sdm.turn.escalation import TurnStatus
+        from mlx_sdm.turn.escalation import TurnStatus, monitor_payload
         from mlx_sdm.turn.values import TurnOutcome, TurnRequest
 
         self.sync_reviews()
-        options = self.options(prepared.max_tokens, request.temperature, request.top_logprobs)
+        options = self.options(prepared.max_tokens, request.temperature, request.top_logprobs, monitored=True)
         logprobs: list[TokenLogprob] = []
-        for item in self.service.stream(TurnRequest(prepared.messages, options), stop=stop or threading.Event()):
+        for item in self.service.stream(TurnRequest(prepared.messages, options), stop=stop or threading.Event(),
+                                        monitor=self.monitor()):
             if isinstance(item, TurnOutcome):
                 outcome = item
             elif isinstance(item, TokenPiece) and item.phase == "answer":
@@ -129,7 +137,8 @@ class SessionBackend:
         finish = "cancelled" if cancelled else ("length" if outcome.finish_reason == "length" else "stop")
         answer = ServedAnswer(text=outcome.text, finish_reason=finish, prompt_tokens=outcome.prompt_tokens,
                               completion_tokens=len(outcome.tokens), verdict=verdict, logprobs=logprobs,
-                              cached_tokens=outcome.reused_tokens, generation_s=outcome.generation_s)
+                              cached_tokens=outcome.reused_tokens, generation_s=outcome.generation_s,
+                              monitor=None if cancelled else monitor_payload(outcome.monitor, outcome.escalation))
         self._store_turn(request.conversation, request.messages, answer, outcome, "api:chat")
         yield answer
 

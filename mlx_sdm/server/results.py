@@ -78,6 +78,7 @@ class ServedAnswer:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     session_id: str | None = None
     message_id: int | None = None
+    monitor: dict[str, Any] | None = None  # the turn's monitor reading as JSON (turn/escalation.monitor_payload)
     cached_tokens: int = 0  # prompt tokens whose KV cache came from the previous request
     generation_s: float = 0.0  # decoding time (the verdict comes after it; features are from the same pass)
 

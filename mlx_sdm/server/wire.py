@@ -275,8 +275,9 @@ def usage_object(prompt_tokens: int, completion_tokens: int, cached_tokens: int 
 
 
 def completion_body(ids: StreamIds, *, text: str, finish_reason: str, usage: dict[str, Any],
-                    verdict: dict[str, Any], logprobs: list[TokenLogprob] | None, session_id: str | None) -> dict[str, Any]:
-    """A whole ``chat.completion`` object, with our ``verdict`` beside ``choices``."""
+                    verdict: dict[str, Any], logprobs: list[TokenLogprob] | None, session_id: str | None,
+                    monitor: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A whole ``chat.completion`` object, with our ``verdict`` and the turn's ``monitor`` reading beside ``choices``."""
     return {
         "id": ids.id, "object": "chat.completion", "created": ids.created, "model": ids.model,
         "choices": [{
@@ -287,6 +288,7 @@ def completion_body(ids: StreamIds, *, text: str, finish_reason: str, usage: dic
         "usage": usage,
         "system_fingerprint": None,
         "verdict": verdict,
+        "monitor": monitor,
         "session_id": session_id,
     }
 

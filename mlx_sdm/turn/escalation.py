@@ -1,5 +1,5 @@
-"""The escalation ladder (docs/monitoring.md, AUQ levels and actions) applied to one answer: what the turn does with
-its monitor reading. ONE vocabulary: the monitor's :class:`EscalationAction` (proceed /
+"""The escalation ladder (docs/monitoring.md, "When a turn pauses") applied to one answer: what the turn does with
+its monitor reading, and the ladder's words (:data:`LADDER_LINES`), said the same way everywhere. ONE vocabulary: the monitor's :class:`EscalationAction` (proceed /
 proceed_with_log / pause_for_human / abort); the stored answer's status follows from it
 (:meth:`TurnStatus.after`).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from mlx_sdm.monitor.online.auq_escalation import EscalationAction, UncertaintyLevel
+from mlx_sdm.monitor.online.auq_escalation import EscalationAction, UncertaintyLevel, UncertaintyPolicy
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.verdict import REASON_ADMITS_NOTHING, DocumentVerdict, VerdictStatus
 
@@ -24,7 +24,6 @@ REASON_ESCALATED_HIGH = "escalated_high"
 REASON_ESCALATED_CRITICAL = "escalated_critical"
 REASON_ESCALATED_IRREVERSIBLE = "escalated_irreversible"
 REASON_DEGENERATE = "degenerate_answer"  # a loop, runs of quotes and braces (mlx_sdm.monitor.online.degenerate)
-REASON_ESCALATED_FORECAST = "escalated_forecast"  # the fused forecast fell below the measured threshold
 
 
 class TurnStatus(str, Enum):
@@ -86,62 +85,95 @@ def verdict_review_reasons(verdict: DocumentVerdict | None) -> list[str]:
     return [verdict.reason or VerdictStatus.NOT_VERIFIED.value]
 
 
-def _why(reading: MonitorReading) -> str:
-    """What the measured policy adds to the AUQ ladder, in words ("" when nothing)."""
-    parts = [reading.degenerate.reason] if reading.degenerate is not None else []
-    if reading.forecast_pause is not None:
-        parts.append(reading.forecast_pause.reason)
-    return "; ".join(parts)
+#: THE ladder in words (docs/monitoring.md, "When a turn pauses"): F1 help, ``chat --help``, the pause prompt and
+#: ``chat --plain`` all read these lines, so every place names the same levels and causes.
+_DEFAULTS = UncertaintyPolicy()
+LADDER_LINES = (
+    f"AUQ level (the session's cumulative confidence P): LOW (P >= {_DEFAULTS.low_threshold:.2f}) shows the answer; "
+    f"MEDIUM (P >= {_DEFAULTS.medium_threshold:.2f}) logs it under the answer; HIGH (P >= {_DEFAULTS.high_threshold:.2f}) "
+    "pauses the turn for your guidance, after the model says what it is not sure of; CRITICAL (below "
+    f"{_DEFAULTS.high_threshold:.2f}) withholds the answer and keeps it for review.",
+    "A turn also pauses when its answer derailed (a loop, runs of quotes and braces), when the verifier is confident "
+    "it is wrong, or before an irreversible tool call. An answer the verifier vouches for is never paused by the AUQ "
+    "level alone, and a long session never pauses a turn by itself: the fused forecast (ok%) is a reading only.",
+)
+
+
+def ladder_words() -> str:
+    """The ladder as one paragraph (:data:`LADDER_LINES`)."""
+    return " ".join(LADDER_LINES)
+
+
+def _risks(reading: MonitorReading, tool_names: list[str]) -> list[str]:
+    """Why this turn is at risk, in words, strongest first (empty when only AUQ's level moved)."""
+    out = [reading.degenerate.reason] if reading.degenerate is not None else []
+    if reading.judged_wrong is not None:
+        out.append(f"the verifier is confident this answer is wrong (calibrated lower probability "
+                   f"{reading.judged_wrong:.3f} that it is wrong)")
+    if reading.irreversible:
+        out.append(f"it proposes the irreversible tool call(s) {', '.join(tool_names) or 'named in its policy'}")
+    return out
 
 
 def _policy_reasons(reading: MonitorReading) -> list[str]:
-    return ([REASON_DEGENERATE] if reading.degenerate is not None else []) + \
-        ([REASON_ESCALATED_FORECAST] if reading.forecast_pause is not None else [])
+    return [REASON_DEGENERATE] if reading.degenerate is not None else []
 
 
 def plan_escalation(reading: MonitorReading | None, tool_names: list[str],
                     verdict: DocumentVerdict | None) -> Escalation:
-    """The escalation ladder for one answer: MEDIUM logs, HIGH pauses (with a reflection), CRITICAL
-    aborts, an irreversible tool call pauses already at MEDIUM; the measured policy
-    (:func:`mlx_sdm.monitor.forecast.policy.apply_policy`) has already raised a degenerate answer to at least
-    MEDIUM and paused a turn whose fused forecast is below its threshold: the message says why."""
+    """What the turn does with its reading (:data:`LADDER_LINES`; the rules are
+    :func:`mlx_sdm.monitor.forecast.policy.apply_policy`, already applied to ``reading.action``): the message
+    says why, in words true of the reading's numbers."""
     reasons = verdict_review_reasons(verdict)
     if reading is None:
         return Escalation(review_reasons=reasons, tool_names=tool_names)
     common = dict(level=reading.level, irreversible=reading.irreversible, tool_names=tool_names,
                   confidence=reading.cumulative_confidence)
     confidence = _fmt(reading.cumulative_confidence)
-    why, policy = _why(reading), _policy_reasons(reading)
+    risks, policy = _risks(reading, tool_names), _policy_reasons(reading)
     if reading.action is EscalationAction.ABORT:
         explanation = (
             f"Aborted: the session's cumulative confidence {confidence} fell below the CRITICAL floor "
             f"({_fmt(reading.critical_below)}); the answer is kept for review but not used. "
-            + (f"Also: {why}. " if why else "") + "Rephrase the question or start a new chat."
+            + (f"Also: {'; '.join(risks)}. " if risks else "") + "Rephrase the question or start a new chat."
         )
         return Escalation(EscalationAction.ABORT, message=explanation, explanation=explanation,
                           review_reasons=reasons + [REASON_ESCALATED_CRITICAL] + policy, **common)
     if reading.action is EscalationAction.PAUSE_FOR_HUMAN:
-        return _pause(reading, tool_names, reasons, policy, why, common)
+        return _pause(reading, risks, reasons, policy, common)
     if reading.action is EscalationAction.PROCEED_WITH_LOG:
-        message = (f"Logged: {why} (cumulative confidence {confidence})" if why
-                   else f"MEDIUM uncertainty logged (cumulative confidence {confidence})")
+        if reading.auq_pause_lifted:
+            message = (f"Logged: the session's cumulative confidence {confidence} is "
+                       f"{reading.level.value.upper()} uncertainty, but the verifier vouches for this answer, "
+                       "so the turn goes on")
+        else:
+            message = f"{reading.level.value.upper()} uncertainty logged (cumulative confidence {confidence})"
         return Escalation(EscalationAction.PROCEED_WITH_LOG, message=message, review_reasons=reasons + policy, **common)
     return Escalation(review_reasons=reasons, **common)
 
 
-def _pause(reading: MonitorReading, tool_names: list[str], reasons: list[str], policy: list[str], why: str,
+def _pause(reading: MonitorReading, risks: list[str], reasons: list[str], policy: list[str],
            common: dict) -> Escalation:
-    by_auq = reading.level in (UncertaintyLevel.HIGH, UncertaintyLevel.CRITICAL) or reading.irreversible
-    by_tool = reading.irreversible and reading.level is not UncertaintyLevel.HIGH
-    confidence = _fmt(reading.cumulative_confidence)
-    if by_auq:
-        message = (f"Paused at {reading.level.value.upper()} uncertainty (cumulative confidence {confidence})"
-                   + (f" before the irreversible tool call(s) {', '.join(tool_names)}" if reading.irreversible else "")
-                   + (f"; {why}" if why else "") + ". Give guidance to resume.")
-        auq_reason = [REASON_ESCALATED_IRREVERSIBLE if by_tool else REASON_ESCALATED_HIGH]
-    else:
-        message = f"Paused: {why}. Give guidance to resume."
-        auq_reason = []
-    reflect = reading.level is UncertaintyLevel.HIGH and reading.inject_reflection  # § 2.6: HIGH only
+    high = reading.level is UncertaintyLevel.HIGH and not reading.auq_pause_lifted
+    why = list(risks)
+    if high:
+        why.insert(0, f"the session's cumulative confidence {_fmt(reading.cumulative_confidence)} is HIGH uncertainty")
+    message = f"Paused: {'; '.join(why)}. Give guidance to resume, or move on with a new message."
+    auq_reason = ([REASON_ESCALATED_HIGH] if high else []) + \
+        ([REASON_ESCALATED_IRREVERSIBLE] if reading.irreversible and not high else [])
+    reflect = high and reading.inject_reflection  # § 2.6: HIGH only
     return Escalation(EscalationAction.PAUSE_FOR_HUMAN, message=message, reflect=reflect,
                       review_reasons=reasons + auq_reason + policy, **common)
+
+
+def monitor_payload(reading: MonitorReading | None, escalation: Escalation | None = None) -> dict | None:
+    """The turn's monitor reading as JSON (``generate --json``'s and the server's ``"monitor"``): the AUQ level and
+    the turn's action, P, R, the fused forecast and its sentence, this turn's own risks and the escalation's words."""
+    if reading is None:
+        return None
+    return {"level": reading.level.value, "action": reading.action.value,
+            "cumulative_confidence": reading.cumulative_confidence, "tracer_risk": reading.tracer_risk,
+            "fused_p": reading.fused_p, "fused_message": reading.fused.message if reading.fused is not None else None,
+            "degenerate": reading.degenerate.reason if reading.degenerate is not None else None,
+            "judged_wrong": reading.judged_wrong,
+            "escalation": escalation.message if escalation is not None and escalation.escalated else None}

@@ -48,7 +48,6 @@ class MonitorConfig:
     inject_reflection_on_high: bool = True
     enable_semantic_sampling: bool = False  # System 2 (docs/monitoring.md, AUQ System 2 sampling): extra samples, only inside the trigger zone
     cap_with_verifier: bool = True  # docs/monitoring.md, combining with the verifier, the v1 cap: s'_t = min(s_t, v_t) with v_t = the verifier's p_lower
-    forecast_pause: bool = True  # pause a turn whose fused forecast is below the shipped measured threshold
     tracer: TracerConfig = field(default_factory=TracerConfig)
 
     def policy(self) -> UncertaintyPolicy:
@@ -71,8 +70,6 @@ class SessionMonitor:
         self.auq.start(session_id)
         self.tracer = TracerMonitor(config.tracer, embedder, session_id=session_id)
         self.fused = _fused_monitor()  # the fused forecast p_t and the signal that moved it (reading.fused)
-        # the measured pause threshold on p_t (mlx_sdm.monitor.forecast.policy); degenerate answers are caught either way
-        self.pause_policy = _pause_policy() if config.forecast_pause and self.fused is not None else None
         self.history: list[HistoryPoint] = []  # per answer: level, cumulative confidence, TRACER prefix risk
         #: the chat's turn number: one per question (user step); an answer given again keeps its turn's number
         self.turn = 0
@@ -169,7 +166,7 @@ class SessionMonitor:
         if self.fused is not None:
             reading.fused = self.fused.observe_answer(tracer_out, step.to_format(), TurnVerdict.of(verdict),
                                                       turn=max(self.turn, 1))
-        apply_policy(reading, answer, self.pause_policy)  # degenerate answers log, a low fused forecast pauses
+        apply_policy(reading, answer, verdict)  # this turn's own risks: a derailed answer, a verdict that calls it wrong
         self.history.append(HistoryPoint.of(max(self.turn, 1), reading))
         return reading
 
@@ -194,16 +191,6 @@ def _fused_monitor() -> Any:
 
     try:
         return OnlineFusedMonitor(FusedParams.shipped())
-    except (OSError, ValueError, KeyError):
-        return None
-
-
-def _pause_policy() -> Any:
-    """The measured pause policy shipped with the fused monitor (None if there is none)."""
-    from mlx_sdm.monitor.forecast.policy import PausePolicy
-
-    try:
-        return PausePolicy.shipped()
     except (OSError, ValueError, KeyError):
         return None
 

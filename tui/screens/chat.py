@@ -344,9 +344,9 @@ class ChatScreen(ChatKeys, Screen):
         self, session_id: str, level: str, confidence: float | None, reflection: str, irreversible: bool,
         message: str = "",
     ) -> None:
-        """HIGH (or an irreversible tool at MEDIUM): show the reflection, ask for guidance, resume with it."""
+        """A paused turn: say why, show the reflection, ask for guidance, resume with it."""
         self.paused = session_id
-        self.refresh_status(f"paused ({level.upper()}): waiting for your guidance")
+        self.refresh_status("paused: waiting for your guidance (the dialog says why)")
 
         async def answered(guidance: str | None) -> None:
             self.paused = None

@@ -8,7 +8,9 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Markdown
 
-HELP_TEXT = """\
+from mlx_sdm.turn.escalation import ladder_words
+
+HELP_TEXT = f"""\
 # mlx-sdm chat
 
 A question that starts one of the verifier's task instructions (the command palette inserts them) is
@@ -21,7 +23,7 @@ Click the badge, or focus it and press enter, to see the evidence: q, d, ⌊q̃�
 nearest training exemplars with their labels.
 
 The session monitor scores each turn (AUQ level and cumulative confidence P, TRACER risk R).
-MEDIUM is logged; HIGH pauses the turn and asks for your guidance; CRITICAL aborts it.
+{ladder_words()}
 
 | key | chat |
 |---|---|

@@ -79,7 +79,7 @@ class Confirm(ModalScreen[bool]):
 
 
 class EscalationPrompt(ModalScreen[str | None]):
-    """HIGH (or an irreversible tool at MEDIUM): the turn is paused. Shows the reflection and asks for
+    """A paused turn (mlx_sdm.turn.escalation.LADDER_LINES): says why, shows the reflection when the model gave one, asks for
     guidance; enter resumes with it; escape (None) leaves the turn paused: a new message moves on, and
     reopening the session asks again."""
 
@@ -90,7 +90,7 @@ class EscalationPrompt(ModalScreen[str | None]):
         super().__init__(classes="modal")
         self._level, self._confidence = level, confidence
         self._reflection, self._irreversible = reflection, irreversible
-        self._message = message  # the escalation's own sentence (AUQ, a forecast pause, a tool): what paused it
+        self._message = message  # the escalation's own sentence: what paused it
 
     def heading(self) -> str:
         if self._message:
@@ -102,8 +102,9 @@ class EscalationPrompt(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog wide escalation"):
             yield Label(self.heading(), classes="dialog-title")
-            with VerticalScroll(classes="reflection"):
-                yield Markdown(self._reflection or "(no reflection for this pause)")
+            if self._reflection:  # the model's own statement of what it is unsure of (a HIGH pause only)
+                with VerticalScroll(classes="reflection"):
+                    yield Markdown(self._reflection)
             yield Label("Your guidance for the model:")
             yield Input(placeholder="e.g. say you are unsure and cite the source", id="guidance")
             yield Static(

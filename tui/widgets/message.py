@@ -97,10 +97,10 @@ class MessageBubble(Vertical, can_focus=True):
         if reading is None:
             return
         line = f"{monitor_summary(reading)} · {reading.action.value.replace('_', ' ')}"
-        pause = reading.forecast_pause
-        for why in (reading.degenerate.reason if reading.degenerate else None, pause.reason if pause else None):
-            if why:  # what the measured policy saw (mlx_sdm.monitor.forecast.policy)
-                line += f" · {why}"
+        if reading.degenerate is not None:  # this turn's own risk (mlx_sdm.monitor.forecast.policy)
+            line += f" · {reading.degenerate.reason}"
+        if reading.judged_wrong is not None:
+            line += " · the verifier is confident it is wrong"
         for widget in self.query(".monitor-line"):
             widget.update(line)
             for level in LEVELS:

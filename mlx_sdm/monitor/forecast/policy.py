@@ -1,14 +1,17 @@
-"""The chat's escalation policy, as measured: ONE function,
-:func:`apply_policy`, turns a monitor reading into what the turn does beyond the AUQ ladder:
+"""When ONE turn is at risk: :func:`apply_policy` turns a monitor reading into what the turn does
+(docs/monitoring.md, "When a turn pauses"). Each rule looks at this turn only:
 
-- a **degenerate** answer (:func:`mlx_sdm.monitor.online.degenerate.degenerate_answer`) is raised to at least
-  MEDIUM and logged, with the reason carried in :attr:`MonitorReading.degenerate`;
-- a turn whose **fused forecast** ``p_t`` is below the policy's threshold pauses for a human, with
-  :attr:`MonitorReading.forecast_pause` saying why. The threshold is chosen on a session corpus at a
-  stated pause rate (:mod:`mlx_sdm.monitor.evaluation.policy_choice`) and shipped beside the fused monitor's
-  parameters (``fused_monitor.json``, key ``"policy"``).
+- a **degenerate** answer (:func:`mlx_sdm.monitor.online.degenerate.degenerate_answer`: a loop, runs of quotes and
+  braces) derailed: the turn pauses for guidance, with the reason in :attr:`MonitorReading.degenerate`;
+- the verifier is **confident the answer is wrong** (admitted as wrong: calibrated lower probability at least α′
+  that it is wrong, Eq. 28): the turn pauses, with that probability in :attr:`MonitorReading.judged_wrong`;
+- AUQ's own ladder (HIGH pauses, CRITICAL aborts, an irreversible tool call pauses) is kept as AUQ decided it,
+  except that an answer the verifier vouches for (p_lower >= α′ that it is right) is only logged: AUQ's cumulative
+  confidence is a session-wide average, and this turn's own evidence is stronger.
 
-Neither rule lowers what AUQ decided: the action is the stricter of the two.
+The session's length never pauses a turn. The fused forecast ``p_t`` (the probability that the whole session
+succeeds) falls with the number of turns by construction, so it stays a reading; :class:`PausePolicy` is the
+forecast threshold ``eval-monitor`` measures (docs/monitoring-eval.md), not a rule the chat applies.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from typing import Any, Mapping
 
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction, UncertaintyLevel
 from mlx_sdm.monitor.online.degenerate import degenerate_answer
-from mlx_sdm.monitor.online.reading import ForecastPause, MonitorReading
+from mlx_sdm.monitor.online.reading import MonitorReading
+from mlx_sdm.network.verdict import ACCEPTABLE, DocumentVerdict
 
 POLICY_KEY = "policy"
 #: Strictness order of the actions (the stricter one wins).
@@ -78,16 +82,29 @@ def _stricter(a: EscalationAction, b: EscalationAction) -> EscalationAction:
     return max(a, b, key=ACTION_ORDER.index)
 
 
-def apply_policy(reading: MonitorReading, answer: str, policy: PausePolicy | None) -> MonitorReading:
-    """The reading with the degenerate-answer rule and the measured pause applied (module docstring);
-    the reading is changed in place and returned."""
+def apply_policy(reading: MonitorReading, answer: str, verdict: DocumentVerdict | None = None) -> MonitorReading:
+    """The reading with this turn's own risks applied (module docstring); changed in place and returned."""
     found = degenerate_answer(answer)
+    wrong = _judged_wrong(verdict)
+    if verdict is not None and verdict.verified and found is None and not reading.irreversible \
+            and reading.action in (EscalationAction.PAUSE_FOR_HUMAN, EscalationAction.ABORT):
+        reading.action = EscalationAction.PROCEED_WITH_LOG  # the verifier vouches for this very answer
+        reading.inject_reflection = False
+        reading.auq_pause_lifted = True
     if found is not None:
         reading.degenerate = found
         reading.level = max(reading.level, UncertaintyLevel.MEDIUM, key=LEVEL_ORDER.index)
-        reading.action = _stricter(reading.action, EscalationAction.PROCEED_WITH_LOG)
-    p = reading.fused_p
-    if policy is not None and policy.pauses(p):
-        reading.forecast_pause = ForecastPause(float(p), policy.threshold, policy.paused_share)
+        reading.action = _stricter(reading.action, EscalationAction.PAUSE_FOR_HUMAN)
+    if wrong is not None:
+        reading.judged_wrong = wrong
         reading.action = _stricter(reading.action, EscalationAction.PAUSE_FOR_HUMAN)
     return reading
+
+
+def _judged_wrong(verdict: DocumentVerdict | None) -> float | None:
+    """The calibrated lower probability that the answer is WRONG, when the verifier admitted that judgement
+    (p_lower >= α′ with y_hat = 0, Eq. 28); None otherwise."""
+    judged = None if verdict is None else verdict.verdict
+    if judged is None or not judged.admitted or int(judged.prediction) == ACCEPTABLE or judged.p_lower is None:
+        return None
+    return float(judged.p_lower)

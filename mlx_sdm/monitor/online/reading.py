@@ -59,14 +59,17 @@ class MonitorReading:
     fused: FusedReading | None = None  # the fused forecast p_t and the signal that moved it
     extra: dict[str, Any] = field(default_factory=dict)  # other monitors, by name
     degenerate: DegenerateAnswer | None = None  # why the answer is unusable (loop, quotes and braces), if it is
-    forecast_pause: "ForecastPause | None" = None  # the measured policy paused this turn on the fused forecast
+    #: the verifier is confident this answer is wrong: its calibrated lower probability that it is wrong (Eq. 28)
+    judged_wrong: float | None = None
+    #: AUQ's level would have paused or aborted, but the verifier vouches for this answer: only logged
+    auq_pause_lifted: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["level"], out["action"] = self.level.value, self.action.value
         out["auq"] = self.auq.to_dict() if self.auq is not None else {}
         out["tracer"] = self.tracer.to_dict() if self.tracer is not None else {}
-        for key in ("p_true", "degenerate", "forecast_pause", "fused"):
+        for key in ("p_true", "degenerate", "judged_wrong", "fused"):
             if out[key] is None:
                 del out[key]
         return out
@@ -88,48 +91,12 @@ class MonitorReading:
         values["tracer"] = TracerOutput(**{k: v for k, v in tracer.items() if k in TracerOutput.__dataclass_fields__}) \
             if tracer else None
         values["degenerate"] = DegenerateAnswer.from_dict(values.get("degenerate"))
-        values["forecast_pause"] = ForecastPause.from_dict(values.get("forecast_pause"))
         return cls(**values)
 
     @property
     def fused_p(self) -> float | None:
         """The fused forecast p_t of this turn (None when the fused monitor did not run)."""
         return None if self.fused is None else self.fused.p
-
-
-@dataclass(frozen=True)
-class ForecastPause:
-    """The measured escalation policy paused a turn: its fused forecast ``p`` fell below ``threshold``,
-    a threshold chosen on a session corpus that pauses ``pause_rate`` of that corpus's turns."""
-
-    p: float
-    threshold: float
-    pause_rate: float
-
-    @property
-    def reason(self) -> str:
-        p, threshold = _distinct_percents(self.p, self.threshold)
-        return (f"the fused forecast {p} is below the measured threshold {threshold} "
-                f"(a threshold that pauses about {100 * self.pause_rate:.0f}% of the recorded turns)")
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> "ForecastPause | None":
-        if not data:
-            return None
-        return cls(float(data["p"]), float(data["threshold"]), float(data["pause_rate"]))
-
-
-def _distinct_percents(a: float, b: float) -> tuple[str, str]:
-    """``a`` and ``b`` as percentages with the fewest decimals (up to four) that tell them apart, so
-    "2.1% is below 2.4%" never reads "2% is below 2%"."""
-    for decimals in range(5):
-        sa, sb = f"{100 * a:.{decimals}f}%", f"{100 * b:.{decimals}f}%"
-        if sa != sb:
-            break
-    return sa, sb
 
 
 @dataclass(frozen=True)
