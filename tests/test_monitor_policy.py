@@ -111,6 +111,11 @@ def test_the_ladder_is_said_in_one_place():
     for level in ("LOW", "MEDIUM", "HIGH", "CRITICAL"):
         assert level in words
     assert "never pauses a turn by itself" in words and "confident it is wrong" in words
+    # F1, chat --help and chat --plain's /help all say these words
+    from mlx_sdm.commands.chat import PLAIN_HELP, build_parser
+    from tui.screens.help import HELP_TEXT
+
+    assert words in HELP_TEXT and words in PLAIN_HELP and words in " ".join(build_parser().description.split())
 
 
 def test_the_policy_never_lowers_what_auq_decided():

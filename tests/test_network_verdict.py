@@ -9,10 +9,46 @@ import pytest
 
 from mlx_sdm.calibration.row_verdict import Verdict
 from mlx_sdm.network.coverage import VerifierCoverage, VerifierTask, read_coverage
+from mlx_sdm.network.lean import Lean, LeanCount, counts_of
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, status_from_dict
 
 TASKS = [{"name": "bbc_topic", "description": "the topic of a BBC news article", "example_prompt": "Classify ..."},
          {"name": "fever", "description": "whether a claim is supported", "example_prompt": "Check ..."}]
+
+
+MEASURED = {c: Lean(c, True, 0.6, 0.22, 0.49, 60) for c in (0, 1)}
+
+
+def test_a_lean_is_said_only_where_it_is_measured_to_beat_the_base_rate():
+    """The same verdict with a measured lean says which way it leans and how often that was right; with a lean no
+    better than the base rate (or never measured) it says it cannot tell, under a "?" badge, not "✘"."""
+    made = verdict(admitted=False, reason="below_threshold", prediction=0)
+    told = DocumentVerdict(made, lean=MEASURED[0])
+    assert told.explanation().startswith("Not verified: the verifier leans toward this answer being wrong (of 60 "
+                                         "held-out answers it leaned wrong on, 60 % were wrong")
+    assert told.to_dict()["badge"] == "✘ not verified · leans wrong"
+    base_rate = Lean(0, False, 0.88, 0.80, 0.84, 240)
+    for lean in (base_rate, None):
+        quiet = DocumentVerdict(made, lean=lean)
+        assert "leans toward" not in quiet.explanation() and "cannot tell" in quiet.explanation()
+        assert quiet.to_dict()["badge"] == "? not verified · cannot tell"
+    assert "against 80 % of all answers" in DocumentVerdict(made, lean=base_rate).explanation()
+    # a measured lean toward the other class says nothing about this prediction
+    assert "leans toward" not in DocumentVerdict(made, lean=MEASURED[1]).explanation()
+
+
+def test_the_lean_rule_on_counts():
+    """THE rule (network/lean.py): the one-sided 95 % Clopper–Pearson lower bound of the lean's precision beats the
+    base rate on every split. The open-question member's held-out and shifted Table 1 counts: leaning right
+    (36 of 60 right, base 65 of 300; 11 of 41, base 41 of 300) beats it, leaning wrong (211 of 240, base 235 of
+    300; 229 of 259, base 259 of 300) does not on the shift."""
+    right = [LeanCount("held_out", 1, 60, 36, 65, 300), LeanCount("shifted", 1, 41, 11, 41, 300)]
+    wrong = [LeanCount("held_out", 0, 240, 211, 235, 300), LeanCount("shifted", 0, 259, 229, 259, 300)]
+    assert right[0].lower == pytest.approx(0.4856, abs=1e-3)  # scipy.stats.beta.ppf(0.05, 36, 25)
+    assert right[1].lower == pytest.approx(0.1583, abs=1e-3) and right[1].base_rate == pytest.approx(0.1367, abs=1e-4)
+    assert Lean.measure(right).informative and Lean.measure(right).precision == pytest.approx(0.6)
+    assert wrong[0].beats_base_rate and not wrong[1].beats_base_rate and not Lean.measure(wrong).informative
+    assert counts_of("s", [1, 1, 0, 0, 0], [1, 0, 0, 0, 1]) == [LeanCount("s", 0, 3, 2, 3, 5), LeanCount("s", 1, 2, 1, 2, 5)]
 
 
 def verdict(*, admitted: bool, prediction: int = 1, reason: str | None = None, p_lower: float | None = 0.97,
@@ -33,7 +69,7 @@ def verdict(*, admitted: bool, prediction: int = 1, reason: str | None = None, p
      "most similar known answer"),
 ])
 def test_three_states_and_one_sentence_of_why(made, status, reason, words):
-    judged = DocumentVerdict(made)
+    judged = DocumentVerdict(made, lean=MEASURED[made.prediction])  # a lean measured to beat the base rate
     assert judged.status is status and judged.verified == (status is VerdictStatus.VERIFIED)
     assert judged.reason == reason and words in judged.explanation()
     data = judged.to_dict()

@@ -15,6 +15,7 @@ from mlx_sdm.store.chat_store import ChatStore
 from mlx_sdm.store.migrations import SCHEMA_VERSION
 from mlx_sdm.store.schema import BranchOrigin
 from mlx_sdm.turn.values import Resampled
+from mlx_sdm.turn.escalation import TurnStatus
 from tests.stored import answer as stored_answer
 from tests.tiny_verifier import build_tiny_verifier, tiny_components
 
@@ -86,6 +87,16 @@ def test_nothing_to_regenerate_is_said(tmp_path):
     store.add_message(s.id, "user", "hi")
     with pytest.raises(DataError, match="no finished answer"):
         regeneration(store.messages(s.id))
+
+
+def test_a_paused_answer_can_be_regenerated(tmp_path):
+    """ctrl+g on a paused answer (it is on screen) answers the question again, moving on from the pause."""
+    store = ChatStore(tmp_path / "chat.db")
+    s = store.create_session("paused")
+    store.add_message(s.id, "user", "Give me three tips for sleeping better.")
+    paused = store.add_answer(stored_answer(s.id, '" " ""}"}"}', status=TurnStatus.PAUSED))
+    again = regeneration(store.messages(s.id))
+    assert again.replaces == paused and again.messages[-1]["content"] == "Give me three tips for sleeping better."
 
 
 def test_the_engine_regenerates_sampled_and_keeps_both_answers(tmp_path):

@@ -172,7 +172,7 @@ async def test_expanding_the_badge_shows_the_evidence(store, engine):
         await pilot.pause()
         assert bubble.evidence.display and bubble.badge.expanded
         text = plain(bubble.evidence.shown)
-        assert f"q {verdict.q}" in text and f"⌊q̃⌋ {verdict.q_bin}" in text
+        assert f"⌊q̃⌋ {verdict.q_bin}" not in text and "v on the badge shows the raw numbers" in text  # words inline
         assert verdict.exemplars, "the tiny verifier returns exemplars"
         for exemplar in verdict.exemplars:
             assert exemplar.id[:10] in text
@@ -184,6 +184,7 @@ async def test_expanding_the_badge_shows_the_evidence(store, engine):
         await pilot.pause()
         assert isinstance(app.screen, EvidenceScreen)
         full = plain(app.screen.shown)
+        assert f"q {verdict.q}" in full and f"⌊q̃⌋ {verdict.q_bin}" in full  # the raw numbers, behind the toggle
         assert verdict.exemplars[0].text in full.replace("\n", " ").replace("  ", " ") or all(
             word in full for word in verdict.exemplars[0].text.split()
         )

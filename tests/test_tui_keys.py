@@ -178,3 +178,26 @@ async def test_the_chat_draws_and_takes_a_message_before_the_model_has_loaded(st
     finally:
         release.set()
         engine.shutdown()
+
+
+async def test_ctrl_up_right_after_ctrl_b_opens_the_picker_and_escape_closes_it(store, engine):
+    """ctrl+b (the last answer's evidence) then ctrl+up: the question picker opens at once, and escape closes it;
+    f2 opens the evidence too (inside tmux, ctrl+b is tmux's prefix and never reaches the app)."""
+    from tui.screens.turns import TurnPicker
+
+    app = SdmChatApp(engine=engine, store=store)
+    async with app.run_test(size=SIZE) as pilot:
+        bubble = await send(pilot, app, CLAIM)
+        await pilot.press("f2")
+        await pilot.pause()
+        assert bubble.evidence.display
+        await pilot.press("ctrl+b")
+        await pilot.pause()
+        assert not bubble.evidence.display
+        await pilot.press("ctrl+up")
+        await wait_until(pilot, lambda: isinstance(app.screen, TurnPicker))
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, TurnPicker))
+        await pilot.press("escape")  # on the chat: escape with nothing streaming leaves the keyboard in the input
+        await pilot.pause()
+        assert app.focused is prompt(app)

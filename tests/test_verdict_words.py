@@ -10,13 +10,17 @@ from hypothesis import strategies as st
 
 from mlx_sdm.calibration.row_verdict import Exemplar, Verdict
 from mlx_sdm.network.coverage import VerifierCoverage, VerifierTask
+from mlx_sdm.network.lean import Lean
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, verdict_words
 
 COVERAGE = VerifierCoverage(tasks=(VerifierTask("bbc_topic", "Topic of a news article"), VerifierTask("fever")))
 OPENINGS = {VerdictStatus.VERIFIED: "Verified:", VerdictStatus.NOT_VERIFIED: "Not verified:",
             VerdictStatus.OUT_OF_SCOPE: "Out of scope:", VerdictStatus.NO_VERIFIER: "No verifier:"}
-MARKS = {VerdictStatus.VERIFIED: "✔", VerdictStatus.NOT_VERIFIED: "✘", VerdictStatus.OUT_OF_SCOPE: "○",
+MARKS = {VerdictStatus.VERIFIED: "✔", VerdictStatus.NOT_VERIFIED: ("✘", "?"), VerdictStatus.OUT_OF_SCOPE: "○",
          VerdictStatus.NO_VERIFIER: "·"}
+leans = st.one_of(st.none(), st.builds(Lean, judged=st.integers(0, 1), informative=st.booleans(),
+                                       precision=st.floats(0, 1), base_rate=st.floats(0, 1), lower=st.floats(0, 1),
+                                       leaned=st.integers(1, 500)))
 
 exemplars = st.lists(st.builds(Exemplar, id=st.text(min_size=1, max_size=8), label=st.integers(0, 1),
                                prediction=st.integers(0, 1), distance=st.floats(0, 50), text=st.none()), max_size=5)
@@ -42,7 +46,8 @@ def verdicts(draw) -> DocumentVerdict:
     verdict = Verdict(prediction=prediction, p_lower=draw(st.floats(0.95, 1.0)) if admitted else None,
                       admitted=admitted, q=q, d=d, q_bin=draw(st.integers(0, 9)), reason=reason,
                       exemplars=draw(exemplars), region_alpha=region, region_alpha_lower=region)
-    return DocumentVerdict(verdict, coverage=COVERAGE, task=draw(st.sampled_from([None, "bbc_topic"])))
+    return DocumentVerdict(verdict, coverage=COVERAGE, task=draw(st.sampled_from([None, "bbc_topic"])),
+                           admits_nothing=draw(st.booleans()) and not admitted, lean=draw(leans))
 
 
 def numbers_in(text: str) -> set[str]:
@@ -56,6 +61,18 @@ def test_each_sentence_is_true_of_its_numbers(judged: DocumentVerdict):
     sentence, badge = words.sentence, words.badge
     assert words.status is judged.status
     assert sentence.startswith(OPENINGS[judged.status]) and badge.startswith(MARKS[judged.status])
+    # a lean is said only where it is measured to beat the base rate, toward the verifier's own prediction
+    informative = judged.lean is not None and judged.lean.informative and judged.lean.judged == v.prediction
+    if "leans toward" in sentence or "leans right" in badge or "leans wrong" in badge:
+        assert informative, (sentence, judged.lean)
+    if "cannot tell" in badge:
+        assert not informative and badge.startswith("?")
+    # ✘ only where the numbers call the answer wrong (admitted wrong, a measured lean toward wrong) or it is unlike
+    # the task's answers; "?" where the verifier cannot tell
+    if judged.status is VerdictStatus.NOT_VERIFIED:
+        wrong = (v.admitted and v.prediction == 0) or (informative and v.prediction == 0) or \
+            (judged.reason == "out_of_distribution" and v.d <= 0.0)
+        assert badge.startswith("✘") == wrong, (badge, judged)
     assert judged.status.words in badge
     # every three-decimal number it prints is one of the verdict's own
     own = {f"{judged.alpha:.2f}0", f"{v.d:.3f}"} | ({f"{v.p_lower:.3f}"} if v.p_lower is not None else set())
@@ -157,5 +174,6 @@ def test_the_review_queue_names_a_verifier_that_vouches_for_nothing_as_such():
     nothing = DocumentVerdict(v, task="open_questions", admits_nothing=True)
     assert verdict_review_reasons(nothing) == ["admits_nothing"]
     assert reason_label("admits_nothing") == "vouches for no answer on this model"
-    assert "vouches for no answer on this model" in verdict_words(nothing).badge
+    assert "cannot vouch for any answer" in verdict_words(nothing).sentence
+    assert verdict_words(nothing).badge == "? not verified · cannot tell on this model"  # its lean was never measured
     assert verdict_review_reasons(DocumentVerdict(v, task="bbc_topic")) == ["index_flipped"]

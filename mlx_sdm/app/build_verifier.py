@@ -31,6 +31,7 @@ from mlx_sdm.calibration.fit_config import FitConfig
 from mlx_sdm.calibration.evaluation import NO_REFERENCE, Evaluation, evaluate, plot, table_row
 from mlx_sdm.calibration.paired_test import PairedComparison
 from mlx_sdm.errors import DataError
+from mlx_sdm.network.lean import counts_of, measure_leans, save_leans
 from mlx_sdm.network.tasks import Task
 from mlx_sdm.network.tasks.registry import load_tasks
 from mlx_sdm.network.tasks.answers import CACHE_CHUNK, AnsweredItem, AnswerSettings, SamplerFor, answer_items
@@ -293,13 +294,17 @@ def write_report(verifier: DocumentVerifier, outcomes: list[TaskOutcome], out: P
     lines = [f"Verifier `{out.name}` for model {verifier.model_fingerprint.get('name')}; y = 1 when the model's own "
              f"answer is correct. Cells: accuracy / admitted fraction (α′ = {verifier.estimator.alpha}).", "",
              "| dataset | estimator | y=0 | y=1 | ŷ=0 | ŷ=1 | marginal |", "|---|---|---|---|---|---|---|"]
-    records, evaluations = [], []
+    records, evaluations, leans = [], [], {}
     for o in kept:
+        splits = {}
         for split, answered in (("held-out", o.held_out), ("shifted", o.shifted)):
             if answered:
-                rows, record, _ = _rows(verifier, f"{o.task.name} {split}", answered)
+                rows, record, ev = _rows(verifier, f"{o.task.name} {split}", answered)
                 lines += rows
                 records.append(record)
+                splits[split] = counts_of(split, ev.labels, ev.predictions)
+        if splits:
+            leans[o.task.name] = measure_leans(splits)
     for split in ("held-out", "shifted"):
         everything = [a for o in kept for a in (o.held_out if split == "held-out" else o.shifted)]
         if everything:
@@ -322,6 +327,8 @@ def write_report(verifier: DocumentVerifier, outcomes: list[TaskOutcome], out: P
                                         "left_out": o.left_out} for o in outcomes]}
     atomic_write_text(out / REPORT_MD, text + "\n")
     atomic_write_text(out / REPORT_JSON, json.dumps(data, indent=2) + "\n")
+    save_leans(out, leans, source="build-verifier: the model's own answers, held-out and shifted splits")
+    verifier.leans = leans
     if plot_png and evaluations:
         plot(evaluations, str(out / REPORT_PLOT))
     return text, data

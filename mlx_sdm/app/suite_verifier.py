@@ -27,6 +27,7 @@ from mlx_sdm.atomic import atomic_write_text
 from mlx_sdm.calibration.evaluation import evaluate, markdown_rows, plot
 from mlx_sdm.calibration.paired_test import paired_comparison
 from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE
+from mlx_sdm.network.lean import counts_of, measure_leans, save_leans
 from mlx_sdm.network.encoding import NEGATIVE_PROBABILITY, VerificationDocument
 from mlx_sdm.network.tasks.registry import load_tasks
 from mlx_sdm.network.verifier import DocumentVerifier, FeatureRecipe, labelled_set
@@ -127,6 +128,7 @@ def build_from_recipe(recipe: VerifierRecipe, out: Path, *, cache_dir: Path | No
     text, data, evaluations = suite_report(lm, verifier, docs.tests, cache_dir, out.name)
     atomic_write_text(out / REPORT_MD, text + "\n")
     atomic_write_text(out / REPORT_JSON, json.dumps(data, indent=2) + "\n")
+    save_leans(out, verifier.leans, source="build-verifier --recipe: constructed documents, held-out and shifted splits")
     if plot_png:
         plot(evaluations, str(out / REPORT_PLOT))
     say(text)
@@ -141,13 +143,14 @@ def suite_report(lm, verifier: DocumentVerifier, tests, cache_dir: Path, name: s
              "documents (gold answer y = 1, or by Bernoulli(0.5) another answer y = 0), each task under its own "
              "system prompt. Cells: accuracy / admitted fraction.", "",
              "| Dataset | Estimator | y=0 | y=1 | ŷ=0 | ŷ=1 | marginal |", "|---|---|---|---|---|---|---|"]
-    records, pooled = [], {"held_out": ([], []), "shifted": ([], [])}
+    records, pooled, counts = [], {"held_out": ([], []), "shifted": ([], [])}, {}
     for task, split, docs in tests:
         feats = cached_document_features(lm, docs, delimiter=verifier.recipe.delimiter, cache_dir=cache_dir,
                                          desc=f"{task.name} {split}"[:24])
         arrays = verifier.estimator.predict_arrays(feats)
         labels = np.array([d.label for d in docs])
         lines += markdown_rows(f"{task.name} {split} ({len(docs)})", labels, arrays["prediction"], arrays["admitted"])
+        counts.setdefault(task.name, {})[split] = counts_of(split, labels, arrays["prediction"])
         paired = paired_comparison(labels, arrays["prediction"], verifier.estimator.logistic_regression_predict(feats))
         records.append({"task": task.name, "split": split, "n": len(docs), "admitted": int(arrays["admitted"].sum()),
                         "admitted_correct": int((arrays["admitted"] & (arrays["prediction"] == labels)).sum()),
@@ -169,6 +172,7 @@ def suite_report(lm, verifier: DocumentVerifier, tests, cache_dir: Path, name: s
               f"{training['logistic_regression']['calibration_accuracy']:.3f}); "
               f"threshold_succeeded={verifier.estimator.manifest['threshold_succeeded']}.",
               f"Reproduce: `mlx-sdm build-verifier --recipe {name}/{RECIPE_FILE} --out DIR`"]
+    verifier.leans = {task: measure_leans(splits) for task, splits in counts.items()}
     return "\n".join(lines), {"rows": records}, evaluations
 
 

@@ -42,8 +42,9 @@ def regeneration(records: Sequence[MessageRecord]) -> Regeneration:
         raise DataError("the last question was followed by guidance; regenerate works on a plain question and answer",
                         field="session")
     answers = [m for m in after if m.role == "assistant" and m.kind == "chat" and m.status in ANSWERS_KEPT]
-    if not answers or any(m.status == "paused" for m in answers):
-        raise DataError("the last question has no finished answer to regenerate", field="session")
+    if not answers:  # a paused answer counts: regenerating it moves on from the pause
+        raise DataError("the last question has no finished answer to regenerate (a stopped or failed answer: "
+                        "send the question again)", field="session")
     attempt = sum(1 for m in after if m.role == "assistant" and m.metadata.replaces is not None) + 1
     messages = conversation_from(records[:question]) + [{"role": "user", "content": records[question].text}]
     return Regeneration(records[question].id, answers[-1].id, messages, attempt)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from mlx_sdm.calibration.constants import ALPHA_PRIME
 from mlx_sdm.network.coverage import RouteKind, TaskRoute, VerifierCoverage, VerifierTask, read_coverage
+from mlx_sdm.network.lean import Lean
 
 if TYPE_CHECKING:  # no MLX import here: the UI and the store read verdicts without loading MLX
     from mlx_sdm.calibration.row_verdict import Verdict
@@ -136,6 +137,15 @@ class DocumentVerdict:
     route: TaskRoute | None = None  # how the question was routed (None: not recorded)
     #: the judging estimator found no high-probability region (Alg. 3 failed): it admits no answer at all
     admits_nothing: bool = False
+    #: how much the judging verifier's lean toward its prediction is worth on this task (network/lean.py);
+    #: None: never measured, so no lean is said
+    lean: Lean | None = None
+
+    @property
+    def lean_informative(self) -> bool:
+        """Its lean toward its own prediction is measured to beat the base rate (network/lean.py, THE rule)."""
+        return (self.verdict is not None and self.lean is not None and self.lean.informative
+                and self.lean.judged == int(self.verdict.prediction))
 
     @property
     def open_question(self) -> bool:
@@ -181,7 +191,7 @@ class DocumentVerdict:
         return {**numbers, "status": self.status.value, "verified": self.verified, "reason": self.reason,
                 "explanation": words.sentence, "badge": words.badge, "task": self.task, "alpha": self.alpha,
                 "covers": covers, "built_on": self.coverage.built_on, "route": route,
-                "admits_nothing": self.admits_nothing}
+                "admits_nothing": self.admits_nothing, "lean": None if self.lean is None else self.lean.to_dict()}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None,
@@ -210,7 +220,8 @@ class DocumentVerdict:
             q_tilde_lower=float(data.get("q_tilde_lower") or 0.0),
             region_alpha=_optional_float(data.get("region_alpha")),
             region_alpha_lower=_optional_float(data.get("region_alpha_lower")))
-        return cls(verdict, alpha, coverage, data.get("task"), route=route, admits_nothing=bool(data.get("admits_nothing")))
+        return cls(verdict, alpha, coverage, data.get("task"), route=route, admits_nothing=bool(data.get("admits_nothing")),
+                   lean=Lean.from_dict(data.get("lean")))
 
 
 def _route_from(data: Any) -> TaskRoute | None:
@@ -259,23 +270,40 @@ def _answer_words(prediction: int) -> str:
     return "right" if int(prediction) == ACCEPTABLE else "wrong"
 
 
-def _nearest_disagrees(verdict: "Verdict") -> str:
+def _nearest_disagrees(verdict: "Verdict", say_lean: bool) -> str:
     """q = 0 with d > 0 (Eq. 5): the nearest training answer is not a correctly judged answer with this
-    prediction; say which, from the nearest exemplar when it was kept."""
+    prediction; say which, from the nearest exemplar when it was kept (this answer's own lean only when it is
+    measured to mean something)."""
+    mine = f"; this one is judged {_answer_words(verdict.prediction)}" if say_lean else ""
     if verdict.exemplars:
         nearest = verdict.exemplars[0]
         if int(nearest.prediction) != int(verdict.prediction):
             return (f"the most similar known answer was judged differently (it was {exemplar_label_words(nearest.label)}, "
-                    f"judged {_answer_words(nearest.prediction)}; this one is judged {_answer_words(verdict.prediction)})")
+                    f"judged {_answer_words(nearest.prediction)}{mine})")
         if int(nearest.label) != int(nearest.prediction):
             return (f"the verifier misjudged the most similar known answer (it was {exemplar_label_words(nearest.label)}, "
                     f"judged {_answer_words(nearest.prediction)})")
     return "the most similar known answer does not match the verifier's judgement of this one (q = 0)"
 
 
+#: What the words say instead of a lean that is no better than the base rate (network/lean.py).
+NO_LEAN = "on questions like this its lean toward right or wrong is no better than the base rate, so it cannot tell"
+
+
+def _no_lean_words(lean: Lean | None) -> str:
+    """Why no lean is said: measured and not above the base rate on every split, or never measured."""
+    if lean is None:
+        return "it cannot tell whether this answer is right (how much its lean means was never measured)"
+    side = "right" if lean.judged == 1 else "wrong"
+    precision = "n/a" if lean.precision is None else f"{100 * lean.precision:.0f} %"
+    return (f"{NO_LEAN} (of {lean.leaned} held-out answers it leaned {side} on, {precision} were {side}, against "
+            f"{100 * lean.base_rate:.0f} % of all answers: not above the base rate on every held-out and shifted split)")
+
+
 def _judged_words(dv: DocumentVerdict, alpha: float) -> tuple[str, str]:
-    """(badge reason, sentence) for a verdict the estimator made; each clause is read off its numbers."""
-    v, reason = dv.verdict, dv.reason
+    """(badge reason, sentence) for a verdict the estimator made; each clause is read off its numbers, and a lean is
+    said only where it is measured to beat the base rate (:attr:`DocumentVerdict.lean_informative`)."""
+    v, reason, lean = dv.verdict, dv.reason, dv.lean_informative
     assert v is not None
     if reason is None:
         return (f"p_lower {v.p_lower:.3f}",
@@ -296,15 +324,22 @@ def _judged_words(dv: DocumentVerdict, alpha: float) -> tuple[str, str]:
         return ("unlike what it was built on",
                 f"Out of scope: {far}, so it makes no judgement. {dv.coverage.sentence()}")
     if reason == REASON_OUT_OF_DISTRIBUTION:
-        return ("nearest known answer disagrees", f"Not verified: {_nearest_disagrees(v)}, so it cannot vouch for it.")
+        return ("nearest known answer disagrees", f"Not verified: {_nearest_disagrees(v, lean)}, so it cannot vouch for it.")
     if reason == REASON_INDEX_FLIPPED:
+        if not lean:
+            return ("cannot tell", f"Not verified: weighed by similarity (q = {v.q}) and distance (d = {v.d:.3f}), its "
+                                   f"calibrated output does not support its first reading of this answer; {_no_lean_words(dv.lean)}.")
         return ("its evidence reverses its prediction",
                 f"Not verified: weighed by similarity (q = {v.q}) and distance (d = {v.d:.3f}), the verifier's "
                 f"calibrated output no longer favours its own prediction that the answer is "
                 f"{_answer_words(v.prediction)}, so it cannot vouch for it.")
-    return ("not confident enough",
-            f"Not verified: the verifier leans toward this answer being {_answer_words(v.prediction)}, but its "
-            f"calibrated confidence (q = {v.q}, d = {v.d:.3f}) does not reach the {alpha:.2f} it needs to vouch for it.")
+    if not lean:
+        return ("cannot tell", f"Not verified: its calibrated confidence (q = {v.q}, d = {v.d:.3f}) does not reach the "
+                               f"{alpha:.2f} it needs to vouch for this answer, and {_no_lean_words(dv.lean)}.")
+    return (f"leans {_answer_words(v.prediction)}",
+            f"Not verified: the verifier leans toward this answer being {_answer_words(v.prediction)} "
+            f"({dv.lean.words()}), but its calibrated confidence (q = {v.q}, d = {v.d:.3f}) does not reach the "
+            f"{alpha:.2f} it needs to vouch for it.")
 
 
 def _region_words(v: "Verdict", alpha: float) -> str:
@@ -320,18 +355,24 @@ def _region_words(v: "Verdict", alpha: float) -> str:
             f"are {judged} (nested region α {region:.2f}, lower estimate), short of the {alpha:.2f} needed to vouch.")
 
 
-def _admits_nothing_words(v: "Verdict", alpha: float) -> tuple[str, str]:
-    """A verifier whose calibration found no high-probability region (Alg. 3) vouches for no answer: say that
-    first, then which way it leans and on what (the q most similar known answers, Eq. 5)."""
+def _admits_nothing_words(dv: DocumentVerdict, alpha: float) -> tuple[str, str]:
+    """A verifier whose calibration found no high-probability region (Alg. 3) vouches for no answer: say that first;
+    then which way it leans and on what (the q most similar known answers, Eq. 5) only where that lean is measured
+    to beat the base rate, else that it cannot tell."""
+    v = dv.verdict
+    assert v is not None
+    nothing = (f"on this model the verifier cannot vouch for any answer (in calibration no group of similar answers "
+               f"was at least {alpha * 100:.0f} % right)")
+    if not dv.lean_informative:
+        return ("cannot tell on this model", f"Not verified: {nothing}, and {_no_lean_words(dv.lean)}.")
     lean = _answer_words(v.prediction)
     if v.q > 0:
         known = "correct" if int(v.prediction) == ACCEPTABLE else "incorrect"
-        evidence = f": the {v.q} most similar known answers were {known} and judged so"
+        evidence = f"; the {v.q} most similar known answers were {known} and judged so"
     else:
-        evidence = ", though its most similar known answer does not agree (q = 0)"
-    return ("vouches for no answer on this model",
-            f"Not verified: on this model the verifier cannot vouch for any answer (in calibration no group of similar "
-            f"answers was at least {alpha * 100:.0f} % right). It leans toward this answer being {lean}{evidence}.")
+        evidence = "; its most similar known answer does not agree (q = 0)"
+    return (f"leans {lean}", f"Not verified: {nothing}. It leans toward this answer being {lean}, a lean measured to "
+                             f"mean something ({dv.lean.words()}){evidence}.")
 
 
 def _probability(verdict: DocumentVerdict) -> str:
@@ -376,7 +417,7 @@ def verdict_words(verdict: DocumentVerdict | None, *, no_verifier_reason: str | 
         return VerdictWords(status, "○ out of scope · not one of the verifier's tasks",
                             f"Out of scope: {why}, so it makes no judgement. {verdict.coverage.sentence()}")
     if verdict.admits_nothing and status is VerdictStatus.NOT_VERIFIED:
-        short, sentence = _admits_nothing_words(verdict.verdict, verdict.alpha)
+        short, sentence = _admits_nothing_words(verdict, verdict.alpha)
     else:
         short, sentence = _judged_words(verdict, verdict.alpha)
     sentence += _route_words(verdict)
@@ -384,5 +425,25 @@ def verdict_words(verdict: DocumentVerdict | None, *, no_verifier_reason: str | 
         region = _region_words(verdict.verdict, verdict.alpha)
         if region:
             short, sentence = f"{short} · region α {verdict.verdict.region_alpha_lower:.2f}", sentence + region
-    mark = {VerdictStatus.VERIFIED: "✔", VerdictStatus.OUT_OF_SCOPE: "○"}.get(status, "✘")
-    return VerdictWords(status, f"{mark} {status.words} · {short}", sentence)
+    return VerdictWords(status, f"{_mark(verdict, status)} {status.words} · {short}", sentence)
+
+
+#: The badge's marks: vouched for, likely wrong (the numbers say so), cannot tell, out of scope.
+MARK_VERIFIED, MARK_WRONG, MARK_CANNOT_TELL, MARK_OUT_OF_SCOPE = "✔", "✘", "?", "○"
+
+
+def _mark(verdict: DocumentVerdict, status: VerdictStatus) -> str:
+    """✘ only where the calibrated numbers call the answer wrong (admitted as wrong, or a lean toward wrong measured
+    to beat the base rate) or the answer is unlike the task's answers; "?" where the verifier cannot tell."""
+    if status is VerdictStatus.VERIFIED:
+        return MARK_VERIFIED
+    if status is VerdictStatus.OUT_OF_SCOPE:
+        return MARK_OUT_OF_SCOPE
+    v = verdict.verdict
+    if v is None or verdict.reason == REASON_PREDICTED_UNACCEPTABLE:
+        return MARK_WRONG  # an empty answer, or admitted as wrong
+    if verdict.reason == REASON_OUT_OF_DISTRIBUTION and _unlike(v):
+        return MARK_WRONG  # a task's question answered unlike any of the task's answers
+    if verdict.lean_informative and int(v.prediction) != ACCEPTABLE:
+        return MARK_WRONG
+    return MARK_CANNOT_TELL

@@ -34,6 +34,7 @@ from mlx_sdm.errors import ArtifactError, DataError, ModelMismatchError
 from mlx_sdm.resources import default_verifier_dir, resolve_artifact
 from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE, DocumentFeatures, force_decode_batch
 from mlx_sdm.network.encoding import VerificationDocument
+from mlx_sdm.network.lean import ANY_TASK, Lean, load_leans, save_leans
 from mlx_sdm.network.verdict import DocumentVerdict
 from mlx_sdm.network.coverage import (
     MEMBERS_DIR,
@@ -149,7 +150,8 @@ class DocumentVerifier:
 
     def __init__(self, estimator: SDMEstimator, model_fingerprint: dict[str, Any], recipe: FeatureRecipe | None = None,
                  info: dict[str, Any] | None = None, tasks: list[dict[str, Any]] | None = None,
-                 members: dict[str, "DocumentVerifier"] | None = None, router: QuestionRouter | None = None):
+                 members: dict[str, "DocumentVerifier"] | None = None, router: QuestionRouter | None = None,
+                 leans: dict[str, dict[int, Lean]] | None = None):
         self.estimator = estimator
         self.model_fingerprint = dict(model_fingerprint)
         self.recipe = recipe or FeatureRecipe()
@@ -157,6 +159,8 @@ class DocumentVerifier:
         self.tasks = list(tasks or [])  # verifier.json "tasks": [{"name", "description", "example_prompt"}]
         self.members = dict(members or {})
         self.router = router
+        #: per task (ANY_TASK for one task), how much its lean toward right (1) and wrong (0) is worth (network/lean.py)
+        self.leans = dict(leans or {})
 
     @property
     def judges_open_questions(self) -> bool:
@@ -248,9 +252,15 @@ class DocumentVerifier:
         task of this verifier the question was routed to (:meth:`route`), None when unrouted; ``route``:
         how it was routed (the verdict's sentence says so)."""
         judge = self.member_for(task)
-        return DocumentVerdict(judge.verify_features(features, explain=explain), alpha=judge.estimator.alpha,
-                               coverage=self.coverage, task=task, route=route,
-                               admits_nothing=judge.estimator.admits_nothing)
+        verdict = judge.verify_features(features, explain=explain)
+        return DocumentVerdict(verdict, alpha=judge.estimator.alpha, coverage=self.coverage, task=task, route=route,
+                               admits_nothing=judge.estimator.admits_nothing,
+                               lean=judge.lean_for(task, int(verdict.prediction)))
+
+    def lean_for(self, task: str | None, prediction: int) -> Lean | None:
+        """How much this verifier's lean toward ``prediction`` is worth on ``task`` (None: never measured)."""
+        by_class = self.leans.get(task or ANY_TASK) or self.leans.get(ANY_TASK) or {}
+        return by_class.get(int(prediction))
 
     def verify_batch(self, features: np.ndarray, explain: int = 0) -> list[Verdict]:
         return self.estimator.predict(np.asarray(features, dtype=np.float32), explain=explain)
@@ -283,6 +293,8 @@ class DocumentVerifier:
             self.estimator.save(tmp / ESTIMATOR_DIR)
             for name, member in self.members.items():
                 member.save(tmp / MEMBERS_DIR / name)
+            if self.leans:
+                save_leans(tmp, self.leans, source=str(self.info.get("built_by", "")))
             (tmp / VERIFIER_MANIFEST).write_text(json.dumps(self.manifest(), indent=2, sort_keys=True), encoding="utf-8")
             tmp.chmod(0o755)
             (tmp / VERIFIER_MANIFEST).chmod(0o644)
@@ -316,7 +328,7 @@ class DocumentVerifier:
                                task_systems=task_systems, task_names=names)
         members = {p.name: cls.load(p, expect_fingerprint) for p in sorted((directory / MEMBERS_DIR).glob("*"))
                    if (p / VERIFIER_MANIFEST).is_file()}
-        verifier = cls(estimator, fingerprint, recipe, manifest.get("info"), tasks, members)
+        verifier = cls(estimator, fingerprint, recipe, manifest.get("info"), tasks, members, leans=load_leans(directory))
         verifier.router = default_router_for(verifier)
         return verifier
 

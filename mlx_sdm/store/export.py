@@ -18,7 +18,7 @@ from mlx_sdm.monitor.session_file.records import (
 from mlx_sdm.monitor.session_file.writer import write_session_jsonl, write_sessions_jsonl
 from mlx_sdm.monitor.session_file.provenance import Provenance
 from mlx_sdm.monitor.online.reading import MonitorReading
-from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, verdict_words
+from mlx_sdm.network.verdict import ACCEPTABLE, DocumentVerdict, VerdictStatus, exemplar_label_words, verdict_words
 from mlx_sdm.store.chat_store import ChatStore
 from mlx_sdm.store.schema import MessageRecord
 
@@ -85,7 +85,9 @@ def _message_markdown(m: MessageRecord) -> list[str]:
         out.append("")
         for e in exemplars:
             text = (e.text or "").replace("\n", " ")
-            out.append(f"- `{e.id}` label {e.label} (predicted {e.prediction}), distance {_num(e.distance)}: {text}")
+            judged = "right" if int(e.prediction) == ACCEPTABLE else "wrong"
+            out.append(f"- {exemplar_label_words(e.label)} (judged {judged}; distance {_num(e.distance)}, id `{e.id}`): "
+                       f"{text}")
         out.append("")
     if meta.reflection_prompt:
         out += ["**Reflection requested** (HIGH uncertainty):", "", f"> {meta.reflection_prompt}", ""]

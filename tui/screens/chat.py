@@ -60,7 +60,7 @@ class ChatScreen(ChatKeys, Screen):
         Binding("escape", "stop", "Stop", show=True),
         Binding("ctrl+t", "toggle_monitor", "Monitor", show=True),
         Binding("ctrl+y", "copy", "Copy", show=True),
-        Binding("ctrl+b", "evidence", "Evidence", show=True),
+        Binding("ctrl+b,f2", "evidence", "Evidence", show=True),  # f2: inside tmux, whose prefix is ctrl+b
     ] + KEY_BINDINGS  # tab stops, moving between messages; "?" is text (f1 is help)
 
     def __init__(self, *, session_id: str | None = None, show_monitor: bool = True) -> None:

@@ -20,7 +20,7 @@ class EvidenceScreen(ModalScreen[None]):
     def __init__(self, verdict: DocumentVerdict, answer: str = "") -> None:
         super().__init__(classes="modal")
         self.verdict, self.answer = verdict, answer
-        self.shown = evidence_renderable(verdict, text_width=FULL_TEXT_WIDTH)
+        self.shown = evidence_renderable(verdict, text_width=FULL_TEXT_WIDTH, raw=True)
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(classes="dialog wide evidence-screen"):

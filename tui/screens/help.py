@@ -19,8 +19,8 @@ question is answered by the plain model with the whole conversation. The badge u
 **verified** (the verifier vouches for it: calibrated `p_lower` ≥ α′ = 0.95), **not verified** (one of its
 tasks, but it cannot vouch for the answer; the sentence says why, from the numbers), **out of scope** (not
 one of the verifier's tasks; it says what it covers instead), or **no verifier** (none fits this model).
-Click the badge, or focus it and press enter, to see the evidence: q, d, ⌊q̃⌋ and the
-nearest training exemplars with their labels.
+Click the badge, or focus it and press enter, to see the evidence in words: why, and the
+nearest training exemplars with their labels; `v` on the badge adds the raw numbers (q, d, ⌊q̃⌋, p_lower).
 
 The session monitor scores each turn (AUQ level and cumulative confidence P, TRACER risk R).
 {ladder_words()}
@@ -31,7 +31,7 @@ The session monitor scores each turn (AUQ level and cumulative confidence P, TRA
 | escape | stop the answer being generated; on a message, back to the input |
 | tab / shift+tab | move between the input, the last answer and the monitor panel |
 | up / down | on a message: the previous / next message (home / end: the first / last) |
-| ctrl+b | expand / collapse the evidence of the focused answer (else the last); enter on a focused answer does too; `v` on a badge opens it full screen |
+| ctrl+b or f2 | expand / collapse the evidence of the focused answer (else the last; f2 inside tmux, whose prefix is ctrl+b); enter on a focused answer does too; `v` on a badge opens it full screen |
 | ctrl+t | show / hide the session monitor panel |
 | ctrl+o | sessions: open, rename (r), delete (d), new (n) |
 | ctrl+n | new chat |

@@ -1,5 +1,5 @@
-"""The evidence behind a verdict: the state and why, the nearest training exemplars (text, label in
-words), then q, d, ⌊q̃⌋, the prediction and p_lower."""
+"""The evidence behind a verdict in words: the state and why, the nearest training exemplars (text, label in
+words); the raw numbers (the prediction, p_lower, q, d, ⌊q̃⌋, softmax) only in the full-screen view (``v``)."""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ EXEMPLAR_TEXT_WIDTH = 72
 INLINE_ID_WIDTH = 24
 
 
-def evidence_renderable(verdict: DocumentVerdict, *, text_width: int = EXEMPLAR_TEXT_WIDTH) -> Group:
+def evidence_renderable(verdict: DocumentVerdict, *, text_width: int = EXEMPLAR_TEXT_WIDTH, raw: bool = False) -> Group:
     """A Rich renderable for a verdict: the state and its one sentence (the one rule), the shared
-    instruction once, each exemplar by what tells it apart (question, answer, label in words), then
-    the numbers for those who want them."""
+    instruction once, each exemplar by what tells it apart (question, answer, label in words); ``raw``: then the
+    numbers for those who want them (else a hint where to find them)."""
     words = verdict_words(verdict)
     judged = verdict.verdict  # None: no estimator judgement (not one of the verifier's tasks, an empty answer)
     state, _, rest = words.sentence.partition(":")
@@ -46,13 +46,15 @@ def evidence_renderable(verdict: DocumentVerdict, *, text_width: int = EXEMPLAR_
             parts.append(line)
     elif judged is not None:
         parts.append(Text("no exemplars were stored with this verdict", style="italic"))
-    if judged is not None:
+    if judged is not None and raw:
         numbers = Text(style="dim")
-        numbers.append(f"prediction {judged.prediction}   p_lower {format_p(judged.p_lower)}   "
-                       f"q {judged.q}   d {judged.d:.3f}   ⌊q̃⌋ {judged.q_bin}")
+        numbers.append(f"raw numbers: prediction {judged.prediction} ({'right' if judged.prediction == 1 else 'wrong'})   "
+                       f"p_lower {format_p(judged.p_lower)}   q {judged.q}   d {judged.d:.3f}   ⌊q̃⌋ {judged.q_bin}")
         if judged.softmax:
             numbers.append("   softmax " + " ".join(f"{float(p):.3f}" for p in judged.softmax))
         parts.append(numbers)
+    elif judged is not None:
+        parts.append(Text("v on the badge shows the raw numbers (prediction, p_lower, q, d, ⌊q̃⌋)", style="dim italic"))
     return Group(*parts)
 
 
