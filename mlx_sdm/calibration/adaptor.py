@@ -7,7 +7,7 @@ by about the same step, and the adaptor cannot learn what those small dimensions
 epochs (``scripts/research/adaptor_vs_probe.py``). Per-dimension standardisation on D_tr
 (``FitConfig.input_scaling = "per_dimension"``) removes that. It is not the default: where the large
 dimensions carry the signal (the suite verifier's BBC topic documents) it admitted fewer documents
-(README "Input scaling"), so the paper's scalar form stays the default."""
+(docs/estimator.md, "Input scaling of the adaptor"), so the paper's scalar form stays the default."""
 
 from __future__ import annotations
 
