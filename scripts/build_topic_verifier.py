@@ -15,7 +15,7 @@ JSON, so a chat user could never get an answer the verifier can judge.
 
 After fitting, the held-out articles (disjoint from train ∪ calibration) and two shifted views of the
 same held-out articles (twice the words; titles only) are reported in the paper's Table 1 / Table 7 layout
-(scripts/report_verifier.py's cells), followed by held-out documents it admits.
+(scripts/research/report_verifier.py's cells), followed by held-out documents it admits.
 
     .venv/bin/python scripts/build_topic_verifier.py                 # build + report (~15 min on 2 cores)
     .venv/bin/python scripts/build_topic_verifier.py --report-only   # report the shipped verifier

@@ -1,8 +1,8 @@
 #!/usr/bin/env python
-"""Generate the session corpus of the monitors with the product as it ships (mlx_sdm.app.corpus):
+"""Generate the session corpus of the monitors with the product as it ships (corpus.py beside it):
 multi-turn chats that mix everyday questions, task questions and follow-ups, each turn through the
 chat's own turn (routing, head, verifier, monitors, measured escalation), each answer labelled
-(mlx_sdm.app.corpus_plan), each session stamped with the provenance of the product that made it.
+(corpus_plan.py), each session stamped with the provenance of the product that made it.
 
 Resumable (kill it and run the same command again) and sharded: run shards side by side, then merge.
 
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from mlx_sdm.app.corpus import DEFAULT_MAX_TOKENS, DEFAULT_SESSIONS, DEFAULT_SPLIT, merge_shards, run_corpus, setup_from
+from corpus import DEFAULT_MAX_TOKENS, DEFAULT_SESSIONS, DEFAULT_SPLIT, merge_shards, run_corpus, setup_from
 
 
 def build_parser() -> argparse.ArgumentParser:

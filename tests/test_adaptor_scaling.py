@@ -3,7 +3,7 @@
 Under an LM's hidden states a few dimensions are 10–40× the typical one. The paper's scalar input
 scaling leaves the informative small dimensions near zero and the adaptor (Adam, a fixed number of
 epochs) stays near chance while logistic regression finds them; per-dimension scaling
-(``input_scaling="per_dimension"``) fixes that. The default stays scalar (README "Input scaling"). Hand-made data where the cause shows: 16 small informative dimensions, 4 huge noise ones.
+(``input_scaling="per_dimension"``) fixes that. The default stays scalar (docs/estimator.md, "Input scaling of the adaptor"). Hand-made data where the cause shows: 16 small informative dimensions, 4 huge noise ones.
 Also: the promise on held-out and shifted data, and folders of both kinds load and predict the same (a folder
 saved and loaded in one process: bit for bit; the stored older folder: discrete outputs exactly, the others
 to float32 precision).

@@ -82,7 +82,7 @@ def test_verifier_for_another_model_and_no_verified_rows(tmp_path, tiny_model, c
 
 
 def test_the_example_config_loads_and_its_data_resolves_from_any_folder(tmp_path, monkeypatch):
-    """examples/finetune.yaml names data shipped inside the package, so the README's fine-tune command
+    """examples/finetune.yaml names data shipped inside the package, so the fine-tune command of docs/finetuning.md
     needs no checkout beside it (a wheel carries mlx_sdm/network/tasks/data/*.jsonl.gz)."""
     from pathlib import Path
 

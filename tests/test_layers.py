@@ -1,4 +1,4 @@
-"""The layering the README draws, enforced: each module imports only from its own layer or the
+"""The layering docs/architecture.md draws, enforced: each module imports only from its own layer or the
 layers below it (function-level imports included). An upward import fails this test, naming the
 file, line and the import; `test_an_upward_import_is_flagged` shows it on a module written for it."""
 

@@ -1,4 +1,4 @@
-"""The session corpus (mlx_sdm/app/corpus.py, corpus_plan.py; scripts/session_corpus.py) on the tiny
+"""The session corpus (scripts/session_corpus.py and, beside it, corpus.py and corpus_plan.py) on the tiny
 model: a deterministic plan that mixes everyday questions, task questions and follow-ups; labels;
 sessions through the chat's own turn with provenance; resume after a kill; shards merged in plan
 order; and eval-monitor's held-out table on the shipped corpus."""
@@ -7,10 +7,14 @@ import json
 
 import pytest
 
-from mlx_sdm.app.corpus_plan import (
-    EVERYDAY, EverydayPrompt, PlannedTurn, check_everyday, everyday_prompts, label_turn, plan_sessions, session_success,
-)
 from mlx_sdm.network.verdict import status_from_dict
+from tests.scripts_side import load_script
+
+corpus_plan = load_script("corpus_plan.py")
+corpus = load_script("corpus.py")  # after corpus_plan.py, which it imports by name
+EVERYDAY, EverydayPrompt, PlannedTurn = corpus_plan.EVERYDAY, corpus_plan.EverydayPrompt, corpus_plan.PlannedTurn
+check_everyday, everyday_prompts, label_turn = corpus_plan.check_everyday, corpus_plan.everyday_prompts, corpus_plan.label_turn
+plan_sessions, session_success = corpus_plan.plan_sessions, corpus_plan.session_success
 
 pytestmark = pytest.mark.filterwarnings("ignore::mlx_sdm.monitor.online.tracer.MonitorWarning")
 
@@ -21,9 +25,10 @@ EVERYDAY_TINY = [EverydayPrompt("e0", "arithmetic", "What is 12 times 7?", {"typ
 
 @pytest.fixture(scope="module")
 def corpus_setup(tmp_path_factory):
-    from mlx_sdm.app.corpus import setup_from
     from mlx_sdm.network.tasks.registry import load_task
     from tests.tiny_verifier import build_tiny_verifier, tiny_components
+
+    setup_from = corpus.setup_from
 
     tmp = tmp_path_factory.mktemp("corpus")
     capitals = tmp / "capitals.jsonl"
@@ -76,7 +81,7 @@ def test_labels():
 
 
 def test_corpus_runs_the_chat_turn_resumes_after_a_kill_and_merges_shards(corpus_setup):
-    from mlx_sdm.app.corpus import completed_sessions, merge_shards, run_corpus
+    completed_sessions, merge_shards, run_corpus = corpus.completed_sessions, corpus.merge_shards, corpus.run_corpus
     from mlx_sdm.monitor.session_file.reader import read_sessions_jsonl
 
     setup, tmp = corpus_setup

@@ -110,7 +110,7 @@ def test_the_live_forecast_reads_a_verdict_as_the_recorded_sessions_do():
     routed = DocumentVerdict(Verdict(prediction=1, p_lower=None, admitted=False, q=0, d=0.0, q_bin=0,
                                      reason="out_of_distribution"), task="bbc_topic")
     for verdict in (everyday, routed):
-        recorded = {**verdict.to_dict(), "status": verdict.status.value, "task": verdict.task}  # app/corpus.py
+        recorded = {**verdict.to_dict(), "status": verdict.status.value, "task": verdict.task}  # scripts/corpus.py
         assert TurnVerdict.of(verdict) == TurnVerdict.from_dict(recorded)
     assert TurnVerdict.of(everyday).status is VerdictStatus.OUT_OF_SCOPE
     assert TurnVerdict.of(routed).status is VerdictStatus.NOT_VERIFIED  # a task's question the verifier did not place

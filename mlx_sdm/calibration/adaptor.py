@@ -4,10 +4,10 @@ The paper (and the author's SDK) scales the input by two scalars, the mean and s
 all entries of D_tr. Under an LM's hidden states that is not enough: a few dimensions are 10–40× the
 typical one, so after the global scaling most dimensions sit near 0.05 while Adam moves every weight
 by about the same step, and the adaptor cannot learn what those small dimensions carry within its
-epochs (``scripts/adaptor_vs_probe.py``). Per-dimension standardisation on D_tr
+epochs (``scripts/research/adaptor_vs_probe.py``). Per-dimension standardisation on D_tr
 (``FitConfig.input_scaling = "per_dimension"``) removes that. It is not the default: where the large
 dimensions carry the signal (the suite verifier's BBC topic documents) it admitted fewer documents
-(README "Input scaling"), so the paper's scalar form stays the default."""
+(docs/estimator.md, "Input scaling of the adaptor"), so the paper's scalar form stays the default."""
 
 from __future__ import annotations
 

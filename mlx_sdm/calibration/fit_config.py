@@ -29,7 +29,7 @@ class FitConfig:
     #: The adaptor's input scaling, fitted on each iteration's D_tr (adaptor.py): "scalar" (default;
     #: the paper's and the SDK's two scalars), "per_dimension" (μ, σ per dimension: the adaptor then
     #: reaches the logistic probe where a few huge dimensions carry no signal, but on the suite
-    #: verifier's mixed-task pool it admitted less; README "Input scaling") or "none".
+    #: verifier's mixed-task pool it admitted less; docs/estimator.md, "Input scaling of the adaptor") or "none".
     input_scaling: str = SCALING_SCALAR
     #: False turns input scaling off whatever ``input_scaling`` says (the CLI's --no-normalize).
     normalize: bool = True

@@ -27,7 +27,7 @@ the boundary in both computations, so they need no re-check.
 Self-match exclusion (training points querying their own support set) is by index, not by
 dropping rank 0, so duplicate exemplars are handled correctly.
 
-Backends: "auto" (default: "mlx" on a GPU, "numpy" on a CPU, chosen by ``scripts/bench_knn.py``:
+Backends: "auto" (default: "mlx" on a GPU, "numpy" on a CPU, chosen by ``scripts/bench/bench_knn.py``:
 on our 2-core CPU the NumPy pass is 2.6× faster than MLX's CPU matmul), "mlx", "numpy" and
 "faiss" (``IndexFlatL2`` over k neighbours then the prefix scan, like the reference; rows whose
 boundary band leaves the returned list fall back to the exhaustive pass). All give identical results.

@@ -1,5 +1,5 @@
 """The shipped SpamAssassin MiniLM embeddings (``spam_minilm.npz``, see README.md beside this file)
-and the split used by the tests and ``scripts/choose_defaults.py``."""
+and the split used by the tests and ``scripts/research/choose_defaults.py``."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ A session is a short conversation as people chat: everyday questions (greetings,
 trivia, writing, translation; ``mlx_sdm/datasets/everyday_prompts.json``), task questions (items of
 the task suite, ``mlx_sdm.network.tasks``) and follow-ups about the previous answer ("Are you sure?",
 "Why did you pick that?"). The plan of every session is drawn from a seed up front, so a run is
-deterministic and can be sharded and resumed (:mod:`mlx_sdm.app.corpus`).
+deterministic and can be sharded and resumed (:mod:`corpus`).
 
 Labels (:func:`label_turn`), one per answer:
 

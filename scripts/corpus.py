@@ -9,7 +9,7 @@ message, as a user who moves on; and the model is not asked for a reflection on 
 are loaded as ``mlx-sdm chat`` loads them (:func:`mlx_sdm.app.loading.load_components`; the MiniLM
 embedder by default).
 
-The plan and the labels: :mod:`mlx_sdm.app.corpus_plan`. Each session record carries the
+The plan and the labels: :mod:`corpus_plan`. Each session record carries the
 :class:`~mlx_sdm.monitor.session_file.provenance.Provenance` of the product that made it. The output JSONL is
 append-only, one session block written and fsynced at a time; a rerun skips the sessions already there
 (a block torn by a kill is cut off first), and ``shard = (i, n)`` keeps every n-th planned session from
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from mlx_sdm.app.corpus_plan import EVERYDAY, EverydayPrompt, PlannedTurn, SessionPlan, label_turn, plan_sessions, \
+from corpus_plan import EVERYDAY, EverydayPrompt, PlannedTurn, SessionPlan, label_turn, plan_sessions, \
     session_success, user_text
 from mlx_sdm.monitor.session_file.provenance import Provenance, make_provenance
 from mlx_sdm.monitor.session_file.records import Session, SessionStep, VerifierOutput
@@ -55,7 +55,7 @@ def turn_options(max_tokens: int) -> Any:
 
 def setup_from(components: Any, tasks: dict[str, Any], *, max_tokens: int = DEFAULT_MAX_TOKENS,
                split: str = DEFAULT_SPLIT, everyday: list[EverydayPrompt] | None = None) -> CorpusSetup:
-    from mlx_sdm.app.corpus_plan import everyday_prompts
+    from corpus_plan import everyday_prompts
 
     lm = components.lm
     provenance = make_provenance(model_name=lm.name, fingerprint=getattr(lm, "fingerprint", None),

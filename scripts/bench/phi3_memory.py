@@ -16,8 +16,8 @@ For each depth the script records (``mx.reset_peak_memory`` / ``mx.get_peak_memo
 The per-layer cost is the slope between depths; the full-model estimate is the shallowest
 model's peak plus (32 − its depth) × the largest slope.
 
-    python scripts/phi3_memory.py                     # depths 1 and 2, 128-token prompt, 50 tokens
-    python scripts/phi3_memory.py --layers 1 2 3 --prompt-tokens 500
+    python scripts/bench/phi3_memory.py                     # depths 1 and 2, 128-token prompt, 50 tokens
+    python scripts/bench/phi3_memory.py --layers 1 2 3 --prompt-tokens 500
 """
 
 from __future__ import annotations

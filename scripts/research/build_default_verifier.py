@@ -9,8 +9,8 @@ It is `mlx-sdm build-verifier` with these settings: the model answers each task'
 the model gives in the task's JSON format. Answers and features are cached in build/suite-cache
 (outside git): a second run (e.g. after the estimator's training defaults change) only refits.
 
-    .venv/bin/python scripts/build_default_verifier.py                  # ~30 min of answers on 2 busy cores, then the fit
-    .venv/bin/python scripts/build_default_verifier.py --out build/try  # somewhere else
+    .venv/bin/python scripts/research/build_default_verifier.py                  # ~30 min of answers on 2 busy cores, then the fit
+    .venv/bin/python scripts/research/build_default_verifier.py --out build/try  # somewhere else
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 import mlx_sdm  # noqa: F401  (BLAS before mlx)
 

@@ -1,14 +1,14 @@
 #!/usr/bin/env python
 """Report the shipped document verifier in the layout of the paper's Table 1 / Table 7.
 
-Held-out FEVER-derived verification documents (the split scripts/build_default_verifier.py left
+Held-out FEVER-derived verification documents (the split scripts/research/build_default_verifier.py left
 out) and a shifted task built the same way from BIG-bench sports_understanding
 (`{"plausible": bool}` answers). Each cell is `acc / n`: accuracy of the verifier's prediction of y
 within the stratum among the documents that row admits, and that count ÷ |D_te|. `no-reject`
 admits everything; `p̂ lower` admits where p̂(y|x)_lower ≥ α′ = 0.95 (Eq. 28). N/A = none admitted.
 
-    .venv/bin/python scripts/report_verifier.py                    # prints the markdown tables
-    .venv/bin/python scripts/report_verifier.py --out build/verifier_report.md
+    .venv/bin/python scripts/research/report_verifier.py                    # prints the markdown tables
+    .venv/bin/python scripts/research/report_verifier.py --out build/verifier_report.md
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 import mlx_sdm  # noqa: F401
 
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", f"Built on {info.get('pool_size')} FEVER documents (Alg. 1 split into D_tr/D_ca); calibration-set "
               f"accuracy {training['calibration_accuracy']:.3f} (logistic regression on the same features "
               f"{training['logistic_regression']['calibration_accuracy']:.3f}). Report took {time.time() - started:.0f} s.",
-              "Reproduce: `.venv/bin/python scripts/build_default_verifier.py && .venv/bin/python scripts/report_verifier.py`"]
+              "Reproduce: `.venv/bin/python scripts/research/build_default_verifier.py && .venv/bin/python scripts/research/report_verifier.py`"]
     text = "\n".join(lines)
     print(text)
     if args.out:

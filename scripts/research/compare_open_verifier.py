@@ -4,7 +4,7 @@ AUQ monitor computes it, each given the threshold that reaches 0.95 right among 
 calibration half (where the SDM estimator calibrates), and then applied unchanged to the test and
 shifted answers. SDM admits an answer as right when it is verified (p_lower >= 0.95 and y_hat = 1).
 
-    .venv/bin/python scripts/compare_open_verifier.py --verifier weights/smollm2-suite/members/open_questions \
+    .venv/bin/python scripts/research/compare_open_verifier.py --verifier weights/smollm2-suite/members/open_questions \
         --cache weights-build/open.cache
 
 `--families` prints the model's accuracy per source of question instead (seconds, from the cache).

@@ -8,8 +8,8 @@
    the epoch's steps and, with the shipped verifier present, Alg. 4's regeneration of the training
    and calibration documents with verification.
 
-    .venv/bin/python scripts/bench_finetune.py                      # 50-token batches, 30 steps each
-    .venv/bin/python scripts/bench_finetune.py --epoch-docs 40 --steps 50
+    .venv/bin/python scripts/bench/bench_finetune.py                      # 50-token batches, 30 steps each
+    .venv/bin/python scripts/bench/bench_finetune.py --epoch-docs 40 --steps 50
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 import mlx_sdm  # noqa: F401
 

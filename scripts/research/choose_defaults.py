@@ -10,9 +10,9 @@ For each configuration it prints, per dataset and view, the admitted count and e
 prediction-conditional stratum (accuracy/count), whether every admitted stratum is >= 0.95, ψ,
 q̃*_min, robust q̃_min and the per-iteration q̃_min.
 
-    .venv/bin/python scripts/choose_defaults.py                       # the current defaults
-    .venv/bin/python scripts/choose_defaults.py --config paper --config default
-    .venv/bin/python scripts/choose_defaults.py --config lr=1e-4,epochs=60,iterations=5
+    .venv/bin/python scripts/research/choose_defaults.py                       # the current defaults
+    .venv/bin/python scripts/research/choose_defaults.py --config paper --config default
+    .venv/bin/python scripts/research/choose_defaults.py --config lr=1e-4,epochs=60,iterations=5
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 import mlx_sdm  # noqa: F401  (BLAS preload before mlx)
 

@@ -2,9 +2,9 @@
 """Why do v2 and nested admit wrong hard-ham rows where v1 does not? (not a test)
 
 SpamAssassin's hard ham (legitimate mail that reads like spam, all y = 0; ``--spam-package``, as in
-``scripts/compare_reexpress_sdm.py``) against our three kinds fitted with the project defaults on the
-spam splits of ``scripts/choose_defaults.py`` (``mlx-sdm train``, one process per kind, reused from
-``--work`` as ``scripts/probe_gaps.py`` leaves them). Each line is one admission rule on one adaptor,
+``scripts/research/compare_reexpress_sdm.py``) against our three kinds fitted with the project defaults on the
+spam splits of ``scripts/research/choose_defaults.py`` (``mlx-sdm train``, one process per kind, reused from
+``--work`` as ``scripts/research/probe_gaps.py`` leaves them). Each line is one admission rule on one adaptor,
 with admitted / wrongly admitted rows on the held-out test set, the later collection (shift) and
 hard ham:
 
@@ -22,7 +22,7 @@ hard ham:
 * ``--refit``: v1's and v2's rules on adaptors refitted with v1's or v2's training q (flip rule on or off) and
   v1's or v2's selection (balanced median q or balanced sdm loss), all else the project defaults.
 
-    PYTHONPATH=$PWD .venv/bin/python scripts/probe_hard_shift.py --spam-package /tmp/package --work /tmp/gaps [--refit]
+    PYTHONPATH=$PWD .venv/bin/python scripts/research/probe_hard_shift.py --spam-package /tmp/package --work /tmp/gaps [--refit]
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """One task of the suite as a labelled data set of SmolLM2 document features, for comparisons
-(``scripts/adaptor_vs_probe.py``, ``scripts/compare_reexpress_sdm.py``).
+(``adaptor_vs_probe.py`` and ``compare_reexpress_sdm.py`` beside it).
 
 The task's § 14 constructed documents (gold answer y = 1, or by Bernoulli(0.5) another answer
 y = 0; :mod:`mlx_sdm.app.suite_verifier`) become rows of [mean(h); h_delimiter] features, read

@@ -12,8 +12,8 @@ first, and times it from the client with the official `openai` package:
     (the verifier runs after the last token; this includes storing the turn);
   - /v1/verify: time to judge the same answer made elsewhere (force-decode + verdict + store).
 
-    .venv/bin/python scripts/bench_server.py                  # SmolLM2 float32, 128 tokens, 5 rounds
-    .venv/bin/python scripts/bench_server.py --tokens 64 --rounds 3 --verifier weights/smollm2-bbc-topic
+    .venv/bin/python scripts/bench/bench_server.py                  # SmolLM2 float32, 128 tokens, 5 rounds
+    .venv/bin/python scripts/bench/bench_server.py --tokens 64 --rounds 3 --verifier weights/smollm2-bbc-topic
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 DEFAULT_TOKENS = 128
 DEFAULT_ROUNDS = 5

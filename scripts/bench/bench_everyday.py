@@ -3,8 +3,8 @@ mlx-lm (`stream_generate` with the model's chat template), greedy, on the checke
 `mlx_sdm/datasets/everyday_prompts.json`. Prints each answer pair, then how many are right by the prompt's
 check, how many are degenerate (mlx_sdm/monitor/online/degenerate.py) and how many are token for token the same.
 
-    .venv/bin/python scripts/bench_everyday.py --max-tokens 96
-    .venv/bin/python scripts/bench_everyday.py --system "You are a helpful assistant. Answer briefly and accurately."
+    .venv/bin/python scripts/bench/bench_everyday.py --max-tokens 96
+    .venv/bin/python scripts/bench/bench_everyday.py --system "You are a helpful assistant. Answer briefly and accurately."
 
 `--system` measures what a system prompt of your own does to the same prompts (on both sides).
 
@@ -13,7 +13,7 @@ written before the open-question verifier was built): each of the 40 questions a
 checkable answer through the product's chat turn, with its verdict, and counts how many are judged,
 verified (and whether any verified answer is wrong) and left without a verdict:
 
-    .venv/bin/python scripts/bench_everyday.py --check40
+    .venv/bin/python scripts/bench/bench_everyday.py --check40
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import argparse
 def main() -> int:
     from mlx_lm import stream_generate
 
-    from mlx_sdm.app.corpus_plan import check_everyday, everyday_prompts
+    from checkout import top_level_script  # beside this script
     from mlx_sdm.app.loading import load_components
     from mlx_sdm.monitor.online.degenerate import degenerate_answer
     from mlx_sdm.turn.pipeline import TurnPipeline
@@ -40,7 +40,8 @@ def main() -> int:
     pipeline = TurnPipeline(load_components(None))
     lm = pipeline.components.lm
     options = TurnOptions(max_tokens=args.max_tokens, system_prompt=args.system, reuse_cache=False)
-    prompts = everyday_prompts()
+    corpus_plan = top_level_script("corpus_plan")  # the session corpus's everyday prompts and their checks
+    check_everyday, prompts = corpus_plan.check_everyday, corpus_plan.everyday_prompts()
     counts = {"product": [0, 0], "mlx-lm": [0, 0]}
     same = 0
     for item in prompts:
@@ -68,7 +69,7 @@ def main() -> int:
 def check40(max_tokens: int) -> int:
     from collections import Counter
 
-    from mlx_sdm.app.corpus_plan import check_everyday
+    from checkout import top_level_script  # beside this script
     from mlx_sdm.app.loading import load_components
     from mlx_sdm.network.tasks.open_questions import everyday_check
     from mlx_sdm.turn.pipeline import TurnPipeline
@@ -77,6 +78,7 @@ def check40(max_tokens: int) -> int:
     pipeline = TurnPipeline(load_components(None))
     options = TurnOptions(max_tokens=max_tokens, reuse_cache=False)
     check = everyday_check()
+    check_everyday = top_level_script("corpus_plan").check_everyday
     statuses, right_by_status = Counter(), Counter()
     print("| question | answer (first 60 characters) | right by its check | verdict |")
     print("|---|---|---|---|")

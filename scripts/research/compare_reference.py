@@ -5,11 +5,11 @@ Not a test and not part of the install: the paper's code needs torch and faiss, 
 the project's venv. Give it a SEPARATE Python that has them (e.g. ``python -m venv /work/refvenv &&
 /work/refvenv/bin/pip install torch faiss-cpu numpy scipy``) and a checkout of the reference:
 
-    .venv/bin/python scripts/compare_reference.py --reference /path/to/sdm --ref-python /work/refvenv/bin/python \\
+    .venv/bin/python scripts/research/compare_reference.py --reference /path/to/sdm --ref-python /work/refvenv/bin/python \\
         --dataset spam --iterations 2 --epochs 10
 
 Both sides get the same train/calibration pool, the same held-out test and the same shifted set
-(see ``scripts/choose_defaults.py``), the paper's flags from
+(see ``scripts/research/choose_defaults.py``), the paper's flags from
 ``research_code/replication_scripts/classification/paper_sentiment_experiments.sh`` (lr 1e-5, batch
 50, alpha 0.95, M = 1000, --use_training_set_max_label_size_as_max_q, rescaler up to 1,000 epochs at
 lr 1e-4, batch 1) with J and epochs as given, and ours with the paper's settings and with the

@@ -2,7 +2,7 @@
 """Why does v1's adaptor trail the logistic probe on the BBC titles? (not a test)
 
 Refits our estimator in process (``SDMEstimator.fit``, the project defaults unless a variant says
-otherwise) on the BBC row files ``scripts/probe_gaps.py`` leaves in ``--work`` (train, calibration,
+otherwise) on the BBC row files ``scripts/research/probe_gaps.py`` leaves in ``--work`` (train, calibration,
 test = held-out articles, shift = their titles) and records, after every epoch of every one of the
 J iterations, the adaptor's prediction (arg max z′) on the titles and the test articles together with
 both selection metrics: v1's balanced median q and v2's balanced calibration sdm loss. From that
@@ -22,7 +22,7 @@ reproduce them), ``v1-per-dimension`` (the adaptor's per-dimension input scaling
 (other splits and initialisations).
 
     OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 PYTHONPATH=$PWD nice -n 15 .venv/bin/python \
-        scripts/probe_titles.py --work /tmp/gaps
+        scripts/research/probe_titles.py --work /tmp/gaps
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ Variants: ``name:key=value,...`` with FitConfig fields (``scaling`` = input_scal
 scalar | none; ``lr``, ``epochs``, ``iterations``, ``batch``, ``seed``, ``estimator``) and a harness-side
 ``transform`` applied first (none | robust | clip, with ``clip`` the bound).
 
-    PYTHONPATH=$PWD .venv/bin/python scripts/adaptor_vs_probe.py --data bbc spam \\
+    PYTHONPATH=$PWD .venv/bin/python scripts/research/adaptor_vs_probe.py --data bbc spam \\
         --variant scalar:scaling=scalar --variant per-dim:scaling=per_dimension --variant lr:lr=1e-3
 """
 
@@ -37,10 +37,10 @@ import numpy as np
 from mlx_sdm.calibration.data import LabelledSet
 from mlx_sdm.calibration.estimator import SDMEstimator
 from mlx_sdm.calibration.fit_config import FitConfig
-from mlx_sdm.app.suite_features import cached_features, task_feature_sets
 from mlx_sdm.calibration.fitting import scalar_probe
+from suite_features import cached_features, task_feature_sets  # beside this script
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DATASETS = ROOT / "mlx_sdm" / "datasets"
 KEYS = {"lr": ("learning_rate", float), "epochs": ("epochs", int), "iterations": ("iterations", int),
         "batch": ("batch_size", int), "scaling": ("input_scaling", str), "seed": ("seed", int),

@@ -2,8 +2,8 @@
 """Is our adaptor's shortfall against the logistic probe real or sampling noise? (not a test)
 
 Refits our estimator (``mlx-sdm train``, the project defaults, one process per kind, as
-``scripts/compare_reexpress_sdm.py`` fits "ours") on the spam and BBC splits of
-``scripts/choose_defaults.py`` (or a suite task under SmolLM2's states, ``suite:TASK[:POOL]``, from the
+``scripts/research/compare_reexpress_sdm.py`` fits "ours") on the spam and BBC splits of
+``scripts/research/choose_defaults.py`` (or a suite task under SmolLM2's states, ``suite:TASK[:POOL]``, from the
 feature cache as in that comparison), fits the probe of that comparison (logistic regression on the model's
 own support rows, the paper's scalar normalisation), and prints for every evaluated row set both
 accuracies, the rows only the adaptor gets right (b) and only the probe (c), the exact McNemar p
@@ -13,8 +13,8 @@ feature moved by a relative 2^-23 (about one float32 ulp, random sign), and prin
 accuracies over them and the smallest McNemar p among the copies where the adaptor trails: how much
 the comparison hangs on the last bits of the features.
 
-    PYTHONPATH=$PWD .venv/bin/python scripts/probe_gaps.py --dataset spam --dataset bbc --work /tmp/gaps
-    PYTHONPATH=$PWD .venv/bin/python scripts/probe_gaps.py --dataset suite:bbc_topic:800 --cache-dir DIR --work /tmp/gaps
+    PYTHONPATH=$PWD .venv/bin/python scripts/research/probe_gaps.py --dataset spam --dataset bbc --work /tmp/gaps
+    PYTHONPATH=$PWD .venv/bin/python scripts/research/probe_gaps.py --dataset suite:bbc_topic:800 --cache-dir DIR --work /tmp/gaps
 """
 
 from __future__ import annotations

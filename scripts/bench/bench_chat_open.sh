@@ -6,11 +6,11 @@
 #               model loads);
 #   ready:      the model, verifier and head are loaded (the status line names the verifier).
 #
-#   scripts/bench_chat_open.sh [RUNS]        # default 3 runs; prints one line per run
+#   scripts/bench/bench_chat_open.sh [RUNS]        # default 3 runs; prints one line per run
 #
 # Environment: PYTHON (default .venv/bin/python), CHAT_ARGS (extra `mlx-sdm chat` arguments).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 RUNS=${1:-3}
 PYTHON=${PYTHON:-.venv/bin/python}
 CHAT_ARGS=${CHAT_ARGS:-}

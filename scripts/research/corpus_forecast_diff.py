@@ -6,7 +6,7 @@ features and p_t the shipped forecast computes from each (the recorded live p_t 
 with the parameters of its day).
 
     .venv/bin/python scripts/session_corpus.py --out runs/again.jsonl --limit 8
-    .venv/bin/python scripts/corpus_forecast_diff.py runs/again.jsonl
+    .venv/bin/python scripts/research/corpus_forecast_diff.py runs/again.jsonl
 """
 
 from __future__ import annotations

