@@ -1,6 +1,7 @@
-"""Size limits that keep the code readable: no module over 400 lines and no function over
-60 lines anywhere in mlx_sdm/ and tui/ (NOT_CHECKED_YET, the list of exceptions, is empty). A function
-written for the test shows the check fires."""
+"""A size limit that keeps the code readable: no function over 60 lines anywhere in mlx_sdm/ and tui/
+(NOT_CHECKED_YET, the list of exceptions, is empty). Modules are split by job, not by line count (one class in
+one file, even past 400 lines), so a module's length is not limited. A function written for the test shows the
+check fires."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 CHECKED = ("mlx_sdm", "tui")
 #: Files or folders not checked yet (still over the limits); none now: every file is checked.
@@ -20,9 +20,6 @@ def oversized(path: Path, root: Path = ROOT) -> list[str]:
     text = path.read_text(encoding="utf-8")
     where = path.relative_to(root)
     found = []
-    lines = text.count("\n") + 1
-    if lines > MAX_MODULE_LINES:
-        found.append(f"{where}: {lines} lines")
     for node in ast.walk(ast.parse(text)):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             length = node.end_lineno - node.lineno + 1
@@ -40,7 +37,7 @@ def checked_files() -> list[Path]:
     return [path for path in out if not any(path == skip or skip in path.parents for skip in skipped)]
 
 
-def test_modules_and_functions_stay_small():
+def test_functions_stay_small():
     files = checked_files()
     assert len(files) > 100
     assert {ROOT / "mlx_sdm/monitor/online/auq.py", ROOT / "mlx_sdm/calibration/estimator.py",

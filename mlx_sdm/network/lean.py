@@ -140,5 +140,5 @@ def load_leans(directory: str | Path) -> dict[str, dict[int, Lean]]:
         return {task: {int(c): Lean.from_dict(lean) for c, lean in by_class.items()}
                 for task, by_class in data["tasks"].items()}
     except (ValueError, KeyError, TypeError) as exc:
-        raise ArtifactError(f"{path}: not a lean file ({exc}); rebuild it with "
-                            "`python scripts/write_leans.py VERIFIER_DIR`") from None
+        raise ArtifactError(f"{path}: not a lean file ({exc}); delete it (no lean is then said) or rebuild the "
+                            "verifier with `mlx-sdm build-verifier`") from None
