@@ -17,7 +17,9 @@
 #      screen (ctrl+o) says "turn 1 of “<title>”" (and "turn 2 of …" for the edit's branch) in its
 #      "branched from" column;
 #   8. search (ctrl+p → Search sessions…): "Australia" finds the question in the original and in both
-#      branches; enter opens a hit's session.
+#      branches; enter opens a hit's session;
+#   9. a 30-turn everyday session in a new chat (scripts/everyday_session.py's messages): every turn answered
+#      and judged, at most one pause.
 # Step 1 also regenerates its answer (ctrl+g): a second, sampled answer appears under the first ("answer 2
 # (sampled)"), each with its own badge.
 # Then it exports the session (ctrl+s) and quits (ctrl+q). Exit status 0 when every step was seen.
@@ -55,9 +57,11 @@ QUESTION="What is the capital of Australia?"
 FOLLOW_UP="Why did you pick that topic?"
 # The README's article (tests/test_default_verifies_smollm2.py, ARTICLE).
 ARTICLE='Classify the topic of the following news article. Respond using the following JSON: {"topic": str}. ARTICLE: Wenger dejected as Arsenal slump Arsenal manager Arsene Wenger claimed their display in the 3-1 defeat against Bayern Munich was "our worst peformance in the Champions League". Kolo Toure'"'"'s late goal gives the Gunners hope for the second leg, but'
-BADGE='(✔ verified|✘ not verified|○ out of scope|\? unverifiable|· no verifier)'
+BADGE='(✔ verified|✘ not verified|\? not verified|○ out of scope|· no verifier)'
 SESSION="mlx-sdm-e2e-$$"
 STATUS=0
+PAUSES=0
+PAUSED_TURNS=""
 
 command -v tmux >/dev/null || { echo "e2e: tmux is not installed" >&2; exit 2; }
 command -v bc >/dev/null || { echo "e2e: bc is not installed" >&2; exit 2; }
@@ -143,6 +147,7 @@ ask() {  # ask N TEXT: send TEXT, time its first token on screen, wait for turn 
     while (( $(echo "$(now) < $deadline" | bc) )); do
         screen=$(pane)
         if echo "$screen" | grep -q "Paused: "; then
+            PAUSES=$((PAUSES + 1)); PAUSED_TURNS="$PAUSED_TURNS $n"
             if [ $resumed -eq 1 ]; then  # paused again after the resume: leave the turn paused
                 echo "e2e: turn $n paused again after the resume; escape leaves it paused"
                 tmux send-keys -t "$SESSION" Escape; sleep 0.5; break
@@ -187,8 +192,8 @@ echo "e2e: -- step 1: an everyday question"
 if ask 1 "$QUESTION"; then
     show_turn 1
     check "1: a prose answer" "$(is_prose 1 && echo 1)"
-    check "1: judged as an everyday question (✔ verified or ✘ not verified)" \
-        "$(turn_badge 1 | grep -qE "^(✔ verified|✘ not verified)" && echo 1)"
+    check "1: judged as an everyday question (✔ verified, ✘ or ? not verified)" \
+        "$(turn_badge 1 | grep -qE "^(✔ verified|✘ not verified|\? not verified)" && echo 1)"
 fi
 save "01-everyday-question"
 shot chat-everyday
@@ -384,6 +389,19 @@ else
     fail "8: the palette's Search sessions… did not open"
 fi
 back_to_chat || fail "8: back to the chat"
+
+echo "e2e: -- step 9: a 30-turn everyday session (scripts/everyday_session.py's messages) in a new chat"
+tmux send-keys -t "$SESSION" C-n; sleep 1
+PAUSES=0; PAUSED_TURNS=""
+n=0
+while IFS= read -r message; do
+    n=$((n + 1))
+    ask "$n" "$message" || break
+    echo "e2e:   turn $n: $(turn_badge "$n")"
+done < <($PYTHON scripts/everyday_session.py --print-turns)
+save "09-long-session"
+check "9: all 30 turns answered" "$([ "$n" -eq 30 ] && echo 1)"
+check "9: at most one pause in 30 turns (paused:${PAUSED_TURNS:- none})" "$([ "$PAUSES" -le 1 ] && echo 1)"
 
 tmux send-keys -t "$SESSION" C-s  # Markdown and session JSONL under <store dir>/exports
 sleep 1.5

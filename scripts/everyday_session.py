@@ -104,7 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--keep-store", type=Path, default=None, help="keep the chat store here (default: a temp dir)")
+    parser.add_argument("--print-turns", action="store_true", help="print the 30 messages, one a line, and stop "
+                        "(scripts/e2e_tui.sh types them into the real app)")
     args = parser.parse_args(argv)
+    if args.print_turns:
+        print("\n".join(message for message, _, _ in TURNS))
+        return 0
     home = args.keep_store or Path(tempfile.mkdtemp(prefix="everyday-session-"))
     exe = Path(sys.executable).with_name("mlx-sdm")
     # an empty line after each message: a paused turn moves on instead of taking the next question as guidance
