@@ -24,8 +24,8 @@ def test_a_lean_is_said_only_where_it_is_measured_to_beat_the_base_rate():
     better than the base rate (or never measured) it says it cannot tell, under a "?" badge, not "✘"."""
     made = verdict(admitted=False, reason="below_threshold", prediction=0)
     told = DocumentVerdict(made, lean=MEASURED[0])
-    assert told.explanation().startswith("Not verified: the verifier leans toward this answer being wrong (of 60 "
-                                         "held-out answers it leaned wrong on, 60 % were wrong")
+    assert "it leans toward it being wrong, and that lean is measured: 60 % of the 60 held-out answers it leaned " \
+        "wrong on were wrong, against 22 % of all answers (at least 49 % at 95 % confidence)" in told.explanation()
     assert told.to_dict()["badge"] == "✘ not verified · leans wrong"
     base_rate = Lean(0, False, 0.88, 0.80, 0.84, 240)
     for lean in (base_rate, None):

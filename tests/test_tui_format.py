@@ -52,7 +52,10 @@ def test_three_states_by_the_one_rule():
 def test_badge_text():
     assert badge_text(words(VERIFIED)) == "▸ ✔ verified · p_lower 0.973"
     assert badge_text(words(VERIFIED), expanded=True) == "▾ ✔ verified · p_lower 0.973"
-    assert badge_text(words(BELOW)) == "▸ ✘ not verified · not confident enough"
+    assert badge_text(words(BELOW)) == "▸ ? not verified · cannot tell"  # no measured lean: it cannot tell
+    measured = {**BELOW, "lean": {"judged": BELOW.get("prediction", 1), "informative": True, "precision": 0.6,
+                                  "base_rate": 0.22, "lower": 0.49, "leaned": 60}}
+    assert badge_text(words(measured)) == f"▸ ? not verified · leans {'right' if measured['lean']['judged'] else 'wrong'}"
     # out of scope is neutral: no red cross
     assert badge_text(words(OOD)) == "▸ ○ out of scope · unlike what it was built on"
     assert badge_text(words(NOT_A_TASK)) == "▸ ○ out of scope · not one of the verifier's tasks"

@@ -99,11 +99,12 @@ class Lean:
                    first.leaned, tuple(c.split for c in counts))
 
     def words(self) -> str:
-        """The measured lean in words ("of held-out answers it leaned right on, 60 % were right, against 22 % of all")."""
+        """The measured lean in words ("60 % of the 60 held-out answers it leaned right on were right, against 22 % of
+        all answers (at least 49 % at 95 % confidence)")."""
         side = "right" if self.judged == 1 else "wrong"
         precision = "n/a" if self.precision is None else f"{100 * self.precision:.0f} %"
-        return (f"of {self.leaned} held-out answers it leaned {side} on, {precision} were {side} (at least "
-                f"{100 * self.lower:.0f} % at 95 % confidence), against {100 * self.base_rate:.0f} % of all answers")
+        return (f"{precision} of the {self.leaned} held-out answers it leaned {side} on were {side}, against "
+                f"{100 * self.base_rate:.0f} % of all answers (at least {100 * self.lower:.0f} % at 95 % confidence)")
 
 
 def counts_of(split: str, labels: Iterable[int], predictions: Iterable[int]) -> list[LeanCount]:

@@ -296,8 +296,9 @@ def _no_lean_words(lean: Lean | None) -> str:
         return "it cannot tell whether this answer is right (how much its lean means was never measured)"
     side = "right" if lean.judged == 1 else "wrong"
     precision = "n/a" if lean.precision is None else f"{100 * lean.precision:.0f} %"
-    return (f"{NO_LEAN} (of {lean.leaned} held-out answers it leaned {side} on, {precision} were {side}, against "
-            f"{100 * lean.base_rate:.0f} % of all answers: not above the base rate on every held-out and shifted split)")
+    return (f"{NO_LEAN}: {precision} of the {lean.leaned} held-out answers it leaned {side} on were {side}, against "
+            f"{100 * lean.base_rate:.0f} % of all answers, a margin that does not hold at 95 % confidence on every "
+            f"held-out and shifted split")
 
 
 def _judged_words(dv: DocumentVerdict, alpha: float) -> tuple[str, str]:
@@ -337,9 +338,9 @@ def _judged_words(dv: DocumentVerdict, alpha: float) -> tuple[str, str]:
         return ("cannot tell", f"Not verified: its calibrated confidence (q = {v.q}, d = {v.d:.3f}) does not reach the "
                                f"{alpha:.2f} it needs to vouch for this answer, and {_no_lean_words(dv.lean)}.")
     return (f"leans {_answer_words(v.prediction)}",
-            f"Not verified: the verifier leans toward this answer being {_answer_words(v.prediction)} "
-            f"({dv.lean.words()}), but its calibrated confidence (q = {v.q}, d = {v.d:.3f}) does not reach the "
-            f"{alpha:.2f} it needs to vouch for it.")
+            f"Not verified: its calibrated confidence (q = {v.q}, d = {v.d:.3f}) does not reach the {alpha:.2f} it "
+            f"needs to vouch for this answer, but it leans toward it being {_answer_words(v.prediction)}, and that "
+            f"lean is measured: {dv.lean.words()}.")
 
 
 def _region_words(v: "Verdict", alpha: float) -> str:
@@ -371,8 +372,8 @@ def _admits_nothing_words(dv: DocumentVerdict, alpha: float) -> tuple[str, str]:
         evidence = f"; the {v.q} most similar known answers were {known} and judged so"
     else:
         evidence = "; its most similar known answer does not agree (q = 0)"
-    return (f"leans {lean}", f"Not verified: {nothing}. It leans toward this answer being {lean}, a lean measured to "
-                             f"mean something ({dv.lean.words()}){evidence}.")
+    return (f"leans {lean}", f"Not verified: {nothing}. It leans toward this answer being {lean}, and that lean is "
+                             f"measured: {dv.lean.words()}{evidence}.")
 
 
 def _probability(verdict: DocumentVerdict) -> str:
