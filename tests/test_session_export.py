@@ -198,6 +198,6 @@ def test_the_verdict_line_names_the_state_why_and_the_numbers_once():
                                        "q": 3, "d": 0.5, "q_bin": 1})
     assert verdict_line(VerdictStatus.VERIFIED, verified) == "verdict: VERIFIED · p_lower=0.998 q=148 d=0.833 q_bin=4"
     assert verdict_line(VerdictStatus.NOT_VERIFIED, below) == (
-        "verdict: NOT VERIFIED · not confident enough · p_lower=0.400 q=3 d=0.500 q_bin=1")
+        "verdict: NOT VERIFIED · cannot tell · p_lower=0.400 q=3 d=0.500 q_bin=1")  # its lean was never measured
     assert verdict_line(VerdictStatus.NO_VERIFIER, None, "verification is off") == "verdict: NO VERIFIER · verification is off"
     assert verdict_line(None, None) == "verdict: none"

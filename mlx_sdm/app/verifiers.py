@@ -170,10 +170,9 @@ def verify_text_rows(verifier_dir: str | Path, input_path: str | Path, *, model:
         made = verdicts.get(i)
         unjudged = None if made is not None else (
             REASON_NO_CHECKABLE_ANSWER if plan.route.how is RouteKind.NO_CHECKABLE_ANSWER else REASON_NOT_A_TASK)
-        judged_verdict = DocumentVerdict(made, alpha=verifier.estimator_for(plan.route.task).alpha,
-                                         coverage=verifier.coverage, task=plan.route.task, unjudged=unjudged,
-                                         route=plan.route, admits_nothing=made is not None and
-                                         verifier.estimator_for(plan.route.task).admits_nothing)
+        judged_verdict = (verifier.document_verdict(made, task=plan.route.task, route=plan.route) if made is not None
+                          else DocumentVerdict(None, coverage=verifier.coverage, task=plan.route.task, unjudged=unjudged,
+                                               route=plan.route))
         data = judged_verdict.to_dict()
         row = {"id": doc.id, **{k: v for k, v in data.items() if k not in ("exemplars", "softmax", "alpha")}}
         if explain > 0:

@@ -251,8 +251,13 @@ class DocumentVerifier:
         """The verdict with its user-facing state (verified / not verified / out of scope); ``task``: the
         task of this verifier the question was routed to (:meth:`route`), None when unrouted; ``route``:
         how it was routed (the verdict's sentence says so)."""
+        return self.document_verdict(self.member_for(task).verify_features(features, explain=explain), task=task,
+                                     route=route)
+
+    def document_verdict(self, verdict: Verdict, *, task: str | None, route: TaskRoute | None = None) -> DocumentVerdict:
+        """The estimator's verdict of an answer routed to ``task`` as the user-facing :class:`DocumentVerdict`: the
+        judging member's α′, whether it admits anything, and how much its lean is worth (the one place that wraps)."""
         judge = self.member_for(task)
-        verdict = judge.verify_features(features, explain=explain)
         return DocumentVerdict(verdict, alpha=judge.estimator.alpha, coverage=self.coverage, task=task, route=route,
                                admits_nothing=judge.estimator.admits_nothing,
                                lean=judge.lean_for(task, int(verdict.prediction)))
