@@ -15,7 +15,7 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Header, Input, Static
 
-from mlx_sdm.monitor.online.auq_escalation import EscalationAction
+from mlx_sdm.monitor.online.auq_escalation import EscalationAction, UncertaintyLevel
 from mlx_sdm.turn.escalation import TurnStatus
 from mlx_sdm.executor.events import TurnRef
 from mlx_sdm.store.schema import MessageRecord, support_words
@@ -271,10 +271,11 @@ class ChatScreen(ChatKeys, Screen):
         if not self._mine(message.ref):
             return
         escalation = message.escalation
-        if escalation.action is EscalationAction.PROCEED_WITH_LOG:  # MEDIUM: log it and carry on
+        if escalation.action is EscalationAction.PROCEED_WITH_LOG:  # logged: the line under the answer says it
             level = escalation.level.value.upper()
             self.log.warning(f"AUQ {level}: {escalation.message}")
-            self.notify(escalation.message or f"{level}: logged", title="Monitor", severity="warning")
+            if escalation.level is not UncertaintyLevel.MEDIUM:  # a pause lifted because the verifier vouches
+                self.notify(escalation.message, title="Monitor", severity="warning")
 
     async def on_prefill_progressed(self, message: PrefillProgressed) -> None:
         """A long prompt is being read before the first token: say how far (it can take seconds)."""
