@@ -88,7 +88,7 @@ def build_router(cache_dir: Path | None = None) -> QuestionRouter:
     prompts = router_prompts()
     labels = tuple(sorted({p.label for p in prompts}))
     embedder = load_minilm()
-    embeddings = _embeddings(embedder, [p.prompt for p in prompts], cache_dir)
+    embeddings = _embeddings(embedder, [p.text for p in prompts], cache_dir)
     y = np.array([labels.index(p.label) for p in prompts])
     train = np.array([not p.held_out for p in prompts])
     # every kind weighs the same in the fit: each training row is repeated in proportion to its kind's rarity
@@ -108,3 +108,32 @@ def build_router(cache_dir: Path | None = None) -> QuestionRouter:
                        "max_task_false_routes": MAX_TASK_FALSE_ROUTES, "max_open_false_routes": MAX_OPEN_FALSE_ROUTES}
     router._embedder = embedder
     return router
+
+
+def factual_routing(verifier) -> dict:
+    """The held-out factual check (``network/tasks/data/factual_check.json``) and the router's held-out prompts
+    with no checkable answer, through ``verifier.route`` (THE rule a turn is planned with): per set, how many
+    prompts it judges (an open question or a task) and how many it leaves with no checkable answer. A
+    follow-up is routed with the question it leans on, as the pipeline routes it, and alone for comparison."""
+    from mlx_sdm.network.coverage import RouteKind
+    from mlx_sdm.network.tasks.open_questions import factual_check
+
+    def judged(rows, with_previous: bool = True) -> dict:
+        routes = [verifier.route(r["prompt"], r.get("previous") if with_previous else None) for r in rows]
+        missed = [r["prompt"] for r, route in zip(rows, routes) if route.how is not RouteKind.OPEN_QUESTION]
+        return {"total": len(rows), "judged": len(rows) - len(missed), "open_question": len(rows) - len(missed),
+                "missed": missed}
+
+    def left_out(rows) -> dict:
+        routes = [verifier.route(r["prompt"], r.get("previous")) for r in rows]
+        given = [r["prompt"] for r, route in zip(rows, routes) if route.how is not RouteKind.NO_CHECKABLE_ANSWER]
+        return {"total": len(rows), "no_checkable_answer": len(rows) - len(given), "given_a_verdict": given}
+
+    check = factual_check()
+    held_none = [{"prompt": p.prompt, "previous": p.previous} for p in router_prompts()
+                 if p.held_out and p.label == NO_ANSWER_KIND]
+    return {"factual questions": judged(check.questions),
+            "follow-ups (with the previous question)": judged(check.follow_ups),
+            "follow-ups (alone)": judged(check.follow_ups, with_previous=False),
+            "follow-ups with no checkable answer": left_out(check.no_checkable_follow_ups),
+            "router held-out prompts with no checkable answer": left_out(held_none)}

@@ -14,12 +14,19 @@ or a prompt with no checkable answer (a greeting, a poem, a how-to). THE rule (d
   which at most ``MAX_OPEN_FALSE_ROUTES`` of held-out prompts with no checkable answer are taken for open
   questions (a false open route gives a greeting a verdict); else no checkable answer.
 
+A follow-up is read with the turn it leans on (:meth:`QuestionRouter.read`): a message that the rule leaves
+with no checkable answer, but that refers back (:func:`leans_on_previous`: "When did HE write IT?", "And
+Germany?"), is read again as the previous question followed by it (:func:`follow_up_text`, the form the
+router was trained on); it goes to the open-question verifier when that reading is an open question, and
+stays where it was otherwise (a follow-up never becomes a task: a task is asked with its own payload).
+
 Folder: ``router.json`` (labels, threshold, how it was measured) + ``router.safetensors`` (weights).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -41,6 +48,22 @@ RECENT_GUESSES = 8
 #: The two kinds that are not suite tasks (open_questions is the task name of open questions).
 OPEN_KIND = OPEN_QUESTIONS
 NO_ANSWER_KIND = "no_checkable_answer"
+#: Words by which a message refers back to the turn before it ("When did he write it?").
+REFERRING_WORDS = frozenset(("he", "she", "it", "they", "him", "her", "his", "hers", "its", "their", "theirs", "them",
+                             "that", "this", "those", "these", "there", "then"))
+#: How a message that continues the turn before it starts ("And Germany?", "What about Spain?").
+CONTINUING_STARTS = ("and ", "what about ", "how about ")
+
+
+def leans_on_previous(question: str) -> bool:
+    """The message refers back to the turn before it: a referring word, or it continues that turn."""
+    text = question.strip().lower()
+    return any(w in REFERRING_WORDS for w in re.findall(r"[a-z]+", text)) or text.startswith(CONTINUING_STARTS)
+
+
+def follow_up_text(previous: str, question: str) -> str:
+    """THE text a follow-up is read as: the question it leans on, then the follow-up (router_data trains on it)."""
+    return f"{previous.strip()} {question.strip()}"
 
 
 @dataclass(frozen=True)
@@ -50,6 +73,7 @@ class RouteGuess:
 
     kind: str
     probability: float
+    read_as: str | None = None  # the text the reading was made on, when not the question alone (a follow-up)
 
     @property
     def is_task(self) -> bool:
@@ -106,6 +130,16 @@ class QuestionRouter:
                 self._recent.pop(next(iter(self._recent)))
             self._recent[question] = self.decide(self.probabilities(self.embed([question])))[0]
         return self._recent[question]
+
+    def read(self, question: str, previous: str | None = None) -> RouteGuess:
+        """The reading of this turn's question, a follow-up read with the question before it (``previous``, the
+        conversation's previous user message; the module docstring's rule)."""
+        guess = self.guess(question)
+        if guess.kind != NO_ANSWER_KIND or not previous or not previous.strip() or not leans_on_previous(question):
+            return guess
+        text = follow_up_text(previous, question)
+        combined = self.guess(text)
+        return RouteGuess(OPEN_KIND, combined.probability, text) if combined.kind == OPEN_KIND else guess
 
     # ------------------------------------------------------------------------------- save/load
     def save(self, directory: str | Path) -> None:
