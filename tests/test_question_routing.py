@@ -51,9 +51,11 @@ def test_probabilities_are_a_softmax_of_the_linear_scores():
 def test_folder_round_trip_and_a_clear_error(tmp_path):
     router = _router()
     router.measured = {"held_out": {"open_questions": {"open_questions": 3}}}
+    router.follow_up_threshold = 0.7
     router.save(tmp_path / "r")
     back = QuestionRouter.load(tmp_path / "r")
     assert back.labels == LABELS and back.task_threshold == 0.9 and back.open_threshold == 0.6
+    assert back.follow_up_threshold == 0.7
     np.testing.assert_array_equal(back.weights, router.weights)
     manifest = json.loads((tmp_path / "r" / "router.json").read_text())
     manifest["labels"] = ["bbc_topic", "open_questions"]
@@ -253,6 +255,32 @@ def test_a_follow_up_leans_on_the_turn_before_by_a_referring_word_or_a_continuin
     assert leans_on_previous(question) is leans
 
 
+@pytest.mark.parametrize("question, asks", [
+    ("When did he write it?", True), ("In what year did he invent it?", True), ("And China?", True),
+    ("What about Spain?", True), ("how long is it", True), ("Why is that important?", False),
+    ("Can you help me plan a trip there?", False), ("Ok, that makes sense.", False), ("", False),
+])
+def test_a_follow_up_that_is_read_again_asks_for_a_fact(question, asks):
+    from mlx_sdm.network.question_router import asks_for_a_fact
+
+    assert asks_for_a_fact(question) is asks
+
+
+def test_a_follow_up_read_with_the_previous_question_needs_the_follow_up_threshold():
+    from mlx_sdm.network.question_router import follow_up_text
+
+    previous = "Who wrote Hamlet?"
+    guesses = {"When did he write it?": RouteGuess(NO_ANSWER_KIND, 0.4),
+               follow_up_text(previous, "When did he write it?"): RouteGuess(OPEN_KIND, 0.62)}
+    router = _Scripted(guesses)
+    router.follow_up_threshold = 0.7  # measured on held-out follow-ups apart from single messages
+    assert router.read("When did he write it?", previous) == RouteGuess(NO_ANSWER_KIND, 0.4)
+    router.follow_up_threshold = 0.6
+    assert router.read("When did he write it?", previous).kind == OPEN_KIND
+    guesses[follow_up_text(previous, "When did he write it?")] = RouteGuess("bbc_topic", 0.95)  # never a task
+    assert router.read("When did he write it?", previous) == RouteGuess(NO_ANSWER_KIND, 0.4)
+
+
 def test_a_follow_up_with_no_checkable_answer_alone_is_read_with_the_previous_question():
     from mlx_sdm.network.question_router import follow_up_text
 
@@ -260,16 +288,18 @@ def test_a_follow_up_with_no_checkable_answer_alone_is_read_with_the_previous_qu
     verifier = _verifier(guesses={
         "When did he write it?": RouteGuess(NO_ANSWER_KIND, 0.47),
         follow_up_text(previous, "When did he write it?"): RouteGuess(OPEN_KIND, 0.73),
-        "Write a poem about it.": RouteGuess(NO_ANSWER_KIND, 0.03),
-        follow_up_text(previous, "Write a poem about it."): RouteGuess(NO_ANSWER_KIND, 0.24),
+        "What do you think of it?": RouteGuess(NO_ANSWER_KIND, 0.03),
+        follow_up_text(previous, "What do you think of it?"): RouteGuess(NO_ANSWER_KIND, 0.24),
+        "Why is it famous?": RouteGuess(NO_ANSWER_KIND, 0.2),  # asks for no fact: never read again
         "Thanks!": RouteGuess(NO_ANSWER_KIND, 0.3),  # refers to nothing: never read with the previous question
         "What is 2 plus 2?": RouteGuess(OPEN_KIND, 0.9),  # judged alone: its reading stands
     })
     follow = verifier.route("When did he write it?", previous)
     assert follow.open_question and follow.probability == 0.73 and follow.asked == f"{previous} When did he write it?"
     assert verifier.route("When did he write it?").how is RouteKind.NO_CHECKABLE_ANSWER  # a first turn: alone
-    poem = verifier.route("Write a poem about it.", previous)
-    assert poem.how is RouteKind.NO_CHECKABLE_ANSWER and poem.probability == 0.03 and poem.asked is None
+    opinion = verifier.route("What do you think of it?", previous)
+    assert opinion.how is RouteKind.NO_CHECKABLE_ANSWER and opinion.probability == 0.03 and opinion.asked is None
+    assert verifier.route("Why is it famous?", previous).how is RouteKind.NO_CHECKABLE_ANSWER
     assert verifier.route("Thanks!", previous).how is RouteKind.NO_CHECKABLE_ANSWER
     alone = verifier.route("What is 2 plus 2?", previous)
     assert alone.open_question and alone.asked is None and alone.probability == 0.9

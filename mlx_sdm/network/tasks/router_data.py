@@ -124,8 +124,17 @@ OPEN_REQUESTS = ("Name three {x}.", "List the {x}.", "Name two {x}.", "Tell me t
                  "List three {x}.", "Name one of the {x}.")
 #: How much more a factual request counts in the fit than an open question: they are few beside ~1,650 questions.
 REQUEST_WEIGHT = 4
-#: Code requests start like factual requests ("Write a function that adds two numbers"): they count more.
-CODE_WEIGHT = 3
+#: Code requests start like factual requests ("Write a function that adds two numbers"): they count more (6 since
+#: factual questions count FACTUAL_WEIGHT times: with 3, "Write a Python function that adds two numbers." read as
+#: an open question, P 0.56; with 6, P 0.42).
+CODE_WEIGHT = 6
+#: How much more a factual question of ``factual_phrasings`` counts in the fit: the forms it adds (years, authors,
+#: places) are few beside the ~1,650 questions of the pool (measured on the router's held-out prompts: with 1 it
+#: took 95 of its 118 held-out factual questions for open questions, with 4 it took 117).
+FACTUAL_WEIGHT = 4
+#: How much more a follow-up pair counts in the fit (with 1, 28 of 30 held-out follow-ups with no checkable
+#: answer stayed out of scope under the follow-up rule; with 2, 29).
+FOLLOW_UP_WEIGHT = 2
 #: An exact question asked as an instruction; ``{q}`` is the question without its question mark.
 OPEN_INSTRUCTIONS = ("Tell me: {q}.", "Quick question: {q}?", "Answer this: {q}?", "I need to know: {q}?")
 
@@ -213,7 +222,8 @@ def _factual_prompts() -> list[RoutedPrompt]:
     out = []
     for fills, templates in FACTUAL_GROUPS:
         for j, template in enumerate(templates):
-            out += [RoutedPrompt(template.format(x=x), "open_questions", j == len(templates) - 1) for x in fills]
+            out += [RoutedPrompt(template.format(x=x), "open_questions", j == len(templates) - 1, FACTUAL_WEIGHT)
+                    for x in fills]
     return out
 
 
@@ -230,7 +240,7 @@ def _follow_up_prompts(previous: list[str], rng: np.random.Generator) -> list[Ro
     for label, follow_ups in (("open_questions", CHECKABLE_FOLLOW_UPS), (NO_CHECKABLE_ANSWER, UNCHECKABLE_FOLLOW_UPS)):
         for j, follow_up in enumerate(follow_ups):
             held = j >= len(follow_ups) - HELD_OUT_FOLLOW_UPS
-            out += [RoutedPrompt(follow_up, label, held, previous=previous[int(i)])
+            out += [RoutedPrompt(follow_up, label, held, FOLLOW_UP_WEIGHT, previous=previous[int(i)])
                     for i in rng.choice(len(previous), size=FOLLOW_UP_PAIRS, replace=False)]
     return out
 
