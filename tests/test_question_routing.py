@@ -193,6 +193,7 @@ ARTICLE_WORDS = "Wenger dejected as Arsenal slump Arsenal manager Arsene Wenger 
     ("Great flight today. Really enjoyed the crew and the food. Positive or negative?",
      "Great flight today. Really enjoyed the crew and the food."),  # a trailing question
     ("Is this spam? Subject: Win", "Is this spam? Subject: Win"),  # the request is longer than the rest: kept whole
+    ("Subject: Cheap pills for everyone today only", "Subject: Cheap pills for everyone today only"),  # its own label
     ("Answer yes or no. Can Aerosmith drive in the carpool lane?", "Answer yes or no. Can Aerosmith drive in the carpool lane?"),
     ("  " + ARTICLE_WORDS + "  ", ARTICLE_WORDS),  # no request clause: the whole message
 ])

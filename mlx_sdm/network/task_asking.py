@@ -7,10 +7,12 @@ verifier judges the kind of document it was built on (docs/verifiers.md, "Routin
 
 THE rule for the payload (:func:`payload_of`): a person's request is one short clause at either end of the
 message. A first clause that ends in "?", ":" or a line break ("Is this email spam? ...", "Fact check
-this: ...") is the request when it has at most ``MAX_REQUEST_WORDS`` words and the rest has at least as
-many; else a last clause that ends in "?" ("... Positive or negative?") under the same two conditions;
+this: ...") is the request when it has at most ``MAX_REQUEST_WORDS`` words (at least two before a colon: "Subject:"
+is the e-mail's own) and the rest has at least as many; else a last clause that ends in "?" ("... Positive or negative?") under the same two conditions;
 else the whole message is the payload (the request is then read along with it, never a word of the
-payload dropped on a guess). No MLX here.
+payload dropped on a guess). A payload whose last sentence has no end mark loses it to a trailing request
+("... signed Roma defender Vincent Is that right?" reads "Vincent Is that right?" as the request): measured in
+docs/verifiers.md. No MLX here.
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ def _words(text: str) -> int:
 
 
 def _is_request(request: str, rest: str) -> bool:
-    """A clause is the request when it is short and the payload beside it is at least as long."""
-    return 0 < _words(request) <= MAX_REQUEST_WORDS and _words(rest) >= _words(request)
+    """A clause is the request when it is short and the payload beside it is at least as long; one that ends in a
+    colon has at least two words ("Fact check this:"; one word and a colon is the payload's own label, "Subject:")."""
+    fewest = 2 if request.rstrip().endswith(":") else 1
+    return fewest <= _words(request) <= MAX_REQUEST_WORDS and _words(rest) >= _words(request)
 
 
 def payload_of(message: str) -> str:
