@@ -147,3 +147,35 @@ def test_the_head_decodes_only_the_tasks_it_improves_and_no_task_answer_is_broke
         if degenerate_answer(ours.text) is not None:  # allowed only where the plain model's answer is degenerate too
             theirs = theirs or _ask(plain, messages, max_tokens=48)  # (asked here only for the decoded tasks)
             assert degenerate_answer(theirs.text) is not None, (task.name, ours.text)
+
+
+#: Held-out BBC articles asked in a person's words (once "What is this article about? <news>" was answered
+#: "This article is about a news topic."): the first three of the task's held-out split.
+OWN_WORDS_ARTICLES = 3
+
+
+def test_an_article_asked_in_your_own_words_is_asked_as_the_topic_task_answered_in_its_json_and_judged(pipelines):
+    """The model is asked the task's own prompt with the person's article (so the answer and verdict are exactly
+    those the task's instruction gets, decoded with the head as the task's prompts are) and the verifier judges
+    it. Measured (docs/verifiers.md, "Routing by meaning"): the three answers are {"topic": "topic"},
+    {"topic": "politics"} and {"topic": "politics"} (the golds: business, sports, sports), the same as for the
+    task's own prompts; with --head none the model answers the second in prose ("The topic of the news article is
+    "Candela completes Bolton switch ...") even to the task's own prompt."""
+    import json
+
+    from mlx_sdm.network.coverage import RouteKind
+    from mlx_sdm.network.encoding import TOPIC
+    from mlx_sdm.network.tasks.registry import load_task
+    from mlx_sdm.network.tasks.router_data import task_payload
+
+    default, _ = pipelines
+    task = load_task("bbc_topic")
+    for item in task.split("held_out", size=OWN_WORDS_ARTICLES):
+        payload = task_payload(task.name, item.document, item.prompt)
+        outcome = _ask(default, [{"role": "user", "content": f"What is this article about? {payload}"}], max_tokens=40)
+        route = outcome.verdict.route
+        assert route.how is RouteKind.MEANING and outcome.task == "bbc_topic" and route.instruction == TOPIC.instruction
+        assert outcome.messages[-1]["content"] == TOPIC.user_message(payload) == item.prompt  # the task's own prompt
+        assert outcome.decoded_with_head  # as the task's prompts decode
+        assert set(json.loads(outcome.text)) == {"topic"}, outcome.text  # the task's JSON
+        assert outcome.verdict.verdict is not None, outcome.verdict.status  # judged (verified or not verified)

@@ -51,9 +51,11 @@ def test_probabilities_are_a_softmax_of_the_linear_scores():
 def test_folder_round_trip_and_a_clear_error(tmp_path):
     router = _router()
     router.measured = {"held_out": {"open_questions": {"open_questions": 3}}}
+    router.follow_up_threshold = 0.7
     router.save(tmp_path / "r")
     back = QuestionRouter.load(tmp_path / "r")
     assert back.labels == LABELS and back.task_threshold == 0.9 and back.open_threshold == 0.6
+    assert back.follow_up_threshold == 0.7
     np.testing.assert_array_equal(back.weights, router.weights)
     manifest = json.loads((tmp_path / "r" / "router.json").read_text())
     manifest["labels"] = ["bbc_topic", "open_questions"]
@@ -81,7 +83,8 @@ def _verifier(with_open=True, guesses=None) -> DocumentVerifier:
                            task_names=("bbc_topic", "spam"))
     members = {OPEN_KIND: DocumentVerifier(None, {}, FeatureRecipe(delimiter="answer_head", system=None),
                                            tasks=[{"name": OPEN_KIND, "description": "everyday questions"}])} if with_open else {}
-    tasks = [{"name": "bbc_topic", "description": "news topics"}, {"name": "spam", "description": "spam"}]
+    tasks = [{"name": "bbc_topic", "description": "news topics", "example_prompt": INSTRUCTION + " ARTICLE: Oil falls."},
+             {"name": "spam", "description": "spam"}]
     return DocumentVerifier(None, {}, recipe, tasks=tasks, members=members, router=_Scripted(guesses or {}))
 
 
@@ -176,3 +179,140 @@ def test_a_question_planned_twice_is_embedded_once():
     assert Counting.calls == 1
     router.guess("Another question?")
     assert Counting.calls == 2
+
+
+# -- a task asked in a person's own words is asked as the task (network/task_asking.py) --------------------------
+ARTICLE_WORDS = "Wenger dejected as Arsenal slump Arsenal manager Arsene Wenger claimed their display was poor."
+
+
+@pytest.mark.parametrize("message, payload", [
+    ("What is this article about? " + ARTICLE_WORDS, ARTICLE_WORDS),  # a leading question
+    ("Fact check this: The Eiffel Tower is in Rome.", "The Eiffel Tower is in Rome."),  # a leading colon
+    ("Can you tell me what kind of news this is?\n\n" + ARTICLE_WORDS, ARTICLE_WORDS),
+    ("Can Aerosmith legally drive in the carpool lane? Yes or no?", "Can Aerosmith legally drive in the carpool lane?"),
+    ("Great flight today. Really enjoyed the crew and the food. Positive or negative?",
+     "Great flight today. Really enjoyed the crew and the food."),  # a trailing question
+    ("Is this spam? Subject: Win", "Is this spam? Subject: Win"),  # the request is longer than the rest: kept whole
+    ("Subject: Cheap pills for everyone today only", "Subject: Cheap pills for everyone today only"),  # its own label
+    ("Answer yes or no. Can Aerosmith drive in the carpool lane?", "Answer yes or no. Can Aerosmith drive in the carpool lane?"),
+    ("  " + ARTICLE_WORDS + "  ", ARTICLE_WORDS),  # no request clause: the whole message
+])
+def test_the_payload_is_the_message_without_its_request_clause(message, payload):
+    from mlx_sdm.network.task_asking import payload_of
+
+    assert payload_of(message) == payload
+
+
+def test_the_task_question_is_the_task_instruction_its_label_and_the_payload():
+    from mlx_sdm.network.encoding import SPAM, TOPIC
+    from mlx_sdm.network.task_asking import document_label, task_question
+
+    for fmt in (TOPIC, SPAM):  # the label read from one of the task's prompts gives back the task's own form
+        example = fmt.user_message("Some text here.")
+        label = document_label(fmt.instruction, example)
+        assert label == fmt.document_label
+        assert task_question(fmt.instruction, label, " Other text. ") == fmt.user_message("Other text.")
+    assert document_label(INSTRUCTION, "Another prompt entirely. ARTICLE: x") is None
+    assert document_label(INSTRUCTION, INSTRUCTION + " no label here") is None
+    assert task_question("Decide spam.", None, "Buy now") == "Decide spam. Buy now"
+
+
+def test_a_task_asked_in_own_words_is_routed_with_the_task_question_it_is_asked():
+    message = "What is this article about? " + ARTICLE_WORDS
+    verifier = _verifier(guesses={message: RouteGuess("bbc_topic", 0.97), "Is this spam? Buy now, cheap pills": RouteGuess("spam", 0.95)})
+    route = verifier.route(message)
+    assert route.how is RouteKind.MEANING and route.instruction == INSTRUCTION
+    assert route.asked == f"{INSTRUCTION} ARTICLE: {ARTICLE_WORDS}"
+    assert verifier.route("Is this spam? Buy now, cheap pills").asked == "Decide spam. Buy now, cheap pills"  # no example
+    assert verifier.route(INSTRUCTION + " ARTICLE: Oil falls.").asked is None  # the task's own prompt: as typed
+
+
+def _pipeline(verifier):
+    from mlx_sdm.turn.pipeline import TurnPipeline
+    from mlx_sdm.turn.values import TurnComponents
+
+    return TurnPipeline(TurnComponents(lm=None, verifier=verifier))
+
+
+def test_the_model_is_asked_the_task_question_and_the_verifier_judges_it():
+    message = "What is this article about? " + ARTICLE_WORDS
+    verifier = _verifier(guesses={message: RouteGuess("bbc_topic", 0.97)})
+    conversation = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
+                    {"role": "user", "content": message}]
+    plan = _pipeline(verifier).plan(conversation)
+    asked = [{"role": "system", "content": "You classify news."}, {"role": "user", "content": f"{INSTRUCTION} ARTICLE: {ARTICLE_WORDS}"}]
+    assert plan.messages == asked and plan.judged == asked and plan.judge  # the task alone, as its own prompt
+
+
+# -- a follow-up is read with the question it leans on (network/question_router.py) --------------------------------
+@pytest.mark.parametrize("question, leans", [
+    ("When did he write it?", True), ("And Germany?", True), ("What about Spain?", True), ("Where is its capital?", True),
+    ("How long is it?", True), ("Thanks!", False), ("What is the capital of Peru?", False), ("Good morning!", False),
+    ("Anderson?", False), ("Thesis topics?", False),  # words that only contain "and", "the", "he", "it"
+])
+def test_a_follow_up_leans_on_the_turn_before_by_a_referring_word_or_a_continuing_start(question, leans):
+    from mlx_sdm.network.question_router import leans_on_previous
+
+    assert leans_on_previous(question) is leans
+
+
+@pytest.mark.parametrize("question, asks", [
+    ("When did he write it?", True), ("In what year did he invent it?", True), ("And China?", True),
+    ("What about Spain?", True), ("how long is it", True), ("Why is that important?", False),
+    ("Can you help me plan a trip there?", False), ("Ok, that makes sense.", False), ("", False),
+])
+def test_a_follow_up_that_is_read_again_asks_for_a_fact(question, asks):
+    from mlx_sdm.network.question_router import asks_for_a_fact
+
+    assert asks_for_a_fact(question) is asks
+
+
+def test_a_follow_up_read_with_the_previous_question_needs_the_follow_up_threshold():
+    from mlx_sdm.network.question_router import follow_up_text
+
+    previous = "Who wrote Hamlet?"
+    guesses = {"When did he write it?": RouteGuess(NO_ANSWER_KIND, 0.4),
+               follow_up_text(previous, "When did he write it?"): RouteGuess(OPEN_KIND, 0.62)}
+    router = _Scripted(guesses)
+    router.follow_up_threshold = 0.7  # measured on held-out follow-ups apart from single messages
+    assert router.read("When did he write it?", previous) == RouteGuess(NO_ANSWER_KIND, 0.4)
+    router.follow_up_threshold = 0.6
+    assert router.read("When did he write it?", previous).kind == OPEN_KIND
+    guesses[follow_up_text(previous, "When did he write it?")] = RouteGuess("bbc_topic", 0.95)  # never a task
+    assert router.read("When did he write it?", previous) == RouteGuess(NO_ANSWER_KIND, 0.4)
+
+
+def test_a_follow_up_with_no_checkable_answer_alone_is_read_with_the_previous_question():
+    from mlx_sdm.network.question_router import follow_up_text
+
+    previous = "Who wrote Romeo and Juliet?"
+    verifier = _verifier(guesses={
+        "When did he write it?": RouteGuess(NO_ANSWER_KIND, 0.47),
+        follow_up_text(previous, "When did he write it?"): RouteGuess(OPEN_KIND, 0.73),
+        "What do you think of it?": RouteGuess(NO_ANSWER_KIND, 0.03),
+        follow_up_text(previous, "What do you think of it?"): RouteGuess(NO_ANSWER_KIND, 0.24),
+        "Why is it famous?": RouteGuess(NO_ANSWER_KIND, 0.2),  # asks for no fact: never read again
+        "Thanks!": RouteGuess(NO_ANSWER_KIND, 0.3),  # refers to nothing: never read with the previous question
+        "What is 2 plus 2?": RouteGuess(OPEN_KIND, 0.9),  # judged alone: its reading stands
+    })
+    follow = verifier.route("When did he write it?", previous)
+    assert follow.open_question and follow.probability == 0.73 and follow.asked == f"{previous} When did he write it?"
+    assert verifier.route("When did he write it?").how is RouteKind.NO_CHECKABLE_ANSWER  # a first turn: alone
+    opinion = verifier.route("What do you think of it?", previous)
+    assert opinion.how is RouteKind.NO_CHECKABLE_ANSWER and opinion.probability == 0.03 and opinion.asked is None
+    assert verifier.route("Why is it famous?", previous).how is RouteKind.NO_CHECKABLE_ANSWER
+    assert verifier.route("Thanks!", previous).how is RouteKind.NO_CHECKABLE_ANSWER
+    alone = verifier.route("What is 2 plus 2?", previous)
+    assert alone.open_question and alone.asked is None and alone.probability == 0.9
+
+
+def test_the_pipeline_routes_a_follow_up_from_the_conversation_and_judges_it_with_the_question_it_leans_on():
+    previous = "Who wrote Romeo and Juliet?"
+    verifier = _verifier(guesses={"When did he write it?": RouteGuess(NO_ANSWER_KIND, 0.47),
+                                  f"{previous} When did he write it?": RouteGuess(OPEN_KIND, 0.73)})
+    conversation = [{"role": "user", "content": previous}, {"role": "assistant", "content": "William Shakespeare."},
+                    {"role": "user", "content": "When did he write it?"}]
+    plan = _pipeline(verifier).plan(conversation)
+    assert plan.route.open_question and plan.judge
+    assert plan.messages == conversation  # the model answers the conversation as plain mlx-lm would
+    assert plan.judged == [{"role": "user", "content": f"{previous} When did he write it?"}]

@@ -45,7 +45,8 @@ def _threshold(router: QuestionRouter, probabilities: np.ndarray, labels: list[s
 
 def _open_threshold(probabilities: np.ndarray, labels: list[str], router: QuestionRouter) -> float:
     """The smallest P(open question) at which at most MAX_OPEN_FALSE_ROUTES of the held-out prompts with no
-    checkable answer count as open questions (never below 0.5: no kind is chosen over a likelier one)."""
+    checkable answer count as open questions (never below 0.5: no kind is chosen over a likelier one); for the
+    follow-up threshold, ``probabilities`` are those of held-out follow-ups read with their previous question."""
     column = router.labels.index(OPEN_KIND)
     none = np.sort(probabilities[np.array([k == NO_ANSWER_KIND for k in labels]), column])[::-1]
     allowed = int(np.floor(MAX_OPEN_FALSE_ROUTES * len(none)))
@@ -88,7 +89,7 @@ def build_router(cache_dir: Path | None = None) -> QuestionRouter:
     prompts = router_prompts()
     labels = tuple(sorted({p.label for p in prompts}))
     embedder = load_minilm()
-    embeddings = _embeddings(embedder, [p.prompt for p in prompts], cache_dir)
+    embeddings = _embeddings(embedder, [p.text for p in prompts], cache_dir)
     y = np.array([labels.index(p.label) for p in prompts])
     train = np.array([not p.held_out for p in prompts])
     # every kind weighs the same in the fit: each training row is repeated in proportion to its kind's rarity
@@ -102,9 +103,43 @@ def build_router(cache_dir: Path | None = None) -> QuestionRouter:
     held = [p for p, t in zip(prompts, train) if not t]
     probabilities = router.probabilities(embeddings[~train])
     router.task_threshold = _threshold(router, probabilities, [p.label for p in held])
-    router.open_threshold = _open_threshold(probabilities, [p.label for p in held], router)
+    # the open threshold on single messages, the follow-up threshold on follow-ups read with their previous question
+    single = np.array([p.previous is None for p in held])
+    router.open_threshold = _open_threshold(probabilities[single], [p.label for p in held if p.previous is None], router)
+    router.follow_up_threshold = _open_threshold(probabilities[~single], [p.label for p in held if p.previous], router)
     router.measured = {"held_out": routing_table(router, held, probabilities),
                        "train_size": int(train.sum()), "held_out_size": len(held),
                        "max_task_false_routes": MAX_TASK_FALSE_ROUTES, "max_open_false_routes": MAX_OPEN_FALSE_ROUTES}
     router._embedder = embedder
     return router
+
+
+def factual_routing(verifier) -> dict:
+    """The held-out factual check (``network/tasks/data/factual_check.json``) and the router's held-out prompts
+    with no checkable answer, through ``verifier.route`` (THE rule a turn is planned with): per set, how many
+    prompts it judges (an open question or a task) and how many it leaves with no checkable answer. A
+    follow-up is routed with the question it leans on, as the pipeline routes it, and alone for comparison."""
+    from mlx_sdm.network.coverage import RouteKind
+    from mlx_sdm.network.tasks.open_questions import factual_check
+
+    def judged(rows, with_previous: bool = True) -> dict:
+        routes = [verifier.route(r["prompt"], r.get("previous") if with_previous else None) for r in rows]
+        missed = [r["prompt"] for r, route in zip(rows, routes) if route.how is not RouteKind.OPEN_QUESTION]
+        return {"total": len(rows), "judged": len(rows) - len(missed), "open_question": len(rows) - len(missed),
+                "missed": missed}
+
+    def left_out(rows) -> dict:
+        routes = [verifier.route(r["prompt"], r.get("previous")) for r in rows]
+        given = [r["prompt"] for r, route in zip(rows, routes) if route.how is not RouteKind.NO_CHECKABLE_ANSWER]
+        return {"total": len(rows), "no_checkable_answer": len(rows) - len(given), "given_a_verdict": given}
+
+    check = factual_check()
+    held_none = [{"prompt": p.prompt, "previous": p.previous} for p in router_prompts()
+                 if p.held_out and p.label == NO_ANSWER_KIND]
+    held_messages = [r for r in held_none if r["previous"] is None]
+    return {"factual questions": judged(check.questions),
+            "follow-ups (with the previous question)": judged(check.follow_ups),
+            "follow-ups (alone)": judged(check.follow_ups, with_previous=False),
+            "follow-ups with no checkable answer": left_out(check.no_checkable_follow_ups),
+            "router held-out prompts with no checkable answer": left_out(held_messages),
+            "router held-out follow-ups with no checkable answer": left_out([r for r in held_none if r["previous"]])}

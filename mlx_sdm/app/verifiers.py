@@ -153,6 +153,7 @@ def verify_text_rows(verifier_dir: str | Path, input_path: str | Path, *, model:
     judged = []
     for doc, plan in zip(documents, plans):
         system = plan.judged[0]["content"] if plan.judged and plan.judged[0].get("role") == "system" else None
+        doc = doc if plan.route.asked is None else dataclasses.replace(doc, prompt=plan.route.asked)  # as asked
         judged.append(doc if doc.system is not None else dataclasses.replace(doc, system=system))
     verdicts = {}
     by_judge: dict[str | None, list[int]] = {}  # the member verifier that judges each row's route

@@ -24,7 +24,7 @@ import numpy as np
 
 from mlx_sdm.atomic import atomic_write_text
 from mlx_sdm.errors import DataError
-from mlx_sdm.turn.values import TurnComponents, last_user_text
+from mlx_sdm.turn.values import TurnComponents, last_user_text, previous_user_text
 from mlx_sdm.store.chat_store import ChatStore
 from mlx_sdm.store.schema import SupportPoint, TaskScope, support_words
 
@@ -222,7 +222,7 @@ class ReviewService:
         verifier = self.components.verifier
         if verifier is None or given_under != self.verifier or message.prompt is None or not hasattr(verifier, "route"):
             return None
-        return TaskScope(verifier.route(last_user_text(message.prompt)).task)
+        return TaskScope(verifier.route(last_user_text(message.prompt), previous_user_text(message.prompt)).task)
 
     def undo(self) -> DecisionResult | None:
         """Undo the most recent decision and take its point out of the support set."""

@@ -54,6 +54,10 @@ class TaskRoute:
     instruction: str | None = None
     kind: RouteKind | None = None  # None: as ``instruction`` says (INSTRUCTION when set, else NOT_COVERED)
     probability: float | None = None  # the question router's probability of ``kind`` (routes by meaning)
+    #: the question as the model is asked it and the verifier reads it, when not as typed: a task asked in a
+    #: person's words is asked as the task's own instruction with their payload (``network/task_asking.py``);
+    #: a follow-up is read with the question it leans on (``question_router.follow_up_text``). None: as typed.
+    asked: str | None = None
 
     @property
     def matched(self) -> bool:

@@ -46,6 +46,7 @@ from mlx_sdm.network.coverage import (
     read_coverage,
 )
 from mlx_sdm.network.question_router import NO_ANSWER_KIND, OPEN_KIND, QuestionRouter
+from mlx_sdm.network.task_asking import document_label, payload_of, task_question
 
 VERIFIER_FORMAT_VERSION = 1
 VERIFIER_MANIFEST = "verifier.json"
@@ -167,11 +168,13 @@ class DocumentVerifier:
         """It judges everyday open questions: a member does, or it was built on them itself."""
         return OPEN_KIND in self.members or any(t.get("name") == OPEN_KIND for t in self.tasks)
 
-    def route(self, prompt: Any) -> TaskRoute:
-        """Where a question (this turn's user message) goes (docs/verifiers.md, "Routing"): a question that
-        starts one of the task instructions goes to that task; else the question router's reading of it
-        (``network/question_router.py``): a task of this verifier asked in a person's words, an open question
-        (when it judges them), or no checkable answer; without a router, none of its tasks."""
+    def route(self, prompt: Any, previous: str | None = None) -> TaskRoute:
+        """Where a question (this turn's user message) goes (docs/verifiers.md, "Routing by meaning"): a question
+        that starts one of the task instructions goes to that task; else the question router's reading of it
+        (``network/question_router.py``; ``previous``: the conversation's previous user message, which a
+        follow-up is read with): a task of this verifier asked in a person's words (the route's ``asked``: the
+        task's own instruction with the person's payload, ``network/task_asking.py``), an open question (when
+        it judges them), or no checkable answer; without a router, none of its tasks."""
         recipe = self.recipe
         if recipe.task_systems and not recipe.task_names and self.tasks:
             recipe.task_names = task_names_for(recipe.task_systems, self.tasks)
@@ -180,18 +183,25 @@ class DocumentVerifier:
             return route
         if self.router is None:
             return TaskRoute(None, OPEN_KIND, kind=RouteKind.OPEN_QUESTION) if self._open_only else route
-        guess = self.router.guess(prompt)
+        guess = self.router.read(prompt, previous)
         if guess.kind == NO_ANSWER_KIND:
             return TaskRoute(route.system, kind=RouteKind.NO_CHECKABLE_ANSWER, probability=guess.probability)
         if guess.kind == OPEN_KIND:
             if not self.judges_open_questions:
                 return TaskRoute(route.system, probability=guess.probability)
-            return TaskRoute(None, OPEN_KIND, kind=RouteKind.OPEN_QUESTION, probability=guess.probability)
+            return TaskRoute(None, OPEN_KIND, kind=RouteKind.OPEN_QUESTION, probability=guess.probability,
+                             asked=guess.read_as)
         for (prefix, system), name in zip(recipe.task_systems, recipe.task_names):
             if name == guess.kind:
                 return TaskRoute(system, name if len(recipe.task_systems) > 1 else None, prefix,
-                                 kind=RouteKind.MEANING, probability=guess.probability)
+                                 kind=RouteKind.MEANING, probability=guess.probability,
+                                 asked=task_question(prefix, self._document_label(name, prefix), payload_of(prompt)))
         return TaskRoute(route.system, probability=guess.probability)  # a task this verifier does not cover
+
+    def _document_label(self, name: str | None, instruction: str) -> str | None:
+        """The label the task's prompts put before the payload ("ARTICLE"), from its listed example prompt."""
+        examples = [str(t.get("example_prompt") or "") for t in self.tasks if t.get("name") == name]
+        return next((label for label in (document_label(instruction, e) for e in examples) if label), None)
 
     @property
     def _open_only(self) -> bool:

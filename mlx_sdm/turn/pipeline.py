@@ -16,13 +16,15 @@ and the server, and the tests loop over it. The steps:
 
 0. plan (:class:`TurnPlan`, before generation): route THIS turn's question (its last user message)
    with the one router (``DocumentVerifier.route``: a task's instruction, else the question router's
-   reading). A task question is answered and judged as that task alone, as the verifier was built
-   (the task's system prompt, the question without the earlier turns), so it gets the same answer and
-   verdict as turn 1 or 5; only a question that starts a task's instruction decodes with an
-   SDM-network head trained on that task. Every other turn sees the whole conversation, with no
-   system prompt of ours and the model's own head: the answer is plain mlx-lm's; an everyday question
-   is judged by the open-question verifier on that question and the answer's first 64 tokens, and a
-   message with no checkable answer is not judged.
+   reading, a follow-up read with the user message before it). A task question is answered and judged
+   as that task alone, as the verifier was built (the task's system prompt, the question without the
+   earlier turns), so it gets the same answer and verdict as turn 1 or 5; a task asked in a person's own
+   words is asked as the task's own instruction with their payload (``TaskRoute.asked``); only a
+   question that starts (or is asked as) a task's instruction decodes with an SDM-network head trained
+   on that task. Every other turn sees the whole conversation, with no system prompt of ours and the
+   model's own head: the answer is plain mlx-lm's; an everyday question is judged by the open-question
+   verifier on that question (a follow-up: with the question it leans on) and the answer's first 64
+   tokens, and a message with no checkable answer is not judged.
 1. generate: stream tokens (log-probs and the document features ``[mean(h_0..h_k); h_k]`` come
    from the same pass, docs/method.md § 15.3); on a judged turn the answer ends at the unit the
    verifier judges (the closing brace of the JSON answer for ``json_close`` verifiers), so a verdict
@@ -63,6 +65,7 @@ from mlx_sdm.turn.values import (
     AnswerVerdict,
     last_user_text,
     parse_tool_calls,
+    previous_user_text,
 )
 
 #: on_prefill(done, total): the answer prompt's new tokens prefilled so far (mlx-lm's prompt_progress_callback)
@@ -91,11 +94,13 @@ class TurnPipeline:
         return bool(getattr(getattr(self.components.verifier, "recipe", None), "routes_tasks", False))
 
     def route(self, messages: list[ChatMessage] | None) -> TaskRoute:
-        """Where this turn's question (the last user message) goes: the verifier's route, else the task
-        of the head's list it starts; the verdict uses that task's review labels only."""
+        """Where this turn's question (the last user message) goes: the verifier's route (a follow-up read with
+        the user message before it), else the task of the head's list it starts; the verdict uses that task's
+        review labels only."""
         question = last_user_text(messages or [])
         verifier = self.components.verifier
-        route = verifier.route(question) if verifier is not None and hasattr(verifier, "route") else TaskRoute()
+        route = verifier.route(question, previous_user_text(messages or [])) \
+            if verifier is not None and hasattr(verifier, "route") else TaskRoute()
         tasks = self.components.head_tasks
         if route.matched or self.routes_tasks or not tasks:
             return route
@@ -107,15 +112,13 @@ class TurnPipeline:
         return self.delimiter_for(plan.route) if plan.judge else "end_of_turn"
 
     def head_for(self, route: TaskRoute, question: str) -> Any | None:
-        """The head a turn decodes with: the SDM-network head only when the question starts one of the
-        tasks it was trained on (the same router as the verifier's), else the model's own (None). A task
-        asked in a person's own words (routed by meaning) is answered by the model's own head: the head
-        was measured on its tasks' instructions only."""
+        """The head a turn decodes with: the SDM-network head only when the question as the model is asked it
+        starts one of the tasks it was trained on (the same router as the verifier's), else the model's own
+        (None). A task asked in a person's own words is asked as the task's own instruction with their payload
+        (``route.asked``), so it decodes as that task's prompts do."""
         head, tasks = self.components.head, self.components.head_tasks
         if head is None or tasks is None:
             return head
-        if route.how is RouteKind.MEANING:
-            return None
         return head if match_instruction([t.instruction for t in tasks], question) is not None else None
 
     @staticmethod
@@ -130,7 +133,9 @@ class TurnPipeline:
     def plan(self, messages: list[ChatMessage], options: TurnOptions = TurnOptions()) -> TurnPlan:
         """Route this turn's question, then what the model sees, what the verifier judges and the head."""
         route = self.route(messages)
-        question = {"role": "user", "content": last_user_text(messages)}
+        # the question as the model is asked it and the verifier reads it: a task asked in a person's words as
+        # the task's own prompt, a follow-up with the question it leans on (route.asked); else as typed
+        question = {"role": "user", "content": route.asked or last_user_text(messages)}
         system = self.system_prompt(options, route)
         ours = [{"role": "system", "content": system}] if system else []
         if route.matched:  # a task question is answered as that task alone, as the verifier was built

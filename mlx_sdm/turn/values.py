@@ -294,3 +294,9 @@ def last_user_text(messages: list[ChatMessage]) -> str:
         if message.get("role") == "user":
             return message.get("content", "")
     return ""
+
+
+def previous_user_text(messages: list[ChatMessage]) -> str | None:
+    """The user message before this turn's question (the one a follow-up leans on); None on a first turn."""
+    users = [m.get("content", "") for m in messages if m.get("role") == "user"]
+    return users[-2] if len(users) > 1 and isinstance(users[-2], str) else None

@@ -25,6 +25,8 @@ from mlx_sdm.network.verdict import OPEN_QUESTIONS
 
 
 EVERYDAY_CHECK_FILE = "everyday_check_40.json"
+#: The question router's held-out factual questions and follow-ups (scripts/bench/factual_routing.py).
+FACTUAL_CHECK_FILE = "factual_check.json"
 #: The answer format of open questions: free text (no JSON field; the label is ``label_open_answer``).
 OPEN_FORMAT = TaskFormat(name="open", field="", instruction="", document_label="", answers=())
 
@@ -53,6 +55,22 @@ class EverydayCheck:
 def everyday_check() -> EverydayCheck:
     data = json.loads((DATA_DIR / EVERYDAY_CHECK_FILE).read_text(encoding="utf-8"))
     return EverydayCheck(tuple(data["questions"]), tuple(data["no_checkable_answer"]))
+
+
+@dataclass(frozen=True)
+class FactualCheck:
+    """The checked-in factual questions, follow-ups that ask a checkable answer and follow-ups with none
+    (rows: ``{"id", "prompt"}``, follow-ups also ``"previous"``, the question they lean on)."""
+
+    questions: tuple[dict, ...]
+    follow_ups: tuple[dict, ...]
+    no_checkable_follow_ups: tuple[dict, ...]
+
+
+@lru_cache(maxsize=1)
+def factual_check() -> FactualCheck:
+    data = json.loads((DATA_DIR / FACTUAL_CHECK_FILE).read_text(encoding="utf-8"))
+    return FactualCheck(tuple(data["questions"]), tuple(data["follow_ups"]), tuple(data["no_checkable_follow_ups"]))
 
 
 def _key(question: str) -> tuple[str, ...]:
