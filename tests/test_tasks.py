@@ -42,7 +42,7 @@ def test_truthful_qa_gold_letter_follows_the_options():
     for view in ("held_out", "shifted"):
         for item in task.split(view, size=15):
             letter_text = item.prompt.split(f"{item.gold}) ", 1)[1]
-            correct = next(ex for ex in task._examples()[0] if item.id.split("/")[0] == ex.id).extra["correct"]
+            correct = next(ex for ex in task.examples()[0] if item.id.split("/")[0] == ex.id).extra["correct"]
             assert letter_text.startswith(correct)
 
 

@@ -195,9 +195,9 @@ class ChatScreen(ChatKeys, Screen):
         await self._log_mount(MessageBubble("user", text))
         self.query_one("#chat-log", VerticalScroll).anchor()  # sending jumps to the bottom and follows the answer
         session_id = self.session_id
-        await self._start(lambda: self.bridge.send(session_id, text))
+        await self.start_turn(lambda: self.bridge.send(session_id, text))
 
-    async def _start(self, call: Callable[[], Future], *, title: str | None = None) -> None:
+    async def start_turn(self, call: Callable[[], Future], *, title: str | None = None) -> None:
         """Mount the answer's bubble, then hand the turn to the engine (which returns at once)."""
         bubble = MessageBubble("assistant", "", title=title or f"assistant · turn {self.turn_number}", number=self.turn_number)
         self.active = bubble  # before the mount, so nobody sees the answer's bubble without a running turn
@@ -355,7 +355,7 @@ class ChatScreen(ChatKeys, Screen):
                 self.refresh_status("left paused: a new message moves on; reopening the session asks again")
                 return
             await self._log_mount(MessageBubble("user", guidance.strip(), title="you · guidance"))
-            await self._start(lambda: self.bridge.resume(session_id, guidance.strip()))
+            await self.start_turn(lambda: self.bridge.resume(session_id, guidance.strip()))
 
         self.app.push_screen(EscalationPrompt(level, confidence, reflection, irreversible=irreversible, message=message),
                              answered)

@@ -101,7 +101,7 @@ async def regenerate(chat: ChatScreen) -> None:
     except DataError as exc:
         chat.notify(str(exc), severity="warning")
         return
-    await chat._start(lambda: chat.bridge.regenerate(session_id),
+    await chat.start_turn(lambda: chat.bridge.regenerate(session_id),
                       title=f"assistant · turn {chat.turn_number} · answer {again.attempt + 1} (sampled)")
 
 

@@ -102,14 +102,15 @@ class Task:
     _cache: tuple | None = field(default=None, repr=False)
 
     # ------------------------------------------------------------------------------------ items
-    def _examples(self) -> tuple[list[SourceExample], list[SourceExample]]:
+    def examples(self) -> tuple[list[SourceExample], list[SourceExample]]:
+        """(the main collection, the other one), read once."""
         if self._cache is None:
             self._cache = self.read_examples()
         return self._cache
 
     def _order(self) -> tuple[list[SourceExample], list[SourceExample]]:
         """(pool examples, held-out examples): one seeded shuffle of the main collection."""
-        main, _ = self._examples()
+        main, _ = self.examples()
         order = np.random.default_rng(SPLIT_SEED).permutation(len(main))
         n_held = min(HELD_OUT_SIZE, int(HELD_OUT_FRACTION * len(main)))
         return [main[i] for i in order[n_held:]], [main[i] for i in order[:n_held]]
@@ -127,7 +128,7 @@ class Task:
         elif self.shift_by_view:
             chosen, view = held, "shifted"
         else:
-            other = self._examples()[1]
+            other = self.examples()[1]
             order = np.random.default_rng(SPLIT_SEED).permutation(len(other))
             chosen = [other[i] for i in order[:HELD_OUT_SIZE]]
         chosen = chosen[:size] if size is not None else chosen

@@ -177,7 +177,7 @@ def _task_prompts(task, per_task: int, rng: np.random.Generator) -> list[RoutedP
     kept = len(phrasings) - HELD_OUT_PHRASINGS
     out = [RoutedPrompt(i.prompt, task.name, False) for i in task.split("pool", size=per_task)]
     out += [RoutedPrompt(i.prompt, task.name, True) for i in task.split("held_out", size=per_task // 4)]
-    examples = task._examples()[0]
+    examples = task.examples()[0]
     for j, phrasing in enumerate(phrasings):
         held = j >= kept
         for i in rng.permutation(len(examples))[: (per_task // 4 if held else per_task // 2)]:
