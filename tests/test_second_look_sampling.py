@@ -8,7 +8,7 @@ import pytest
 
 from mlx_sdm.errors import DataError
 from mlx_sdm.lm.prompt import render_prompt
-from mlx_sdm.lm.sampling import batched_prompt_cache, first_logprobs, sample_from_cache
+from mlx_sdm.lm.sampling import batched_prompt_cache, first_logprobs, sample_for_prompts, sample_from_cache
 from mlx_sdm.turn.answer import generate_answer
 from tests.tiny_verifier import tiny_loaded_model
 
@@ -85,3 +85,23 @@ def test_bad_requests_get_one_clear_error(answered):
         batched_prompt_cache(answer.cache, len(prompt), 0)
     with pytest.raises(DataError, match="positions"):
         batched_prompt_cache(answer.cache, answer.cache[0].offset + 5, 2)
+
+
+def test_several_prompts_in_one_left_padded_batch_continue_as_fresh_prefills():
+    """The build's second look: prompts of different lengths prefilled together (left padding); a forced row's
+    log-probs equal a fresh pass over prompt + those tokens, and each prompt's samples are its own."""
+    lm = tiny_loaded_model()
+    prompts = [render_prompt(lm.tokenizer, [{"role": "user", "content": q}])
+               for q in ("Hello world!", "Is Paris the capital of France? Check the claim.", "The quick brown fox")]
+    assert len({len(p) for p in prompts}) == 3
+    forced = [lm.tokenizer.encode("Paris is", add_special_tokens=False), [5, 9, 11, 13], [7]]
+    out = sample_for_prompts(lm, prompts, k=3, seed=2, max_tokens=6, forced=forced)
+    assert len(out) == 3
+    for prompt, ids, (drawn, lps) in zip(prompts, forced, out):
+        logits = lm.model(mx.array(prompt + ids)[None]).astype(mx.float32)
+        logp = np.array(logits - mx.logsumexp(logits, axis=-1, keepdims=True))[0]
+        own = [logp[len(prompt) - 1 + i, t] for i, t in enumerate(ids)]
+        np.testing.assert_allclose(lps, own, atol=FLOAT32_TOLERANCE, rtol=0)
+        assert drawn.k == 3 and all(len(t) <= 6 for t in drawn.token_ids)
+    again = sample_for_prompts(lm, prompts, k=3, seed=2, max_tokens=6, forced=forced)
+    assert [d.token_ids for d, _ in again] == [d.token_ids for d, _ in out]

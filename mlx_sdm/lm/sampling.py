@@ -93,38 +93,104 @@ def sample_from_cache(lm, cache: Sequence, prompt_ids: Sequence[int], *, k: int 
     ``lm``: a ``LoadedModel`` (``.model``, ``.tokenizer``). ``cache``: the batch-1 mlx-lm cache of the
     answer (``GeneratedAnswer.cache``), holding at least the prompt's first ``len(prompt_ids) - 1``
     positions. Each row stops at the end of its turn or after ``max_tokens`` tokens."""
-    if temperature <= 0:
-        raise DataError(f"the second look samples at a temperature above 0 (got {temperature})", field="temperature")
+    _check_temperature(temperature)
     tic = time.perf_counter()
     prompt_ids = list(prompt_ids)
     batch = batched_prompt_cache(cache, len(prompt_ids), k)
-    eos = sorted(set(lm.tokenizer.eos_token_ids))
-    eos_arr = mx.array(eos, dtype=mx.int32)
+    rows = _decode_rows(lm, batch, [prompt_ids[-1]] * k, [None] * k, temperature, seed, max_tokens)
+    return _answers(lm, rows, time.perf_counter() - tic)
+
+
+def sample_for_prompts(lm, prompts: Sequence[Sequence[int]], *, k: int = DEFAULT_SAMPLES,
+                       temperature: float = DEFAULT_TEMPERATURE, seed: int = DEFAULT_SEED,
+                       max_tokens: int = ANSWER_HEAD_TOKENS, forced: Sequence[Sequence[int]] | None = None
+                       ) -> list[tuple[SampledAnswers, tuple[float, ...] | None]]:
+    """``k`` answers to each of several prompts, all in one batch (a build's second look, where the greedy
+    answers were made in batches that keep no per-answer cache): the prompts but their last token are
+    prefilled once, left-padded in a ``BatchKVCache``, each row copied ``k`` times, and decoded together.
+    ``forced``: per prompt, token ids (the greedy answer) decoded along as one more row, whose per-token
+    log-probabilities come back beside the samples (None without ``forced``)."""
+    from mlx_lm.models.cache import BatchKVCache
+
+    _check_temperature(temperature)
+    tic = time.perf_counter()
+    prompts = [list(p) for p in prompts]
+    if not prompts or min(map(len, prompts)) < 2:
+        raise DataError("each prompt needs at least two tokens", field="prompt")
+    per = k + (1 if forced is not None else 0)
+    width = max(len(p) - 1 for p in prompts)
+    padding = [width - (len(p) - 1) for p in prompts]
+    padded = mx.array([[0] * pad + p[:-1] for pad, p in zip(padding, prompts)], dtype=mx.int32)
+    cache = [BatchKVCache(padding) for _ in lm.model.layers]
+    lm.model(padded, cache=cache)  # one prefill of every prompt (its hidden states are not needed)
+    for layer in cache:  # each prompt's row copied ``per`` times, in place
+        layer.keys = mx.repeat(layer.keys[..., : layer._idx, :], per, axis=0)
+        layer.values = mx.repeat(layer.values[..., : layer._idx, :], per, axis=0)
+        layer.offset = mx.repeat(layer.offset, per, axis=0)
+        layer.left_padding = mx.repeat(layer.left_padding, per, axis=0)
+    mx.eval([c.state for c in cache])
+    firsts, forcing = [], []
+    for i, p in enumerate(prompts):
+        firsts += [p[-1]] * per
+        forcing += ([list(forced[i])] if forced is not None else []) + [None] * k
+    rows = _decode_rows(lm, cache, firsts, forcing, temperature, seed, max_tokens)
+    seconds = time.perf_counter() - tic
+    out = []
+    for i in range(len(prompts)):
+        mine = rows[i * per:(i + 1) * per]
+        forced_lps = tuple(mine[0][1]) if forced is not None else None
+        out.append((_answers(lm, mine[1:] if forced is not None else mine, seconds / len(prompts)), forced_lps))
+    return out
+
+
+def _check_temperature(temperature: float) -> None:
+    if temperature <= 0:
+        raise DataError(f"the second look samples at a temperature above 0 (got {temperature})", field="temperature")
+
+
+def _decode_rows(lm, cache: list, firsts: list[int], forced: list[list[int] | None], temperature: float,
+                 seed: int, max_tokens: int) -> list[tuple[list[int], list[float]]]:
+    """Decode every row of ``cache`` from its first token: a forced row follows its ids, any other draws
+    from softmax(log p / T) with one seeded key per step. Each row's (token ids, log-probs under the
+    untempered model) up to its end of turn or ``max_tokens``."""
+    n = len(firsts)
+    eos_arr = mx.array(sorted(set(lm.tokenizer.eos_token_ids)), dtype=mx.int32)
+    is_forced = mx.array([f is not None for f in forced])
+    steps = max([max_tokens] + [len(f) for f in forced if f is not None]) if any(f is not None for f in forced) else max_tokens
+    pad_id = int(eos_arr[0].item())
+    forced_ids = mx.array([(f or []) + [pad_id] * (steps - len(f or [])) for f in forced], dtype=mx.int32)
     key = mx.random.key(seed)
-    logprobs = first_logprobs(lm.model, batch, prompt_ids[-1], k)
+    logits = lm.model(mx.array(firsts, dtype=mx.int32)[:, None], cache=cache)[:, -1, :]
+    logprobs = _log_softmax(logits)
     tokens, chosen, alive = [], [], []
-    live = mx.ones((k,), dtype=mx.bool_)
-    for step in range(max_tokens):
+    live = mx.ones((n,), dtype=mx.bool_)
+    for step in range(steps):
         key, sub = mx.random.split(key)
         # x ~ softmax(log p / T): the tempered draw; its log-probability is read from the untempered log p
-        token = mx.random.categorical(logprobs * (1.0 / temperature), axis=-1, key=sub).astype(mx.int32)
+        drawn = mx.random.categorical(logprobs * (1.0 / temperature), axis=-1, key=sub).astype(mx.int32)
+        token = mx.where(is_forced, forced_ids[:, step], drawn)
         lp = mx.take_along_axis(logprobs, token[:, None], axis=-1)[:, 0]
-        ended = (token[:, None] == eos_arr[None, :]).any(axis=-1)
-        live = mx.logical_and(live, mx.logical_not(ended))
+        live = mx.logical_and(live, mx.logical_not((token[:, None] == eos_arr[None, :]).any(axis=-1)))
         tokens.append(token)
         chosen.append(lp)
         alive.append(live)  # the token counts for its row while the row has not ended (its EOS does not)
         mx.eval(token, lp, live)
-        if not bool(live.any().item()) or step == max_tokens - 1:
+        if not bool(live.any().item()) or step == steps - 1:
             break
-        logprobs = _log_softmax(lm.model(token[:, None], cache=batch)[:, -1, :])
+        logprobs = _log_softmax(lm.model(token[:, None], cache=cache)[:, -1, :])
     ids = mx.stack(tokens, axis=1).tolist()
     lps = mx.stack(chosen, axis=1).tolist()
     keep = mx.stack(alive, axis=1).tolist()
-    texts, token_ids, means = [], [], []
-    for row_ids, row_lps, row_keep in zip(ids, lps, keep):
-        n = sum(row_keep)  # tokens before the row's end of turn (live is monotone: once False, False)
-        token_ids.append(tuple(int(t) for t in row_ids[:n]))
-        texts.append(lm.tokenizer.decode(list(token_ids[-1])))
-        means.append(float(sum(row_lps[:n]) / n) if n else float("nan"))
-    return SampledAnswers(tuple(texts), tuple(token_ids), tuple(means), time.perf_counter() - tic)
+    out = []
+    for i, (row_ids, row_lps, row_keep) in enumerate(zip(ids, lps, keep)):
+        m = sum(row_keep)  # tokens before the row's end of turn (live is monotone: once False, False)
+        if forced[i] is None:
+            m = min(m, max_tokens)
+        out.append(([int(t) for t in row_ids[:m]], [float(v) for v in row_lps[:m]]))
+    return out
+
+
+def _answers(lm, rows: list[tuple[list[int], list[float]]], seconds: float) -> SampledAnswers:
+    texts = tuple(lm.tokenizer.decode(ids) for ids, _ in rows)
+    means = tuple(float(sum(lps) / len(lps)) if lps else float("nan") for _, lps in rows)
+    return SampledAnswers(texts, tuple(tuple(ids) for ids, _ in rows), means, seconds)
