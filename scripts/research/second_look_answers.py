@@ -77,12 +77,13 @@ def main(argv: list[str] | None = None) -> None:
             greedy = generate_batch(lm, prompts, max_tokens=ANSWER_HEAD_TOKENS, delimiter=DELIMITER_ANSWER_HEAD)
             rendered = [render_prompt(lm.tokenizer, p) for p in prompts]
             drawn = sample_for_prompts(lm, rendered, k=args.k, temperature=args.temperature, seed=args.seed,
-                                       max_tokens=args.sample_tokens, forced=[g.tokens for g in greedy])
+                                       max_tokens=args.sample_tokens,
+                                       forced=[g.tokens[: args.sample_tokens] for g in greedy])
             seconds = (time.perf_counter() - tic) / len(chunk)
             for (split, item), answer, (samples, greedy_lps) in zip(chunk, greedy, drawn):
                 golds, question = list(item.gold.answers), item.gold.question
                 row = {"id": item.id, "split": split, "question": question, "golds": golds, "greedy": answer.text,
-                       "greedy_logprobs": list(greedy_lps), "finish_reason": answer.finish_reason,
+                       "greedy_logprobs": list(greedy_lps),  # of its first --sample-tokens tokens "finish_reason": answer.finish_reason,
                        "greedy_label": label_open_answer(answer.text, golds, question),
                        "greedy_label_before": any(gold_in(answer.text, g, question) for g in golds),
                        "features": [round(float(v), 6) for v in answer.features.vector],
