@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from mlx_sdm.network.tasks.exact_questions import exact_questions
-from mlx_sdm.network.tasks.open_label import label_open_answer, normalise_words
+from mlx_sdm.network.tasks.open_label import label_open_answer, normalise_words, person_forms
 from mlx_sdm.network.tasks.open_questions import OpenGold, everyday_check
 from mlx_sdm.network.tasks.registry import OPEN_TASK, load_task
 
@@ -26,9 +26,35 @@ GRADED = Path(__file__).resolve().parents[2] / "shared" / "data" / "open_qa" / "
     ("It takes 1.5 hours.", ["5"], "", False),  # a decimal stays one word
     ("The Eagles won in 2017.", ["the Eagles"], "", True),  # articles dropped on both sides
     ("Mexico is big.", ["Mexico City"], "What is the capital of Mexico?", False),
+    # a gold with a type word, read as a person reads it (WebQuestions' Freebase names)
+    ("The main language spoken in Mexico is Spanish.", ["Spanish Language"], "what language do they speak in mexico?", True),
+    ("They speak Spanish language.", ["Spanish Language"], "", True),
+    ("Jamaicans speak Jamaican Creole English.", ["Jamaican Creole English Language"], "", True),
+    ("They speak English.", ["Jamaican Creole English Language"], "", False),  # only the whole name, less its type word
+    ("He played for Liverpool.", ["Liverpool F.C."], "", True),
+    ("She used signs.", ["sign language"], "", False),  # "sign language" is no proper name: its type word stays
+    ("Signs, not language.", ["sign language"], "", False),
+    ("Obama was born in the United States.", ["United States of America"], "", True),
+    ("He lives in the U.S.", ["United States of America"], "", True),
+    ("It is in the USA.", ["United States of America"], "", True),
+    ("It is in South America.", ["United States of America"], "", False),  # bare "America" is not an alias
+    ("Tell us more.", ["United States of America"], "", False),  # nor the pronoun "us"
+    ("London is in Britain.", ["United Kingdom"], "", True),
+    ("The answer is Spanish.", ["Spanish Language"], "Is Spanish spoken in Spain?", False),  # repeats the question
 ])
 def test_the_label_is_whole_word_containment_beyond_the_question(answer, golds, question, right):
     assert label_open_answer(answer, golds, question) is right
+
+
+def test_person_forms_drop_a_type_word_only_from_a_proper_name():
+    assert person_forms("Spanish Language") == ("Spanish Language", "Spanish")
+    assert person_forms("Chinese language") == ("Chinese language", "Chinese")
+    assert person_forms("Indo-European languages") == ("Indo-European languages", "Indo-European")
+    assert person_forms("Liverpool F.C.") == ("Liverpool F.C.", "Liverpool")
+    assert person_forms("sign language") == ("sign language",)
+    assert person_forms("Language") == ("Language",)  # nothing left without it
+    assert person_forms("Tokyo") == ("Tokyo",)
+    assert "America" not in person_forms("United States of America")
 
 
 def test_normalisation_drops_case_punctuation_and_articles():
@@ -55,7 +81,9 @@ def test_the_label_agrees_with_nq_open_graders():
         assert all(label_open_answer(a, row["answer"]) for a in row["answer"] if normalise_words(a)), row
     precision = right / (right + false_right)
     agreement = (right + wrong) / (right + wrong + false_right + missed)
-    assert (right, missed, wrong, false_right) == (168, 585, 4106, 43)  # pinned: the label function's behaviour
+    # pinned: the label function's behaviour. Reading type words (person_forms) changed one prediction: "everton"
+    # for a gold list with "Everton F.C.", which the graders called wrong (before: 168, 585, 4106, 43).
+    assert (right, missed, wrong, false_right) == (168, 585, 4105, 44)
     assert precision > 0.79 and agreement > 0.87
 
 
