@@ -187,7 +187,8 @@ class DocumentVerdict:
         covers = [{"name": t.name, "description": t.description} for t in self.coverage.tasks]
         route = None if self.route is None else {
             "kind": None if self.route.kind is None else self.route.kind.value, "probability": self.route.probability,
-            "system": self.route.system, "task": self.route.task, "instruction": self.route.instruction}
+            "system": self.route.system, "task": self.route.task, "instruction": self.route.instruction,
+            "asked": self.route.asked}
         return {**numbers, "status": self.status.value, "verified": self.verified, "reason": self.reason,
                 "explanation": words.sentence, "badge": words.badge, "task": self.task, "alpha": self.alpha,
                 "covers": covers, "built_on": self.coverage.built_on, "route": route,
@@ -230,7 +231,8 @@ def _route_from(data: Any) -> TaskRoute | None:
         return None
     kind = next((k for k in RouteKind if k.value == data.get("kind")), None)
     probability = data.get("probability")
-    text = {key: data.get(key) if isinstance(data.get(key), str) else None for key in ("system", "task", "instruction")}
+    text = {key: data.get(key) if isinstance(data.get(key), str) else None
+            for key in ("system", "task", "instruction", "asked")}
     return TaskRoute(kind=kind, probability=None if probability is None else float(probability), **text)
 
 
@@ -389,11 +391,20 @@ def _route_words(verdict: DocumentVerdict) -> str:
         return ""
     if route.how is RouteKind.MEANING and verdict.routed_task is not None:
         task = verdict.routed_task
+        asked = f", so the model was asked the task's own instruction, “{_clip(route.instruction)}”, with your text" \
+            if route.instruction else ""
         return (f" The question router read this as the task {task.description or task.name!r} asked in your own words "
-                f"(probability {route.probability:.2f}).")
+                f"(probability {route.probability:.2f}){asked}.")
     if route.how is RouteKind.OPEN_QUESTION:
-        return f" Judged as an everyday question with a short answer (question router probability {route.probability:.2f})."
+        read_with = f", read with the question before it (“{_clip(route.asked)}”)" if route.asked else ""
+        return (f" Judged as an everyday question with a short answer{read_with} (question router probability "
+                f"{route.probability:.2f}).")
     return ""
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def verdict_words(verdict: DocumentVerdict | None, *, no_verifier_reason: str | None = None) -> VerdictWords:
