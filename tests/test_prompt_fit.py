@@ -73,7 +73,7 @@ def test_a_long_message_loses_its_middle_and_the_sentence_says_how_much():
     lm = tiny_loaded_model()
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": LONG}]
     rendered = len(render_prompt(lm.tokenizer, messages))
-    fitted = fit_prompt(lm.tokenizer, messages, 200)
+    fitted = fit_prompt(lm.tokenizer, messages, 200, context=CONTEXT)
     assert rendered > 5 * 200 and len(fitted.ids) <= 200 and fitted.was_cut
     assert list(fitted.ids) == render_prompt(lm.tokenizer, list(fitted.messages))  # the ids are the messages'
     (cut,) = fitted.cuts
@@ -81,10 +81,11 @@ def test_a_long_message_loses_its_middle_and_the_sentence_says_how_much():
     text = fitted.messages[1]["content"]
     assert text.startswith("START here.") and text.endswith("END") and fitted.messages[0]["content"] == "Be brief."
     assert CUT_MARK.format(n=cut.left_out) in text
-    sentence = fitted.sentence(CONTEXT)
+    sentence = fitted.sentence()
     assert f"{cut.tokens:,} tokens" in sentence and f"{cut.left_out:,} between were left out" in sentence
+    assert f"{CONTEXT:,}-token context" in sentence
     same = fit_prompt(lm.tokenizer, list(fitted.messages), 200)  # a fitted prompt fits as it is
-    assert not same.was_cut and same.ids == fitted.ids and same.sentence(CONTEXT) == ""
+    assert not same.was_cut and same.ids == fitted.ids and same.sentence() == ""
 
 
 def test_what_the_caller_adds_is_never_cut_and_earlier_messages_go_first():
@@ -174,9 +175,11 @@ def test_a_turn_fits_and_p_true_reuses_the_answers_cache():
     lm = tiny_loaded_model(max_context=640)
     options = TurnOptions(max_tokens=8, enable_p_true=True, reuse_cache=True, generate_reflection=True)
     monitor = SessionMonitor("fit", MonitorConfig(), lm=lm)
-    outcome = TurnPipeline(TurnComponents(lm=lm)).run(TurnRequest(_conversation(), options), monitor=monitor)
+    with pytest.warns(UserWarning, match="Your message is"):  # said as the answer starts (generate's "note:")
+        outcome = TurnPipeline(TurnComponents(lm=lm)).run(TurnRequest(_conversation(), options), monitor=monitor)
     assert outcome.prompt_fit is not None and outcome.prompt_fit.was_cut
     assert outcome.truncated_prompt_tokens == outcome.prompt_fit.left_out_tokens > 0
+    assert outcome.prompt_note.startswith("Your message is ") and "640-token context" in outcome.prompt_note
     assert outcome.messages[-1]["content"].startswith("START here.")
     assert outcome.monitor.p_true["reused_tokens"] >= len(outcome.prompt_fit.ids)
     question = len(lm.tokenizer.encode(DEFAULT_QUESTION))  # its template's few tokens and the answer's end aside

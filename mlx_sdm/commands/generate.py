@@ -139,7 +139,7 @@ def _payload(args, components, outcome) -> dict:
         "verifier": components.verifier_path if components.verifier is not None else None,
         "head": components.head_path if outcome.decoded_with_head else None,
         "unverifiable_reason": outcome.unverifiable_reason,
-        "prompt_note": prompt_note(components, outcome) or None,
+        "prompt_note": outcome.prompt_note or None,
         "status": verdict_words(outcome.verdict).status.value,
         "verdict": outcome.verdict.to_dict() if outcome.verdict is not None else None,
         "monitor": monitor_payload(outcome.monitor, outcome.escalation),
@@ -150,20 +150,11 @@ def _payload(args, components, outcome) -> dict:
     }
 
 
-def prompt_note(components, outcome) -> str:
-    """What the model did not read of a prompt longer than its context, in one sentence ("" when it read all)."""
-    if outcome.prompt_fit is not None:
-        return outcome.prompt_fit.sentence(components.lm.max_context)
-    if outcome.truncated_prompt_tokens:
-        return f"The prompt's first {outcome.truncated_prompt_tokens:,} tokens were left out to fit the model's context."
-    return ""
-
-
 def _print_report(components, outcome) -> None:
     print()
     print("-" * 60)
-    if note := prompt_note(components, outcome):
-        print(f"note: {note}")
+    if outcome.prompt_note:
+        print(f"note: {outcome.prompt_note}")
     print(format_verdict(outcome.verdict, outcome.unverifiable_reason))
     if outcome.verdict is not None and outcome.verdict.verdict is not None:
         if outcome.unverified_tail.strip():

@@ -134,6 +134,7 @@ class FittedPrompt:
     cuts: tuple[MessageCut, ...] = ()
     dropped_messages: int = 0  # earlier messages left out whole
     dropped_ids: int = 0  # a prompt given as ids: its first ids left out
+    context: int = 0  # the model's context the budget was taken from (for the sentence; 0: the budget)
 
     @property
     def was_cut(self) -> bool:
@@ -144,10 +145,11 @@ class FittedPrompt:
         """Tokens of the prompt as given that the model does not read (the cut marks' own tokens aside)."""
         return max(0, self.rendered_tokens - len(self.ids)) if self.was_cut else 0
 
-    def sentence(self, context: int) -> str:
+    def sentence(self) -> str:
         """What was left out, in one sentence ("" when nothing was): the numbers behind it are this value's."""
         if not self.was_cut:
             return ""
+        context = self.context or self.budget
         why = (f"more than the model reads at once ({context:,}-token context, with room kept for the answer)")
         last = self.cuts[-1] if self.cuts else None
         if (last is not None and len(self.cuts) == 1 and not self.dropped_messages and self.messages is not None
@@ -178,7 +180,7 @@ class _Content:
 
 
 def fit_prompt(tokenizer, prompt: Prompt, budget: int, *, system: str | None = None,
-               keep_last: int = 0) -> FittedPrompt:
+               keep_last: int = 0, context: int = 0) -> FittedPrompt:
     """``prompt`` rendered (:func:`render_prompt`) into at most ``budget`` tokens.
 
     A prompt that fits is returned as rendered. Otherwise, round by round until it fits: the longest message
@@ -187,17 +189,18 @@ def fit_prompt(tokenizer, prompt: Prompt, budget: int, *, system: str | None = N
     message is left out whole (with the assistant reply that follows it). Never cut: the last ``keep_last``
     messages (what the caller adds after the conversation: P(True)'s question, the reflection's request);
     never left out: a leading system message and the conversation's last message. Token ids (no messages),
-    and a budget too small for what is never cut, lose their first ids (and warn)."""
+    and a budget too small for what is never cut, lose their first ids (and warn). ``context``: the model's
+    context the budget was taken from, named by :meth:`FittedPrompt.sentence`."""
     if budget < 1:
         raise DataError("no room left for the prompt in the model's context.", field="prompt")
     messages = _as_messages(prompt, system)
     if messages is None:
         ids, dropped = truncate_left(render_prompt(tokenizer, prompt), budget)
-        return FittedPrompt(tuple(ids), None, budget, len(ids) + dropped, dropped_ids=dropped)
+        return FittedPrompt(tuple(ids), None, budget, len(ids) + dropped, dropped_ids=dropped, context=context)
     ids = render_prompt(tokenizer, messages)
     rendered = len(ids)
     if rendered <= budget:
-        return FittedPrompt(tuple(ids), tuple(messages), budget, rendered)
+        return FittedPrompt(tuple(ids), tuple(messages), budget, rendered, context=context)
     current = [dict(m) for m in messages]
     origin = list(range(len(messages)))  # index in ``messages`` of each message in ``current``
     contents: dict[int, _Content] = {}
@@ -215,7 +218,7 @@ def fit_prompt(tokenizer, prompt: Prompt, budget: int, *, system: str | None = N
                  for i, c in sorted(contents.items()) if i in origin)
     # a budget too small for the messages the caller keeps and a cut mark: the rendered ids lose their start
     ids, dropped_ids = truncate_left(ids, budget)
-    return FittedPrompt(tuple(ids), tuple(current), budget, rendered, cuts, dropped, dropped_ids)
+    return FittedPrompt(tuple(ids), tuple(current), budget, rendered, cuts, dropped, dropped_ids, context)
 
 
 def _cut_longest(tokenizer, current: list[dict], origin: list[int], contents: dict[int, "_Content"], excess: int,

@@ -131,7 +131,7 @@ def stream_answer(
     from mlx_sdm.lm.generation import GenerationConfig
     from mlx_sdm.lm.prompt import fit_prompt, splice_cached
 
-    fitted = fit_prompt(lm.tokenizer, messages, getattr(lm, "max_context", 2048) - max_tokens, keep_last=keep_last)
+    fitted = fit_prompt(lm.tokenizer, messages, lm.max_context - max_tokens, keep_last=keep_last, context=lm.max_context)
     full_ids = list(fitted.ids)
     if keep_cache and prefix is not None:  # the previous answer in the tokens the cache holds (splice_cached)
         full_ids = splice_cached(lm.tokenizer, prefix.ids, full_ids)

@@ -14,7 +14,8 @@ out come the answer's :class:`TokenPiece` s as they are generated, then (on a ju
 No thread, store or UI is involved: the CLI (``generate``), the turn service behind the chat engine
 and the server, and the tests loop over it. The steps:
 
-0. plan (:class:`TurnPlan`, before generation): route THIS turn's question (its last user message)
+0. plan (:class:`TurnPlan`, before generation; :meth:`TurnPipeline.fit` then fits it into the model's
+   context, with room for the answer and the follow-up prompts): route THIS turn's question (its last user message)
    with the one router (``DocumentVerifier.route``: a task's instruction, else the question router's
    reading). A task question is answered and judged as that task alone, as the verifier was built
    (the task's system prompt, the question without the earlier turns), so it gets the same answer and
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from dataclasses import replace
 from typing import Any, Callable, Iterator
 
@@ -155,14 +157,16 @@ class TurnPipeline:
         rule), leaving room for the answer and the turn's follow-up prompts (P(True), the reflection), and what
         was cut (None when it fits as it is). What the verifier judges holds the same, fitted, question."""
         lm = self.components.lm
-        budget = lm.max_context - options.max_tokens - FOLLOW_UP_PROMPT_TOKENS - (
+        follow_up = FOLLOW_UP_PROMPT_TOKENS if options.enable_p_true or options.generate_reflection else 0
+        budget = lm.max_context - options.max_tokens - follow_up - (
             options.reflection_max_tokens if options.generate_reflection else 0)
         if budget < 1:
             raise DataError(f"max_tokens={options.max_tokens} leaves no room for the prompt in the model's "
                             f"{lm.max_context:,}-token context; ask for fewer.", field="max_tokens")
-        fitted = fit_prompt(lm.tokenizer, plan.messages, budget)
+        fitted = fit_prompt(lm.tokenizer, plan.messages, budget, context=lm.max_context)
         if not fitted.was_cut:
             return plan, None
+        warnings.warn(fitted.sentence(), stacklevel=2)  # said once, as the answer starts (generate: a "note:" line)
         seen = list(fitted.messages or ())
         system = [seen[0]] if seen[0].get("role") == "system" else []
         judged = seen if plan.judged_is_generated else system + [seen[-1]]

@@ -240,6 +240,15 @@ class TurnOutcome:
         return self.answer.reused_tokens
 
     @property
+    def prompt_note(self) -> str:
+        """What the model did not read of a conversation longer than its context, in one sentence ("": all read)."""
+        if self.prompt_fit is not None:
+            return self.prompt_fit.sentence()
+        if self.answer.truncated_prompt_tokens:
+            return f"The prompt's first {self.answer.truncated_prompt_tokens:,} tokens were left out to fit the model's context."
+        return ""
+
+    @property
     def truncated_prompt_tokens(self) -> int:
         """Tokens of the conversation the model did not read (cut to fit its context)."""
         return self.prompt_fit.left_out_tokens if self.prompt_fit is not None else self.answer.truncated_prompt_tokens
