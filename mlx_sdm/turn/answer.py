@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from mlx_sdm.lm.pieces import TokenPiece
+from mlx_sdm.lm.prompt import FittedPrompt
 
 
 @dataclass
@@ -52,7 +53,7 @@ class GeneratedAnswer:
     cached_tokens: list[int] = field(default_factory=list, repr=False)  # the token ids that cache holds
     prefix: PrefixCache | None = field(default=None, repr=False)  # what the next turn of this chat can reuse
     judged_tokens: int = 0  # answer tokens the document features cover (through the delimiter token)
-    prompt_fit: Any = field(default=None, repr=False)  # the lm.prompt.FittedPrompt the model read (what was cut)
+    prompt_fit: FittedPrompt | None = field(default=None, repr=False)  # what the model read of the messages
 
     def release(self) -> None:
         """Drop the KV cache this answer holds, once P(True) and the next turn's prefix have used it: the

@@ -8,6 +8,12 @@ command's own figures (prompt tokens read, tokens left out, time to the first to
 
     .venv/bin/python scripts/bench/bench_memory.py                       # 1k 2k 4k 8k 16k 30k tokens
     .venv/bin/python scripts/bench/bench_memory.py --tokens 1000 8000 --max-tokens 16
+    .venv/bin/python scripts/bench/bench_memory.py --attention 512 1024 2048 4096   # where the time goes
+    .venv/bin/python scripts/bench/bench_memory.py --prefill-steps 256 512 1024 2048  # 2,048 tokens, by chunk size
+
+``--attention L ...``: one SmolLM2 layer's attention (9 query heads, 3 key/value heads, 64 dims, causal) over
+L positions in one piece, ``mx.fast.scaled_dot_product_attention``, ms (mean of 2 after a warm-up).
+``--prefill-steps S ...``: SmolLM2's 30 layers reading 2,048 tokens S at a time through a KV cache, s.
 """
 
 from __future__ import annotations
@@ -62,9 +68,34 @@ def child(tokens: int, max_tokens: int) -> dict:
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux
     payload = json.loads(out.getvalue()) if rc == 0 else {}
     generation = payload.get("generation", {})
-    return {"tokens": tokens, "chars": len(prompt), "rc": rc, "peak_gib": peak_kb / 2**20, "turn_s": wall,
+    return {"tokens": tokens, "chars": len(prompt), "rc": rc, "peak_gib": peak_kb / 2**20, "command_s": wall, "turn_s": wall,
             "prompt_tokens": generation.get("prompt_tokens"), "left_out": generation.get("truncated_prompt_tokens"),
             "first_token_s": generation.get("first_token_s"), "note": payload.get("prompt_note")}
+
+
+def attention_ms(length: int, repeats: int = 2) -> float:
+    import mlx_sdm  # noqa: F401  (BLAS preload before MLX)
+    import mlx.core as mx
+
+    q = mx.random.normal((1, 9, length, 64))
+    k, v = mx.random.normal((1, 3, length, 64)), mx.random.normal((1, 3, length, 64))
+    mx.eval(mx.fast.scaled_dot_product_attention(q, k, v, scale=0.125, mask="causal"))
+    started = time.perf_counter()
+    for _ in range(repeats):
+        mx.eval(mx.fast.scaled_dot_product_attention(q, k, v, scale=0.125, mask="causal"))
+    return 1000 * (time.perf_counter() - started) / repeats
+
+
+def prefill_s(step: int, tokens: int = 2048) -> float:
+    import mlx_sdm  # noqa: F401  (BLAS preload before MLX)
+    from mlx_sdm.lm.loading import load_model
+    from mlx_sdm.lm.prefill import prefill_hidden
+
+    lm = load_model()
+    ids = lm.tokenizer.encode(paste_of(lm.tokenizer, tokens))[:tokens]
+    started = time.perf_counter()
+    prefill_hidden(lm.model, ids, step=step)
+    return time.perf_counter() - started
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,12 +103,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, nargs="+", default=list(DEFAULT_TOKENS), help="prompt lengths in tokens")
     p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="answer length (default %(default)s)")
     p.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT_S, help="seconds per length (default %(default)s)")
+    p.add_argument("--attention", type=int, nargs="+", help="time one layer's attention over these lengths instead")
+    p.add_argument("--prefill-steps", type=int, nargs="+", help="time reading 2,048 tokens at these chunk sizes instead")
     p.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.attention:
+        for n in args.attention:
+            print(f"attention over {n:,} positions, one layer: {attention_ms(n):.0f} ms", flush=True)
+        return 0
+    if args.prefill_steps:
+        for step in args.prefill_steps:
+            print(f"2,048 tokens read {step} at a time: {prefill_s(step):.1f} s", flush=True)
+        return 0
     if args.child is not None:
         print(json.dumps(child(args.child, args.max_tokens)))
         return 0
-    print("| message tokens | characters | prompt tokens read | left out | first token (s) | whole turn (s) | peak RSS (GiB) |")
+    print("| message tokens | characters | prompt tokens read | left out | first token (s) | whole command (s) | peak RSS (GiB) |")
     print("|---|---|---|---|---|---|---|")
     for n in args.tokens:
         command = [sys.executable, __file__, "--child", str(n), "--max-tokens", str(args.max_tokens)]
@@ -94,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         r = json.loads(lines[-1])
         print(f"| {n:,} | {r['chars']:,} | {r['prompt_tokens']:,} | {r['left_out']:,} | {r['first_token_s']:.1f} | "
-              f"{r['turn_s']:.1f} | {r['peak_gib']:.2f} |", flush=True)
+              f"{r['command_s']:.1f} | {r['peak_gib']:.2f} |", flush=True)
         if r.get("note"):
             print(f"<!-- {n}: {r['note']} -->", flush=True)
     return 0
