@@ -184,3 +184,17 @@ def test_a_turn_fits_and_p_true_reuses_the_answers_cache():
     assert outcome.monitor.p_true["reused_tokens"] >= len(outcome.prompt_fit.ids)
     question = len(lm.tokenizer.encode(DEFAULT_QUESTION))  # its template's few tokens and the answer's end aside
     assert outcome.monitor.p_true["prefilled_tokens"] < question + 16
+
+
+def test_the_chat_shows_what_was_cut_under_the_answer():
+    from mlx_sdm.turn.answer import GeneratedAnswer
+    from mlx_sdm.turn.escalation import TurnStatus
+    from mlx_sdm.turn.values import TurnOutcome
+    from tui.screens.transcript import answer_notes
+
+    lm = tiny_loaded_model()
+    fitted = fit_prompt(lm.tokenizer, _conversation(), 200, context=CONTEXT)
+    outcome = TurnOutcome(TurnStatus.DONE, GeneratedAnswer("A fox."), messages=list(fitted.messages), prompt_fit=fitted)
+    notes = list(answer_notes(outcome))
+    assert [n.text for n in notes] == [fitted.sentence()] and notes[0].role == "system"
+    assert not list(answer_notes(TurnOutcome(TurnStatus.DONE, GeneratedAnswer("A fox."), messages=_conversation())))
