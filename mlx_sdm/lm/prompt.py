@@ -142,7 +142,7 @@ class FittedPrompt:
 
     @property
     def left_out_tokens(self) -> int:
-        """Tokens of the prompt as given that the model does not read (the cut marks' own tokens aside)."""
+        """How many fewer tokens the model reads than the prompt as given has (the cut marks count as read)."""
         return max(0, self.rendered_tokens - len(self.ids)) if self.was_cut else 0
 
     def sentence(self) -> str:

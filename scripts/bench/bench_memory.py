@@ -13,7 +13,8 @@ command's own figures (prompt tokens read, tokens left out, time to the first to
 
 ``--attention L ...``: one SmolLM2 layer's attention (9 query heads, 3 key/value heads, 64 dims, causal) over
 L positions in one piece, ``mx.fast.scaled_dot_product_attention``, ms (mean of 2 after a warm-up).
-``--prefill-steps S ...``: SmolLM2's 30 layers reading 2,048 tokens S at a time through a KV cache, s.
+``--prefill-steps S ...``: SmolLM2's 30 layers reading ``--prefill-tokens`` (2,048) tokens S at a time through a
+KV cache, s (mlx-lm's prefill of the answer read 2,048 at a time before; ``PREFILL_STEP_TOKENS`` is 512 now).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def child(tokens: int, max_tokens: int) -> dict:
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux
     payload = json.loads(out.getvalue()) if rc == 0 else {}
     generation = payload.get("generation", {})
-    return {"tokens": tokens, "chars": len(prompt), "rc": rc, "peak_gib": peak_kb / 2**20, "command_s": wall, "turn_s": wall,
+    return {"tokens": tokens, "chars": len(prompt), "rc": rc, "peak_gib": peak_kb / 2**20, "command_s": wall,
             "prompt_tokens": generation.get("prompt_tokens"), "left_out": generation.get("truncated_prompt_tokens"),
             "first_token_s": generation.get("first_token_s"), "note": payload.get("prompt_note")}
 
@@ -104,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS, help="answer length (default %(default)s)")
     p.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT_S, help="seconds per length (default %(default)s)")
     p.add_argument("--attention", type=int, nargs="+", help="time one layer's attention over these lengths instead")
-    p.add_argument("--prefill-steps", type=int, nargs="+", help="time reading 2,048 tokens at these chunk sizes instead")
+    p.add_argument("--prefill-steps", type=int, nargs="+", help="time reading a prompt at these chunk sizes instead")
+    p.add_argument("--prefill-tokens", type=int, default=2048, help="the prompt's length for --prefill-steps (default %(default)s)")
     p.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.attention:
@@ -113,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.prefill_steps:
         for step in args.prefill_steps:
-            print(f"2,048 tokens read {step} at a time: {prefill_s(step):.1f} s", flush=True)
+            print(f"{args.prefill_tokens:,} tokens read {step} at a time: {prefill_s(step, args.prefill_tokens):.1f} s",
+                  flush=True)
         return 0
     if args.child is not None:
         print(json.dumps(child(args.child, args.max_tokens)))
