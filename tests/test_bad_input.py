@@ -197,8 +197,8 @@ def test_prompt_longer_than_the_context_is_one_note_not_a_userwarning(text_verif
     captured = capsys.readouterr()
     assert rc == 0 and not [w for w in escaped if issubclass(w.category, UserWarning)]
     notes = [line for line in captured.err.splitlines() if "note:" in line]
-    assert len(notes) == 1 and "left truncation" in notes[0] and "UserWarning" not in captured.err
-    assert "left-truncated by" in captured.out
+    assert len(notes) == 1 and "were left out" in notes[0] and "UserWarning" not in captured.err
+    assert "note: Your message is" in captured.out and "between were left out" in captured.out
 
 
 def test_plain_chat_skips_non_utf8_input_and_leaves_no_empty_session(tmp_path, capsys):

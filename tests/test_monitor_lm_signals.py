@@ -15,15 +15,26 @@ from mlx_sdm.monitor.online.sampling import MLXResponseSampler
 
 
 class CountingModel:
-    """Wraps an mlx-lm model and records how many tokens each call feeds."""
+    """Wraps an mlx-lm model and records how many tokens each call feeds: through the whole model (logits) or
+    its inner ``model.model`` (hidden states; P(True) prefills a long feed that way, in chunks)."""
 
     def __init__(self, model):
-        self.model, self.fed = model, []
+        self._model, self.fed = model, []
         self.layers = model.layers
+        self.model = _CountingInner(model.model, self.fed)
 
     def __call__(self, inputs, cache=None, **kw):
         self.fed.append(int(inputs.shape[1]))
-        return self.model(inputs, cache=cache, **kw)
+        return self._model(inputs, cache=cache, **kw)
+
+
+class _CountingInner:
+    def __init__(self, inner, fed):
+        self.inner, self.fed = inner, fed
+
+    def __call__(self, inputs, cache=None, **kw):
+        self.fed.append(int(inputs.shape[1]))
+        return self.inner(inputs, cache=cache, **kw)
 
 
 def _conversation(model, tokenizer, n_tokens=6):
@@ -54,7 +65,7 @@ def test_p_true_with_cache_equals_full_recompute_and_prefills_only_the_question(
     while common < len(cached_tokens) and cached_tokens[common] == question[common]:
         common += 1
     assert cached.reused_tokens == common >= prompt_len  # at least the whole user prompt is reused
-    assert counting.fed == [len(question) - common] == [cached.prefilled_tokens]
+    assert sum(counting.fed) == len(question) - common == cached.prefilled_tokens
     assert full.prefilled_tokens == len(question) and full.reused_tokens == 0
     assert 0.0 < cached.p_true < 1.0
     # the cache is trimmed back to the shared prefix (conversation tokens past it are not restorable)

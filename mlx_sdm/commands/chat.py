@@ -332,6 +332,8 @@ def _print_turn(result: TurnOutcome, out, logged: list[str], timing: bool) -> bo
     from mlx_sdm.store.export import monitor_line, verdict_line
 
     out()
+    if result.prompt_note:
+        out(f"[note: {result.prompt_note}]")
     out(f"[{verdict_line(result.verdict_status, result.verdict, result.verdict_reason)}]")
     if result.words is not None:
         out(f"[{result.words.sentence}]")

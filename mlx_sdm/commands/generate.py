@@ -130,6 +130,7 @@ def _payload(args, components, outcome) -> dict:
         "verifier": components.verifier_path if components.verifier is not None else None,
         "head": components.head_path if outcome.decoded_with_head else None,
         "unverifiable_reason": outcome.unverifiable_reason,
+        "prompt_note": outcome.prompt_note or None,
         "status": verdict_words(outcome.verdict).status.value,
         "verdict": outcome.verdict.to_dict() if outcome.verdict is not None else None,
         "monitor": monitor_payload(outcome.monitor, outcome.escalation),
@@ -143,8 +144,8 @@ def _payload(args, components, outcome) -> dict:
 def _print_report(components, outcome) -> None:
     print()
     print("-" * 60)
-    if outcome.truncated_prompt_tokens:
-        print(f"note: the prompt was left-truncated by {outcome.truncated_prompt_tokens} tokens to fit the context")
+    if outcome.prompt_note:
+        print(f"note: {outcome.prompt_note}")
     print(format_verdict(outcome.verdict, outcome.unverifiable_reason))
     if outcome.verdict is not None and outcome.verdict.verdict is not None:
         if outcome.unverified_tail.strip():

@@ -17,8 +17,10 @@ delimiter token, i.e. the position just before it. The delimiter is found by tok
 If a ``json_close`` document has no closing brace the features fall back to the end of the
 completion and say so (``delimiter_kind == "end_of_completion"``) instead of silently cutting.
 
-Force-decoding runs the whole (prompt, completion) once through ``model.model`` and gives the same
-vector (up to float rounding) as generating that completion (``mlx_sdm.lm.generation``).
+Force-decoding runs the whole (prompt, completion) once through ``model.model`` (in chunks,
+``mlx_sdm.lm.prefill``) and gives the same vector (up to float rounding) as generating that completion
+(``mlx_sdm.lm.generation``). A prompt longer than the context is fitted by ``fit_prompt``, the rule every
+prompt built from a conversation follows.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ import mlx.core as mx
 import numpy as np
 
 from mlx_sdm.errors import DataError
-from mlx_sdm.lm.prompt import render_prompt, truncate_left
+from mlx_sdm.lm.prefill import prefill_hidden
+from mlx_sdm.lm.prompt import fit_prompt
 
 DELIMITER_END_OF_TURN = "end_of_turn"
 DELIMITER_JSON_CLOSE = "json_close"
@@ -132,7 +135,6 @@ class _Prepared:
 def _prepare(lm, prompt: Any, completion: str | Sequence[int], *, delimiter: str, system: str | None,
              max_context: int | None) -> _Prepared:
     tokenizer = lm.tokenizer
-    prompt_ids = render_prompt(tokenizer, prompt, system)
     comp = _completion_ids(tokenizer, completion)
     d = delimiter_index(tokenizer, comp, delimiter)
     used = comp[: (d if d is not None else len(comp))]
@@ -145,15 +147,17 @@ def _prepare(lm, prompt: Any, completion: str | Sequence[int], *, delimiter: str
             "context together with any prompt. Shorten the completion.",
             field="completion",
         )
-    prompt_ids, dropped = truncate_left(prompt_ids, budget)
-    return _Prepared(ids=prompt_ids + used, prompt_len=len(prompt_ids), completion_len=len(comp), delimiter=d, dropped=dropped)
+    fitted = fit_prompt(tokenizer, prompt, budget, system=system)
+    prompt_ids = list(fitted.ids)
+    return _Prepared(ids=prompt_ids + used, prompt_len=len(prompt_ids), completion_len=len(comp), delimiter=d,
+                     dropped=fitted.left_out_tokens)
 
 
 def force_decode_document(lm, prompt: Any, completion: str | Sequence[int], *, delimiter: str = DELIMITER_END_OF_TURN,
                           system: str | None = None, max_context: int | None = None) -> DocumentFeatures:
     """Features of a given (prompt, completion) from one forward pass (no generation)."""
     p = _prepare(lm, prompt, completion, delimiter=delimiter, system=system, max_context=max_context)
-    hidden = lm.model.model(mx.array(p.ids)[None])[0]
+    hidden = prefill_hidden(lm.model, p.ids)[0]
     return document_features_from_hidden(
         hidden, prompt_len=p.prompt_len, completion_len=p.completion_len, delimiter=p.delimiter,
         delimiter_rule=delimiter, truncated_prompt_tokens=p.dropped,
@@ -241,7 +245,7 @@ def force_decode_batch(
         width = max(len(p.ids) for p in batch) - skip
         rows = [p.ids[skip:] + [pad] * (width - len(p.ids) + skip) for p in batch]
         cache = prefix.batch_cache(len(batch)) if prefix is not None else None
-        hidden = lm.model.model(mx.array(rows), cache=cache).astype(mx.float32)
+        hidden = prefill_hidden(lm.model, mx.array(rows), cache).astype(mx.float32)  # a long document in chunks
         mx.eval(hidden)
         for row, i in enumerate(order[start:end]):
             p = prepared[i]

@@ -32,7 +32,8 @@ from mlx_lm.models.cache import KVCache
 from mlx_sdm.errors import DataError
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 from mlx_sdm.lm.pieces import TokenPiece
-from mlx_sdm.lm.prompt import Prompt, render_prompt, truncate_left
+from mlx_sdm.lm.prefill import PREFILL_STEP_TOKENS
+from mlx_sdm.lm.prompt import Prompt, fit_prompt
 from mlx_sdm.lm.features import (
     DELIMITER_END_OF_TURN,
     DELIMITER_JSON_CLOSE,
@@ -175,7 +176,7 @@ class GenerationConfig:
     stop_at_delimiter: bool = True  # with "json_close": stop once the JSON unit is closed
     system: str | None = None
     max_context: int | None = None  # default: the model's context length
-    prefill_step_size: int = 2048
+    prefill_step_size: int = PREFILL_STEP_TOKENS  # mlx-lm prefills the prompt in chunks of this many tokens
     sampler: Callable[[mx.array], mx.array] | None = None  # default greedy
     extra: dict = field(default_factory=dict)  # passed on to mlx-lm's generate_step
 
@@ -250,7 +251,7 @@ def stream_generate_features(lm, prompt: Prompt, config: GenerationConfig | None
 
 
 def _prompt_ids(lm, prompt: Prompt, config: GenerationConfig) -> tuple[list[int], int]:
-    """The rendered prompt, left-truncated to leave ``max_tokens`` of the context; (ids, dropped count)."""
+    """The rendered prompt fitted to leave ``max_tokens`` of the context (``fit_prompt``); (ids, tokens left out)."""
     max_context = config.max_context or getattr(lm, "max_context", 2048)
     if config.max_tokens < 1:
         raise DataError("max_tokens must be at least 1.", field="max_tokens")
@@ -259,8 +260,8 @@ def _prompt_ids(lm, prompt: Prompt, config: GenerationConfig) -> tuple[list[int]
             f"max_tokens={config.max_tokens} leaves no room for the prompt in a {max_context}-token context.",
             field="max_tokens",
         )
-    ids = render_prompt(lm.tokenizer, prompt, config.system)
-    return truncate_left(ids, max_context - config.max_tokens)
+    fitted = fit_prompt(lm.tokenizer, prompt, max_context - config.max_tokens, system=config.system)
+    return list(fitted.ids), fitted.left_out_tokens
 
 
 def _final_piece(detok, pieces: list[str]) -> str:

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from mlx_sdm.lm.pieces import TokenPiece
+from mlx_sdm.lm.prompt import FittedPrompt
 
 
 @dataclass
@@ -52,6 +53,7 @@ class GeneratedAnswer:
     cached_tokens: list[int] = field(default_factory=list, repr=False)  # the token ids that cache holds
     prefix: PrefixCache | None = field(default=None, repr=False)  # what the next turn of this chat can reuse
     judged_tokens: int = 0  # answer tokens the document features cover (through the delimiter token)
+    prompt_fit: FittedPrompt | None = field(default=None, repr=False)  # what the model read of the messages
 
     def release(self) -> None:
         """Drop the KV cache this answer holds, once P(True) and the next turn's prefix have used it: the
@@ -115,6 +117,7 @@ def stream_answer(
     stop_at_delimiter: bool = False,
     top_logprobs: TopLogprobs | None = None,
     on_prefill: Callable[[int, int], None] | None = None,
+    keep_last: int = 0,
 ) -> Iterator[TokenPiece | GeneratedAnswer]:
     """Stream one answer: its :class:`TokenPiece` s (of ``phase``), then the :class:`GeneratedAnswer`.
     ``stop`` (a ``threading.Event``) set while a piece is handled ends generation at that token (the stop key).
@@ -123,11 +126,14 @@ def stream_answer(
     extends the tokens it holds. ``stop_at_delimiter``: end the answer at the unit the verifier judges
     (the JSON unit's closing brace for ``json_close``), so the verdict covers the whole answer.
     ``top_logprobs``: a recorder of the most likely tokens at each position (the server's ``top_logprobs``).
-    ``on_prefill(done, total)``: prompt tokens prefilled so far (mlx-lm's ``prompt_progress_callback``)."""
+    ``on_prefill(done, total)``: prompt tokens prefilled so far (mlx-lm's ``prompt_progress_callback``).
+    The conversation is fitted into the context left after ``max_tokens`` (``lm.prompt.fit_prompt``; the last
+    ``keep_last`` messages, the caller's own request, are never cut)."""
     from mlx_sdm.lm.generation import GenerationConfig
-    from mlx_sdm.lm.prompt import render_prompt, splice_cached
+    from mlx_sdm.lm.prompt import fit_prompt, splice_cached
 
-    full_ids = render_prompt(lm.tokenizer, messages)
+    fitted = fit_prompt(lm.tokenizer, messages, lm.max_context - max_tokens, keep_last=keep_last, context=lm.max_context)
+    full_ids = list(fitted.ids)
     if keep_cache and prefix is not None:  # the previous answer in the tokens the cache holds (splice_cached)
         full_ids = splice_cached(lm.tokenizer, prefix.ids, full_ids)
     start = _Start.of(lm, full_ids, max_tokens, keep_cache, prefix)
@@ -153,6 +159,7 @@ def stream_answer(
         truncated_prompt_tokens=result.truncated_prompt_tokens, reused_tokens=start.base_len, cache=cache,
         cached_tokens=cached_tokens, prefix=next_prefix,
         judged_tokens=_judged_tokens(result.features, len(streamed.ids)) if streamed.ids else 0,
+        prompt_fit=fitted,
     )
 
 

@@ -14,7 +14,8 @@ out come the answer's :class:`TokenPiece` s as they are generated, then (on a ju
 No thread, store or UI is involved: the CLI (``generate``), the turn service behind the chat engine
 and the server, and the tests loop over it. The steps:
 
-0. plan (:class:`TurnPlan`, before generation): route THIS turn's question (its last user message)
+0. plan (:class:`TurnPlan`, before generation; :meth:`TurnPipeline.fit` then fits it into the model's
+   context, with room for the answer and the follow-up prompts): route THIS turn's question (its last user message)
    with the one router (``DocumentVerifier.route``: a task's instruction, else the question router's
    reading, a follow-up read with the user message before it). A task question is answered and judged
    as that task alone, as the verifier was built (the task's system prompt, the question without the
@@ -41,6 +42,8 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
+from dataclasses import replace
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -50,6 +53,7 @@ from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.coverage import RouteKind, TaskRoute, match_instruction
 from mlx_sdm.network.verdict import REASON_EMPTY_ANSWER, REASON_NO_CHECKABLE_ANSWER, REASON_NOT_A_TASK, DocumentVerdict
 from mlx_sdm.lm.pieces import TokenPiece
+from mlx_sdm.lm.prompt import FittedPrompt, fit_prompt
 from mlx_sdm.turn.answer import GeneratedAnswer, PrefixCache, TopLogprobs, settle_prefix, stream_answer
 from mlx_sdm.turn.escalation import REFLECTION_PROMPT, Escalation, TurnStatus, plan_escalation, verdict_review_reasons
 from mlx_sdm.turn.values import (
@@ -70,6 +74,10 @@ from mlx_sdm.turn.values import (
 
 #: on_prefill(done, total): the answer prompt's new tokens prefilled so far (mlx-lm's prompt_progress_callback)
 PrefillCallback = Callable[[int, int], None]
+#: Context kept free after the answer for what the turn asks the model next about it, with the template's tokens:
+#: P(True)'s question (~25 tokens on SmolLM2) or the reflection's request (REFLECTION_PROMPT, ~70), so either
+#: extends the answer's KV cache instead of fitting (and prefilling) the conversation again.
+FOLLOW_UP_PROMPT_TOKENS = 128
 
 
 class TurnPipeline:
@@ -149,6 +157,26 @@ class TurnPipeline:
             route.matched or route.open_question or not self.routes_tasks)
         return TurnPlan(route, seen, judged, self.head_for(route, question["content"]), judge)
 
+    def fit(self, plan: TurnPlan, options: TurnOptions) -> tuple[TurnPlan, FittedPrompt | None]:
+        """The plan with its conversation fitted into the model's context (``lm.prompt.fit_prompt``, the one
+        rule), leaving room for the answer and the turn's follow-up prompts (P(True), the reflection), and what
+        was cut (None when it fits as it is). What the verifier judges holds the same, fitted, question."""
+        lm = self.components.lm
+        follow_up = FOLLOW_UP_PROMPT_TOKENS if options.enable_p_true or options.generate_reflection else 0
+        budget = lm.max_context - options.max_tokens - follow_up - (
+            options.reflection_max_tokens if options.generate_reflection else 0)
+        if budget < 1:
+            raise DataError(f"max_tokens={options.max_tokens} leaves no room for the prompt in the model's "
+                            f"{lm.max_context:,}-token context; ask for fewer.", field="max_tokens")
+        fitted = fit_prompt(lm.tokenizer, plan.messages, budget, context=lm.max_context)
+        if not fitted.was_cut:
+            return plan, None
+        warnings.warn(fitted.sentence(), stacklevel=2)  # said once, as the answer starts (generate: a "note:" line)
+        seen = list(fitted.messages or ())
+        system = [seen[0]] if seen[0].get("role") == "system" else []
+        judged = seen if plan.judged_is_generated else system + [seen[-1]]
+        return replace(plan, messages=seen, judged=judged), fitted
+
     # -- the turn -------------------------------------------------------------------------------
     def run(self, request: TurnRequest, **kwargs: Any) -> TurnOutcome:
         """:meth:`stream` run to its end: the turn's :class:`TurnOutcome` (its last item)."""
@@ -166,7 +194,7 @@ class TurnPipeline:
         mlx-lm's ``prompt_progress_callback`` (called before the first piece)."""
         stop = stop or threading.Event()
         options = request.options
-        plan = self.plan(request.messages, options)
+        plan, fitted = self.fit(self.plan(request.messages, options), options)
         messages = plan.messages
         started, first_token_s = time.perf_counter(), None
         for item in self._generate(plan, options, stop, prefix, on_prefill):
@@ -181,6 +209,7 @@ class TurnPipeline:
             status=TurnStatus.CANCELLED if gen.cancelled else TurnStatus.DONE, answer=gen, messages=messages,
             task=plan.route.task, decoded_with_head=plan.head is not None, first_token_s=first_token_s,
             generation_s=generation_s, verifier=self.components.verifier_path if self.components.verifier else None,
+            prompt_fit=fitted,
         )
         if monitor is not None and request.kind is not TurnKind.AGAIN:  # TRACER's user step, after generation
             monitor.observe_user(last_user_text(request.messages), new_turn=request.kind is TurnKind.QUESTION)
@@ -299,7 +328,7 @@ class TurnPipeline:
             from mlx_sdm.monitor.online.p_true import PTrueScorer
 
             p_true = PTrueScorer(lm.model, lm.tokenizer, messages + [{"role": "assistant", "content": gen.text}],
-                                 cache=gen.cache, cached_tokens=gen.cached_tokens)
+                                 cache=gen.cache, cached_tokens=gen.cached_tokens, max_context=lm.max_context)
         if options.semantic_sampling:
             from mlx_sdm.turn.monitoring import ChatSampler
 
@@ -317,4 +346,4 @@ class TurnPipeline:
         return stream_answer(self.components.lm, ask, max_tokens=options.reflection_max_tokens,
                              temperature=options.temperature, head=None, stop=stop, phase="reflection",
                              features=False, keep_cache=prefix is not None, prefix=prefix,
-                             delimiter=self._delimiter(plan))
+                             delimiter=self._delimiter(plan), keep_last=2)

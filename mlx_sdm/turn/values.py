@@ -19,6 +19,7 @@ import numpy as np
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.coverage import TaskInstruction, TaskRoute, VerifierCoverage
 from mlx_sdm.lm.pieces import TokenPiece
+from mlx_sdm.lm.prompt import FittedPrompt
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, VerdictWords, verdict_words
 from mlx_sdm.turn.escalation import REFLECTION_PROMPT, Escalation, TurnStatus
 from mlx_sdm.turn.answer import GeneratedAnswer, PrefixCache
@@ -189,6 +190,8 @@ class TurnOutcome:
     resampled: Resampled | None = None  # an answer given again, sampled (a regenerated answer)
     source: str | None = None  # who asked: "api:chat" / "api:verify" for the server; None for the chat
     feature_model: str | None = None  # the model whose hidden states ``features`` are (a short fingerprint hash)
+    #: a conversation longer than the model's context: what the model read of it (None: all of it)
+    prompt_fit: FittedPrompt | None = field(default=None, repr=False)
     # where the turn is kept (set by the turn service and the chat engine; None for a turn no store keeps)
     session_id: str | None = None
     turn: int = 0  # the chat engine's turn counter
@@ -237,8 +240,18 @@ class TurnOutcome:
         return self.answer.reused_tokens
 
     @property
+    def prompt_note(self) -> str:
+        """What the model did not read of a conversation longer than its context, in one sentence ("": all read)."""
+        if self.prompt_fit is not None:
+            return self.prompt_fit.sentence()
+        if self.answer.truncated_prompt_tokens:
+            return f"The prompt's first {self.answer.truncated_prompt_tokens:,} tokens were left out to fit the model's context."
+        return ""
+
+    @property
     def truncated_prompt_tokens(self) -> int:
-        return self.answer.truncated_prompt_tokens
+        """Tokens of the conversation the model did not read (cut to fit its context)."""
+        return self.prompt_fit.left_out_tokens if self.prompt_fit is not None else self.answer.truncated_prompt_tokens
 
     @property
     def verdict_status(self) -> VerdictStatus | None:

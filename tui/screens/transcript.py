@@ -82,7 +82,10 @@ def show_outcome(answer: MessageBubble, outcome: TurnOutcome) -> None:
 def answer_notes(outcome: TurnOutcome, *, reflection_shown: bool = False) -> Iterator[MessageBubble]:
     """The notes a finished answer leaves under it, in order, live and reopened alike: the model's
     reflection on a HIGH pause (unless it was streamed: ``reflection_shown``), why the monitor aborted the
-    turn, and which part of the answer the verdict covers when text follows it."""
+    turn, and which part of the answer the verdict covers when text follows it; first, when the conversation
+    was longer than the model's context, what the model did not read of it (live turns: the store keeps no cut)."""
+    if outcome.prompt_note:
+        yield MessageBubble("system", outcome.prompt_note, title="context · cut to fit")
     if outcome.reflection_shown and not reflection_shown:
         yield MessageBubble("system", outcome.reflection_shown, title="monitor · reflection")
     if outcome.status is TurnStatus.ABORTED or outcome.explanation:

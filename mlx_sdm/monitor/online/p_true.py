@@ -10,6 +10,10 @@ cached tokens are prefilled; the read-out is
 Afterwards the cache is trimmed back (mlx-lm trimmable caches), so the conversation can continue
 as if the question had never been asked. A cache that cannot be trimmed is left alone: the
 question is then scored from a fresh cache (full recompute) and ``reused_tokens = 0`` says so.
+
+The question prompt is fitted into the model's context by the one rule (``lm.prompt.fit_prompt``; the
+answer and the question are never cut), and what is fed is read in chunks (``lm.prefill``) with the
+logits of the last position only, so a long conversation costs bounded memory.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ import mlx_sdm  # noqa: F401  (BLAS preload before mlx.core)
 import mlx.core as mx
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
 
-from mlx_sdm.lm.prompt import splice_cached
+from mlx_sdm.lm.prefill import prefill_hidden
+from mlx_sdm.lm.prompt import fit_prompt, splice_cached
 
 DEFAULT_QUESTION = (
     "Is your previous answer correct? Answer with exactly one word: True or False."
@@ -60,12 +65,15 @@ def option_token_ids(tokenizer, true_variants: Sequence[str] = TRUE_VARIANTS,
     return t, f
 
 
-def render_question_prompt(tokenizer, messages: list[dict[str, Any]], question: str = DEFAULT_QUESTION) -> list[int]:
-    """Token ids of the conversation + the P(True) question + the assistant generation prompt."""
+def render_question_prompt(tokenizer, messages: list[dict[str, Any]], question: str = DEFAULT_QUESTION,
+                           max_context: int | None = None) -> list[int]:
+    """Token ids of the conversation + the P(True) question + the assistant generation prompt, fitted into
+    ``max_context`` (the answer, the conversation's last message, and the question are never cut)."""
     msgs = [{"role": m["role"], "content": m["content"]} for m in messages]
     msgs.append({"role": "user", "content": question})
-    ids = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
-    return list(ids)
+    if max_context is None:
+        return list(tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True))
+    return list(fit_prompt(tokenizer, msgs, max_context - 1, keep_last=2).ids)  # one position for the read-out
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -120,7 +128,7 @@ def p_true_from_cache(
     else:
         work_cache = make_prompt_cache(model)  # no usable cache: full recompute, the caller's cache is untouched
     feed = question_tokens[reused:]
-    logits = model(mx.array(feed)[None], cache=work_cache)[0, -1].astype(mx.float32)
+    logits = _last_logits(model, feed, work_cache)
     lt = mx.logsumexp(logits[mx.array(list(true_ids))])
     lf = mx.logsumexp(logits[mx.array(list(false_ids))])
     p = mx.sigmoid(lt - lf)  # exp(LT) / (exp(LT) + exp(LF))
@@ -130,16 +138,27 @@ def p_true_from_cache(
     return PTrueResult(float(p.item()), float(lt.item()), float(lf.item()), len(feed), reused, restored)
 
 
+def _last_logits(model, feed: Sequence[int], cache: list[Any]) -> mx.array:
+    """Next-token logits after ``feed``: all but its last token fed in chunks through ``cache``, then the model
+    itself on the last one, so only that position's logits are made (the whole feed's would be feed × vocabulary
+    floats: 1.6 GB for 8,192 SmolLM2 tokens)."""
+    if len(feed) > 1:
+        prefill_hidden(model, feed[:-1], cache)
+    return model(mx.array(feed[-1:])[None], cache=cache)[0, -1].astype(mx.float32)
+
+
 class PTrueScorer:
-    """Callable P(True) for one step: ``AUQMonitor.score_step(..., p_true=PTrueScorer(...))``."""
+    """Callable P(True) for one step: ``AUQMonitor.score_step(..., p_true=PTrueScorer(...))``. ``max_context``:
+    the model's context, into which the question prompt is fitted (default: the model's own, from its args)."""
 
     def __init__(self, model, tokenizer, messages: list[dict[str, Any]], *, cache: list[Any] | None = None,
-                 cached_tokens: Sequence[int] = (), question: str = DEFAULT_QUESTION):
+                 cached_tokens: Sequence[int] = (), question: str = DEFAULT_QUESTION, max_context: int | None = None):
         self.model, self.tokenizer, self.messages = model, tokenizer, messages
         self.cache, self.cached_tokens, self.question = cache, list(cached_tokens), question
+        self.max_context = max_context or getattr(getattr(model, "args", None), "max_position_embeddings", None)
         self.result: PTrueResult | None = None
 
     def __call__(self) -> float:
-        tokens = render_question_prompt(self.tokenizer, self.messages, self.question)
+        tokens = render_question_prompt(self.tokenizer, self.messages, self.question, self.max_context)
         self.result = p_true_from_cache(self.model, self.tokenizer, tokens, cache=self.cache, cached_tokens=self.cached_tokens)
         return self.result.p_true

@@ -19,7 +19,7 @@ from mlx_lm.models.cache import BatchKVCache
 
 from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE, DocumentFeatures, delimiter_index, document_features_from_hidden
 from mlx_sdm.lm.generation import default_head, fold_joint_logits
-from mlx_sdm.lm.prompt import render_prompt, truncate_left
+from mlx_sdm.lm.prompt import fit_prompt
 
 Sampler = Callable[[mx.array], mx.array]
 
@@ -55,7 +55,7 @@ def generate_batch(lm, prompts: Sequence[Any], *, max_tokens: int, delimiter: st
     """Answers to ``prompts`` (user messages, rendered with ``system``) and their features, in one batch."""
     tokenizer, model = lm.tokenizer, lm.model
     max_context = getattr(lm, "max_context", 2048)
-    rendered = [truncate_left(render_prompt(tokenizer, p, system), max_context - max_tokens)[0] for p in prompts]
+    rendered = [list(fit_prompt(tokenizer, p, max_context - max_tokens, system=system).ids) for p in prompts]
     lengths = [len(ids) for ids in rendered]
     width = max(lengths)
     padding = [width - n for n in lengths]
