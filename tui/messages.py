@@ -1,4 +1,4 @@
-"""Textual messages: ONE dataclass per item the engine hands its listeners, each holding the item's
+"""Textual messages: one dataclass per item the engine hands its listeners, each holding the item's
 :class:`~mlx_sdm.executor.events.TurnRef` and the item itself, the very object the pipeline (or the
 engine) made. This is the one envelope a value travels in between the engine's thread and the screen.
 

@@ -1,6 +1,6 @@
 """Loading what a turn needs from a user's spec: the model, the verifier (``--verifier DIR|none``,
 default: the shipped one for the model), the SDM-network head (``--head DIR|none``, default: the
-shipped one for the embedded model, :func:`resolve_head`), the TRACER embedder. ONE rule for every
+shipped one for the embedded model, :func:`resolve_head`), the TRACER embedder. One rule for every
 interface (``generate``, ``chat``, the server)."""
 
 from __future__ import annotations

@@ -116,7 +116,7 @@ def build_router(cache_dir: Path | None = None) -> QuestionRouter:
 
 def factual_routing(verifier) -> dict:
     """The held-out factual check (``network/tasks/data/factual_check.json``) and the router's held-out prompts
-    with no checkable answer, through ``verifier.route`` (THE rule a turn is planned with): per set, how many
+    with no checkable answer, through ``verifier.route`` (the rule a turn is planned with): per set, how many
     prompts it judges (an open question or a task) and how many it leaves with no checkable answer. A
     follow-up is routed with the question it leans on, as the pipeline routes it, and alone for comparison."""
     from mlx_sdm.network.coverage import RouteKind

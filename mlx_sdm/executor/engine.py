@@ -1,8 +1,8 @@
-"""The chat engine: a thin executor on the ONE thread that owns MLX (:mod:`mlx_sdm.executor.worker`).
+"""The chat engine: a thin executor on the one thread that owns MLX (:mod:`mlx_sdm.executor.worker`).
 
 A turn is :class:`~mlx_sdm.executor.turn_service.TurnService` (the pipeline generate → verify →
 monitor → escalate, the cached KV prefix, the answer stored with its verdict, monitor reading and
-review entry in ONE transaction), shared with the server; this module only adds what a *chat* needs
+review entry in one transaction), shared with the server; this module only adds what a *chat* needs
 around it: the conversation so far (from the store), the session's monitor, and the turn's items handed to
 its listeners as the pipeline yielded them, each with the :class:`~mlx_sdm.executor.events.TurnRef` it
 belongs to (:mod:`mlx_sdm.executor.events`). Review decisions are the service's

@@ -68,7 +68,7 @@ class ReviewService:
     # -- what is loaded -------------------------------------------------------------------------
     @property
     def support_size(self) -> int | None:
-        """THE count of the support set (docs/chat.md, "The support set's count"), the one number the
+        """The count of the support set (docs/chat.md, "The support set's count"), the one number the
         decision message, the review screen's footer and the status line show: the points the loaded
         verifier was built with, its members' included (the open-question member's own points), plus every
         active label given under it, whatever task it was given for. It moves by one with every decision

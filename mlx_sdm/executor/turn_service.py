@@ -1,4 +1,4 @@
-"""The ONE turn service behind every front end that stores turns: the chat engine
+"""The one turn service behind every front end that stores turns: the chat engine
 (:mod:`mlx_sdm.executor.engine`) and the server (:mod:`mlx_sdm.server.backend`) are thin callers of it.
 
 It owns the :class:`~mlx_sdm.turn.pipeline.TurnPipeline`, the

@@ -1,4 +1,4 @@
-"""The ONE thread that owns MLX state (MLX streams are thread-local): a queue of jobs, each resolving
+"""The one thread that owns MLX state (MLX streams are thread-local): a queue of jobs, each resolving
 a :class:`concurrent.futures.Future`. Nothing else: what a job does is the caller's business.
 
 MLX needs a thread's streams destroyed by that thread before it ends, or the process may abort at

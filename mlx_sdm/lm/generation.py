@@ -1,4 +1,4 @@
-"""Streaming generation that keeps what verification needs, in ONE decoding pass.
+"""Streaming generation that keeps what verification needs, in one decoding pass.
 
 ``HiddenCapture`` wraps an mlx-lm model for ``mlx_lm.generate.generate_step``: its ``__call__``
 runs ``model.model(...)`` (the final RMSNorm output, docs/method.md § 15.3), stashes those hidden states, and

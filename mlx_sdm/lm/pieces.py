@@ -1,4 +1,4 @@
-"""The ONE token value of a streamed answer, with no MLX in it: generation yields it
+"""The one token value of a streamed answer, with no MLX in it: generation yields it
 (:func:`mlx_sdm.lm.generation.stream_generate_features`), the turn yields it, and the chat, the server's
 stream and ``generate`` read it as it is (the UI imports it without loading MLX)."""
 

@@ -1,4 +1,4 @@
-"""K answers drawn in ONE batch that continues from an answer's prompt KV cache (the second look).
+"""K answers drawn in one batch that continues from an answer's prompt KV cache (the second look).
 
 The greedy answer's generation leaves a KV cache holding the prompt (then the answer). The prompt's
 first ``n - 1`` positions are copied ``K`` times along the batch axis (a slice of the cache's arrays: the

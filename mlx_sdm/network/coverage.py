@@ -78,7 +78,7 @@ class TaskRoute:
 
 
 def match_instruction(instructions: Sequence[str], question: Any) -> int | None:
-    """THE router: the index of the first task instruction the question (a user message, leading
+    """The router: the index of the first task instruction the question (a user message, leading
     whitespace ignored) starts with, or None. The verifier's recipe and the SDM-network head both route
     a turn with it, so the head decodes exactly the turns the verifier judges as a task."""
     if not isinstance(question, str):

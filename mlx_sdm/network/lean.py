@@ -6,7 +6,7 @@ among held-out answers it leaned toward class c on, the share that really were c
 share of c among all of them. On a model whose hidden states barely separate right from wrong, "leans wrong"
 is right about as often as saying "wrong" to everything, and saying it would mislead.
 
-THE rule: the lean toward class c is **informative** when, on every evaluated split of the task (held out, and
+The rule: the lean toward class c is **informative** when, on every evaluated split of the task (held out, and
 shifted where there is one), the one-sided 95 % Clopper–Pearson lower bound of its precision is above the base
 rate of c on that split. Only then do the verdict's words say which way it leans, with the measured precision.
 
@@ -91,7 +91,7 @@ class Lean:
 
     @classmethod
     def measure(cls, counts: Sequence[LeanCount]) -> "Lean":
-        """THE rule of the module docstring over one class's counts, split by split (the first one is reported)."""
+        """The rule of the module docstring over one class's counts, split by split (the first one is reported)."""
         if not counts:
             raise ValueError("a lean needs at least one evaluated split")
         first = counts[0]

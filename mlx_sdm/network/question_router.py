@@ -3,7 +3,7 @@
 A question is embedded with all-MiniLM-L6-v2 (``lm/minilm.py``, model-independent) and a multinomial
 logistic regression over those embeddings gives the probability of each kind: one of the suite's tasks
 (a news article to classify, an e-mail to judge, ...), an open question with a short checkable answer,
-or a prompt with no checkable answer (a greeting, a poem, a how-to). THE rule (docs/verifiers.md,
+or a prompt with no checkable answer (a greeting, a poem, a how-to). The rule (docs/verifiers.md,
 "Routing by meaning"), measured on held-out prompts by ``app/question_router.py``:
 
 - a suite task is chosen only when its probability is at least ``task_threshold``, the smallest value
@@ -80,7 +80,7 @@ def asks_for_a_fact(question: str) -> bool:
 
 
 def follow_up_text(previous: str, question: str) -> str:
-    """THE text a follow-up is read as: the question it leans on, then the follow-up (router_data trains on it)."""
+    """The text a follow-up is read as: the question it leans on, then the follow-up (router_data trains on it)."""
     return f"{previous.strip()} {question.strip()}"
 
 
@@ -117,7 +117,7 @@ class QuestionRouter:
         return p / p.sum(axis=1, keepdims=True)
 
     def decide(self, probabilities: np.ndarray) -> list[RouteGuess]:
-        """THE rule of the module docstring, for rows of class probabilities."""
+        """The rule of the module docstring, for rows of class probabilities."""
         out = []
         is_open = self.labels.index(OPEN_KIND)
         for row in probabilities:

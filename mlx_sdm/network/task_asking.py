@@ -5,7 +5,7 @@ verifier judges the kind of document it was built on (docs/verifiers.md, "Routin
     payload_of("What is this article about? Wenger dejected as ...")      # "Wenger dejected as ..."
     task_question(instruction, "ARTICLE", "Wenger dejected as ...")        # "Classify ... ARTICLE: Wenger ..."
 
-THE rule for the payload (:func:`payload_of`): a person's request is one short clause at either end of the
+The rule for the payload (:func:`payload_of`): a person's request is one short clause at either end of the
 message. A first clause that ends in "?", ":" or a line break ("Is this email spam? ...", "Fact check
 this: ...") is the request when it has at most ``MAX_REQUEST_WORDS`` words (at least two before a colon: "Subject:"
 is the e-mail's own) and the rest has at least as many; else a last clause that ends in "?" ("... Positive or negative?") under the same two conditions;

@@ -1,4 +1,4 @@
-"""What a verdict means to a user: ONE place that turns the estimator's :class:`Verdict` into one of
+"""What a verdict means to a user: one place that turns the estimator's :class:`Verdict` into one of
 the states of :class:`VerdictStatus` and, in :func:`verdict_words`, its badge and one plain sentence,
 each true of the numbers behind it (docs/method.md, "Reading a verdict").
 
@@ -57,7 +57,7 @@ LEGACY_NO_VERIFIER = ("unverifiable", "none")
 
 
 class VerdictStatus(str, Enum):
-    """THE states a user sees, declared once (every layer and the store use this enum)."""
+    """The states a user sees, declared once (every layer and the store use this enum)."""
 
     VERIFIED = "verified"
     NOT_VERIFIED = "not_verified"
@@ -103,7 +103,7 @@ OPEN_QUESTIONS = "open_questions"
 
 
 def status_of(verdict: "Verdict", *, task: str | None = None) -> VerdictStatus:
-    """THE rule: verified = admitted and y_hat = 1; out of scope = d = 0 on a question routed to no task or
+    """The rule: verified = admitted and y_hat = 1; out of scope = d = 0 on a question routed to no task or
     judged as an open question (then the question, not only the answer, is unlike what the verifier was
     built on); else not verified (q = 0 with d > 0 is a disagreeing nearest answer, not an unknown
     question; d = 0 on a task's question is an answer unlike the task's answers)."""
@@ -143,7 +143,7 @@ class DocumentVerdict:
 
     @property
     def lean_informative(self) -> bool:
-        """Its lean toward its own prediction is measured to beat the base rate (network/lean.py, THE rule)."""
+        """Its lean toward its own prediction is measured to beat the base rate (network/lean.py, the rule)."""
         return (self.verdict is not None and self.lean is not None and self.lean.informative
                 and self.lean.judged == int(self.verdict.prediction))
 
@@ -408,7 +408,7 @@ def _clip(text: str, limit: int = 80) -> str:
 
 
 def verdict_words(verdict: DocumentVerdict | None, *, no_verifier_reason: str | None = None) -> VerdictWords:
-    """THE words of a verdict (None: no verifier judged it, ``no_verifier_reason`` says why). The chat,
+    """The words of a verdict (None: no verifier judged it, ``no_verifier_reason`` says why). The chat,
     ``generate``, plain chat, the server and export all show these and nothing else."""
     if verdict is None:
         why = no_verifier_reason or "no verifier fits this model"

@@ -1,2 +1,2 @@
 """The server (interfaces layer, like the CLI and the TUI): an OpenAI-compatible HTTP app in
-front of ONE worker thread that owns the model, the verifier and the chat store."""
+front of one worker thread that owns the model, the verifier and the chat store."""

@@ -1,4 +1,4 @@
-"""The server's ONE adapter to the executor: the chat's own
+"""The server's one adapter to the executor: the chat's own
 :class:`~mlx_sdm.executor.turn_service.TurnService`. A chat request is a
 :class:`~mlx_sdm.turn.values.TurnRequest` run through it (generate with features in the same pass →
 the verifier's :class:`DocumentVerdict`); ``/v1/verify`` is its force-decoding verdict; every served
@@ -190,7 +190,7 @@ class SessionBackend:
 
     def _store_turn(self, conversation: str | None, messages: tuple[ChatMessage, ...], answer: ServedAnswer,
                     outcome: TurnOutcome, source: str) -> None:
-        """The client's last user message and the turn's record, all in ONE transaction (a kill between them
+        """The client's last user message and the turn's record, all in one transaction (a kill between them
         leaves neither)."""
         from mlx_sdm.store.message_meta import MessageMeta
 

@@ -246,7 +246,7 @@ class ChatStore:
             return int(cur.lastrowid)
 
     def add_answer(self, outcome: TurnOutcome, *, provenance: Provenance | None = None) -> int:
-        """A turn's answer (in session ``outcome.session_id``) with everything judged about it, in ONE
+        """A turn's answer (in session ``outcome.session_id``) with everything judged about it, in one
         transaction: the message, its verdict, its monitor reading and (when not verified or escalated) its
         review-queue entry (:func:`~mlx_sdm.store.answer_rows.write_answer`). Returns its message id."""
         stamp = now_iso()
@@ -255,7 +255,7 @@ class ChatStore:
 
     def add_turn(self, user_text: str, outcome: TurnOutcome, *, user_metadata: MessageMeta = MessageMeta(),
                  provenance: Provenance | None = None) -> tuple[int, int]:
-        """A whole turn, the user's message and the answer to it (as :meth:`add_answer` writes it), in ONE
+        """A whole turn, the user's message and the answer to it (as :meth:`add_answer` writes it), in one
         transaction: a kill in between leaves neither, never a question without its answer.
         Returns (user message id, answer message id)."""
         stamp = now_iso()

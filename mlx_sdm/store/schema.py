@@ -238,7 +238,7 @@ class ReviewItem:
 
 
 def verifier_judged(status: VerdictStatus | None, verdict: DocumentVerdict | None) -> bool:
-    """THE rule of what a review label can change: an answer a verifier's estimator judged. Not judged: no
+    """The rule of what a review label can change: an answer a verifier's estimator judged. Not judged: no
     verdict stored, no verifier, or a verdict without an estimator judgement (not a task, no checkable
     answer, an empty answer). A stored state without its numbers (older rows) is taken as judged."""
     if verdict is not None:

@@ -1,5 +1,5 @@
 """The escalation ladder (docs/monitoring.md, "When a turn pauses") applied to one answer: what the turn does with
-its monitor reading, and the ladder's words (:data:`LADDER_LINES`), said the same way everywhere. ONE vocabulary: the monitor's :class:`EscalationAction` (proceed /
+its monitor reading, and the ladder's words (:data:`LADDER_LINES`), said the same way everywhere. One vocabulary: the monitor's :class:`EscalationAction` (proceed /
 proceed_with_log / pause_for_human / abort); the stored answer's status follows from it
 (:meth:`TurnStatus.after`).
 """
@@ -85,7 +85,7 @@ def verdict_review_reasons(verdict: DocumentVerdict | None) -> list[str]:
     return [verdict.reason or VerdictStatus.NOT_VERIFIED.value]
 
 
-#: THE ladder in words (docs/monitoring.md, "When a turn pauses"): F1 help, ``chat --help``, the pause prompt and
+#: The ladder in words (docs/monitoring.md, "When a turn pauses"): F1 help, ``chat --help``, the pause prompt and
 #: ``chat --plain`` all read these lines, so every place names the same levels and causes.
 _DEFAULTS = UncertaintyPolicy()
 LADDER_LINES = (

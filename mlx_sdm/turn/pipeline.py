@@ -1,4 +1,4 @@
-"""ONE turn, start to end, as a stream: a :class:`TurnRequest` (the conversation so far + options) in;
+"""One turn, start to end, as a stream: a :class:`TurnRequest` (the conversation so far + options) in;
 out come the answer's :class:`TokenPiece` s as they are generated, then (on a judged turn)
 :class:`AnswerComplete` while the verifier reads it, then its :class:`AnswerVerdict`, the
 :class:`MonitorReading`, the :class:`Escalation`, and last the one finished record,

@@ -166,7 +166,7 @@ class Resampled:
 
 @dataclass
 class TurnOutcome:
-    """The ONE record of a finished turn, from the pipeline through the turn service and the engine to
+    """The one record of a finished turn, from the pipeline through the turn service and the engine to
     the screen: everything the turn produced and, once a store keeps it, where. The answer is the answer
     stream's own record (:class:`~mlx_sdm.turn.answer.GeneratedAnswer`, its KV cache released), read
     through it, not copied: ``judged_text`` is what the verdict covers; ``unverified_tail`` any text after

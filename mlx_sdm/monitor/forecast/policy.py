@@ -1,4 +1,4 @@
-"""When ONE turn is at risk: :func:`apply_policy` turns a monitor reading into what the turn does
+"""When one turn is at risk: :func:`apply_policy` turns a monitor reading into what the turn does
 (docs/monitoring.md, "When a turn pauses"). Each rule looks at this turn only:
 
 - a **degenerate** answer (:func:`mlx_sdm.monitor.online.degenerate.degenerate_answer`: a loop, runs of quotes and

@@ -34,7 +34,7 @@ RATE_SMOOTHING = 1.0
 
 def verdict_status(admitted: bool | None, prediction: int | None, reason: str | None,
                    task: str | None = None, d: float | None = None) -> VerdictStatus:
-    """The status word of a verdict: THE rule of :func:`mlx_sdm.network.verdict.status_of` (``task``: the
+    """The status word of a verdict: the rule of :func:`mlx_sdm.network.verdict.status_of` (``task``: the
     verifier's task the question was routed to); NO_VERIFIER without a verdict."""
     if admitted is None and prediction is None and reason is None:
         return VerdictStatus.NO_VERIFIER

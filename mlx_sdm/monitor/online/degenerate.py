@@ -1,4 +1,4 @@
-"""Is an answer degenerate? ONE rule, in plain Python, used by the chat's monitor.
+"""Is an answer degenerate? One rule, in plain Python, used by the chat's monitor.
 
 A degenerate answer is text no reader can use, whatever the model's confidence in its tokens:
 

@@ -1,4 +1,4 @@
-"""What the session monitor says about ONE answer (docs/monitoring.md, AUQ levels and actions, docs/monitoring.md, TRACER risk): a typed value
+"""What the session monitor says about one answer (docs/monitoring.md, AUQ levels and actions, docs/monitoring.md, TRACER risk): a typed value
 that crosses from the monitors to the turn pipeline, the store, the UI and the server.
 
 A reading holds its own turn only; the per-session history (for sparklines) is kept by whoever

@@ -1,4 +1,4 @@
-"""THE session JSONL format: how a monitored conversation is logged, exported and re-scored; writing it.
+"""The session JSONL format: how a monitored conversation is logged, exported and re-scored; writing it.
 
 Defined once, in this package: the records in :mod:`.records`, reading in :mod:`.reader`, writing
 here. The chat store exports it; ``mlx-sdm eval-monitor`` reads it; the tau2-bench

@@ -89,5 +89,5 @@ def gold_in(text: str, gold: str, question: str = "") -> bool:
 
 
 def label_open_answer(text: str, golds: Sequence[str], question: str = "") -> bool:
-    """THE label of an answer to an open question: right iff one of ``golds`` is in it (module docstring)."""
+    """The label of an answer to an open question: right iff one of ``golds`` is in it (module docstring)."""
     return any(gold_in(text, form, question) for gold in golds for form in person_forms(gold))
