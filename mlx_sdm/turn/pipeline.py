@@ -93,13 +93,13 @@ class TurnPipeline:
         verifier = self.components.verifier
         if verifier is None:
             return "end_of_turn"
-        recipe = verifier.recipe_for(route.task) if hasattr(verifier, "recipe_for") else verifier.recipe
-        return recipe.delimiter
+        return verifier.recipe_for(route.task).delimiter
 
     @property
     def routes_tasks(self) -> bool:
         """The verifier knows its tasks' instructions (a question that starts none is out of its scope)."""
-        return bool(getattr(getattr(self.components.verifier, "recipe", None), "routes_tasks", False))
+        verifier = self.components.verifier
+        return verifier is not None and verifier.recipe.routes_tasks
 
     def route(self, messages: list[ChatMessage] | None) -> TaskRoute:
         """Where this turn's question (the last user message) goes: the verifier's route (a follow-up read with
@@ -107,8 +107,7 @@ class TurnPipeline:
         review labels only."""
         question = last_user_text(messages or [])
         verifier = self.components.verifier
-        route = verifier.route(question, previous_user_text(messages or [])) \
-            if verifier is not None and hasattr(verifier, "route") else TaskRoute()
+        route = verifier.route(question, previous_user_text(messages or [])) if verifier is not None else TaskRoute()
         tasks = self.components.head_tasks
         if route.matched or self.routes_tasks or not tasks:
             return route
