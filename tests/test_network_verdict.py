@@ -35,6 +35,10 @@ def test_a_lean_is_said_only_where_it_is_measured_to_beat_the_base_rate():
     assert "against 80 % of all answers" in DocumentVerdict(made, lean=base_rate).explanation()
     # a measured lean toward the other class says nothing about this prediction
     assert "leans toward" not in DocumentVerdict(made, lean=MEASURED[1]).explanation()
+    # nor a measured lean where the nearest known answer disagrees (q = 0: no support for it), e.g. "23 + 19 = 32"
+    unsupported = DocumentVerdict(verdict(admitted=False, reason="out_of_distribution", q=0, d=0.2), lean=MEASURED[1],
+                                  admits_nothing=True)
+    assert "leans toward" not in unsupported.explanation() and unsupported.to_dict()["badge"].startswith("? ")
 
 
 def test_the_lean_rule_on_counts():

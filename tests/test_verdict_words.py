@@ -62,7 +62,7 @@ def test_each_sentence_is_true_of_its_numbers(judged: DocumentVerdict):
     assert words.status is judged.status
     assert sentence.startswith(OPENINGS[judged.status]) and badge.startswith(MARKS[judged.status])
     # a lean is said only where it is measured to beat the base rate, toward the verifier's own prediction
-    informative = judged.lean is not None and judged.lean.informative and judged.lean.judged == v.prediction
+    informative = judged.lean is not None and judged.lean.informative and judged.lean.judged == v.prediction and v.q > 0
     if "leans toward" in sentence or "leans right" in badge or "leans wrong" in badge:
         assert informative, (sentence, judged.lean)
     if "cannot tell" in badge:

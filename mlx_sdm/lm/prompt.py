@@ -12,7 +12,6 @@ both build on it without importing each other.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -62,16 +61,11 @@ def render_prompt(tokenizer, prompt: Prompt, system: str | None = None) -> list[
 
 
 def truncate_left(ids: list[int], budget: int, what: str = "prompt") -> tuple[list[int], int]:
-    """Keep the last ``budget`` ids; returns (ids, number dropped) and warns when it drops any."""
+    """Keep the last ``budget`` ids; returns (ids, number dropped). The caller says what was cut once
+    (:meth:`FittedPrompt.sentence`)."""
     if budget <= 0:
         raise DataError(f"no room left for the {what} in the model's context.", field=what)
     dropped = max(0, len(ids) - budget)
-    if dropped:
-        warnings.warn(
-            f"{what} is {len(ids)} tokens, longer than the {budget} that fit the context; "
-            f"dropped the first {dropped} tokens (left truncation).",
-            stacklevel=3,
-        )
     return ids[dropped:], dropped
 
 

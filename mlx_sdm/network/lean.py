@@ -8,7 +8,9 @@ is right about as often as saying "wrong" to everything, and saying it would mis
 
 The rule: the lean toward class c is **informative** when, on every evaluated split of the task (held out, and
 shifted where there is one), the one-sided 95 % Clopper–Pearson lower bound of its precision is above the base
-rate of c on that split. Only then do the verdict's words say which way it leans, with the measured precision.
+rate of c on that split. Only then, and only for an answer whose nearest known answers support its prediction
+(q >= 1, Eq. 5; :attr:`DocumentVerdict.lean_informative`), do the verdict's words say which way it leans, with
+the measured precision.
 
 The counts are measured when a verifier is built (``build-verifier`` and ``--recipe`` builds write
 ``lean.json`` beside the estimator) from the same held-out rows as its Table 1 report.

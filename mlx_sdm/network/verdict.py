@@ -143,9 +143,11 @@ class DocumentVerdict:
 
     @property
     def lean_informative(self) -> bool:
-        """Its lean toward its own prediction is measured to beat the base rate (network/lean.py, the rule)."""
+        """Its lean toward its own prediction is measured to beat the base rate (network/lean.py, the rule) and this
+        answer has support for it: q >= 1, its nearest known answers were judged alike and rightly (Eq. 5). At q = 0
+        the nearest known answer disagrees, and the lean is the rescaled output alone."""
         return (self.verdict is not None and self.lean is not None and self.lean.informative
-                and self.lean.judged == int(self.verdict.prediction))
+                and self.lean.judged == int(self.verdict.prediction) and int(self.verdict.q) > 0)
 
     @property
     def open_question(self) -> bool:
@@ -369,11 +371,8 @@ def _admits_nothing_words(dv: DocumentVerdict, alpha: float) -> tuple[str, str]:
     if not dv.lean_informative:
         return ("cannot tell on this model", f"Not verified: {nothing}, and {_no_lean_words(dv.lean)}.")
     lean = _answer_words(v.prediction)
-    if v.q > 0:
-        known = "correct" if int(v.prediction) == ACCEPTABLE else "incorrect"
-        evidence = f"; the {v.q} most similar known answers were {known} and judged so"
-    else:
-        evidence = "; its most similar known answer does not agree (q = 0)"
+    known = "correct" if int(v.prediction) == ACCEPTABLE else "incorrect"
+    evidence = f"; the {v.q} most similar known answers were {known} and judged so"  # q >= 1: lean_informative
     return (f"leans {lean}", f"Not verified: {nothing}. It leans toward this answer being {lean}, and that lean is "
                              f"measured: {dv.lean.words()}{evidence}.")
 

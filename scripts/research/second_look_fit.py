@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+from compare_open_verifier import threshold_for  # the baselines' threshold rule, one place (research/)
 
-PRECISION = 0.95
 MEMBER = Path("weights/smollm2-suite/members/open_questions")
 
 
@@ -33,15 +33,6 @@ def auroc(scores: np.ndarray, labels: np.ndarray) -> float:
         return float("nan")
     ranks = rankdata(scores)
     return float((ranks[pos].sum() - pos.sum() * (pos.sum() + 1) / 2) / (pos.sum() * neg.sum()))
-
-
-def threshold_for(scores: np.ndarray, labels: np.ndarray) -> float:
-    """The smallest threshold whose admitted calibration answers (score >= t) are >= 0.95 right; inf if none."""
-    for t in np.sort(np.unique(scores)):
-        admitted = scores >= t
-        if admitted.any() and labels[admitted].mean() >= PRECISION:
-            return float(t)
-    return float("inf")
 
 
 def cell(admitted: np.ndarray, labels: np.ndarray, want: int = 1) -> str:
