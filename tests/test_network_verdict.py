@@ -39,6 +39,7 @@ def test_a_lean_is_said_only_where_it_is_measured_to_beat_the_base_rate():
     unsupported = DocumentVerdict(verdict(admitted=False, reason="out_of_distribution", q=0, d=0.2), lean=MEASURED[1],
                                   admits_nothing=True)
     assert "leans toward" not in unsupported.explanation() and unsupported.to_dict()["badge"].startswith("? ")
+    assert "does not support its lean (q = 0)" in unsupported.explanation() and "base rate" not in unsupported.explanation()
 
 
 def test_the_lean_rule_on_counts():

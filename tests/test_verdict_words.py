@@ -67,6 +67,8 @@ def test_each_sentence_is_true_of_its_numbers(judged: DocumentVerdict):
         assert informative, (sentence, judged.lean)
     if "cannot tell" in badge:
         assert not informative and badge.startswith("?")
+    if "no better than the base rate" in sentence:  # said only of a lean measured so
+        assert judged.lean is not None and not (judged.lean.informative and judged.lean.judged == v.prediction)
     # ✘ only where the numbers call the answer wrong (admitted wrong, a measured lean toward wrong) or it is unlike
     # the task's answers; "?" where the verifier cannot tell
     if judged.status is VerdictStatus.NOT_VERIFIED:

@@ -294,10 +294,15 @@ def _nearest_disagrees(verdict: "Verdict", say_lean: bool) -> str:
 NO_LEAN = "on questions like this its lean toward right or wrong is no better than the base rate, so it cannot tell"
 
 
-def _no_lean_words(lean: Lean | None) -> str:
-    """Why no lean is said: measured and not above the base rate on every split, or never measured."""
+def _no_lean_words(dv: DocumentVerdict) -> str:
+    """Why no lean is said: never measured, measured but without support in this answer's nearest known answers
+    (q = 0), or measured and not above the base rate on every split."""
+    lean = dv.lean
     if lean is None:
         return "it cannot tell whether this answer is right (how much its lean means was never measured)"
+    if lean.informative and dv.verdict is not None and lean.judged == int(dv.verdict.prediction):
+        return ("it cannot tell whether this answer is right: the most similar known answer does not support its "
+                "lean (q = 0)")
     side = "right" if lean.judged == 1 else "wrong"
     precision = "n/a" if lean.precision is None else f"{100 * lean.precision:.0f} %"
     return (f"{NO_LEAN}: {precision} of the {lean.leaned} held-out answers it leaned {side} on were {side}, against "
@@ -333,14 +338,14 @@ def _judged_words(dv: DocumentVerdict, alpha: float) -> tuple[str, str]:
     if reason == REASON_INDEX_FLIPPED:
         if not lean:
             return ("cannot tell", f"Not verified: weighed by similarity (q = {v.q}) and distance (d = {v.d:.3f}), its "
-                                   f"calibrated output does not support its first reading of this answer; {_no_lean_words(dv.lean)}.")
+                                   f"calibrated output does not support its first reading of this answer; {_no_lean_words(dv)}.")
         return ("its evidence reverses its prediction",
                 f"Not verified: weighed by similarity (q = {v.q}) and distance (d = {v.d:.3f}), the verifier's "
                 f"calibrated output no longer favours its own prediction that the answer is "
                 f"{_answer_words(v.prediction)}, so it cannot vouch for it.")
     if not lean:
         return ("cannot tell", f"Not verified: its calibrated confidence (q = {v.q}, d = {v.d:.3f}) does not reach the "
-                               f"{alpha:.2f} it needs to vouch for this answer, and {_no_lean_words(dv.lean)}.")
+                               f"{alpha:.2f} it needs to vouch for this answer, and {_no_lean_words(dv)}.")
     return (f"leans {_answer_words(v.prediction)}",
             f"Not verified: its calibrated confidence (q = {v.q}, d = {v.d:.3f}) does not reach the {alpha:.2f} it "
             f"needs to vouch for this answer, but it leans toward it being {_answer_words(v.prediction)}, and that "
@@ -369,7 +374,7 @@ def _admits_nothing_words(dv: DocumentVerdict, alpha: float) -> tuple[str, str]:
     nothing = (f"on this model the verifier cannot vouch for any answer (in calibration no group of similar answers "
                f"was at least {alpha * 100:.0f} % right)")
     if not dv.lean_informative:
-        return ("cannot tell on this model", f"Not verified: {nothing}, and {_no_lean_words(dv.lean)}.")
+        return ("cannot tell on this model", f"Not verified: {nothing}, and {_no_lean_words(dv)}.")
     lean = _answer_words(v.prediction)
     known = "correct" if int(v.prediction) == ACCEPTABLE else "incorrect"
     evidence = f"; the {v.q} most similar known answers were {known} and judged so"  # q >= 1: lean_informative
