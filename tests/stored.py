@@ -64,7 +64,7 @@ def answer(session_id: str, text: str, *, status: str | TurnStatus = TurnStatus.
         unverifiable_reason=unverifiable_reason, monitor=monitor,
         escalation=Escalation(review_reasons=list(review_reasons), explanation=explanation, reflect=reflect,
                               message=pause_message),
-        reflection=reflection, tool_calls=list(tool_calls), verifier=verifier, resampled=resampled, source=source, feature_model=feature_model,
+        reflection=reflection, tool_calls=tuple(tool_calls), verifier=verifier, resampled=resampled, source=source, feature_model=feature_model,
         session_id=session_id)
     if state is not None and outcome.verdict_status is not None:
         assert outcome.verdict_status.value == str(getattr(state, "value", state)), (state, outcome.verdict_status)

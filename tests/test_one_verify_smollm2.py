@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("uvicorn")
 
 from tests.test_server import ThreadServer  # noqa: E402
+from mlx_sdm.turn.values import TurnRequest  # noqa: E402
 
 pytestmark = pytest.mark.smollm2
 
@@ -59,7 +60,7 @@ def test_verify_rows_the_server_and_the_chat_agree(suite, smollm2_shared, tmp_pa
     statuses = set()
     for (prompt, completion), row in zip(pairs, cli):
         messages = [{"role": "user", "content": prompt}]
-        chat, _ = pipeline.verify_completion(messages, completion)
+        chat = pipeline.judge_text(TurnRequest(messages), completion).verdict
         status, reply, _ = server.raw("/verify", json.dumps({"messages": messages, "completion": completion}).encode())
         served = reply["verdict"]
         assert status == 200 and row["status"] == chat.status.value == served["status"], (prompt[:60], completion)

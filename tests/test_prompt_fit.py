@@ -174,7 +174,7 @@ def test_a_turn_fits_and_p_true_reuses_the_answers_cache():
 
     lm = tiny_loaded_model(max_context=640)
     options = TurnOptions(max_tokens=8, enable_p_true=True, reuse_cache=True, generate_reflection=True)
-    monitor = SessionMonitor("fit", MonitorConfig(), lm=lm)
+    monitor = SessionMonitor("fit", MonitorConfig())
     with pytest.warns(UserWarning, match="Your message is"):  # said as the answer starts (generate's "note:")
         outcome = TurnPipeline(TurnComponents(lm=lm)).run(TurnRequest(_conversation(), options), monitor=monitor)
     assert outcome.prompt_fit is not None and outcome.prompt_fit.was_cut

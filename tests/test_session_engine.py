@@ -246,8 +246,8 @@ def test_empty_message_and_unknown_session_are_refused(make_engine):
 
 def test_tool_calls_are_parsed_from_the_answer():
     text = 'Sure. <tool_call>{"name": "send_email_to_client", "arguments": {"to": "a@b"}}</tool_call> <tool_call>{bad}</tool_call>'
-    assert parse_tool_calls(text) == [ToolCall("send_email_to_client", {"to": "a@b"})]
-    assert parse_tool_calls("no tools") == []
+    assert parse_tool_calls(text) == (ToolCall("send_email_to_client", {"to": "a@b"}),)
+    assert parse_tool_calls("no tools") == ()
 
 
 def test_prefix_reuse_gives_the_features_of_a_full_recompute(make_engine):

@@ -57,7 +57,8 @@ def test_a_judged_paused_answer_reads_back_as_the_record_it_was(store):
         prompt=PROMPT, task="capitals", verifier="weights/default", review_reasons=["below_threshold", "escalated_high"],
         pause_message="Paused at HIGH uncertainty (cumulative confidence 0.300). Give guidance to resume.",
         reflect=True, reflection="I am not sure the question asks for the capital city.")
-    original.escalation = replace(original.escalation, action=EscalationAction.PAUSE_FOR_HUMAN, level=UncertaintyLevel.HIGH)
+    original = replace(original, escalation=replace(original.escalation, action=EscalationAction.PAUSE_FOR_HUMAN,
+                                                    level=UncertaintyLevel.HIGH))
     mid = store.add_answer(original)
 
     back = store.answer(mid)
@@ -208,7 +209,7 @@ def test_who_asked_and_the_tool_calls_read_back(store):
     original = stored_answer(s.id, "ok", state="not_verified", source="api:chat", tool_calls=calls,
                              unverifiable_reason=None)
     back = store.answer(store.add_answer(original))
-    assert back.source == "api:chat" and back.tool_calls == calls
+    assert back.source == "api:chat" and back.tool_calls == tuple(calls)
     no_verifier = stored_answer(s.id, "hm", state="no_verifier", unverifiable_reason="verification is off")
     back = store.answer(store.add_answer(no_verifier))
     assert back.verdict is None and back.unverifiable_reason == "verification is off"

@@ -5,6 +5,7 @@ folder needs. The domain object itself is :class:`mlx_sdm.network.verifier.Docum
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
@@ -15,7 +16,6 @@ from mlx_sdm.calibration.fit_config import FitConfig
 from mlx_sdm.errors import ArtifactError, DataError
 from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE
 from mlx_sdm.network.encoding import VerificationDocument
-from mlx_sdm.network.verdict import DocumentVerdict
 from mlx_sdm.network.verifier import VERIFIER_MANIFEST, DocumentVerifier, FeatureRecipe, document_features, labelled_set
 
 
@@ -133,48 +133,29 @@ def labelled_text_rows(verifier_dir: str | Path, input_path: str | Path, *, mode
 def verify_text_rows(verifier_dir: str | Path, input_path: str | Path, *, model: str | None = None,
                      quantized: bool = False, explain: int = 0) -> list[dict]:
     """``mlx-sdm verify`` on ``{"prompt", "completion"}`` rows: one verdict dict per row, in order, judged
-    exactly as the chat and ``/v1/verify`` judge that question and answer (the pipeline's plan: the
-    routed task's system prompt unless the row names its own, out of scope for a question that starts
-    none of a routing verifier's tasks), with the same status, badge and sentence."""
-    import dataclasses
-
+    exactly as the chat and ``/v1/verify`` judge that question and answer (the pipeline's
+    :meth:`~mlx_sdm.turn.pipeline.TurnPipeline.judge_texts`: the routed task's system prompt unless the row
+    names its own, out of scope for a question that starts none of a routing verifier's tasks), with the same
+    status, badge and sentence."""
     from mlx_sdm.network.encoding import read_text_jsonl
-    from mlx_sdm.network.coverage import RouteKind
-    from mlx_sdm.network.verdict import REASON_NO_CHECKABLE_ANSWER, REASON_NOT_A_TASK
+    from mlx_sdm.progress import progress_bar
     from mlx_sdm.turn.pipeline import TurnPipeline
-    from mlx_sdm.turn.values import TurnComponents
+    from mlx_sdm.turn.values import TurnComponents, TurnOptions, TurnRequest
 
-    read_text_jsonl(input_path, require_label=False)  # every row checked before any model work
+    documents = read_text_jsonl(input_path, require_label=False, default_system=None)  # checked before model work
     lm = model_for_verifier(verifier_dir, model, quantized)
     verifier = DocumentVerifier.load(verifier_dir, expect_fingerprint=lm.fingerprint)
     pipeline = TurnPipeline(TurnComponents(lm=lm, verifier=verifier, verifier_path=str(verifier_dir)))
-    documents = read_text_jsonl(input_path, require_label=False, default_system=None)
-    plans = [pipeline.plan([{"role": "user", "content": doc.prompt}]) for doc in documents]
-    judged = []
-    for doc, plan in zip(documents, plans):
-        system = plan.judged[0]["content"] if plan.judged and plan.judged[0].get("role") == "system" else None
-        doc = doc if plan.route.asked is None else dataclasses.replace(doc, prompt=plan.route.asked)  # as asked
-        judged.append(doc if doc.system is not None else dataclasses.replace(doc, system=system))
-    verdicts = {}
-    by_judge: dict[str | None, list[int]] = {}  # the member verifier that judges each row's route
-    for i, plan in enumerate(plans):
-        if plan.judge:
-            by_judge.setdefault(plan.route.task if plan.route.task in verifier.members else None, []).append(i)
-    for task, index in by_judge.items():
-        member = verifier.member_for(task)
-        feats = cached_document_features(lm, [judged[i] for i in index], delimiter=member.recipe.delimiter,
-                                         cache_dir=None, desc="rows")
-        # the nearest exemplar is kept even with explain=0: the sentence names it as the chat's does
-        verdicts.update(zip(index, member.verify_batch(feats, explain=max(explain, 1))))
+    # the nearest exemplar is kept even with explain=0: the sentence names it as the chat's does
+    options = TurnOptions(explain=max(explain, 1))
+    answers = [(TurnRequest([{"role": "user", "content": doc.prompt}],
+                            options if doc.system is None else replace(options, system_prompt=doc.system)),
+                doc.completion) for doc in documents]
+    with progress_bar(total=len(answers), desc="rows", unit="doc") as bar:
+        outcomes = pipeline.judge_texts(answers, on_progress=bar.update)
     out = []
-    for i, (doc, plan) in enumerate(zip(documents, plans)):
-        made = verdicts.get(i)
-        unjudged = None if made is not None else (
-            REASON_NO_CHECKABLE_ANSWER if plan.route.how is RouteKind.NO_CHECKABLE_ANSWER else REASON_NOT_A_TASK)
-        judged_verdict = (verifier.document_verdict(made, task=plan.route.task, route=plan.route) if made is not None
-                          else DocumentVerdict(None, coverage=verifier.coverage, task=plan.route.task, unjudged=unjudged,
-                                               route=plan.route))
-        data = judged_verdict.to_dict()
+    for doc, outcome in zip(documents, outcomes):
+        data = outcome.verdict.to_dict()
         row = {"id": doc.id, **{k: v for k, v in data.items() if k not in ("exemplars", "softmax", "alpha")}}
         if explain > 0:
             row["exemplars"] = data["exemplars"]

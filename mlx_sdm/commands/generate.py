@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         # prefilled); no reflection is generated, so what is printed is the answer alone
         options = TurnOptions(max_tokens=args.max_tokens, system_prompt=args.system, explain=args.explain,
                               enable_p_true=True, reuse_cache=False, generate_reflection=False)
-        monitor = SessionMonitor("generate", MonitorConfig(), lm=components.lm, embedder=components.embedder)
+        monitor = SessionMonitor("generate", MonitorConfig(), embedder=components.embedder)
         show_prefill_progress = PrefillBar()
         with warnings.catch_warnings():  # the left-truncation notice as one plain line, not a raw UserWarning
             warnings.simplefilter("always", UserWarning)

@@ -45,6 +45,7 @@ from mlx_sdm.store.chat_store import ChatStore
 from mlx_sdm.turn.values import TurnComponents, TurnOptions, TurnKind, TurnOutcome, TurnRequest
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 from mlx_sdm.executor.turn_service import TurnService
+from mlx_sdm.turn.pipeline import PrefillCallback
 from mlx_sdm.executor.worker import MlxWorker
 
 if TYPE_CHECKING:
@@ -208,13 +209,6 @@ class ChatEngine:
 
         return self._worker.submit(run)
 
-    def verify_text(self, prompt: str, completion: str) -> Future:
-        """Verify an arbitrary (prompt, completion) by force-decoding. Resolves to
-        ``(DocumentVerdict | None, unverifiable reason | None)``."""
-        options = self.config.turn_options()
-        return self._worker.submit(lambda: self._require_service().pipeline.verify_completion(
-            [{"role": "user", "content": prompt}], completion, options))
-
     def call(self, fn: Callable[[TurnComponents], Any]) -> Future:
         """Run ``fn(components)`` on the engine's thread (for scripts and tests that need the model)."""
         return self._worker.submit(lambda: fn(self._require()))
@@ -296,7 +290,7 @@ class ChatEngine:
                                    enable_p_true=self.config.enable_p_true,
                                    enable_semantic_sampling=self.config.semantic_sampling)
             components = self._require()
-            monitor = SessionMonitor(session_id, config, lm=components.lm, embedder=components.embedder)
+            monitor = SessionMonitor(session_id, config, embedder=components.embedder)
             monitor.replay(messages)  # a reopened session continues where it was
             self._monitors[session_id] = monitor
         return monitor
@@ -333,8 +327,8 @@ class ChatEngine:
                     self._emit(listener, TurnRef(session_id, turn), progress)
 
             outcome = self._stream(service, session_id, turn, request, monitor, listener, on_prefill=prefill)
-        if outcome.first_token_s is not None:
-            outcome.first_token_s += queued_s  # from the call, the time the turn waited for the engine included
+        if outcome.first_token_s is not None:  # from the call: the time the turn waited for the engine included
+            outcome = replace(outcome, first_token_s=outcome.first_token_s + queued_s)
         return self._finished(outcome, session_id, turn, user_id, listener)
 
     def _regenerate(self, session_id: str, listener: Listener | None) -> TurnOutcome:
@@ -356,12 +350,14 @@ class ChatEngine:
                                    replaces=again.replaces, seed=again.attempt)
         return self._finished(outcome, session_id, turn, again.question_id, listener)
 
-    def _stream(self, service: TurnService, session_id: str, turn: int, request: TurnRequest, monitor: Any,
-                listener: Listener | None, **options: Any) -> TurnOutcome:
+    def _stream(self, service: TurnService, session_id: str, turn: int, request: TurnRequest,
+                monitor: SessionMonitor, listener: Listener | None, *, on_prefill: PrefillCallback | None = None,
+                replaces: int | None = None, seed: int | None = None) -> TurnOutcome:
         """Loop over the turn's stream: every item but the record goes to the listeners as it is; returns the record."""
         ref = TurnRef(session_id, turn)
         outcome = None
-        for item in service.stream_turn(session_id, request, stop=self._cancel, monitor=monitor, **options):
+        for item in service.stream_turn(session_id, request, stop=self._cancel, monitor=monitor, on_prefill=on_prefill,
+                                        replaces=replaces, seed=seed):
             if isinstance(item, TurnOutcome):
                 outcome = item
             else:
@@ -379,6 +375,6 @@ class ChatEngine:
 
     def _finished(self, outcome: TurnOutcome, session_id: str, turn: int, user_id: int,
                   listener: Listener | None) -> TurnOutcome:
-        outcome.turn, outcome.user_message_id = turn, user_id
+        outcome = replace(outcome, turn=turn, user_message_id=user_id)
         self._emit(listener, TurnRef(session_id, turn), outcome)
         return outcome

@@ -18,15 +18,20 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from mlx_sdm.atomic import atomic_write_text
 from mlx_sdm.errors import DataError
-from mlx_sdm.turn.values import TurnComponents, last_user_text, previous_user_text
+from mlx_sdm.turn.pipeline import TurnPipeline
+from mlx_sdm.turn.seams import TurnVerifier
+from mlx_sdm.turn.values import TurnComponents, TurnRequest, last_user_text, previous_user_text
 from mlx_sdm.store.chat_store import ChatStore
-from mlx_sdm.store.schema import SupportPoint, TaskScope, support_words
+from mlx_sdm.store.schema import MessageRecord, SupportPoint, TaskScope, support_words
+
+if TYPE_CHECKING:
+    from mlx_sdm.calibration.estimator import SDMEstimator
 
 
 def feature_model_id(fingerprint: dict) -> str:
@@ -54,14 +59,14 @@ class ReviewService:
     """Decisions → the loaded verifier's support set (see the module docstring)."""
 
     def __init__(self, store: ChatStore, components: TurnComponents, *, reviewed_dir: str | None = None,
-                 features_for: Callable[[list[dict], str], np.ndarray] | None = None):
+                 pipeline: TurnPipeline | None = None):
         self.store = store
         self.components = components
         self.feature_model = feature_model_id(components.lm.fingerprint)
         self.verifier = verifier_key(components.verifier_path) if components.verifier is not None else None
         self._reviewed_dir = reviewed_dir
-        self._features_for = features_for
-        self._tasks: dict[str, Any] = {}  # task -> its DocumentVerifier (the base + that task's labels)
+        self._pipeline = pipeline  # reads an edited answer as the chat judges that turn (None: edits refused)
+        self._tasks: dict[str, TurnVerifier] = {}  # task -> its DocumentVerifier (the base + that task's labels)
         self._saved_tasks: set[str] = set()
         components.task_support = self.verifier_for_task
 
@@ -76,8 +81,8 @@ class ReviewService:
         verifier = self.components.verifier
         if verifier is None:
             return None
-        members = getattr(verifier, "members", {}) or {}
-        held = int(verifier.estimator.support_size) + sum(int(m.estimator.support_size) for m in members.values())
+        held = int(verifier.estimator.support_size) + sum(int(m.estimator.support_size)
+                                                           for m in verifier.members.values())
         if self.components.verifier_path is None:
             return held  # no folder to load task sets from: every label went into these sets
         # the unrouted sets hold the unrouted labels; a task's labels live in that task's own copy
@@ -109,7 +114,7 @@ class ReviewService:
         """Every labelled point of this verifier, all tasks."""
         return self.store.support_points(feature_model=self.feature_model, verifier=self.verifier)
 
-    def verifier_for_task(self, task: str | None) -> Any | None:
+    def verifier_for_task(self, task: str | None) -> TurnVerifier | None:
         """The verifier that judges questions routed to ``task``: the base plus that task's labels only
         (loaded from the base folder when first asked; unrouted: ``components.verifier``)."""
         components = self.components
@@ -172,10 +177,10 @@ class ReviewService:
         message = self.store.message(item.message_id)
         features = None
         if completion is not None:
-            if message.prompt is None or self._features_for is None:
+            if message.prompt is None or self._pipeline is None:
                 raise DataError(f"review entry {review_id} has no stored prompt, so an edited completion cannot be "
                                 "re-encoded; mark it acceptable or unacceptable instead", field="completion")
-            features = self._features_for(message.prompt, completion)
+            features = self._pipeline.judge_text(TurnRequest(message.prompt), completion).features
         superseded = item.decision is not None
         given_under = verifier_key(message.verifier) or self.verifier
         scope = self._task_of(message, given_under)
@@ -214,13 +219,13 @@ class ReviewService:
         where = "" if task is None else f" of task {task}"
         return result(True, f"added to the support set{where} ({support_words(self.support_size)})", saved)
 
-    def _task_of(self, message: Any, given_under: str | None) -> TaskScope | None:
+    def _task_of(self, message: MessageRecord, given_under: str | None) -> TaskScope | None:
         """The task the answer was judged under: as stored with its verdict, else (an answer stored before
         tasks were kept, judged by the loaded verifier) its question routed again; None: not known."""
         if message.task is not None:
             return message.task
         verifier = self.components.verifier
-        if verifier is None or given_under != self.verifier or message.prompt is None or not hasattr(verifier, "route"):
+        if verifier is None or given_under != self.verifier or message.prompt is None:
             return None
         return TaskScope(verifier.route(last_user_text(message.prompt), previous_user_text(message.prompt)).task)
 
@@ -249,12 +254,12 @@ class ReviewService:
             self.save_all()
 
 
-def _estimator(verifier: Any, task: str | None) -> Any:
+def _estimator(verifier: TurnVerifier, task: str | None) -> SDMEstimator:
     """The estimator that judges ``task``'s questions: a member verifier's (open questions) or the verifier's own."""
-    return verifier.estimator_for(task) if hasattr(verifier, "estimator_for") else verifier.estimator
+    return verifier.estimator_for(task)
 
 
-def _add_points(estimator: Any, points: list[SupportPoint]) -> None:
+def _add_points(estimator: SDMEstimator, points: list[SupportPoint]) -> None:
     """Add labelled points to an estimator's support set (those it already holds are skipped)."""
     held = set(estimator.support_ids)
     points = [p for p in points if p.decision.support_id not in held]

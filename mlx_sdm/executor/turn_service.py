@@ -13,6 +13,7 @@ Runs on the thread that owns MLX.
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from typing import Iterator
 
 from mlx_sdm.monitor.session_file.provenance import Provenance, make_provenance
@@ -20,6 +21,7 @@ from mlx_sdm.turn.answer import PrefixCache
 from mlx_sdm.store.partial_answers import StreamingAnswer
 from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.turn.pipeline import PrefillCallback, TurnPipeline
+from mlx_sdm.turn.seams import TurnMonitor
 from mlx_sdm.executor.review import ReviewService
 from mlx_sdm.store.chat_store import ChatStore
 from mlx_sdm.turn.values import ChatMessage, Resampled, TurnComponents, TurnItem, TurnOptions, TurnOutcome, TurnRequest
@@ -32,8 +34,7 @@ class TurnService:
         self.store = store
         self.components = components
         self.pipeline = TurnPipeline(components)
-        self.review = ReviewService(store, components, reviewed_dir=reviewed_dir,
-                                    features_for=self.pipeline.features_for)
+        self.review = ReviewService(store, components, reviewed_dir=reviewed_dir, pipeline=self.pipeline)
         self._prefix: tuple[str | None, PrefixCache] | None = None  # (the conversation it belongs to, its cache)
         self._provenance: Provenance | None = None
         self._applied: tuple[int, ...] | None = None
@@ -61,7 +62,7 @@ class TurnService:
 
     # ------------------------------------------------------------------ turns
 
-    def stream(self, request: TurnRequest, *, stop: threading.Event | None = None, monitor: object = None,
+    def stream(self, request: TurnRequest, *, stop: threading.Event | None = None, monitor: TurnMonitor | None = None,
                conversation: str | None = None, on_prefill: PrefillCallback | None = None) -> Iterator[TurnItem]:
         """One turn through the pipeline (its items, the :class:`TurnOutcome` last), reusing the cached KV
         prefix when it is ``conversation``'s (the server passes None for every request: the pipeline reuses
@@ -71,11 +72,11 @@ class TurnService:
         for item in self.pipeline.stream(request, stop=stop, monitor=monitor, prefix=prefix, on_prefill=on_prefill):
             if isinstance(item, TurnOutcome) and item.prefix is not None:
                 self._prefix = (conversation, item.prefix)
-                item.prefix = None  # the service keeps the one cached prefix; the record goes on without it
+                item = replace(item, prefix=None)  # the service keeps the one cached prefix; the record goes without
             yield item
 
     def stream_turn(self, session_id: str, request: TurnRequest, *, stop: threading.Event | None = None,
-                    monitor: object = None, on_prefill: PrefillCallback | None = None,
+                    monitor: TurnMonitor | None = None, on_prefill: PrefillCallback | None = None,
                     replaces: int | None = None, seed: int | None = None) -> Iterator[TurnItem]:
         """A chat turn of session ``session_id`` (its user message already stored): the pipeline's items,
         each answer piece also kept in the store as it streams (a kill keeps the partial text, marked
@@ -92,20 +93,20 @@ class TurnService:
                 if isinstance(item, TokenPiece):
                     streaming.token(item)
                 yield item
-            self.keep(outcome, session_id)
-            if replaces is not None:
-                outcome.resampled = Resampled(replaces, request.options.temperature, seed if seed is not None else 0)
-            outcome.message_id = streaming.finish(outcome, provenance=self.provenance)
+            resampled = None if replaces is None else Resampled(replaces, request.options.temperature,
+                                                                     seed if seed is not None else 0)
+            outcome = replace(self.keep(outcome, session_id), resampled=resampled)
+            message_id = streaming.finish(outcome, provenance=self.provenance)
         except BaseException:
             streaming.fail()
             raise
-        outcome.review_id = self.store.message(outcome.message_id).review_id
-        yield outcome
+        yield replace(outcome, message_id=message_id, review_id=self.store.message(message_id).review_id)
 
-    def verify(self, messages: list[ChatMessage], completion: str, options: TurnOptions = TurnOptions()) -> TurnOutcome:
-        """Judge a completion made elsewhere as the chat judges that turn (``/v1/verify``):
-        :meth:`~mlx_sdm.turn.pipeline.TurnPipeline.read_answer`."""
-        return self.pipeline.read_answer(messages, completion, options)
+    def judge_text(self, messages: list[ChatMessage], completion: str, options: TurnOptions = TurnOptions()) -> TurnOutcome:
+        """A completion made elsewhere judged as the chat judges that turn (``/v1/verify``, ``verify_text``):
+        :meth:`~mlx_sdm.turn.pipeline.TurnPipeline.judge_text`; the store keeps it only when the caller
+        asks (:meth:`keep`)."""
+        return self.pipeline.judge_text(TurnRequest(messages, options), completion)
 
     def forget(self, session_id: str | None = None) -> None:
         """Drop the cached KV prefix (of ``session_id`` only, when given: a deleted session)."""
@@ -115,12 +116,11 @@ class TurnService:
     # ------------------------------------------------------------------ what the store keeps
 
     def keep(self, outcome: TurnOutcome, session_id: str, *, source: str | None = None) -> TurnOutcome:
-        """Say where ``outcome`` is kept and what its features are of, before the store writes it
+        """``outcome`` with where it is kept and what its features are of, for the store to write
         (``source``: who asked, e.g. "api:chat"). The store writes the record itself
         (:func:`~mlx_sdm.store.answer_rows.write_answer`); nothing is copied into another record."""
-        outcome.session_id, outcome.source = session_id, source
-        outcome.feature_model = self.review.feature_model if outcome.features is not None else None
-        return outcome
+        return replace(outcome, session_id=session_id, source=source,
+                       feature_model=self.review.feature_model if outcome.features is not None else None)
 
     # ------------------------------------------------------------------ review decisions
 

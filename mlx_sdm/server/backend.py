@@ -84,7 +84,7 @@ class SessionBackend:
         """The chat's session monitor for one request (its reading is of the request's own turn, as ``generate``'s)."""
         from mlx_sdm.turn.monitoring import MonitorConfig, SessionMonitor
 
-        return SessionMonitor("api", MonitorConfig(), lm=self.lm, embedder=self.components.embedder)
+        return SessionMonitor("api", MonitorConfig(), embedder=self.components.embedder)
 
     # ------------------------------------------------------------------ requests
 
@@ -151,7 +151,7 @@ class SessionBackend:
             raise ApiError(400, f"messages ({prepared.prompt_tokens} tokens) plus completion ({completion_tokens} "
                            f"tokens) exceed the model's context of {self.max_context} tokens", param="completion",
                            code="context_length_exceeded")
-        verified = self.service.verify(prepared.messages, request.completion, self.options(1))
+        verified = self.service.judge_text(prepared.messages, request.completion, self.options(1))
         answer = ServedAnswer(text=request.completion, finish_reason="stop", prompt_tokens=prepared.prompt_tokens,
                               completion_tokens=completion_tokens,
                               verdict=self._served(verified.verdict, verified.unverifiable_reason))
@@ -196,10 +196,9 @@ class SessionBackend:
 
         user_text = next(m.content for m in reversed(messages) if m.role == "user" and m.content.strip())
         answer.session_id = session_id = self.session_for(conversation, user_text)
-        self.service.keep(outcome, session_id, source=source)
-        _, answer.message_id = self.store.add_turn(user_text, outcome, user_metadata=MessageMeta(source=source),
+        _, answer.message_id = self.store.add_turn(user_text, self.service.keep(outcome, session_id, source=source),
+                                                   user_metadata=MessageMeta(source=source),
                                                    provenance=self.service.provenance)
-        outcome.message_id = answer.message_id
 
     def _logprob(self, piece: TokenPiece) -> TokenLogprob | None:
         """A token's log-prob and alternatives as OpenAI's logprob entry (the HTTP edge); None for a

@@ -146,7 +146,7 @@ def outcome_from_row(r: sqlite3.Row) -> TurnOutcome:
         status=status, answer=answer, messages=loads_json(r["prompt_json"]) or [],
         task=r["verdict_task"] if "verdict_task" in keys else None, verdict=verdict,
         unverifiable_reason=meta.verdict_reason if verdict is None else None, monitor=reading,
-        escalation=escalation, reflection=meta.reflection, tool_calls=list(meta.tool_calls),
+        escalation=escalation, reflection=meta.reflection, tool_calls=tuple(meta.tool_calls),
         verifier=r["verifier"], resampled=again, source=meta.source, feature_model=r["feature_model"],
         session_id=r["session_id"], message_id=int(r["id"]), review_id=r["review_id"])
 

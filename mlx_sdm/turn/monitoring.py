@@ -11,7 +11,7 @@ session is reopened.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from mlx_sdm.monitor.online.auq_config import SAMPLING_TEMPERATURE
 from mlx_sdm.monitor.online.auq import AUQMonitor
@@ -26,7 +26,13 @@ from mlx_sdm.monitor.forecast.verdict_monitor import TurnVerdict
 from mlx_sdm.monitor.online.reading import HistoryPoint, MonitorReading
 from mlx_sdm.monitor.online.tracer import TracerConfig, TracerMonitor
 from mlx_sdm.network.verdict import ACCEPTABLE, DocumentVerdict
-from mlx_sdm.monitor.session_file.records import SessionStep, ToolCall
+from mlx_sdm.monitor.session_file.records import SessionStep, ToolCall, TracerOutput
+from mlx_sdm.monitor.online.embedders import Embedder
+from mlx_sdm.turn.seams import AnswerSampler
+
+if TYPE_CHECKING:
+    from mlx_sdm.monitor.forecast.fused import OnlineFusedMonitor
+    from mlx_sdm.monitor.online.p_true import PTrueScorer
 
 __all__ = ["ChatSampler", "MonitorConfig", "SessionMonitor"]
 
@@ -62,10 +68,9 @@ class MonitorConfig:
 class SessionMonitor:
     """AUQ + TRACER over one chat session (owned by the engine's thread)."""
 
-    def __init__(self, session_id: str, config: MonitorConfig, *, lm: Any = None, embedder: Any = None):
+    def __init__(self, session_id: str, config: MonitorConfig, *, embedder: Embedder | None = None):
         self.session_id = session_id
         self.config = config
-        self.lm = lm
         self.auq = AUQMonitor(config.policy())
         self.auq.start(session_id)
         self.tracer = TracerMonitor(config.tracer, embedder, session_id=session_id)
@@ -102,7 +107,7 @@ class SessionMonitor:
         self.turn += new_turn
         self._observe_user_fused(self.tracer.observe(self._user_step(text)))
 
-    def _observe_user_fused(self, out: Any) -> None:
+    def _observe_user_fused(self, out: TracerOutput | None) -> None:
         if self.fused is not None:
             self.fused.observe_user(out)
 
@@ -118,9 +123,9 @@ class SessionMonitor:
         tokens: list[str] | None,
         logprobs: list[float] | None,
         tool_calls: list[ToolCall],
-        p_true: Any = None,
+        p_true: PTrueScorer | None = None,
         verdict: DocumentVerdict | None = None,
-        sampler: Any = None,
+        sampler: AnswerSampler | None = None,
     ) -> MonitorReading:
         """Score one answer; returns its reading (the session's history grows in :attr:`history`)."""
         state = self.auq.belief(self.session_id)
@@ -185,7 +190,7 @@ class SessionMonitor:
         )
 
 
-def _fused_monitor() -> Any:
+def _fused_monitor() -> OnlineFusedMonitor | None:
     """The online fused monitor with the shipped parameters (None if they cannot be read)."""
     from mlx_sdm.monitor.forecast.fused import FusedParams, OnlineFusedMonitor
 

@@ -23,6 +23,7 @@ from mlx_sdm.lm.prompt import FittedPrompt
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, VerdictWords, verdict_words
 from mlx_sdm.turn.escalation import REFLECTION_PROMPT, Escalation, TurnStatus
 from mlx_sdm.turn.answer import GeneratedAnswer, PrefixCache
+from mlx_sdm.turn.seams import TurnVerifier
 
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 from mlx_sdm.monitor.online.embedders import Embedder
@@ -31,7 +32,6 @@ from mlx_sdm.monitor.session_file.records import ToolCall
 if TYPE_CHECKING:  # MLX types: the UI imports this module without loading MLX
     from mlx_sdm.lm.generation import Head
     from mlx_sdm.lm.loading import LoadedModel
-    from mlx_sdm.network.verifier import DocumentVerifier
 
 #: Tool calls are read from the answer in the common ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` form.
 TOOL_CALL_RE = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
@@ -44,7 +44,7 @@ class TurnComponents:
     """Everything MLX a turn uses, built on the thread that owns MLX (``mlx_sdm.app.loading``)."""
 
     lm: LoadedModel
-    verifier: DocumentVerifier | None = None
+    verifier: TurnVerifier | None = None  # a DocumentVerifier (network/verifier.py)
     verifier_path: str | None = None
     unverifiable_reason: str | None = None  # why there is no verifier
     head: Head | None = None  # hidden -> vocabulary logits (SDM network head)
@@ -55,13 +55,13 @@ class TurnComponents:
     embedder: Embedder | None = None  # TRACER sentence embedder; None = lexical fallback
     #: task name -> the verifier whose support set holds the review labels of that task (set by the review
     #: service, :class:`~mlx_sdm.executor.review.ReviewService`); None: ``verifier`` judges every task
-    task_support: Callable[[str], DocumentVerifier] | None = None
+    task_support: Callable[[str], TurnVerifier] | None = None
 
     @property
     def coverage(self) -> VerifierCoverage:
         return self.verifier.coverage if self.verifier is not None else VerifierCoverage()
 
-    def verifier_for(self, task: str | None) -> DocumentVerifier | None:
+    def verifier_for(self, task: str | None) -> TurnVerifier | None:
         """The verifier that judges questions routed to ``task``: its support set takes only the review
         labels given under this verifier and that task (``verifier`` itself for unrouted questions)."""
         if self.verifier is None or task is None or self.task_support is None:
@@ -164,10 +164,12 @@ class Resampled:
     seed: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class TurnOutcome:
     """The one record of a finished turn, from the pipeline through the turn service and the engine to
-    the screen: everything the turn produced and, once a store keeps it, where. The answer is the answer
+    the screen: everything the turn produced and, once a store keeps it, where. Immutable: the pipeline
+    builds it once, at the turn's end; the turn service and the engine add where it is kept (ids, source,
+    the time it waited in the engine's queue) with :func:`dataclasses.replace`. The answer is the answer
     stream's own record (:class:`~mlx_sdm.turn.answer.GeneratedAnswer`, its KV cache released), read
     through it, not copied: ``judged_text`` is what the verdict covers; ``unverified_tail`` any text after
     it (empty when the answer stopped at the judged unit)."""
@@ -182,7 +184,7 @@ class TurnOutcome:
     monitor: MonitorReading | None = None
     escalation: Escalation = field(default_factory=Escalation)
     reflection: str | None = None  # on a HIGH pause: the model's own statement of its uncertainty
-    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_calls: tuple[ToolCall, ...] = ()
     first_token_s: float | None = None  # from the request (the engine counts the time it waited in its queue)
     generation_s: float = 0.0
     prefix: PrefixCache | None = field(default=None, repr=False)  # reusable by this conversation's next turn
@@ -288,7 +290,7 @@ class TurnOutcome:
 TurnItem = Union[TokenPiece, AnswerComplete, AnswerVerdict, MonitorReading, Escalation, TurnOutcome]
 
 
-def parse_tool_calls(text: str) -> list[ToolCall]:
+def parse_tool_calls(text: str) -> tuple[ToolCall, ...]:
     """Tool calls proposed in an answer (``<tool_call>{json}</tool_call>``); malformed blocks are ignored."""
     calls = []
     for block in TOOL_CALL_RE.findall(text):
@@ -299,7 +301,7 @@ def parse_tool_calls(text: str) -> list[ToolCall]:
         if isinstance(obj, dict) and isinstance(obj.get("name"), str) and obj["name"]:
             args = obj.get("arguments", {})
             calls.append(ToolCall(obj["name"], args if isinstance(args, (dict, str)) else {}))
-    return calls
+    return tuple(calls)
 
 
 def last_user_text(messages: list[ChatMessage]) -> str:

@@ -1,0 +1,77 @@
+"""What a turn asks of the parts it does not own, as :class:`typing.Protocol` s: the verifier that judges
+its answer (:class:`TurnVerifier`, implemented by :class:`~mlx_sdm.network.verifier.DocumentVerifier`) and
+the session monitor that reads it (:class:`TurnMonitor`, implemented by
+:class:`~mlx_sdm.turn.monitoring.SessionMonitor`). The pipeline and the review service call these methods and
+nothing else; a test can pass any object that has them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from mlx_sdm.monitor.online.reading import MonitorReading
+from mlx_sdm.monitor.session_file.records import ToolCall
+from mlx_sdm.network.coverage import TaskRoute, VerifierCoverage
+from mlx_sdm.network.verdict import DocumentVerdict
+
+if TYPE_CHECKING:  # MLX types: the UI imports the turn's values without loading MLX
+    from mlx_sdm.calibration.estimator import SDMEstimator
+    from mlx_sdm.monitor.online.p_true import PTrueScorer
+
+
+class JudgedUnit(Protocol):
+    """How a verifier reads an answer: where the judged unit ends (``lm.features`` delimiter rules)."""
+
+    delimiter: str
+
+    @property
+    def routes_tasks(self) -> bool: ...
+
+
+class TurnVerifier(Protocol):
+    """The verifier a turn is judged by (:class:`~mlx_sdm.network.verifier.DocumentVerifier`)."""
+
+    recipe: JudgedUnit
+    estimator: SDMEstimator
+    members: Mapping[str, TurnVerifier]
+
+    @property
+    def coverage(self) -> VerifierCoverage: ...
+
+    def route(self, prompt: str, previous: str | None = None) -> TaskRoute:
+        """Where a question goes (a follow-up read with the question before it)."""
+
+    def recipe_for(self, task: str | None) -> JudgedUnit:
+        """How the verifier of ``task`` (a member, or this one) reads an answer."""
+
+    def estimator_for(self, task: str | None) -> SDMEstimator:
+        """The estimator whose support set judges ``task``'s questions."""
+
+    def judge(self, features: np.ndarray, explain: int = 5, *, task: str | None = None,
+              route: TaskRoute | None = None) -> DocumentVerdict:
+        """The verdict on one answer's features."""
+
+    def save(self, directory: str) -> None:
+        """Write the verifier, atomically."""
+
+
+class AnswerSampler(Protocol):
+    """AUQ System 2's sampled answers to the turn's question (docs/monitoring.md, AUQ System 2 sampling)."""
+
+    def sample(self, n: int) -> list[str]: ...
+
+
+class TurnMonitor(Protocol):
+    """The session's monitor (:class:`~mlx_sdm.turn.monitoring.SessionMonitor`): it sees each user step and
+    scores each answer."""
+
+    def observe_user(self, text: str, *, new_turn: bool = True) -> None:
+        """A user step; ``new_turn``: a new question (False: guidance for a paused turn)."""
+
+    def score_answer(self, *, answer: str, tokens: Sequence[str] | None, logprobs: Sequence[float] | None,
+                     tool_calls: Sequence[ToolCall], p_true: PTrueScorer | None = None,
+                     verdict: DocumentVerdict | None = None,
+                     sampler: AnswerSampler | None = None) -> MonitorReading:
+        """The reading of one answer."""
