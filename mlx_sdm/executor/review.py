@@ -50,7 +50,7 @@ class DecisionResult:
     review_id: int
     label: int
     applied: bool  # the point went into the verifier's support set
-    support_size: int | None  # ReviewService.support_size after the decision: the one count shown everywhere
+    support_size: int | None  # ReviewService.support_size after the decision: the count every view shows
     saved_to: str | None  # where the updated verifier was saved (atomically)
     message: str = ""
 

@@ -1,8 +1,8 @@
 """Prompt rendering: a user message, a list of chat messages or token ids -> the token ids the model
 reads (chat template with ``add_generation_prompt=True``), and fitting a prompt into a context budget.
 
-:func:`fit_prompt` is the one rule by which every prompt built from a conversation (the answer's, P(True)'s,
-the reflection's, the System-2 samples', the verifier's force-decoding) is made to fit the model's context:
+:func:`fit_prompt` fits every prompt built from a conversation (the answer's, P(True)'s, the reflection's,
+the System-2 samples', the verifier's force-decoding) into the model's context:
 earlier messages are cut in the middle (their start and end kept) or left out whole, never the template, the
 question's start or the builder's own request; the result says what was cut (:meth:`FittedPrompt.sentence`).
 

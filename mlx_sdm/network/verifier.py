@@ -19,7 +19,7 @@ text rows) is in :mod:`mlx_sdm.app.verifiers`.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -74,7 +74,7 @@ def document_text(doc: VerificationDocument) -> str:
     return f"{source.strip()} => {doc.completion.strip()}"
 
 
-@dataclass
+@dataclass(frozen=True)
 class FeatureRecipe:
     delimiter: str = DELIMITER_JSON_CLOSE
     system: str | None = None  # system prompt used for every document unless the document has its own
@@ -87,7 +87,7 @@ class FeatureRecipe:
 
     def route(self, prompt: Any) -> TaskRoute:
         """The system prompt to generate ``prompt`` (one turn's user message) under, the task instruction
-        it starts with (:func:`match_instruction`, the one router) and the task's name when this recipe
+        it starts with (:func:`match_instruction`) and the task's name when this recipe
         routes between several tasks (one task: no name, ``task`` None)."""
         index = match_instruction([prefix for prefix, _ in self.task_systems], prompt)
         if index is None:
@@ -155,9 +155,12 @@ class DocumentVerifier:
                  leans: dict[str, dict[int, Lean]] | None = None):
         self.estimator = estimator
         self.model_fingerprint = dict(model_fingerprint)
-        self.recipe = recipe or FeatureRecipe()
         self.info = dict(info or {})
         self.tasks = list(tasks or [])  # verifier.json "tasks": [{"name", "description", "example_prompt"}]
+        recipe = recipe or FeatureRecipe()
+        if recipe.task_systems and not recipe.task_names and self.tasks:  # an older manifest: names from "tasks"
+            recipe = replace(recipe, task_names=task_names_for(recipe.task_systems, self.tasks))
+        self.recipe = recipe
         self.members = dict(members or {})
         self.router = router
         #: per task (ANY_TASK for one task), how much its lean toward right (1) and wrong (0) is worth (network/lean.py)
@@ -176,8 +179,6 @@ class DocumentVerifier:
         task's own instruction with the person's payload, ``network/task_asking.py``), an open question (when
         it judges them), or no checkable answer; without a router, none of its tasks."""
         recipe = self.recipe
-        if recipe.task_systems and not recipe.task_names and self.tasks:
-            recipe.task_names = task_names_for(recipe.task_systems, self.tasks)
         route = recipe.route(prompt)
         if route.matched or not isinstance(prompt, str):
             return route
@@ -266,7 +267,7 @@ class DocumentVerifier:
 
     def document_verdict(self, verdict: Verdict, *, task: str | None, route: TaskRoute | None = None) -> DocumentVerdict:
         """The estimator's verdict of an answer routed to ``task`` as the user-facing :class:`DocumentVerdict`: the
-        judging member's α′, whether it admits anything, and how much its lean is worth (the one place that wraps)."""
+        judging member's α′, whether it admits anything, and how much its lean is worth (every verdict is wrapped here)."""
         judge = self.member_for(task)
         return DocumentVerdict(verdict, alpha=judge.estimator.alpha, coverage=self.coverage, task=task, route=route,
                                admits_nothing=judge.estimator.admits_nothing,

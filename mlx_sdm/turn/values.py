@@ -137,7 +137,7 @@ class AnswerVerdict:
 
     @property
     def words(self) -> VerdictWords:
-        """The badge and sentence a person reads (the one rule, network/verdict.verdict_words)."""
+        """The badge and sentence a person reads (network/verdict.verdict_words)."""
         return verdict_words(self.verdict, no_verifier_reason=self.unverifiable_reason)
 
     @property

@@ -11,7 +11,7 @@ Afterwards the cache is trimmed back (mlx-lm trimmable caches), so the conversat
 as if the question had never been asked. A cache that cannot be trimmed is left alone: the
 question is then scored from a fresh cache (full recompute) and ``reused_tokens = 0`` says so.
 
-The question prompt is fitted into the model's context by the one rule (``lm.prompt.fit_prompt``; the
+The question prompt is fitted into the model's context by ``lm.prompt.fit_prompt`` (the
 answer and the question are never cut), and what is fed is read in chunks (``lm.prefill``) with the
 logits of the last position only, so a long conversation costs bounded memory.
 """
