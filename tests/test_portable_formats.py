@@ -178,10 +178,10 @@ def test_a_float64_matrix_is_refused(tmp_path):
 def test_export_labels_as_a_dataset(tmp_path):
     store = ChatStore(tmp_path / "chat.db")
     with pytest.raises(DataError, match="needs at least one row"):
-        store.export_training_rows(tmp_path / "none.sdmdataset")
+        store.review_queue.export_training_rows(tmp_path / "none.sdmdataset")
     store.review_queue.training_rows = lambda: [{"prompt": "q1", "completion": "a1", "label": 1},
                                                 {"prompt": "q2", "completion": "a2", "label": 0}]
-    assert store.export_training_rows(tmp_path / "labels.sdmdataset") == 2
+    assert store.review_queue.export_training_rows(tmp_path / "labels.sdmdataset") == 2
     bundle = read_bundle(tmp_path / "labels.sdmdataset")
     assert [(r["id"], r["label"], r["prompt"], r["document"]) for r in bundle.rows] == \
         [("review-1", 1, "q1", "a1"), ("review-2", 0, "q2", "a2")]

@@ -28,7 +28,7 @@ def _label(store, text, *, verifier, task, label=1, value=1.0):
                                          features=np.full(4, value), feature_model="m", verifier=verifier,
                                          task=task, review_reasons=["below_threshold"]))
     message = store.message(mid)
-    return store.record_decision(message.review_id, label, verifier=verifier, task=message.task)
+    return store.review_queue.record_decision(message.review_id, label, verifier=verifier, task=message.task)
 
 
 def _ids(points):
@@ -42,20 +42,20 @@ def test_support_points_keep_each_task_of_a_verifier_apart(tmp_path):
     unrouted = _label(store, "capital of Australia?", verifier=V, task=None, value=3.0)
     elsewhere = _label(store, "fever claim", verifier=OTHER, task="fever", value=4.0)
     assert a.task == TaskScope("fever") and unrouted.task == TaskScope(None)
-    assert _ids(store.support_points(verifier=V, task=TaskScope("fever"))) == [a.id]
-    assert _ids(store.support_points(verifier=V, task=TaskScope("bbc_topic"))) == [b.id]
-    assert _ids(store.support_points(verifier=V, task=TaskScope(None))) == [unrouted.id]  # unrouted is a scope too
-    assert _ids(store.support_points(verifier=OTHER, task=TaskScope("fever"))) == [elsewhere.id]
-    assert _ids(store.support_points(verifier=V)) == [a.id, b.id, unrouted.id]  # no task given: every task
+    assert _ids(store.review_queue.support_points(verifier=V, task=TaskScope("fever"))) == [a.id]
+    assert _ids(store.review_queue.support_points(verifier=V, task=TaskScope("bbc_topic"))) == [b.id]
+    assert _ids(store.review_queue.support_points(verifier=V, task=TaskScope(None))) == [unrouted.id]  # unrouted is a scope too
+    assert _ids(store.review_queue.support_points(verifier=OTHER, task=TaskScope("fever"))) == [elsewhere.id]
+    assert _ids(store.review_queue.support_points(verifier=V)) == [a.id, b.id, unrouted.id]  # no task given: every task
     # a decision without a task (the caller did not know it) counts for every task of its verifier only
     s = store.create_session("x")
     mid = store.add_answer(stored_answer(s.id, "y", state="not_verified", features=np.zeros(4), feature_model="m",
                                          verifier=V, review_reasons=["below_threshold"]))
-    unknown = store.record_decision(store.message(mid).review_id, 0, verifier=V)
+    unknown = store.review_queue.record_decision(store.message(mid).review_id, 0, verifier=V)
     assert unknown.task is None
-    assert _ids(store.support_points(verifier=V, task=TaskScope("fever"))) == [a.id, unknown.id]
-    assert _ids(store.support_points(verifier=V, task=TaskScope("bbc_topic"))) == [b.id, unknown.id]
-    assert _ids(store.support_points(verifier=OTHER, task=TaskScope("fever"))) == [elsewhere.id]
+    assert _ids(store.review_queue.support_points(verifier=V, task=TaskScope("fever"))) == [a.id, unknown.id]
+    assert _ids(store.review_queue.support_points(verifier=V, task=TaskScope("bbc_topic"))) == [b.id, unknown.id]
+    assert _ids(store.review_queue.support_points(verifier=OTHER, task=TaskScope("fever"))) == [elsewhere.id]
 
 
 def test_an_old_store_migrates_and_keeps_its_labels(tmp_path):
@@ -80,16 +80,16 @@ def test_an_old_store_migrates_and_keeps_its_labels(tmp_path):
     store = ChatStore(path)
     assert store.schema_version >= 5
     assert store.message(2).task is None and store.message(2).verifier == V  # judged before tasks were kept
-    (point,) = store.support_points(verifier=V, task=TaskScope("fever"))
+    (point,) = store.review_queue.support_points(verifier=V, task=TaskScope("fever"))
     assert point.decision.task is None and point.label == 1 and point.text == "a"
-    assert _ids(store.support_points(verifier=V, task=TaskScope("bbc_topic"))) == [point.decision.id]
-    assert _ids(store.support_points(verifier=V, task=TaskScope(None))) == [point.decision.id]
-    assert store.support_points(verifier=OTHER, task=TaskScope("fever")) == []
+    assert _ids(store.review_queue.support_points(verifier=V, task=TaskScope("bbc_topic"))) == [point.decision.id]
+    assert _ids(store.review_queue.support_points(verifier=V, task=TaskScope(None))) == [point.decision.id]
+    assert store.review_queue.support_points(verifier=OTHER, task=TaskScope("fever")) == []
     # new labels on the migrated file keep their task
     b = _label(store, "bbc article", verifier=V, task="bbc_topic", value=2.0)
-    assert _ids(store.support_points(verifier=V, task=TaskScope("fever"))) == [point.decision.id]
-    assert _ids(store.support_points(verifier=V, task=TaskScope("bbc_topic"))) == [point.decision.id, b.id]
-    assert store.integrity_check() == "ok"
+    assert _ids(store.review_queue.support_points(verifier=V, task=TaskScope("fever"))) == [point.decision.id]
+    assert _ids(store.review_queue.support_points(verifier=V, task=TaskScope("bbc_topic"))) == [point.decision.id, b.id]
+    assert store.db.integrity_check() == "ok"
 
 
 def test_the_recipe_routes_a_question_to_its_task():
@@ -168,7 +168,7 @@ def test_a_label_under_one_task_never_reaches_another_task_of_the_verifier(suite
     assert store.message(b_before.message_id).task == TaskScope("task_b")
     result = engine.decide(first.review_id, int(first.verdict.to_dict()["prediction"])).result(60)
     assert result.applied and result.support_size == base + 1 and "task task_a" in result.message
-    assert store.decision(result.decision_id).task == TaskScope("task_a")
+    assert store.review_queue.decision(result.decision_id).task == TaskScope("task_a")
     assert engine.call(lambda c: c.verifier.estimator.support_size).result(60) == base  # unrouted questions: untouched
     assert engine.info().support_size == base + 1  # the status line counts every label of the verifier
 

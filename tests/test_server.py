@@ -135,7 +135,7 @@ def test_chat_completion_carries_a_verdict_and_is_stored(served):
     assert messages[1].verdict_status.value == verdict["status"] and messages[1].features is not None
     assert messages[0].metadata.source == messages[1].metadata.source == "api:chat"  # who asked, typed
     if verdict["status"] != "verified":  # not verified: in the TUI's review queue
-        assert [i.message_id for i in served.store.review_items(session_id=session_id)] == [messages[1].id]
+        assert [i.message_id for i in served.store.review_queue.review_items(session_id=session_id)] == [messages[1].id]
     # the same conversation id keeps to the same session
     again = served.client().chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=4, user="conv-nonstream")
     assert again.model_extra["session_id"] == session_id
@@ -167,19 +167,19 @@ def test_verify_judges_an_answer_made_elsewhere_and_review_changes_it_at_once(se
     assert status == 200 and first["object"] == "verification" and set(first["verdict"]) == VERDICT_KEYS
     assert first["verdict"]["status"] != "verified"  # the tiny verifier admits nothing
     session_id = first["session_id"]
-    [item] = served.store.review_items(session_id=session_id)
+    [item] = served.store.review_queue.review_items(session_id=session_id)
     assert served.store.message(item.message_id).text == body["completion"]
     assert served.store.message(item.message_id).metadata.source == "api:verify"
     # a review decision made by another process (its own connection to the store), as the TUI would
     with ChatStore(served.store.path) as other:
-        decision = other.record_decision(item.id, 1, note="reviewed in the TUI")
+        decision = other.review_queue.record_decision(item.id, 1, note="reviewed in the TUI")
     status, second, _ = served.raw("/verify", json.dumps(body).encode(), headers=headers)
     nearest = second["verdict"]["exemplars"][0]
     assert nearest["id"] == decision.support_id and nearest["label"] == 1
     assert nearest["distance"] == pytest.approx(0.0, abs=1e-3)  # the reviewed answer itself
     assert decision.support_id not in [e["id"] for e in first["verdict"]["exemplars"]]
     with ChatStore(served.store.path) as other:
-        other.undo_last_decision()
+        other.review_queue.undo_last_decision()
     status, third, _ = served.raw("/verify", json.dumps(body).encode(), headers=headers)
     assert third["verdict"]["exemplars"] == first["verdict"]["exemplars"]  # undone: back to the base support set
 

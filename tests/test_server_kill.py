@@ -72,7 +72,7 @@ def test_kill_9_mid_stream_leaves_the_store_consistent(tmp_path):
             proc.wait(timeout=30)
 
     with ChatStore(db) as store:
-        assert store.integrity_check() == "ok"
+        assert store.db.integrity_check() == "ok"
         sessions = {s.title: s for s in store.list_sessions()}
         finished = store.messages(done.model_extra["session_id"])
         assert [m.role for m in finished] == ["user", "assistant"]
@@ -80,6 +80,6 @@ def test_kill_9_mid_stream_leaves_the_store_consistent(tmp_path):
         assert finished[1].verdict_status.value == done.model_extra["verdict"]["status"]
         # the killed stream stored nothing half: no answer, and no lone user message either
         assert "API · killed" not in sessions or store.messages(sessions["API · killed"].id) == []
-        for item in store.review_items():  # every review entry points at a whole answer with its verdict
+        for item in store.review_queue.review_items():  # every review entry points at a whole answer with its verdict
             message = store.message(item.message_id)
             assert message.role == "assistant" and message.verdict is not None

@@ -150,7 +150,7 @@ def test_high_pauses_with_reflection_then_resumes_with_guidance(make_engine):
     assert 0 < len(reflection_tokens) <= 6 and first.reflection == "".join(p.text for p in reflection_tokens)
     pause = engine.pending_pause(session.id)
     assert pause.message_id == first.message_id and pause.level == "high" and pause.reflection == first.reflection
-    item = store.review_item(first.review_id)
+    item = store.review_queue.review_item(first.review_id)
     assert "escalated_high" in item.reasons
 
     with pytest.raises(DataError, match="guidance is empty"):
@@ -189,7 +189,7 @@ def test_critical_aborts_with_an_explanation_and_the_chat_goes_on(make_engine):
     assert "CRITICAL" in result.explanation
     (esc,) = items(events, Escalation)
     assert esc.action is EscalationAction.ABORT and esc.message == result.explanation
-    assert "escalated_critical" in store.review_item(result.review_id).reasons
+    assert "escalated_critical" in store.review_queue.review_item(result.review_id).reasons
     assert store.messages(session.id)[-1].status == "aborted"
     assert engine.pending_pause(session.id) is None
     again = engine.send(session.id, "Try again.").result(60)

@@ -180,11 +180,11 @@ def test_session_outcome_follows_the_verdicts_and_review_labels(tmp_path):
     unknown, _ = session(("done", "no_verifier"),)
     assert session_to_format(store, unknown).outcome is None
     # review labels override: an unacceptable label anywhere is a failure, an acceptable last answer a success
-    (first_rejected,) = [i for i in store.review_items(session_id=ok)]
-    store.record_decision(first_rejected.id, 0)
+    (first_rejected,) = [i for i in store.review_queue.review_items(session_id=ok)]
+    store.review_queue.record_decision(first_rejected.id, 0)
     assert session_to_format(store, ok).outcome == "failure"
-    (last_rejected,) = store.review_items(session_id=bad)
-    store.record_decision(last_rejected.id, 1)
+    (last_rejected,) = store.review_queue.review_items(session_id=bad)
+    store.review_queue.record_decision(last_rejected.id, 1)
     assert session_to_format(store, bad).outcome == "success"
 
 

@@ -67,7 +67,7 @@ def test_kill_mid_turn_loses_nothing_stored(tmp_path):
     assert proc.returncode == -signal.SIGKILL and len(stored) >= 2
 
     store = ChatStore(db)
-    assert store.integrity_check() == "ok"
+    assert store.db.integrity_check() == "ok"
     msgs = {m.id: m for m in store.messages(session_id)}
     for answer_id, user_id in stored:
         assert msgs[user_id].role == "user"

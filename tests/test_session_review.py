@@ -36,7 +36,7 @@ def test_decision_grows_the_support_set_and_changes_a_near_duplicate_verdict(eng
     store = engine.store
     base_size = engine.info().support_size
     first = _ask(engine, "a")
-    assert first.review_id is not None and store.review_item(first.review_id).reasons[-1] == "escalated_high"
+    assert first.review_id is not None and store.review_queue.review_item(first.review_id).reasons[-1] == "escalated_high"
     # the verifier's own prediction as the label: the new point extends the q prefix of a near-duplicate
     label = int(first.verdict.to_dict()["prediction"])
     result = engine.decide(first.review_id, label, note="checked").result(60)
@@ -78,13 +78,13 @@ def test_edited_completion_is_force_decoded_and_superseding_decisions_rebuild(en
     edited = '{"correctness": true}'
     r1 = engine.decide(first.review_id, 1, completion=edited, note="fixed").result(60)
     assert r1.applied and r1.support_size == base + 1
-    point = store.support_points()[0]
+    point = store.review_queue.support_points()[0]
     assert point.text == edited and point.label == 1
     assert not np.allclose(point.features, store.message(first.message_id).features)  # features of the edit
     # relabelling the same entry replaces the point (rebuilt from the base verifier), it does not add a second one
     r2 = engine.decide(first.review_id, 0).result(60)
-    assert r2.support_size == base + 1 and [p.label for p in store.support_points()] == [0]
-    rows = store.training_rows()
+    assert r2.support_size == base + 1 and [p.label for p in store.review_queue.support_points()] == [0]
+    rows = store.review_queue.training_rows()
     assert rows == [{"prompt": QUESTION, "completion": first.text, "label": 0}]
 
 
@@ -130,9 +130,9 @@ def test_a_label_joins_only_the_verifier_it_was_given_under(engine, tmp_path):
         info = b.ready.result(120)
         assert info.support_size == DocumentVerifier.load(other).estimator.support_size  # nothing leaked into B
         store = b.store
-        points = store.support_points(feature_model=info.feature_model)
+        points = store.review_queue.support_points(feature_model=info.feature_model)
         assert len(points) == 1 and points[0].decision.verifier == verifier_key(str(base_a))
-        assert store.support_points(feature_model=info.feature_model, verifier=verifier_key(str(other))) == []
+        assert store.review_queue.support_points(feature_model=info.feature_model, verifier=verifier_key(str(other))) == []
         # an answer judged under A and labelled while B is loaded is recorded for A, not applied to B
         again = b.decide(first.review_id, label).result(60)
         assert not again.applied and "another one" in again.message
@@ -141,7 +141,7 @@ def test_a_label_joins_only_the_verifier_it_was_given_under(engine, tmp_path):
         second = b.send(store.create_session("under B").id, QUESTION).result(60)
         decided = b.decide(second.review_id, int(second.verdict.to_dict()["prediction"])).result(60)
         assert decided.applied and b.info().support_size == info.support_size + 1
-        assert [p.decision.id for p in store.support_points(verifier=verifier_key(str(other)))] == [decided.decision_id]
+        assert [p.decision.id for p in store.review_queue.support_points(verifier=verifier_key(str(other)))] == [decided.decision_id]
     finally:
         b.shutdown()
 
@@ -187,8 +187,8 @@ def test_a_label_on_an_answer_no_verifier_judged_says_it_changes_no_verdict(engi
                                    verdict=DocumentVerdict(None, unjudged="no_checkable_answer"),
                                    features=np.ones(2 * tiny_loaded_model().fingerprint["hidden_size"]),
                                    feature_model=engine.info().feature_model, review_reasons=["no_checkable_answer"]))
-    item = store.review_items(judged=False)[0]
+    item = store.review_queue.review_items(judged=False)[0]
     result = engine.decide(item.id, 1).result(60)
     assert not result.applied and "no checkable answer" in result.message and "changes no verdict" in result.message
     assert result.support_size == size == engine.info().support_size
-    assert store.support_points() == [] and len(store.training_rows()) == 1
+    assert store.review_queue.support_points() == [] and len(store.review_queue.training_rows()) == 1

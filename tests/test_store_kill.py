@@ -65,7 +65,7 @@ def test_sigkill_mid_write_loses_nothing_committed(tmp_path):
     assert len(committed) >= 5, "the writer did not get going"
 
     store = ChatStore(db)
-    assert store.integrity_check() == "ok"
+    assert store.db.integrity_check() == "ok"
     answers = [m for m in store.messages(session_id) if m.role == "assistant"]
     by_id = {m.id: m for m in answers}
     for i, mid in committed:  # every write the writer saw commit is there, whole
@@ -75,7 +75,7 @@ def test_sigkill_mid_write_loses_nothing_committed(tmp_path):
         np.testing.assert_array_equal(m.features, np.full(256, i, dtype=np.float32))
     # an answer is never there without its verdict and queue entry (one transaction each)
     assert all(m.verdict is not None and m.review_id is not None for m in answers)
-    assert len(store.review_items()) == len(answers) >= len(committed)
+    assert len(store.review_queue.review_items()) == len(answers) >= len(committed)
     # and the store takes new writes
     store.add_message(session_id, "user", "after the crash")
     assert store.messages(session_id)[-1].text == "after the crash"
@@ -88,13 +88,13 @@ from tests.stored import judged, reading
 
 store = ChatStore(sys.argv[1])
 session = store.create_session()
-user_id, answer_id = store.begin_turn(session.id, "tell me a long story")
+user_id, answer_id = store.answers.begin_turn(session.id, "tell me a long story")
 print("session", session.id, answer_id, flush=True)
 text = ""
 i = 0
 while True:
     text += f"word{i} "
-    if store.update_partial(answer_id, text, force=True):
+    if store.answers.update_partial(answer_id, text, force=True):
         print("partial", text.strip(), flush=True)
     i += 1
 """
@@ -125,7 +125,7 @@ def test_sigkill_mid_answer_keeps_the_partial_text_marked_interrupted(tmp_path):
     assert proc.returncode == -signal.SIGKILL and seen.count("word") >= 20
 
     store = ChatStore(db)  # opening marks what the dead process was writing
-    assert store.integrity_check() == "ok"
+    assert store.db.integrity_check() == "ok"
     user, answer = store.messages(session_id)
     assert user.text == "tell me a long story" and answer.id == answer_id
     assert answer.status == "interrupted" and answer.finished_at is not None
@@ -138,12 +138,12 @@ def test_a_live_writers_answer_is_not_marked_interrupted_and_finishes_in_place(t
     writer = ChatStore(db)
     session = writer.create_session()
     writer.add_message(session.id, "user", "hello")
-    answer_id = writer.begin_answer(session.id)
-    assert writer.update_partial(answer_id, "Hel") and not writer.update_partial(answer_id, "Hell")  # throttled
-    assert writer.update_partial(answer_id, "Hello", force=True)
+    answer_id = writer.answers.begin_answer(session.id)
+    assert writer.answers.update_partial(answer_id, "Hel") and not writer.answers.update_partial(answer_id, "Hell")  # throttled
+    assert writer.answers.update_partial(answer_id, "Hello", force=True)
     reader = ChatStore(db)  # another open while this process still writes
     assert reader.messages(session.id)[-1].status == "in_progress" and reader.messages(session.id)[-1].text == "Hello"
-    mid = writer.finish_answer(answer_id, stored_answer(
+    mid = writer.answers.finish_answer(answer_id, stored_answer(
         session.id, "Hello there.", tokens=["Hello", " there."], logprobs=[-0.1, -0.2],
         state="not_verified", verdict=judged(p_lower=0.2),
         review_reasons=["below_threshold"]))
@@ -154,7 +154,7 @@ def test_a_live_writers_answer_is_not_marked_interrupted_and_finishes_in_place(t
 
     from mlx_sdm.errors import DataError
     with pytest.raises(DataError, match="not an answer being written"):
-        writer.update_partial(answer_id, "late", force=True)
+        writer.answers.update_partial(answer_id, "late", force=True)
 
 
 
@@ -165,14 +165,14 @@ def test_a_streaming_answer_keeps_answer_tokens_and_ends_done_or_failed(tmp_path
     store = ChatStore(tmp_path / "chat.db")
     session = store.create_session()
     store.add_message(session.id, "user", "hi")
-    answer = StreamingAnswer(store, session.id)
+    answer = StreamingAnswer(store.answers, session.id)
     for piece, phase in (("Hel", "answer"), ("lo", "answer"), ("(thinking)", "reflection")):
         answer.token(TokenPiece(piece, phase=phase))
     assert answer.text == "Hello"
     assert store.message(answer.message_id).text == "Hel" and store.message(answer.message_id).status == "in_progress"
     assert answer.finish(stored_answer(session.id, "Hello.")) == answer.message_id  # throttled writes: the end is whole
     assert store.message(answer.message_id).text == "Hello." and store.message(answer.message_id).status == "done"
-    failed = StreamingAnswer(store, session.id)
+    failed = StreamingAnswer(store.answers, session.id)
     failed.token(TokenPiece("Part"))
     failed.fail()
     assert (store.message(failed.message_id).text, store.message(failed.message_id).status) == ("Part", "error")

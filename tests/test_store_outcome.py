@@ -79,7 +79,7 @@ def test_a_judged_paused_answer_reads_back_as_the_record_it_was(store):
     assert back.verifier == "weights/default" and back.feature_model == "abc123"
     assert back.session_id == s.id and back.message_id == mid
     assert back.review_id is not None and back.review_id == store.message(mid).review_id
-    assert [item.message_id for item in store.review_items()] == [mid]
+    assert [item.message_id for item in store.review_queue.review_items()] == [mid]
     assert back.finish_reason == "stop" and back.resampled is None and back.source is None
 
 
@@ -121,7 +121,7 @@ def test_a_cancelled_answer_keeps_nothing_of_a_judgement_and_reads_back_cancelle
     mid = store.add_answer(cancelled)
     row = store.message(mid)
     assert row.verdict is None and row.verdict_status is None and row.features is None and row.review_id is None
-    assert store.review_items() == []
+    assert store.review_queue.review_items() == []
     for table in ("verdicts", "monitor_snapshots", "review_queue"):
         assert store.db.query(f"SELECT COUNT(*) FROM {table}")[0][0] == 0, table
     back = store.answer(mid)
@@ -135,7 +135,7 @@ def test_a_cancelled_answer_keeps_nothing_of_a_judgement_and_reads_back_cancelle
 def test_a_failed_streaming_answer_reads_back_as_an_error_with_its_partial_text(store):
     s = store.create_session()
     store.add_message(s.id, "user", "hi")
-    streaming = StreamingAnswer(store, s.id)
+    streaming = StreamingAnswer(store.answers, s.id)
     for piece in ("Hel", "lo, wor"):
         streaming.token(TokenPiece(piece))
     streaming.fail()
@@ -147,7 +147,7 @@ def test_a_failed_streaming_answer_reads_back_as_an_error_with_its_partial_text(
 def test_a_finished_streaming_answer_reads_back_as_the_record_it_finished_with(store):
     s = store.create_session()
     store.add_message(s.id, "user", "hi")
-    streaming = StreamingAnswer(store, s.id)
+    streaming = StreamingAnswer(store.answers, s.id)
     streaming.token(TokenPiece("Hel"))
     done = stored_answer(s.id, "Hello.", tokens=["Hello", "."], logprobs=[-0.1, -0.2], state="verified", verifier="v")
     assert streaming.finish(done) == streaming.message_id
@@ -156,9 +156,9 @@ def test_a_finished_streaming_answer_reads_back_as_the_record_it_finished_with(s
 
 def test_finish_answer_refuses_a_record_of_another_session(store):
     s, other = store.create_session(), store.create_session()
-    _, begun = store.begin_turn(s.id, "hi")
+    _, begun = store.answers.begin_turn(s.id, "hi")
     with pytest.raises(DataError, match="not an answer being written"):
-        store.finish_answer(begun, stored_answer(other.id, "Hello.", state="verified"))
+        store.answers.finish_answer(begun, stored_answer(other.id, "Hello.", state="verified"))
     assert store.message(begun).status == "in_progress"
 
 

@@ -31,41 +31,41 @@ def _fill(store):
 def test_queue_filters(tmp_path):
     store = ChatStore(tmp_path / "chat.db")
     a, b, ids = _fill(store)
-    items = store.review_items()
+    items = store.review_queue.review_items()
     assert [i.message_id for i in items] == [ids["b_low"], ids["a_ood"]]  # newest first; verified answer not queued
-    assert [i.message_id for i in store.review_items(session_id=a.id)] == [ids["a_ood"]]
-    assert [i.message_id for i in store.review_items(reason="escalated_high")] == [ids["b_low"]]
-    assert store.review_items(reason="escalated") == []  # whole reasons only
-    assert store.review_reasons() == ["below_threshold", "escalated_high", "out_of_distribution"]
+    assert [i.message_id for i in store.review_queue.review_items(session_id=a.id)] == [ids["a_ood"]]
+    assert [i.message_id for i in store.review_queue.review_items(reason="escalated_high")] == [ids["b_low"]]
+    assert store.review_queue.review_items(reason="escalated") == []  # whole reasons only
+    assert store.review_queue.review_reasons() == ["below_threshold", "escalated_high", "out_of_distribution"]
     first = items[-1].created_at
-    assert len(store.review_items(since=first)) == 2
-    assert len(store.review_items(until="1999-12-31")) == 0
-    assert len(store.review_items(since=items[0].created_at[:10])) == 2  # a bare date = from that day's start
-    assert len(store.review_items(until=items[0].created_at[:10])) == 2  # ... to that day's end
+    assert len(store.review_queue.review_items(since=first)) == 2
+    assert len(store.review_queue.review_items(until="1999-12-31")) == 0
+    assert len(store.review_queue.review_items(since=items[0].created_at[:10])) == 2  # a bare date = from that day's start
+    assert len(store.review_queue.review_items(until=items[0].created_at[:10])) == 2  # ... to that day's end
     assert items[1].prompt == "q2" and items[1].answer == "weird" and items[1].session_title == "alpha"
     with pytest.raises(DataError, match="unknown review status"):
-        store.review_items(status="maybe")
+        store.review_queue.review_items(status="maybe")
 
 
 def test_decide_undo_and_export(tmp_path):
     store = ChatStore(tmp_path / "chat.db")
     a, b, ids = _fill(store)
-    ood, low = store.review_items(session_id=a.id)[0], store.review_items(session_id=b.id)[0]
-    d1 = store.record_decision(ood.id, 0, note="nonsense")
+    ood, low = store.review_queue.review_items(session_id=a.id)[0], store.review_queue.review_items(session_id=b.id)[0]
+    d1 = store.review_queue.record_decision(ood.id, 0, note="nonsense")
     edited = np.full(4, 9.0, dtype=np.float32)
-    d2 = store.record_decision(low.id, 1, note="fixed", completion="better answer", features=edited, feature_model="other")
-    assert store.review_items(status="pending") == []
-    assert {i.id: i.decision.label for i in store.review_items(status="decided")} == {ood.id: 0, low.id: 1}
+    d2 = store.review_queue.record_decision(low.id, 1, note="fixed", completion="better answer", features=edited, feature_model="other")
+    assert store.review_queue.review_items(status="pending") == []
+    assert {i.id: i.decision.label for i in store.review_queue.review_items(status="decided")} == {ood.id: 0, low.id: 1}
     # support points: the edited completion's own features, filtered by the model that computed them
-    pts = store.support_points()
+    pts = store.review_queue.support_points()
     assert [p.label for p in pts] == [0, 1] and pts[1].text == "better answer"
     np.testing.assert_array_equal(pts[0].features, np.full(4, 2.0, dtype=np.float32))
     np.testing.assert_array_equal(pts[1].features, edited)
-    assert [p.decision.id for p in store.support_points(feature_model="m")] == [d1.id]
+    assert [p.decision.id for p in store.review_queue.support_points(feature_model="m")] == [d1.id]
     assert pts[0].decision.support_id == f"review-{ood.id}-decision-{d1.id}"
 
     out = tmp_path / "rows.jsonl"
-    assert store.export_training_rows(out) == 3
+    assert store.review_queue.export_training_rows(out) == 3
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert rows == [
         {"prompt": "q2", "completion": "weird", "label": 0},
@@ -73,42 +73,42 @@ def test_decide_undo_and_export(tmp_path):
         {"prompt": "q3", "completion": "meh", "label": 0},
     ]
 
-    undone = store.undo_last_decision()
+    undone = store.review_queue.undo_last_decision()
     assert undone.id == d2.id and undone.undone_at is not None
-    assert [i.id for i in store.review_items(status="pending")] == [low.id]
-    assert [p.decision.id for p in store.support_points()] == [d1.id]
-    assert store.undo_last_decision().id == d1.id
-    assert store.undo_last_decision() is None
-    assert store.training_rows() == []
+    assert [i.id for i in store.review_queue.review_items(status="pending")] == [low.id]
+    assert [p.decision.id for p in store.review_queue.support_points()] == [d1.id]
+    assert store.review_queue.undo_last_decision().id == d1.id
+    assert store.review_queue.undo_last_decision() is None
+    assert store.review_queue.training_rows() == []
 
     # a second decision on the same entry supersedes the first
-    store.record_decision(ood.id, 0)
-    d4 = store.record_decision(ood.id, 1)
-    assert [p.decision.id for p in store.support_points()] == [d4.id]
+    store.review_queue.record_decision(ood.id, 0)
+    d4 = store.review_queue.record_decision(ood.id, 1)
+    assert [p.decision.id for p in store.review_queue.support_points()] == [d4.id]
 
 
 def test_bad_decisions_are_refused(tmp_path):
     store = ChatStore(tmp_path / "chat.db")
     a, b, ids = _fill(store)
-    item = store.review_items()[0]
+    item = store.review_queue.review_items()[0]
     with pytest.raises(DataError, match="label must be 1"):
-        store.record_decision(item.id, 2)
+        store.review_queue.record_decision(item.id, 2)
     with pytest.raises(DataError, match="use label 1"):
-        store.record_decision(item.id, 0, completion="x")
+        store.review_queue.record_decision(item.id, 0, completion="x")
     with pytest.raises(DataError, match="cannot be empty"):
-        store.record_decision(item.id, 1, completion="  ")
+        store.review_queue.record_decision(item.id, 1, completion="  ")
     with pytest.raises(DataError, match="no review-queue entry"):
-        store.record_decision(999, 1)
-    assert store.last_decision() is None
+        store.review_queue.record_decision(999, 1)
+    assert store.review_queue.last_decision() is None
 
 
 def test_deleting_a_session_reports_its_active_decisions(tmp_path):
     store = ChatStore(tmp_path / "chat.db")
     a, b, ids = _fill(store)
-    store.record_decision(store.review_items(session_id=b.id)[0].id, 0)
+    store.review_queue.record_decision(store.review_queue.review_items(session_id=b.id)[0].id, 0)
     assert store.delete_session(a.id) == 0
     assert store.delete_session(b.id) == 1
-    assert store.review_items() == [] and store.support_points() == []
+    assert store.review_queue.review_items() == [] and store.review_queue.support_points() == []
 
 
 def test_the_queue_lists_apart_what_no_verifier_judged_and_its_labels_join_no_support_set(tmp_path):
@@ -127,18 +127,18 @@ def test_the_queue_lists_apart_what_no_verifier_judged_and_its_labels_join_no_su
     store.add_message(s.id, "user", "hello")
     ids["none"] = store.add_answer(stored_answer(s.id, "hi", state="no_verifier", features=np.full(4, 6.0),
                                                  feature_model="m", review_reasons=["escalated_high"]))
-    judged_ids = [i.message_id for i in store.review_items(judged=True)]
-    apart = store.review_items(judged=False)
+    judged_ids = [i.message_id for i in store.review_queue.review_items(judged=True)]
+    apart = store.review_queue.review_items(judged=False)
     assert judged_ids == [ids["b_low"], ids["a_ood"]]  # out of scope at d = 0 was judged: a label can change it
     assert [i.message_id for i in apart] == [ids["none"], ids["no_task"]]
-    assert len(store.review_items()) == 4
-    assert all(i.judged and i.why_a_label_changes_nothing is None for i in store.review_items(judged=True))
+    assert len(store.review_queue.review_items()) == 4
+    assert all(i.judged and i.why_a_label_changes_nothing is None for i in store.review_queue.review_items(judged=True))
     words = {i.message_id: i.why_a_label_changes_nothing for i in apart}
     assert "no checkable answer" in words[ids["no_task"]] and "changes no verdict" in words[ids["no_task"]]
     assert "no verifier judged this answer" in words[ids["none"]]
     for item in apart:
-        store.record_decision(item.id, 1)
-    ood = store.review_items(judged=True, session_id=a.id)[0]
-    store.record_decision(ood.id, 0)
-    assert [p.decision.review_id for p in store.support_points(feature_model="m")] == [ood.id]
-    assert len(store.training_rows()) == 3  # the labels still export as training rows
+        store.review_queue.record_decision(item.id, 1)
+    ood = store.review_queue.review_items(judged=True, session_id=a.id)[0]
+    store.review_queue.record_decision(ood.id, 0)
+    assert [p.decision.review_id for p in store.review_queue.support_points(feature_model="m")] == [ood.id]
+    assert len(store.review_queue.training_rows()) == 3  # the labels still export as training rows

@@ -129,7 +129,7 @@ def test_an_older_store_is_indexed_when_it_is_upgraded(tmp_path):
     assert not old.db.query("SELECT 1 FROM sqlite_master WHERE name = 'messages_fts'")
     old.close()
     store = ChatStore(path)
-    assert store.schema_version == SCHEMA_VERSION and 8 in [v for v, _, _ in store.applied_migrations()]
+    assert store.schema_version == SCHEMA_VERSION and 8 in [v for v, _, _ in store.db.applied_migrations()]
     assert titles(search_sessions(store, SearchQuery("everest"))) == [("Before search", "assistant")]
     assert titles(search_sessions(store, SearchQuery("mountain"))) == [("Before search", "user")]
     assert index_is_consistent(store)
@@ -137,11 +137,11 @@ def test_an_older_store_is_indexed_when_it_is_upgraded(tmp_path):
 
 def test_triggers_keep_the_index_in_step_with_streaming_edits_and_deletes(store):
     session = store.create_session("Streaming")
-    _, answer = store.begin_turn(session.id, "Tell me about quokkas")
-    store.update_partial(answer, "Quokkas are small", force=True)
+    _, answer = store.answers.begin_turn(session.id, "Tell me about quokkas")
+    store.answers.update_partial(answer, "Quokkas are small", force=True)
     assert [h.message_id for h in search_sessions(store, SearchQuery("small"))] == [answer]  # the partial answer
-    store.update_partial(answer, "Quokkas are marsupials", force=True)
-    store.finish_answer(answer, stored_answer(session.id, "Quokkas are marsupials of Rottnest Island.",
+    store.answers.update_partial(answer, "Quokkas are marsupials", force=True)
+    store.answers.finish_answer(answer, stored_answer(session.id, "Quokkas are marsupials of Rottnest Island.",
                                               state=VerdictStatus.NOT_VERIFIED, verdict=BELOW))
     assert search_sessions(store, SearchQuery("small")) == []  # the old text left the index
     (hit,) = search_sessions(store, SearchQuery("rottnest"))

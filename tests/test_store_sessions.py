@@ -24,8 +24,8 @@ def test_wal_mode_and_schema_version(tmp_path):
     store = ChatStore(tmp_path / "chat.db")
     assert store.db.query("PRAGMA journal_mode")[0][0] == "wal"
     assert store.schema_version == SCHEMA_VERSION == MIGRATIONS[-1].version
-    assert [v for v, _, _ in store.applied_migrations()] == [m.version for m in MIGRATIONS]
-    assert store.integrity_check() == "ok"
+    assert [v for v, _, _ in store.db.applied_migrations()] == [m.version for m in MIGRATIONS]
+    assert store.db.integrity_check() == "ok"
 
 
 def test_session_lifecycle_and_reopen(tmp_path):
@@ -79,7 +79,7 @@ def test_nan_features_are_refused_and_nothing_is_written(tmp_path):
     s = store.create_session("s")
     with pytest.raises(DataError, match="NaN"):
         store.add_answer(stored_answer(s.id, "x", features=np.array([1.0, np.nan]), state="not_verified", review_reasons=["below_threshold"]))
-    assert store.messages(s.id) == [] and store.review_items() == []
+    assert store.messages(s.id) == [] and store.review_queue.review_items() == []
 
 
 def test_migration_from_v1_keeps_data(tmp_path):
@@ -98,7 +98,7 @@ def test_migration_from_v1_keeps_data(tmp_path):
 
     store = ChatStore(path)
     assert store.schema_version == SCHEMA_VERSION
-    assert [v for v, _, _ in store.applied_migrations()] == [m.version for m in MIGRATIONS]
+    assert [v for v, _, _ in store.db.applied_migrations()] == [m.version for m in MIGRATIONS]
     msgs = store.messages("s1")
     assert [m.text for m in msgs] == ["hi", "hello"]
     assert msgs[0].kind == "chat" and msgs[1].features is None  # new columns got their defaults
@@ -108,10 +108,10 @@ def test_migration_from_v1_keeps_data(tmp_path):
     ood = DocumentVerdict.from_dict({"prediction": 1, "p_lower": 0.1, "admitted": False, "reason": "out_of_distribution"})
     mid = store.add_answer(stored_answer("s1", "again", state=VerdictStatus.OUT_OF_SCOPE, verdict=ood,
                                          monitor=high, review_reasons=["out_of_distribution", "escalated_high"]))
-    (item,) = store.review_items()
+    (item,) = store.review_queue.review_items()
     assert item.message_id == mid and item.reasons == ["out_of_distribution", "escalated_high"]
     assert item.prompt == "hi" and item.monitor == high and item.verdict == ood
-    assert store.integrity_check() == "ok"
+    assert store.db.integrity_check() == "ok"
 
 
 def test_newer_schema_is_refused(tmp_path):

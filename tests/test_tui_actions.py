@@ -65,8 +65,8 @@ async def test_a_reopened_session_shows_an_interrupted_answer_and_says_so(tmp_pa
     db = tmp_path / "chat.db"
     writer = ChatStore(db)
     session = writer.create_session()
-    _, answer_id = writer.begin_turn(session.id, "Tell me a story.")
-    writer.update_partial(answer_id, "Once upon a time", force=True)
+    _, answer_id = writer.answers.begin_turn(session.id, "Tell me a story.")
+    writer.answers.update_partial(answer_id, "Once upon a time", force=True)
     with writer.db.tx() as conn:  # as a process killed mid-answer leaves it: its writer is gone
         conn.execute("UPDATE messages SET metadata_json = '{\"writer_pid\": -1}' WHERE id = ?", (answer_id,))
     writer.close()
@@ -112,7 +112,7 @@ async def test_critical_aborts_the_turn_with_an_explanation(store, verifier_dir)
             assert notes[0].text == answer.metadata.explanation and "CRITICAL" in notes[0].text
             assert "CRITICAL" in str(answers(app)[-1].query_one(".monitor-line").render())
             assert any("Aborted" in n.message for n in app._notifications)
-            assert [item.reasons[-1] for item in store.review_items()] == ["escalated_critical"]
+            assert [item.reasons[-1] for item in store.review_queue.review_items()] == ["escalated_critical"]
     finally:
         engine.shutdown()
 
@@ -140,7 +140,7 @@ async def test_review_decisions_grow_the_support_set_with_notes_edits_undo_and_f
             await pilot.press("a")
             await wait_until(pilot, lambda: engine.info().support_size == support + 1)
             await pilot.pause(0.1)
-            decided = [i for i in store.review_items() if i.id == first.id][0].decision
+            decided = [i for i in store.review_queue.review_items() if i.id == first.id][0].decision
             assert decided is not None and decided.label == 1
             assert engine.call(lambda c: decided.support_id in c.verifier.estimator.support_ids).result(30)
             assert f"support set {support + 1} points" in str(review.query_one("#review-status").render())
@@ -148,7 +148,7 @@ async def test_review_decisions_grow_the_support_set_with_notes_edits_undo_and_f
             await pilot.press("z")
             await wait_until(pilot, lambda: engine.info().support_size == support)
             await pilot.pause(0.1)
-            assert [i for i in store.review_items() if i.id == first.id][0].decision is None
+            assert [i for i in store.review_queue.review_items() if i.id == first.id][0].decision is None
             # n then u: a note typed before deciding is saved with the decision
             await pilot.press("n")
             await wait_until(pilot, lambda: isinstance(app.screen, TextPrompt))
@@ -156,7 +156,7 @@ async def test_review_decisions_grow_the_support_set_with_notes_edits_undo_and_f
             await pilot.press("u")
             await wait_until(pilot, lambda: engine.info().support_size == support + 1)
             await pilot.pause(0.1)
-            decided = [i for i in store.review_items() if i.id == first.id][0].decision
+            decided = [i for i in store.review_queue.review_items() if i.id == first.id][0].decision
             assert (decided.label, decided.note) == (0, "too vague")
             # j moves to the other item; e edits it into an acceptable completion (re-encoded by the engine)
             await pilot.press("j")
@@ -168,7 +168,7 @@ async def test_review_decisions_grow_the_support_set_with_notes_edits_undo_and_f
             await pilot.press("ctrl+s")
             await wait_until(pilot, lambda: engine.info().support_size == support + 2)
             await pilot.pause(0.1)
-            edited = [i for i in store.review_items() if i.id == second.id][0].decision
+            edited = [i for i in store.review_queue.review_items() if i.id == second.id][0].decision
             assert (edited.label, edited.completion) == (1, "Athens is the capital of Greece: true.")
             # filters: a date after today empties the list; the reason filter keeps both escalations
             review.query_one("#filter-since", Input).value = "2099-01-01"
@@ -373,6 +373,6 @@ async def test_the_review_queue_lists_apart_what_no_verifier_judged_and_offers_n
             await pilot.press("a")
             await pilot.pause(0.2)
             assert any("not labelled" in n.message and "changes no verdict" in n.message for n in app._notifications)
-            assert store.last_decision() is None and engine.info().support_size == support
+            assert store.review_queue.last_decision() is None and engine.info().support_size == support
     finally:
         engine.shutdown()

@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.list:
             return _list_sessions(store)
         if args.export_labels:
-            n = store.export_training_rows(Path(args.export_labels).expanduser())
+            n = store.review_queue.export_training_rows(Path(args.export_labels).expanduser())
             print(f"wrote {n} training rows to {args.export_labels}")
             return 0
         if args.session is not None:

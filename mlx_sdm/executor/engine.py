@@ -180,7 +180,7 @@ class ChatEngine:
         acceptable answer). The point joins the verifier's support set at once. Resolves to a :class:`DecisionResult`."""
         def run() -> DecisionResult:
             result = self._require_review().decide(review_id, label, note=note, completion=completion)
-            session_id = self.store.review_item(review_id).session_id
+            session_id = self.store.review_queue.review_item(review_id).session_id
             self._support_changed(listener, session_id, "added" if result.applied else "skipped", result)
             return result
 

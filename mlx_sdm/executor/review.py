@@ -107,12 +107,12 @@ class ReviewService:
     def points(self, task: str | None = None) -> list[SupportPoint]:
         """This verifier's labelled points for questions routed to ``task`` (same model, same verifier,
         same task; decisions stored before tasks were kept count for every task)."""
-        return self.store.support_points(feature_model=self.feature_model, verifier=self.verifier,
+        return self.store.review_queue.support_points(feature_model=self.feature_model, verifier=self.verifier,
                                          task=TaskScope(task))
 
     def all_points(self) -> list[SupportPoint]:
         """Every labelled point of this verifier, all tasks."""
-        return self.store.support_points(feature_model=self.feature_model, verifier=self.verifier)
+        return self.store.review_queue.support_points(feature_model=self.feature_model, verifier=self.verifier)
 
     def verifier_for_task(self, task: str | None) -> TurnVerifier | None:
         """The verifier that judges questions routed to ``task``: the base plus that task's labels only
@@ -173,7 +173,7 @@ class ReviewService:
                completion: str | None = None) -> DecisionResult:
         """Label a review-queue entry (1 acceptable / 0 unacceptable; ``completion`` = an edited,
         acceptable answer, re-encoded with the model)."""
-        item = self.store.review_item(review_id)
+        item = self.store.review_queue.review_item(review_id)
         message = self.store.message(item.message_id)
         features = None
         if completion is not None:
@@ -184,7 +184,7 @@ class ReviewService:
         superseded = item.decision is not None
         given_under = verifier_key(message.verifier) or self.verifier
         scope = self._task_of(message, given_under)
-        decision = self.store.record_decision(
+        decision = self.store.review_queue.record_decision(
             review_id, label, note=note, completion=completion, features=features,
             feature_model=self.feature_model if features is not None else None, verifier=given_under, task=scope,
         )
@@ -231,7 +231,7 @@ class ReviewService:
 
     def undo(self) -> DecisionResult | None:
         """Undo the most recent decision and take its point out of the support set."""
-        decision = self.store.undo_last_decision()
+        decision = self.store.review_queue.undo_last_decision()
         if decision is None:
             return None
         applied, saved = False, None

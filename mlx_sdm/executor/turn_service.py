@@ -84,7 +84,7 @@ class TurnService:
         one transaction (status "error" if it fails); the :class:`TurnOutcome` comes last, saying where.
         ``replaces``/``seed``: a regenerated answer, stored with the answer it takes the place of and the seed
         it was sampled with (its temperature is the request's)."""
-        streaming = StreamingAnswer(self.store, session_id)
+        streaming = StreamingAnswer(self.store.answers, session_id)
         try:
             for item in self.stream(request, stop=stop, monitor=monitor, conversation=session_id, on_prefill=on_prefill):
                 if isinstance(item, TurnOutcome):

@@ -126,7 +126,7 @@ def session_to_format(store: ChatStore, session_id: str) -> Session:
     """The stored session as a :class:`~mlx_sdm.monitor.session_file.Session` (one step per message), with the
     outcome of :func:`session_outcome` so that `mlx-sdm eval-monitor` can score it."""
     info = store.get_session(session_id)
-    outcome, termination = session_outcome(store.messages(session_id), store.decisions_by_message(session_id))
+    outcome, termination = session_outcome(store.messages(session_id), store.review_queue.decisions_by_message(session_id))
     steps: list[SessionStep] = []
     turn = 0
     for m in store.messages(session_id):

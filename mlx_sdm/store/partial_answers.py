@@ -22,6 +22,7 @@ from mlx_sdm.store.database import Database
 from mlx_sdm.store.message_meta import MessageMeta
 from mlx_sdm.store.schema import dumps_json, loads_json
 from mlx_sdm.store.titles import insert_user_message
+from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.turn.answer import GeneratedAnswer
 from mlx_sdm.turn.escalation import TurnStatus
 from mlx_sdm.turn.values import TurnOutcome
@@ -113,9 +114,9 @@ class StreamingAnswer:
     tokens (:meth:`token`: a ``TokenPiece``; answer tokens only), then finished with the turn's record,
     or with what was generated marked "error" when the turn fails (:meth:`fail`)."""
 
-    def __init__(self, store: Any, session_id: str, *, created_at: str | None = None):
-        self.store, self.session_id = store, session_id
-        self.message_id = store.begin_answer(session_id, created_at=created_at)
+    def __init__(self, answers: PartialAnswers, session_id: str, *, created_at: str | None = None):
+        self.answers, self.session_id = answers, session_id
+        self.message_id = answers.begin_answer(session_id, created_at=created_at)
         self.pieces: list[str] = []
         self.finished = False
 
@@ -123,13 +124,13 @@ class StreamingAnswer:
     def text(self) -> str:
         return "".join(self.pieces)
 
-    def token(self, piece: Any) -> None:
+    def token(self, piece: TokenPiece) -> None:
         if piece.phase == "answer" and piece.text:
             self.pieces.append(piece.text)
-            self.store.update_partial(self.message_id, self.text)
+            self.answers.update_partial(self.message_id, self.text)
 
     def finish(self, outcome: TurnOutcome, *, provenance: Provenance | None = None) -> int:
-        message_id = self.store.finish_answer(self.message_id, outcome, provenance=provenance)
+        message_id = self.answers.finish_answer(self.message_id, outcome, provenance=provenance)
         self.finished = True
         return message_id
 
@@ -142,7 +143,7 @@ class StreamingAnswer:
         failed = TurnOutcome(TurnStatus.ERROR, GeneratedAnswer(self.text, finish_reason="error"), messages=[],
                              session_id=self.session_id)
         try:
-            self.store.finish_answer(self.message_id, failed)
+            self.answers.finish_answer(self.message_id, failed)
         except Exception:  # noqa: BLE001  (the turn's error is the one to report)
             return
         self.finished = True

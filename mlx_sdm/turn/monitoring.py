@@ -31,6 +31,8 @@ from mlx_sdm.monitor.online.embedders import Embedder
 from mlx_sdm.turn.seams import AnswerSampler
 
 if TYPE_CHECKING:
+    from mlx_sdm.lm.generation import Head
+    from mlx_sdm.lm.loading import LoadedModel
     from mlx_sdm.monitor.forecast.fused import OnlineFusedMonitor
     from mlx_sdm.monitor.online.p_true import PTrueScorer
 
@@ -39,6 +41,8 @@ __all__ = ["ChatSampler", "MonitorConfig", "SessionMonitor"]
 #: docs/monitoring.md, signals of the local model: cap each semantic sample at about 1.5x the original answer's length.
 SAMPLE_LENGTH_FACTOR = 1.5
 MIN_SAMPLE_TOKENS = 8
+#: The seed of AUQ's own draws (the second look's are drawn with ``lm.sampling.DEFAULT_SEED``).
+AUQ_SAMPLE_SEED = 1000
 
 
 @dataclass
@@ -201,19 +205,41 @@ def _fused_monitor() -> OnlineFusedMonitor | None:
 
 
 class ChatSampler:
-    """System 2's response sampler (docs/monitoring.md, AUQ System 2 sampling): fresh answers to the same chat at temperature 0.8,
-    each capped at ~1.5x the original answer's length (docs/monitoring.md, signals of the local model). Called by AUQ only inside the trigger zone."""
+    """System 2's response sampler (docs/monitoring.md, AUQ System 2 sampling): more answers to the same chat,
+    each capped at ~1.5x the original answer's length (docs/monitoring.md, signals of the local model). Called
+    by AUQ only inside the trigger zone, while the answer's KV cache is held.
 
-    def __init__(self, lm: Any, messages: list[dict], answer_tokens: int, *, head: Any = None,
+    One sampling, two readers: the answers the turn's second look drew (``shared``) are read first, so AUQ
+    does not draw its own when they suffice; more are drawn in one batch continuing from the answer's prompt
+    cache (``lm.sampling.sample_from_cache``: one decode step per token for all of them, no second prefill) at
+    AUQ's temperature 0.8. A turn decoded with the SDM-network head (whose logits the cache's model does not
+    give) draws each answer afresh through that head."""
+
+    def __init__(self, lm: LoadedModel, messages: list[dict], answer_tokens: int, *, head: Head | None = None,
+                 cache: list | None = None, prompt_ids: Sequence[int] = (), shared: Sequence[str] = (),
                  temperature: float = SAMPLING_TEMPERATURE):
         self.lm, self.messages, self.head, self.temperature = lm, messages, head, temperature
+        self.cache, self.prompt_ids = cache, list(prompt_ids)
         self.max_tokens = max(MIN_SAMPLE_TOKENS, int(round(SAMPLE_LENGTH_FACTOR * answer_tokens)))
+        self._shared = list(shared)
         self.drawn: list[str] = []
 
     def sample(self, n: int) -> list[str]:
-        from mlx_sdm.turn.answer import generate_answer
-
-        out = [generate_answer(self.lm, self.messages, max_tokens=self.max_tokens, temperature=self.temperature,
-                               head=self.head, features=False).text for _ in range(n)]
+        out, self._shared = self._shared[:n], self._shared[n:]
+        if len(out) < n:
+            out += self._draw(n - len(out))
         self.drawn.extend(out)
         return out
+
+    def _draw(self, n: int) -> list[str]:
+        if self.head is None and self.cache is not None and len(self.prompt_ids) > 1:
+            from mlx_sdm.lm.sampling import sample_from_cache
+
+            # a fresh seed per call: AUQ may ask again for more, and each draw must be new
+            drawn = sample_from_cache(self.lm, self.cache, self.prompt_ids, k=n, temperature=self.temperature,
+                                      seed=AUQ_SAMPLE_SEED + len(self.drawn), max_tokens=self.max_tokens)
+            return list(drawn.texts)
+        from mlx_sdm.turn.answer import generate_answer
+
+        return [generate_answer(self.lm, self.messages, max_tokens=self.max_tokens, temperature=self.temperature,
+                                head=self.head, features=False).text for _ in range(n)]

@@ -82,6 +82,9 @@ class TurnOptions:
     reflection_max_tokens: int = 96
     reuse_cache: bool = True
     top_logprobs: int = 0  # with each token, the k most likely tokens and their log-probs (TokenPiece.top)
+    #: an everyday answer judged by a verifier with a second-look member is judged with K more answers the model
+    #: draws to the same question (docs/verifiers.md, the second look); False: by its hidden states alone
+    second_look: bool = True
 
 
 class TurnKind(str, Enum):
@@ -126,6 +129,15 @@ class AnswerComplete:
     turn the verifier reads (``TurnPlan.judge``), so a UI can say "verifying" exactly while it does."""
 
     tokens: int  # how many tokens the answer has
+
+
+@dataclass(frozen=True)
+class CheckingAnswers:
+    """The verifier is taking a second look: the model is drawing ``k`` more answers to the same question,
+    which the verdict then reads (yielded after :class:`AnswerComplete`, only when the judging verifier has a
+    second-look member and ``TurnOptions.second_look`` is on), so a UI can say "checking k more answers"."""
+
+    k: int
 
 
 @dataclass(frozen=True)
@@ -284,10 +296,11 @@ class TurnOutcome:
         return self.verdict.reason if self.verdict is not None else self.unverifiable_reason
 
 
-#: What a turn yields, in this order: TokenPiece* (answer) → AnswerComplete (on a judged turn) → AnswerVerdict
+#: What a turn yields, in this order: TokenPiece* (answer) → AnswerComplete (on a judged turn) → CheckingAnswers
+#: (on a second look) → AnswerVerdict
 #: → MonitorReading (with a session's monitor) → Escalation (when escalated) → TokenPiece* (reflection, on a
 #: HIGH pause) → TurnOutcome (last). A cancelled turn yields its pieces, then its TurnOutcome.
-TurnItem = Union[TokenPiece, AnswerComplete, AnswerVerdict, MonitorReading, Escalation, TurnOutcome]
+TurnItem = Union[TokenPiece, AnswerComplete, CheckingAnswers, AnswerVerdict, MonitorReading, Escalation, TurnOutcome]
 
 
 def parse_tool_calls(text: str) -> tuple[ToolCall, ...]:
