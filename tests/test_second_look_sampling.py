@@ -105,3 +105,23 @@ def test_several_prompts_in_one_left_padded_batch_continue_as_fresh_prefills():
         assert drawn.k == 3 and all(len(t) <= 6 for t in drawn.token_ids)
     again = sample_for_prompts(lm, prompts, k=3, seed=2, max_tokens=6, forced=forced)
     assert [d.token_ids for d, _ in again] == [d.token_ids for d, _ in out]
+
+
+def test_auq_reads_the_shared_answers_first_then_draws_more_in_one_batch_from_the_cache(answered, monkeypatch):
+    """One sampling, two readers: System 2's sampler hands out the second look's answers before drawing, and
+    its own draws continue from the answer's cache (no fresh generation), each call with new answers."""
+    import mlx_sdm.turn.answer as answer_module
+    from mlx_sdm.turn.monitoring import AUQ_SAMPLE_SEED, ChatSampler
+
+    lm, answer, prompt = answered
+    monkeypatch.setattr(answer_module, "generate_answer", lambda *a, **k: pytest.fail("a fresh generation"))
+    sampler = ChatSampler(lm, MESSAGES, len(answer.token_ids), cache=answer.cache, prompt_ids=prompt,
+                          shared=("shared one", "shared two"))
+    first = sampler.sample(3)
+    expected = sample_from_cache(lm, answer.cache, prompt, k=1, temperature=sampler.temperature,
+                                 seed=AUQ_SAMPLE_SEED, max_tokens=sampler.max_tokens).texts
+    assert first == ["shared one", "shared two", *expected]
+    more = sampler.sample(2)
+    again = sample_from_cache(lm, answer.cache, prompt, k=2, temperature=sampler.temperature,
+                              seed=AUQ_SAMPLE_SEED + 3, max_tokens=sampler.max_tokens).texts
+    assert more == list(again) and sampler.drawn == first + more

@@ -235,7 +235,7 @@ class ChatSampler:
         if self.head is None and self.cache is not None and len(self.prompt_ids) > 1:
             from mlx_sdm.lm.sampling import sample_from_cache
 
-            # a fresh seed per call: AUQ may ask again for more, and each draw must be new
+            # a seed per call (AUQ_SAMPLE_SEED + the answers handed out before it): AUQ may ask again for more
             drawn = sample_from_cache(self.lm, self.cache, self.prompt_ids, k=n, temperature=self.temperature,
                                       seed=AUQ_SAMPLE_SEED + len(self.drawn), max_tokens=self.max_tokens)
             return list(drawn.texts)

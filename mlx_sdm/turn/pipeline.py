@@ -340,7 +340,9 @@ class TurnPipeline:
         )
 
     def _monitor(self, monitor: TurnMonitor, plan: TurnPlan, gen: GeneratedAnswer, tool_calls: tuple[ToolCall, ...],
-                 verdict: DocumentVerdict | None, options: TurnOptions) -> MonitorReading:
+                 verdict: DocumentVerdict | None, options: TurnOptions, shared: Sequence[str] = ()) -> MonitorReading:
+        """The session monitor's reading of the answer: P(True) and AUQ's System 2 samples read the answer's KV
+        cache (``shared``: the answers the second look drew, which System 2 reads before drawing its own)."""
         lm, messages = self.components.lm, plan.messages
         p_true = sampler = None
         if options.enable_p_true:  # P(True) reuses the answer's KV cache: only the question is prefilled
@@ -351,7 +353,8 @@ class TurnPipeline:
         if options.semantic_sampling:
             from mlx_sdm.turn.monitoring import ChatSampler
 
-            sampler = ChatSampler(lm, messages, len(gen.token_ids), head=plan.head)
+            sampler = ChatSampler(lm, messages, len(gen.token_ids), head=plan.head, cache=gen.cache,
+                                  prompt_ids=gen.cached_tokens[: gen.prompt_tokens], shared=shared)
         return monitor.score_answer(answer=gen.text, tokens=gen.tokens, logprobs=gen.logprobs,
                                     tool_calls=tool_calls, p_true=p_true, verdict=verdict, sampler=sampler)
 
