@@ -11,6 +11,10 @@ from typing import Callable
 from mlx_sdm.lm.defaults import MAX_TEMPERATURE
 
 MAX_PORT = 65535
+#: ``--no-second-look``'s help, the same for chat, generate and serve.
+NO_SECOND_LOOK_HELP = ("judge everyday answers by their hidden states alone, without drawing more answers to the same "
+                       "question (the second look runs only with a verifier built with `build-verifier --second-look`; "
+                       "the shipped default has none)")
 
 
 class CommandParser(argparse.ArgumentParser):

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from mlx_sdm.commands.arguments import CommandParser, positive_int, temperature
+from mlx_sdm.commands.arguments import NO_SECOND_LOOK_HELP, CommandParser, positive_int, temperature
 from mlx_sdm.errors import MlxSdmError
 
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS, MAX_TEMPERATURE
@@ -93,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--semantic-sampling", action="store_true",
                         help="AUQ System 2: when the confidence lands in [0.50, 0.72], draw 2-5 extra answers at T=0.8 and "
                              "take the semantic-entropy confidence if lower (slower)")
+    parser.add_argument("--no-second-look", action="store_true", help=NO_SECOND_LOOK_HELP)
     parser.add_argument("--plain", action="store_true", help="line-mode chat (the default when stdin/stdout is not a terminal)")
     parser.add_argument("--list", action="store_true", help="list the sessions in the store and exit")
     parser.add_argument("--export", metavar="PATH", default=None,
@@ -114,7 +115,7 @@ def engine_config(args: argparse.Namespace):
     return EngineConfig(
         model=args.model, verifier=args.verifier, head=args.head, max_tokens=args.max_tokens,
         temperature=args.temperature, irreversible_tools=tools, embedder=args.embedder, enable_p_true=not args.no_p_true,
-        semantic_sampling=args.semantic_sampling,
+        semantic_sampling=args.semantic_sampling, second_look=not args.no_second_look,
     )
 
 

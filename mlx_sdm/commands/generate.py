@@ -13,7 +13,7 @@ import sys
 import threading
 import warnings
 
-from mlx_sdm.commands.arguments import CommandParser, non_negative_int, positive_int
+from mlx_sdm.commands.arguments import NO_SECOND_LOOK_HELP, CommandParser, non_negative_int, positive_int
 from mlx_sdm.errors import MlxSdmError
 from mlx_sdm.network.verdict import verdict_words
 from mlx_sdm.turn.escalation import monitor_payload
@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "built with; any other question gets none from mlx-sdm, as plain mlx-lm)")
     p.add_argument("--explain", type=non_negative_int, default=DEFAULT_EXPLAIN, metavar="K",
                    help="nearest exemplars to show, 0 or more (default %(default)s)")
+    p.add_argument("--no-second-look", action="store_true", help=NO_SECOND_LOOK_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     return p
 
@@ -199,13 +200,14 @@ def main(argv: list[str] | None = None) -> int:
         from mlx_sdm.lm.pieces import TokenPiece
         from mlx_sdm.turn.monitoring import MonitorConfig, SessionMonitor
         from mlx_sdm.turn.pipeline import TurnPipeline
-        from mlx_sdm.turn.values import TurnOptions, TurnRequest
+        from mlx_sdm.turn.values import CheckingAnswers, TurnOptions, TurnRequest
 
         components = load_components(args.model, verifier=args.verifier, head=args.head, quantized=args.quantized)
         # the monitor as the chat configures it (P(True) reuses the answer's KV cache: the question alone is
         # prefilled); no reflection is generated, so what is printed is the answer alone
         options = TurnOptions(max_tokens=args.max_tokens, system_prompt=args.system, explain=args.explain,
-                              enable_p_true=True, reuse_cache=False, generate_reflection=False)
+                              enable_p_true=True, reuse_cache=False, generate_reflection=False,
+                              second_look=not args.no_second_look)
         monitor = SessionMonitor("generate", MonitorConfig(), embedder=components.embedder)
         show_prefill_progress = PrefillBar()
         with warnings.catch_warnings():  # the left-truncation notice as one plain line, not a raw UserWarning
@@ -217,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
                 if isinstance(outcome, TokenPiece) and outcome.text and not args.json:
                     sys.stdout.write(outcome.text)
                     sys.stdout.flush()
+                elif isinstance(outcome, CheckingAnswers) and not args.json:
+                    print(f"\nmlx-sdm generate: checking {outcome.k} more answers to the same question (the second "
+                          "look; --no-second-look skips it)", file=sys.stderr, flush=True)
         show_prefill_progress.close()
     except KeyboardInterrupt:
         stop.set()

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from mlx_sdm.commands.arguments import CommandParser, port, positive_int
+from mlx_sdm.commands.arguments import NO_SECOND_LOOK_HELP, CommandParser, port, positive_int
 from mlx_sdm.errors import MlxSdmError
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 
@@ -81,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-body-bytes", type=positive_int, default=DEFAULT_MAX_BODY_BYTES,
                         help="largest request body accepted, at least 1; larger ones get 413 (default %(default)s)")
     parser.add_argument("--quantized", action="store_true", help="keep the embedded model 4-bit")
+    parser.add_argument("--no-second-look", action="store_true", help=NO_SECOND_LOOK_HELP)
     parser.add_argument("--quiet", action="store_true",
                         help="no request log (by default each request is one line on stderr: method, path, status, "
                              "time in ms, verdict status or '-')")
@@ -129,7 +130,7 @@ def run_server(args: ServeArgs, *, components: Callable[[Any], Any] | None = Non
     sock = bind_socket(args.host, args.port)
     store = ChatStore(Path(args.db).expanduser() if args.db else default_db_path())
     config = BackendConfig(model=args.model, verifier=args.verifier, head=args.head, max_tokens=args.max_tokens,
-                           quantized=args.quantized)
+                           quantized=args.quantized, second_look=not args.no_second_look)
     print(f"mlx-sdm serve: loading the model and verifier (store {store.path}) ...", file=out, flush=True)
     worker = ModelWorker(lambda: SessionBackend(config, store, components), max_pending=args.max_pending)
     try:

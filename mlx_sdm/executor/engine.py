@@ -76,6 +76,7 @@ class EngineConfig:
     reuse_cache: bool = True  # keep the last session's KV cache: a turn prefills only its new tokens
     reviewed_verifier_dir: str | None = None  # where the verifier with review labels is saved; default beside the store
     stop_at_judged_unit: bool = True  # end answers where the verifier's unit ends (the JSON answer)
+    second_look: bool = True  # an everyday answer is judged with more answers drawn (a verifier with the member)
 
     def turn_options(self) -> TurnOptions:
         return TurnOptions(
@@ -83,6 +84,7 @@ class EngineConfig:
             stop_at_judged_unit=self.stop_at_judged_unit, enable_p_true=self.enable_p_true,
             semantic_sampling=self.semantic_sampling, generate_reflection=self.generate_reflection,
             reflection_max_tokens=self.reflection_max_tokens, reuse_cache=self.reuse_cache,
+            second_look=self.second_look,
         )
 
 

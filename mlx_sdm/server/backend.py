@@ -39,6 +39,7 @@ class BackendConfig:
     max_tokens: int = DEFAULT_MAX_TOKENS  # answer budget when a request gives none
     system_prompt: str | None = None  # None: the verifier's own system prompt, as the chat does
     quantized: bool = False
+    second_look: bool = True  # everyday answers judged with more answers drawn (a verifier with the member)
 
 
 @dataclass
@@ -78,7 +79,8 @@ class SessionBackend:
         from mlx_sdm.turn.values import TurnOptions
 
         return TurnOptions(max_tokens=max_tokens, temperature=temperature, system_prompt=self.config.system_prompt,
-                           enable_p_true=monitored, generate_reflection=False, top_logprobs=top_logprobs)
+                           enable_p_true=monitored, generate_reflection=False, top_logprobs=top_logprobs,
+                           second_look=self.config.second_look)
 
     def monitor(self) -> Any:
         """The chat's session monitor for one request (its reading is of the request's own turn, as ``generate``'s)."""
