@@ -5,8 +5,8 @@ Screens call the engine and the store through the bridge's attributes (``bridge.
 switches the model, so a screen reads it at each call rather than keeping it. The bridge's own methods are
 what the UI adds on top of those two objects:
 
-- :meth:`Bridge.attach` delivers the engine's items to a screen. The engine calls its listeners on ITS
-  thread with each item and the :class:`~mlx_sdm.executor.events.TurnRef` it belongs to; the listener puts
+- :meth:`Bridge.attach` delivers the engine's items to a screen. The engine calls its listeners on its
+  own thread with each item and the :class:`~mlx_sdm.executor.events.TurnRef` it belongs to; the listener puts
   the item in its Textual message (:func:`tui.messages.message_for`) and posts it (``post_message`` is
   thread-safe and does not block the engine).
 - Calls that must wait for the engine (a review decision, an undo, deleting a session, switching the model)
