@@ -590,10 +590,10 @@ class ChatScreen(Screen):
         panel.display = not panel.display
 
     def _message_to_copy(self) -> MessageBubble | None:
-        if self.focused is not None:
-            for node in self.focused.ancestors_with_self:
-                if isinstance(node, MessageBubble):
-                    return node
+        """The focused message, else the last answer with text."""
+        focused = self.focused_message()
+        if focused is not None:
+            return focused
         answers = [b for b in self.query(MessageBubble) if b.role == "assistant" and b.text]
         return answers[-1] if answers else None
 
