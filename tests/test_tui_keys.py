@@ -16,6 +16,7 @@ from mlx_sdm.executor.engine import ChatEngine, EngineConfig
 from tests.test_tui_flows import LOW_EVERYWHERE, SIZE, answers, make_engine, send, wait_until
 from tests.tiny_verifier import tiny_components
 from tui.app import SdmChatApp
+from tui.screens.evidence_screen import EvidenceScreen
 from tui.screens.help import HelpScreen
 from tui.widgets.message import MessageBubble
 from tui.widgets.verdict_badge import ANSWERING, VERIFYING, VerdictBadge
@@ -65,6 +66,12 @@ async def test_a_key_typed_on_a_focused_message_lands_in_the_input_and_question_
         answers(app)[0].badge.focus()  # a badge with focus (enter and v stay its keys); a letter is text
         await pilot.press("w", "h", "y")
         assert app.focused is prompt(app) and prompt(app).value == "?why"
+        answers(app)[0].badge.focus()  # v is the focused badge's own key: the full evidence, not a letter typed
+        await pilot.press("v")
+        await wait_until(pilot, lambda: isinstance(app.screen, EvidenceScreen))
+        assert prompt(app).value == "?why"
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.screen is app.chat)
         await pilot.press("f1")  # help stays on f1
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)

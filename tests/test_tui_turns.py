@@ -27,7 +27,7 @@ async def test_regenerate_adds_a_sampled_answer_with_its_own_badge_and_keeps_the
             await pilot.pause(0.1)
             old, new = answers(app)
             assert old is first and new.badge is not None and new.badge.resolved and old.badge.resolved
-            assert "answer 2 (sampled)" in new._title
+            assert "answer 2 (sampled)" in new.heading
             stored = [m for m in store.messages(app.chat.session_id) if m.role == "assistant"]
             assert len(stored) == 2 and stored[1].metadata.replaces == stored[0].id and stored[1].metadata.seed == 1
             assert stored[1].text == new.text and stored[0].text == old.text
@@ -36,7 +36,7 @@ async def test_regenerate_adds_a_sampled_answer_with_its_own_badge_and_keeps_the
             session = app.chat.session_id
             await app.chat.open_session(session)  # reopened: both answers, the second titled as such
             await pilot.pause(0.2)
-            assert [b._title for b in answers(app)] == ["assistant · turn 1", "assistant · turn 1 · answer 2 (sampled)"]
+            assert [b.heading for b in answers(app)] == ["assistant · turn 1", "assistant · turn 1 · answer 2 (sampled)"]
             assert "Regenerate answer" in [c.title for c in app.get_system_commands(app.screen)]
     finally:
         engine.shutdown()

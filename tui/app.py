@@ -26,7 +26,6 @@ from tui.screens.prompts import CopyFallback, TextPrompt
 from tui.screens.review import ReviewScreen
 from tui.screens.search import SearchScreen
 from tui.screens.sessions import SessionsScreen
-from tui.screens import turns
 
 DEFAULT_THEME = "textual-dark"
 #: Where f12 (and the palette's "Screenshot") saves SVGs; default ``<store dir>/screenshots``.
@@ -47,7 +46,7 @@ class SdmChatApp(App):
         Binding("ctrl+s", "export", "Export"),
         Binding("f2", "change_theme", "Theme", show=False),
         Binding("f12", "screenshot", "Screenshot", show=False, priority=True),  # priority: modal screens too
-        Binding("ctrl+g", "regenerate", "Regenerate", show=False),  # on the chat screen (tui/screens/turns.py)
+        Binding("ctrl+g", "regenerate", "Regenerate", show=False),  # on the chat screen (ChatScreen.regenerate)
         Binding("ctrl+f", "branch", "Branch", show=False),
         Binding("ctrl+up", "edit_turn", "Edit and resend", show=False),
     ]
@@ -121,15 +120,15 @@ class SdmChatApp(App):
 
     async def action_regenerate(self) -> None:
         if self.screen is self.chat:
-            await turns.regenerate(self.chat)
+            await self.chat.regenerate()
 
     def action_branch(self) -> None:
         if self.screen is self.chat:
-            turns.branch(self.chat)
+            self.chat.branch()
 
     def action_edit_turn(self) -> None:
         if self.screen is self.chat:
-            turns.edit(self.chat)
+            self.chat.edit_turn()
 
     def action_review(self) -> None:
         if not isinstance(self.screen, ReviewScreen):
@@ -166,7 +165,7 @@ class SdmChatApp(App):
         path = self.export_dir / "review-labels.jsonl"
         try:
             self.export_dir.mkdir(parents=True, exist_ok=True)
-            rows = self.bridge.export_training_rows(path)
+            rows = self.bridge.store.export_training_rows(path)
         except Exception as exc:
             self.notify(f"Export failed: {exc}", severity="error", timeout=10)
             return

@@ -1,18 +1,24 @@
-"""The one place that knows the executor's API (``mlx_sdm.executor``): the UI calls the engine
-and the store only here.
+"""The UI's hold on the engine and the store (``mlx_sdm.executor``, ``mlx_sdm.store``).
 
-Engine calls return at once (the engine's single worker thread does the work and owns all MLX
-state). The engine calls its listeners on ITS thread with each item and the
-:class:`~mlx_sdm.executor.events.TurnRef` it belongs to; :meth:`Bridge.attach` subscribes a listener that
-puts the item in its Textual message (:func:`tui.messages.message_for`) and posts it to a Textual widget
-(``post_message`` is thread-safe and does not block the engine). Calls that must wait for the engine (a review decision,
-an undo, deleting a session, switching the model) block on the engine's future and are made from
-Textual thread workers, never from the UI thread.
+Screens call the engine and the store through the bridge's attributes (``bridge.engine.send(...)``,
+``bridge.store.messages(...)``): :attr:`Bridge.engine` is the engine in use now, replaced when the user
+switches the model, so a screen reads it at each call rather than keeping it. The bridge's own methods are
+what the UI adds on top of those two objects:
+
+- :meth:`Bridge.attach` delivers the engine's items to a screen. The engine calls its listeners on its
+  own thread with each item and the :class:`~mlx_sdm.executor.events.TurnRef` it belongs to; the listener puts
+  the item in its Textual message (:func:`tui.messages.message_for`) and posts it (``post_message`` is
+  thread-safe and does not block the engine).
+- Calls that must wait for the engine (a review decision, an undo, deleting a session, switching the model)
+  block on the engine's future with a timeout; they are made from Textual thread workers, never from the UI
+  thread. Other engine calls return a future at once (the engine's single worker thread does the work and
+  owns all MLX state).
+- What the status line shows while and after the model loads, a new session stamped with the model and
+  verifier in use, what the verifier covers, the session export and switching the model, verifier or head.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -20,16 +26,13 @@ from typing import TYPE_CHECKING, Any, Callable
 from textual.message_pump import MessagePump
 
 from mlx_sdm.network.coverage import VerifierCoverage
-from mlx_sdm.executor.events import EngineItem, PauseInfo, TurnRef
+from mlx_sdm.executor.events import EngineItem, TurnRef
 from mlx_sdm.executor.review import DecisionResult
-from mlx_sdm.store.schema import Decision, MessageRecord, ReviewItem, SessionInfo
-from mlx_sdm.store.search import SearchHit, SearchQuery, search_sessions
 from mlx_sdm.store.chat_store import ChatStore
 from tui.messages import message_for
 
 if TYPE_CHECKING:  # the engine module loads the MLX pipeline
     from mlx_sdm.executor.engine import ChatEngine
-    from mlx_sdm.turn.values import TurnOutcome
 
 #: How long a UI worker waits for the engine to apply a review decision, an undo or a delete (seconds).
 DECISION_TIMEOUT_S = 300.0
@@ -120,66 +123,13 @@ class Bridge:
             unverifiable_reason=info.unverifiable_reason,
         )
 
-    # ----- turns --------------------------------------------------------------------------------
+    # ----- sessions and coverage -------------------------------------------------------------------
     def new_session(self, title: str | None = None) -> str:
+        """A new session in the store, stamped with the model and verifier in use (None while loading); its id."""
         info = self.engine.info()
         model = info.model_name if info is not None else None
         verifier = info.verifier_path if info is not None else None
         return self.store.create_session(title, model=model, verifier=verifier).id
-
-    def send(self, session_id: str, text: str) -> Future:
-        return self.engine.send(session_id, text)
-
-    def regenerate(self, session_id: str) -> Future:
-        """Answer the session's last question again, sampled (its own verdict; both answers kept)."""
-        return self.engine.regenerate(session_id)
-
-    def branch_session(self, session_id: str, *, before_message_id: int | None = None,
-                       title: str | None = None) -> SessionInfo:
-        """A new session continuing ``session_id`` with its messages before ``before_message_id`` (None: all)."""
-        return self.store.branch_session(session_id, before_message_id=before_message_id, title=title)
-
-    def resume(self, session_id: str, guidance: str) -> Future:
-        return self.engine.resume(session_id, guidance)
-
-    def pending_pause(self, session_id: str) -> PauseInfo | None:
-        """The turn of this session waiting for guidance, or None."""
-        return self.engine.pending_pause(session_id)
-
-    def cancel(self) -> None:
-        self.engine.cancel()
-
-    # ----- store reads and renames (SQLite, no MLX: fine on the UI thread) -----------------------
-    def sessions(self) -> list[SessionInfo]:
-        return self.store.list_sessions()
-
-    def session(self, session_id: str) -> SessionInfo:
-        return self.store.get_session(session_id)
-
-    def messages(self, session_id: str) -> list[MessageRecord]:
-        return self.store.messages(session_id)
-
-    def answers_of(self, session_id: str) -> dict[int, TurnOutcome]:
-        """The session's answers (message id -> the turn's record, read back as the pipeline yielded it)."""
-        return self.store.answers_of(session_id)
-
-    def rename_session(self, session_id: str, title: str) -> SessionInfo:
-        return self.store.rename_session(session_id, title)
-
-    def search(self, query: SearchQuery) -> list[SearchHit]:
-        return search_sessions(self.store, query)
-
-    def review_items(self, **filters: Any) -> list[ReviewItem]:
-        return self.store.review_items(**filters)
-
-    def review_reasons(self) -> list[str]:
-        return self.store.review_reasons()
-
-    def last_decision(self) -> Decision | None:
-        return self.store.last_decision()
-
-    def export_training_rows(self, path: str | Path) -> int:
-        return self.store.export_training_rows(path)
 
     def coverage(self) -> VerifierCoverage:
         """What the loaded verifier covers (empty until loaded or without a verifier)."""
@@ -197,6 +147,8 @@ class Bridge:
         return self.engine.undo_decision().result(timeout=DECISION_TIMEOUT_S)
 
     def delete_session(self, session_id: str) -> int:
+        """Delete the session on the engine's thread; how many active review decisions went with it (the
+        engine rebuilds the verifier's support set without them)."""
         return int(self.engine.delete_session(session_id).result(timeout=DECISION_TIMEOUT_S) or 0)
 
     # ----- export -------------------------------------------------------------------------------

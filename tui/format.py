@@ -55,8 +55,8 @@ def format_p(value: float | None) -> str:
 
 
 def badge_text(words: VerdictWords, *, expanded: bool = False) -> str:
-    """The one-line badge under an answer (``▸ ✔ verified · p_lower 0.973``): the one rule's badge, with
-    an arrow when there is evidence to expand."""
+    """The one-line badge under an answer (``▸ ✔ verified · p_lower 0.973``): the badge of
+    :func:`mlx_sdm.network.verdict.verdict_words`, with an arrow when there is evidence to expand."""
     arrow = "▾" if expanded else "▸"
     return words.badge if words.status is VerdictStatus.NO_VERIFIER else f"{arrow} {words.badge}"
 

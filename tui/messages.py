@@ -1,8 +1,8 @@
 """Textual messages: one dataclass per item the engine hands its listeners, each holding the item's
 :class:`~mlx_sdm.executor.events.TurnRef` and the item itself, the very object the pipeline (or the
-engine) made. This is the one envelope a value travels in between the engine's thread and the screen.
+engine) made. A value crosses from the engine's thread to the screen only inside one of these.
 
-The engine calls the bridge's listener on ITS thread; the bridge makes the item's message
+The engine calls the bridge's listener on the engine's own thread; the bridge makes the item's message
 (:func:`message_for`) and posts it with ``post_message`` (thread-safe and non-blocking), so the engine
 never waits for the UI and the UI never waits for MLX. A screen handles each with the handler Textual
 names after the class (``on_verdict_ready`` for :class:`VerdictReady`). Messages a widget posts itself

@@ -1,24 +1,60 @@
-"""The chat screen: the conversation (streamed answers with verdict badges), the prompt, the monitor panel."""
+"""The chat screen: the conversation (streamed answers with verdict badges), the prompt, the monitor panel.
+
+How a message reads in the log: a stored message becomes a bubble (:func:`stored_bubble`); a finished answer
+shows its turn's record the same way whether it just streamed or was read back from the store
+(:func:`show_outcome` for its badge and monitor line, :func:`answer_notes` for the notes under it).
+
+Loading: the screen is up and takes messages while the engine loads the model. A message sent then waits and
+says so, and is answered once the model is loaded; the status line follows the load to its end, and a model or
+verifier that cannot be loaded is reported in words with what to do next.
+
+Earlier turns (the pickers are :class:`tui.screens.turns.TurnPicker`):
+
+- **Regenerate** (ctrl+g): the last question answered again, sampled
+  (:mod:`mlx_sdm.executor.regeneration`); the new answer streams in below the first with its own verdict,
+  and both stay in the history.
+- **Branch** (ctrl+f): pick a turn; a new session continues from it (the turns up to and including it are
+  copied), remembering the session and turn it came from. The original is unchanged.
+- **Edit and resend** (ctrl+up): pick a question; a new branch holds the turns before it and the prompt is
+  filled with the question to edit and send. The original turn and everything after it stay where they were.
+
+The keyboard never traps typing:
+
+- A click acts (a badge expands its evidence) but never keeps the keyboard: the input has it again after.
+- A key typed while anything but the input has focus (a message, the monitor panel) is typed into the
+  input, ``?`` included, unless the focused message binds that key itself.
+- Tab / shift+tab move between the input, the last answer and the monitor panel (when shown), not
+  through every message and badge.
+- ctrl+b expands the evidence of the focused answer (else of the last one).
+- On a focused message, up / down move to the previous / next message, home / end to the first / last,
+  enter expands or collapses an answer's evidence, escape goes back to the input.
+"""
 
 from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterator
 
-from textual import on
+from textual import events, on
+from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.dom import DOMNode
 from textual.message import Message
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer, Header, Input, Static
 
-from mlx_sdm.monitor.online.auq_escalation import EscalationAction, UncertaintyLevel
-from mlx_sdm.turn.escalation import TurnStatus
+from mlx_sdm.errors import DataError
 from mlx_sdm.executor.events import TurnRef
+from mlx_sdm.executor.regeneration import regeneration
+from mlx_sdm.monitor.online.auq_escalation import EscalationAction, UncertaintyLevel
+from mlx_sdm.network.coverage import VerifierCoverage
+from mlx_sdm.network.verdict import OPEN_QUESTIONS
 from mlx_sdm.store.schema import MessageRecord, support_words
+from mlx_sdm.turn.escalation import TurnStatus
 from tui.messages import (
     AnswerVerifying,
     EngineFailed,
@@ -31,22 +67,98 @@ from tui.messages import (
     TurnFinished,
     VerdictReady,
 )
-from tui.screens.chat_keys import BINDINGS as KEY_BINDINGS, ChatKeys
 from tui.screens.clipboard import copy_text
 from tui.screens.prompts import EscalationPrompt
-from tui.screens.load_status import report_load_failure, turn_started, watch_load
-from tui.screens.transcript import (
-    ABORTED_WITHOUT_WHY, STATUS_TEXT, answer_notes, coverage_text, show_outcome, stored_bubble,
-)
+from tui.screens.turns import Turn, TurnPicker, turns_of
 from tui.widgets.message import MessageBubble
 from tui.widgets.monitor import MonitorPanel
+from tui.widgets.verdict_badge import ANSWERING, WAITING, VerdictBadge
 
 if TYPE_CHECKING:
     from mlx_sdm.turn.values import TurnOutcome
     from tui.bridge import Bridge
 
+#: How a stored answer without a verdict ended (a TurnStatus value, or a state of a row still being written).
+STATUS_TEXT = {
+    TurnStatus.CANCELLED.value: "■ stopped",
+    TurnStatus.PAUSED.value: "‖ paused for guidance",
+    TurnStatus.ABORTED.value: "✘ aborted by the session monitor",
+    TurnStatus.ERROR.value: "✘ failed",
+    "interrupted": "✘ interrupted: the app stopped before this answer was finished",
+    "in_progress": "… still being written (by another process)",
+    TurnStatus.DONE.value: "no verdict",
+}
 
-class ChatScreen(ChatKeys, Screen):
+#: Said under an aborted answer whose escalation gave no reason of its own.
+ABORTED_WITHOUT_WHY = "The session monitor aborted this turn (CRITICAL)."
+
+
+def unverified_note(judged: str) -> str:
+    """Said under an answer whose verdict covers only its first part (the unit the verifier judges)."""
+    return f"The verdict covers only {judged.strip()!r}; the text after it was not checked (unverified)."
+
+
+def coverage_text(coverage: VerifierCoverage) -> str:
+    """What the loaded verifier covers: its tasks, one example prompt each."""
+    if not coverage.tasks:
+        return ("What this verifier covers: " + coverage.sentence() + " Questions unlike its documents are answered "
+                "'out of scope'.")
+    lines = ["This verifier can judge answers to:", ""]
+    for task in coverage.tasks:
+        example = f" (e.g. “{task.example_prompt}”)" if task.example_prompt else ""
+        lines.append(f"- {task.description or task.name}{example}")
+    if any(task.name == OPEN_QUESTIONS for task in coverage.tasks):
+        rest = ("A question asked in your own words goes to what it is about; a message with no checkable answer "
+                "(a greeting, a poem, a how-to) is 'out of scope'.")
+    else:
+        rest = "Other questions are 'out of scope'."
+    lines += ["", f"ctrl+p → 'Insert example' puts one in the prompt. {rest}"]
+    return "\n".join(lines)
+
+
+def stored_bubble(record: MessageRecord, turn_number: int, answer: TurnOutcome | None) -> MessageBubble:
+    """The bubble one stored message shows as; ``answer``: the message's turn record when it is an answer
+    (read back from the store as the type the pipeline yielded), whose badge and notes
+    :func:`show_outcome` and :func:`answer_notes` add, as for a live answer."""
+    if record.role == "user":
+        title = None if record.kind == "chat" else f"you · {record.kind}"
+        return MessageBubble("user", record.text, title=title, turn_id=record.id)
+    if answer is None:
+        return MessageBubble("system", record.text, title=f"monitor · {record.kind}", turn_id=record.id)
+    title = f"assistant · turn {turn_number}"
+    if answer.resampled is not None:  # a regenerated answer (the seed is its attempt number)
+        title += f" · answer {answer.resampled.seed + 1} (sampled)"
+    return MessageBubble("assistant", record.text, title=title, turn_id=record.id, number=turn_number)
+
+
+def show_outcome(answer: MessageBubble, outcome: TurnOutcome) -> None:
+    """An answer bubble shows its turn's verdict (or how the turn ended) and monitor line, unless the live
+    stream already set its badge."""
+    if answer.badge is None or not answer.badge.resolved:
+        if outcome.verdict_status is not None:
+            answer.set_verdict(outcome.verdict, reason=outcome.unverifiable_reason)
+        else:
+            answer.set_cancelled(STATUS_TEXT.get(outcome.status.value, outcome.status.value))
+    if outcome.monitor is not None:
+        answer.set_monitor(outcome.monitor)
+
+
+def answer_notes(outcome: TurnOutcome, *, reflection_shown: bool = False) -> Iterator[MessageBubble]:
+    """The notes a finished answer leaves under it, in order, live and reopened alike: the model's
+    reflection on a HIGH pause (unless it was streamed: ``reflection_shown``), why the monitor aborted the
+    turn, and which part of the answer the verdict covers when text follows it; first, when the conversation
+    was longer than the model's context, what the model did not read of it (live turns: the store keeps no cut)."""
+    if outcome.prompt_note:
+        yield MessageBubble("system", outcome.prompt_note, title="context · cut to fit")
+    if outcome.reflection_shown and not reflection_shown:
+        yield MessageBubble("system", outcome.reflection_shown, title="monitor · reflection")
+    if outcome.status is TurnStatus.ABORTED or outcome.explanation:
+        yield MessageBubble("system", outcome.explanation or ABORTED_WITHOUT_WHY, title="monitor · CRITICAL")
+    if outcome.verdict_status is not None and outcome.unverified_tail.strip():
+        yield MessageBubble("system", unverified_note(outcome.judged_text), title="verifier · scope")
+
+
+class ChatScreen(Screen):
     @dataclass
     class CallFailed(Message):
         """An engine call's future failed without the engine reporting it in a turn's items (e.g. the model never
@@ -56,12 +168,22 @@ class ChatScreen(ChatKeys, Screen):
         answer: MessageBubble
         error: BaseException
 
+    #: The bindings after ctrl+b are priority bindings: checked before the focused widget's, so up / down move
+    #: between messages rather than scroll the log; each of their actions skips (the key goes on as usual)
+    #: unless a message has focus. "?" is text (f1 is help).
     BINDINGS = [
         Binding("escape", "stop", "Stop", show=True),
         Binding("ctrl+t", "toggle_monitor", "Monitor", show=True),
         Binding("ctrl+y", "copy", "Copy", show=True),
         Binding("ctrl+b,f2", "evidence", "Evidence", show=True),  # f2: inside tmux, whose prefix is ctrl+b
-    ] + KEY_BINDINGS  # tab stops, moving between messages; "?" is text (f1 is help)
+        Binding("tab", "focus_stop(1)", "Next", show=False),
+        Binding("shift+tab", "focus_stop(-1)", "Previous", show=False),
+        Binding("up", "message_step(-1)", "Previous message", show=False, priority=True),
+        Binding("down", "message_step(1)", "Next message", show=False, priority=True),
+        Binding("home", "message_end(0)", "First message", show=False, priority=True),
+        Binding("end", "message_end(-1)", "Last message", show=False, priority=True),
+        Binding("enter", "message_evidence", "Evidence", show=False, priority=True),
+    ]
 
     def __init__(self, *, session_id: str | None = None, show_monitor: bool = True) -> None:
         super().__init__(id="chat")
@@ -92,10 +214,10 @@ class ChatScreen(ChatKeys, Screen):
         self.query_one(MonitorPanel).display = self._show_monitor
         self.query_one("#prompt", Input).focus()
         self.refresh_status()
-        watch_load(self)
+        self._watch_load()
         await self.open_session(self._initial_session)
 
-    # ----- status -------------------------------------------------------------------------------
+    # ----- status and loading --------------------------------------------------------------------
     def refresh_status(self, note: str | None = None) -> None:
         info = self.bridge.info()
         if not info.ready:
@@ -114,6 +236,32 @@ class ChatScreen(ChatKeys, Screen):
         if note:
             parts.append(note)
         self.query_one("#status-line", Static).update(" · ".join(parts))
+
+    def _watch_load(self) -> None:
+        """Refresh the status line when loading ends; report a load that failed before the screen existed."""
+
+        def loaded() -> None:  # runs on the engine's thread
+            try:
+                self.app.call_from_thread(self.refresh_status)
+            except RuntimeError:
+                pass  # the app has already closed
+
+        if not self.bridge.when_loaded(loaded):
+            self._report_load_failure()
+
+    def _report_load_failure(self, error: str | None = None) -> None:
+        """Notify why loading failed: ``error`` as the engine said it, or as its future holds it."""
+        error = error or self.bridge.load_error()
+        if error:
+            self.notify(f"{error}\nFix it and start the chat again (mlx-sdm chat --help).",
+                        title="The model or verifier could not be loaded", severity="error", timeout=30)
+
+    def _show_turn_started(self, answer: MessageBubble, *, loading: bool) -> None:
+        """A turn handed to the engine: it is being answered, or (``loading``) it waits for the model, which
+        the engine answers it with as soon as it has loaded (then this is called again with ``loading=False``)."""
+        if answer.badge is not None:
+            answer.badge.set_pending(WAITING if loading else ANSWERING)
+        self.refresh_status("yours is waiting for it" if loading else "generating… (escape stops)")
 
     def _set_title(self, title: str) -> None:
         self.title = title
@@ -138,13 +286,14 @@ class ChatScreen(ChatKeys, Screen):
             if self.bridge.coverage().tasks:
                 await self.show_coverage()
             return
-        self._set_title(self.bridge.session(session_id).title)
-        answers = self.bridge.answers_of(session_id)
-        for record in self.bridge.messages(session_id):
+        store = self.bridge.store
+        self._set_title(store.get_session(session_id).title)
+        answers = store.answers_of(session_id)
+        for record in store.messages(session_id):
             await self._mount_stored(record, answers.get(record.id))
         log.scroll_end(animate=False)
         log.anchor()
-        pause = self.bridge.pending_pause(session_id)
+        pause = self.bridge.engine.pending_pause(session_id)
         if pause is not None:  # a turn left waiting for guidance: ask again
             self._ask_guidance(session_id, pause.level or "high", pause.confidence, pause.reflection or "",
                               pause.irreversible, pause.message)
@@ -174,7 +323,7 @@ class ChatScreen(ChatKeys, Screen):
 
     def rename_current(self, title: str) -> None:
         if self.session_id is not None:
-            self.bridge.rename_session(self.session_id, title)
+            self.bridge.store.rename_session(self.session_id, title)
             self._set_title(title)
 
     # ----- sending ------------------------------------------------------------------------------
@@ -189,13 +338,13 @@ class ChatScreen(ChatKeys, Screen):
         if self.session_id is None:
             title, self.app.new_session_title = self.app.new_session_title, None  # type: ignore[attr-defined]
             self.session_id = self.bridge.new_session(title)
-            self._set_title(self.bridge.session(self.session_id).title)
+            self._set_title(self.bridge.store.get_session(self.session_id).title)
         event.input.value = ""
         self.turn_number += 1
         await self._log_mount(MessageBubble("user", text))
         self.query_one("#chat-log", VerticalScroll).anchor()  # sending jumps to the bottom and follows the answer
         session_id = self.session_id
-        await self.start_turn(lambda: self.bridge.send(session_id, text))
+        await self.start_turn(lambda: self.bridge.engine.send(session_id, text))
 
     async def start_turn(self, call: Callable[[], Future], *, title: str | None = None) -> None:
         """Mount the answer's bubble, then hand the turn to the engine (which returns at once)."""
@@ -216,7 +365,7 @@ class ChatScreen(ChatKeys, Screen):
                 self.post_message(self.CallFailed(bubble, f.exception()))
 
         future.add_done_callback(done)
-        turn_started(self, bubble, loading=self.bridge.loading)
+        self._show_turn_started(bubble, loading=self.bridge.loading)
 
     async def _log_mount(self, widget: Widget) -> None:
         log = self.query_one("#chat-log", VerticalScroll)
@@ -227,8 +376,73 @@ class ChatScreen(ChatKeys, Screen):
             self.focus_prompt()
         if self.active is None:
             return
-        self.bridge.cancel()
+        self.bridge.engine.cancel()
         self.refresh_status("stopping…")
+
+    # ----- earlier turns: regenerate, branch, edit and resend ----------------------------------------
+    def _turns_to_act_on(self, what: str) -> list[Turn] | None:
+        """The session's turns, or None (said why) when there is nothing to act on."""
+        if self.active is not None:
+            self.notify(f"An answer is still streaming; escape stops it before you {what}.", severity="warning")
+            return None
+        turns = turns_of(self.bridge.store.messages(self.session_id)) if self.session_id is not None else []
+        if not turns:
+            self.notify(f"Nothing to {what} yet: ask something first.", severity="warning")
+            return None
+        return turns
+
+    async def regenerate(self) -> None:
+        """Answer the last question again (sampled); the new answer gets its own bubble and verdict."""
+        if self._turns_to_act_on("regenerate") is None:
+            return
+        session_id = self.session_id
+        try:
+            again = regeneration(self.bridge.store.messages(session_id))
+        except DataError as exc:
+            self.notify(str(exc), severity="warning")
+            return
+        await self.start_turn(lambda: self.bridge.engine.regenerate(session_id),
+                              title=f"assistant · turn {self.turn_number} · answer {again.attempt + 1} (sampled)")
+
+    def branch(self) -> None:
+        """Pick a turn; continue from it in a new session."""
+        turns = self._turns_to_act_on("branch")
+        if turns is None:
+            return
+        parent = self.session_id
+
+        async def picked(turn: Turn | None) -> None:
+            if turn is None:
+                return
+            made = self.bridge.store.branch_session(parent, before_message_id=turn.next_question_id)
+            await self.open_session(made.id)
+            self.notify(f"A new session, {made.branch.words()}: the original is unchanged.", title="Branched")
+
+        self.app.push_screen(TurnPicker("Branch: continue from which turn?",
+                                        "enter: a new session with the turns up to this one · escape closes", turns),
+                             picked)
+
+    def edit_turn(self) -> None:
+        """Pick a question; a new branch holds the turns before it, and the prompt the question to edit and send."""
+        turns = self._turns_to_act_on("edit")
+        if turns is None:
+            return
+        parent = self.session_id
+
+        async def picked(turn: Turn | None) -> None:
+            if turn is None:
+                return
+            store = self.bridge.store
+            made = store.branch_session(parent, before_message_id=turn.question.id,
+                                        title=f"edit of turn {turn.number} · {store.get_session(parent).title}")
+            await self.open_session(made.id)
+            self.insert_prompt(turn.question.text)
+            self.notify(f"Edit turn {turn.number} and press enter: it is sent in a new session, {made.branch.words()}; "
+                        "the original is unchanged.", title="Edit and resend")
+
+        self.app.push_screen(TurnPicker("Edit and resend which question?",
+                                        "enter: edit it in a new branch (the original stays) · escape closes", turns),
+                             picked)
 
     # ----- the engine's items (posted from the engine's thread) ----------------------------------
     def _mine(self, ref: TurnRef) -> bool:
@@ -301,11 +515,11 @@ class ChatScreen(ChatKeys, Screen):
         status = message.status
         if status.state == "failed":  # the status line says why loading failed, not "loading…"
             self.refresh_status()
-            report_load_failure(self, status.message)
+            self._report_load_failure(status.message)
             return
         self.refresh_status(status.message or status.state)
         if status.state == "ready" and self.active is not None:  # sent while loading: answered now
-            turn_started(self, self.active, loading=False)
+            self._show_turn_started(self.active, loading=False)
         if status.state == "ready" and self.session_id is None and self.bridge.coverage().tasks:
             await self.show_coverage()  # a new chat starts by saying what can be verified
 
@@ -314,7 +528,7 @@ class ChatScreen(ChatKeys, Screen):
         bubble = self.active
         self.active = None
         if self.session_id is not None:  # the store titles a new session after its first question
-            self._set_title(self.bridge.session(self.session_id).title)
+            self._set_title(self.bridge.store.get_session(self.session_id).title)
         if bubble is not None:
             await bubble.finish()
         streamed_reflection = self.reflection_bubble is not None
@@ -334,7 +548,7 @@ class ChatScreen(ChatKeys, Screen):
         self.refresh_status()
 
     async def _settle(self, bubble: MessageBubble | None, outcome: TurnOutcome, *, reflection_shown: bool = False) -> None:
-        """A finished answer as the chat shows it, live or reopened (one rule, :mod:`tui.screens.transcript`):
+        """A finished answer as the chat shows it, live or reopened alike (:func:`show_outcome`, :func:`answer_notes`):
         its badge and monitor line, then the notes under it (the reflection, an abort's reason, the verdict's scope)."""
         if bubble is not None:
             show_outcome(bubble, outcome)
@@ -355,7 +569,7 @@ class ChatScreen(ChatKeys, Screen):
                 self.refresh_status("left paused: a new message moves on; reopening the session asks again")
                 return
             await self._log_mount(MessageBubble("user", guidance.strip(), title="you · guidance"))
-            await self.start_turn(lambda: self.bridge.resume(session_id, guidance.strip()))
+            await self.start_turn(lambda: self.bridge.engine.resume(session_id, guidance.strip()))
 
         self.app.push_screen(EscalationPrompt(level, confidence, reflection, irreversible=irreversible, message=message),
                              answered)
@@ -376,10 +590,10 @@ class ChatScreen(ChatKeys, Screen):
         panel.display = not panel.display
 
     def _message_to_copy(self) -> MessageBubble | None:
-        if self.focused is not None:
-            for node in self.focused.ancestors_with_self:
-                if isinstance(node, MessageBubble):
-                    return node
+        """The focused message, else the last answer with text."""
+        focused = self.focused_message()
+        if focused is not None:
+            return focused
         answers = [b for b in self.query(MessageBubble) if b.role == "assistant" and b.text]
         return answers[-1] if answers else None
 
@@ -389,3 +603,109 @@ class ChatScreen(ChatKeys, Screen):
             self.notify("Nothing to copy yet.", severity="warning")
             return
         copy_text(self, bubble.text, self.bridge.data_dir)
+
+    # ----- the keyboard: where focus may rest ---------------------------------------------------
+    def focus_prompt(self) -> None:
+        self.query_one("#prompt", Input).focus()
+
+    def focused_message(self) -> MessageBubble | None:
+        """The message that has focus, or holds the widget that has it (a badge)."""
+        focused = self.focused
+        if focused is None:
+            return None
+        for node in focused.ancestors_with_self:
+            if isinstance(node, MessageBubble):
+                return node
+        return None
+
+    def message_bubbles(self) -> list[MessageBubble]:
+        """The chat log's messages, first to last."""
+        return list(self.query(MessageBubble))
+
+    def focus_stops(self) -> list[Widget]:
+        """What tab walks: the input, the last answer, the monitor panel when it is shown."""
+        stops: list[Widget] = [self.query_one("#prompt", Input)]
+        answers = [b for b in self.message_bubbles() if b.role == "assistant"]
+        if answers:
+            stops.append(answers[-1])
+        panel = self.query_one("#monitor")
+        if panel.display:
+            stops.append(panel)
+        return stops
+
+    def action_focus_stop(self, step: int) -> None:
+        stops = self.focus_stops()
+        here = self.focused_message() or self.focused
+        index = stops.index(here) if here in stops else (0 if step > 0 else len(stops))
+        stops[(index + step) % len(stops)].focus()
+
+    # ----- moving between messages ----------------------------------------------------------------
+    def action_message_step(self, step: int) -> None:
+        current = self.focused_message()
+        if current is None:
+            raise SkipAction()
+        bubbles = self.message_bubbles()
+        index = max(0, min(len(bubbles) - 1, bubbles.index(current) + step))
+        bubbles[index].focus()
+
+    def action_message_end(self, index: int) -> None:
+        if self.focused_message() is None:
+            raise SkipAction()
+        self.message_bubbles()[index].focus()
+
+    # ----- the evidence of the focused answer ------------------------------------------------------
+    def on_verdict_badge_toggled(self, event: VerdictBadge.Toggled) -> None:
+        for bubble in self.query(MessageBubble):
+            if bubble.badge is event.badge:
+                bubble.toggle_evidence(event.expanded)
+                if event.expanded and bubble.evidence is not None:
+                    bubble.evidence.scroll_visible()
+
+    def action_evidence(self) -> None:
+        """ctrl+b: expand / collapse the evidence of the focused answer, or of the last one."""
+        bubble = self.focused_message()
+        if bubble is None or bubble.badge is None:
+            answers = [b for b in self.query(MessageBubble) if b.badge is not None and b.badge.expandable]
+            bubble = answers[-1] if answers else None
+        if bubble is None or bubble.badge is None or not bubble.badge.expandable:
+            self.notify("No verdict with evidence yet.", severity="warning")
+            return
+        bubble.badge.action_toggle()
+
+    def action_message_evidence(self) -> None:
+        bubble = self.focused_message()
+        if bubble is None or bubble.badge is None:
+            raise SkipAction()
+        bubble.badge.action_toggle()
+
+    # ----- the keyboard comes back to the input ---------------------------------------------------
+    def on_click(self, event: events.Click) -> None:
+        """After any click the input has the keyboard again (the click has done its work: a badge toggled)."""
+        if not isinstance(self.focused, Input):
+            self.call_after_refresh(self.focus_prompt)
+
+    def on_key(self, event: events.Key) -> None:
+        """A character typed anywhere but an input goes into the prompt, unless the focused message binds it."""
+        focused = self.focused
+        if not event.is_printable or event.character is None or isinstance(focused, Input):
+            return
+        message = self.focused_message()
+        if message is not None:
+            bound = self.active_bindings.get(event.key)
+            if bound is not None and bound.node in _up_to(focused, message):
+                return  # the message's own key (e.g. the badge's enter / v)
+        event.stop()
+        event.prevent_default()
+        prompt = self.query_one("#prompt", Input)
+        prompt.focus()
+        prompt.insert_text_at_cursor(event.character)
+
+
+def _up_to(node: DOMNode, ancestor: DOMNode) -> list[DOMNode]:
+    """``node`` and its ancestors up to and including ``ancestor``."""
+    chain = []
+    for step in node.ancestors_with_self:
+        chain.append(step)
+        if step is ancestor:
+            break
+    return chain

@@ -16,7 +16,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
 from mlx_sdm.errors import MlxSdmError
-from mlx_sdm.store.search import SearchQuery
+from mlx_sdm.store.search import SearchQuery, search_sessions
 from tui.widgets.search_results import SearchResults
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ class SearchScreen(ModalScreen[str | None]):
             status.update("")
             return
         try:
-            hits = self.bridge.search(SearchQuery.parse(typed, prefix=True))
+            hits = search_sessions(self.bridge.store, SearchQuery.parse(typed, prefix=True))
         except MlxSdmError as exc:  # a filter not understood, no word yet, a SQLite without FTS5
             results.show_hits([])
             status.update(str(exc))

@@ -58,7 +58,7 @@ class SessionsScreen(ModalScreen[str | None]):
     def reload(self) -> None:
         table = self.query_one("#session-table", DataTable)
         table.clear()
-        self.sessions = self.bridge.sessions()
+        self.sessions = self.bridge.store.list_sessions()
         for s in self.sessions:
             table.add_row(
                 shorten(s.title, 36), str(s.message_count), s.updated_at[:16].replace("T", " "), s.model or "",
@@ -94,7 +94,7 @@ class SessionsScreen(ModalScreen[str | None]):
         def done(title: str | None) -> None:
             if title is None or not title.strip():
                 return
-            self.bridge.rename_session(current.id, title)
+            self.bridge.store.rename_session(current.id, title)
             self.app.session_renamed(current.id, title.strip())  # type: ignore[attr-defined]
             self.reload()
 

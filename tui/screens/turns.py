@@ -1,19 +1,9 @@
-"""Regenerate, edit and resend, and branch: what the chat can do with an earlier turn.
-
-- **Regenerate** (ctrl+g): the last question answered again, sampled
-  (:mod:`mlx_sdm.executor.regeneration`); the new answer streams in below the first with its own verdict,
-  and both stay in the history.
-- **Branch** (ctrl+f): pick a turn; a new session continues from it (the turns up to and including it are
-  copied), remembering the session and turn it came from. The original is unchanged.
-- **Edit and resend** (ctrl+up): pick a question; a new branch holds the turns before it and the prompt is
-  filled with the question to edit and send. The original turn and everything after it stay where they were.
-
-The picker lists the session's questions; enter picks, escape closes."""
+"""The turns of a session, and the picker the chat screen's branch and edit-and-resend open on them:
+it lists the session's questions; enter picks, escape closes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -22,13 +12,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from mlx_sdm.errors import DataError
-from mlx_sdm.executor.regeneration import regeneration
 from mlx_sdm.store.schema import MessageRecord
 from tui.format import shorten
-
-#: The chat screen (``tui.screens.chat.ChatScreen``; not imported: it would import this module back).
-ChatScreen = Any
 
 
 @dataclass(frozen=True)
@@ -41,6 +26,7 @@ class Turn:
 
 
 def turns_of(records: list[MessageRecord]) -> list[Turn]:
+    """The session's questions (its user messages of kind "chat"), numbered from 1."""
     questions = [m for m in records if m.role == "user" and m.kind == "chat"]
     return [Turn(i + 1, q, questions[i + 1].id if i + 1 < len(questions) else None) for i, q in enumerate(questions)]
 
@@ -77,68 +63,3 @@ class TurnPicker(ModalScreen[Turn | None]):
 
     def action_close(self) -> None:
         self.dismiss(None)
-
-
-def _ready(chat: ChatScreen, what: str) -> list[Turn] | None:
-    """The session's turns, or None (said why) when there is nothing to act on."""
-    if chat.active is not None:
-        chat.notify(f"An answer is still streaming; escape stops it before you {what}.", severity="warning")
-        return None
-    turns = turns_of(chat.bridge.messages(chat.session_id)) if chat.session_id is not None else []
-    if not turns:
-        chat.notify(f"Nothing to {what} yet: ask something first.", severity="warning")
-        return None
-    return turns
-
-
-async def regenerate(chat: ChatScreen) -> None:
-    """Answer the last question again (sampled); the new answer gets its own bubble and verdict."""
-    if _ready(chat, "regenerate") is None:
-        return
-    session_id = chat.session_id
-    try:
-        again = regeneration(chat.bridge.messages(session_id))
-    except DataError as exc:
-        chat.notify(str(exc), severity="warning")
-        return
-    await chat.start_turn(lambda: chat.bridge.regenerate(session_id),
-                      title=f"assistant · turn {chat.turn_number} · answer {again.attempt + 1} (sampled)")
-
-
-def branch(chat: ChatScreen) -> None:
-    """Pick a turn; continue from it in a new session."""
-    turns = _ready(chat, "branch")
-    if turns is None:
-        return
-    parent = chat.session_id
-
-    async def picked(turn: Turn | None) -> None:
-        if turn is None:
-            return
-        made = chat.bridge.branch_session(parent, before_message_id=turn.next_question_id)
-        await chat.open_session(made.id)
-        chat.notify(f"A new session, {made.branch.words()}: the original is unchanged.", title="Branched")
-
-    chat.app.push_screen(TurnPicker("Branch: continue from which turn?",
-                                    "enter: a new session with the turns up to this one · escape closes", turns), picked)
-
-
-def edit(chat: ChatScreen) -> None:
-    """Pick a question; a new branch holds the turns before it, and the prompt the question to edit and send."""
-    turns = _ready(chat, "edit")
-    if turns is None:
-        return
-    parent = chat.session_id
-
-    async def picked(turn: Turn | None) -> None:
-        if turn is None:
-            return
-        made = chat.bridge.branch_session(parent, before_message_id=turn.question.id,
-                                          title=f"edit of turn {turn.number} · {chat.bridge.session(parent).title}")
-        await chat.open_session(made.id)
-        chat.insert_prompt(turn.question.text)
-        chat.notify(f"Edit turn {turn.number} and press enter: it is sent in a new session, {made.branch.words()}; "
-                    "the original is unchanged.", title="Edit and resend")
-
-    chat.app.push_screen(TurnPicker("Edit and resend which question?",
-                                    "enter: edit it in a new branch (the original stays) · escape closes", turns), picked)

@@ -19,7 +19,7 @@ INLINE_ID_WIDTH = 24
 
 
 def evidence_renderable(verdict: DocumentVerdict, *, text_width: int = EXEMPLAR_TEXT_WIDTH, raw: bool = False) -> Group:
-    """A Rich renderable for a verdict: the state and its one sentence (the one rule), the shared
+    """A Rich renderable for a verdict: the state and its sentence (``verdict_words``), the shared
     instruction once, each exemplar by what tells it apart (question, answer, label in words); ``raw``: then the
     numbers for those who want them (else a hint where to find them)."""
     words = verdict_words(verdict)

@@ -22,7 +22,7 @@ WAITING = "… waiting for the model"
 
 class VerdictBadge(Static, can_focus=True):
     """One line; click it or press enter on it to expand the evidence behind the verdict. Its state is
-    typed and reactive: :attr:`words` (the one rule's badge and sentence; None while the answer streams)
+    typed and reactive: :attr:`words` (the badge and sentence of ``verdict_words``; None while the answer streams)
     and :attr:`expanded`; their watchers redraw it."""
 
     BINDINGS = [
