@@ -165,7 +165,7 @@ class SdmChatApp(App):
         path = self.export_dir / "review-labels.jsonl"
         try:
             self.export_dir.mkdir(parents=True, exist_ok=True)
-            rows = self.bridge.store.export_training_rows(path)
+            rows = self.bridge.store.review_queue.export_training_rows(path)
         except Exception as exc:
             self.notify(f"Export failed: {exc}", severity="error", timeout=10)
             return

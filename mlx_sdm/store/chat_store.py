@@ -2,9 +2,10 @@
 
 One SQLite file (:class:`~mlx_sdm.store.database.Database`: WAL, ``synchronous=FULL``, versioned
 schema). Every public write is exactly one transaction. :class:`ChatStore` holds sessions and messages
-itself and hands the review queue to :class:`~mlx_sdm.store.review_queue.ReviewQueue` and the answer
-written while it streams to :class:`~mlx_sdm.store.partial_answers.PartialAnswers`: parts that share the
-one database, each through its public ``tx`` and ``query``.
+itself; its parts are reached as attributes, not through it: ``store.review_queue`` (the review queue and
+its decisions, :class:`~mlx_sdm.store.review_queue.ReviewQueue`), ``store.answers`` (the answer written
+while it streams, :class:`~mlx_sdm.store.partial_answers.PartialAnswers`) and ``store.db`` (migrations,
+integrity), which share the one database, each through its public ``tx`` and ``query``.
 
 This module imports no MLX: the UI and the tests can open a store without loading a model.
 """
@@ -14,10 +15,8 @@ from __future__ import annotations
 
 import os
 import uuid
-from datetime import date, datetime
 from pathlib import Path
 
-import numpy as np
 
 from mlx_sdm.errors import DataError
 from mlx_sdm.monitor.session_file.provenance import Provenance
@@ -30,12 +29,8 @@ from mlx_sdm.store.partial_answers import PartialAnswers
 from mlx_sdm.store.review_queue import ReviewQueue
 from mlx_sdm.store.schema import (
     MESSAGE_ROWS,
-    Decision,
     MessageRecord,
-    ReviewItem,
     SessionInfo,
-    SupportPoint,
-    TaskScope,
     dumps_json,
     message_from_row,
     now_iso,
@@ -71,72 +66,6 @@ class ChatStore:
     @property
     def schema_version(self) -> int:
         return self.db.schema_version
-
-    def applied_migrations(self) -> list[tuple[int, str, str]]:
-        return self.db.applied_migrations()
-
-    def integrity_check(self) -> str:
-        return self.db.integrity_check()
-
-    # ------------------------------------------------------------------ the answer being written (PartialAnswers)
-
-    def begin_answer(self, session_id: str, *, kind: str = "chat", created_at: str | None = None) -> int:
-        return self.answers.begin_answer(session_id, kind=kind, created_at=created_at)
-
-    def begin_turn(self, session_id: str, user_text: str, *, user_metadata: MessageMeta = MessageMeta()) -> tuple[int, int]:
-        return self.answers.begin_turn(session_id, user_text, user_metadata=user_metadata)
-
-    def update_partial(self, message_id: int, text: str, *, force: bool = False) -> bool:
-        return self.answers.update_partial(message_id, text, force=force)
-
-    def finish_answer(self, message_id: int, outcome: TurnOutcome, *, provenance: Provenance | None = None) -> int:
-        return self.answers.finish_answer(message_id, outcome, provenance=provenance)
-
-    def mark_interrupted(self) -> int:
-        return self.answers.mark_interrupted()
-
-    # ------------------------------------------------------------------ the review queue (ReviewQueue)
-
-    def review_items(self, *, session_id: str | None = None, reason: str | None = None,
-                     since: str | date | datetime | None = None, until: str | date | datetime | None = None,
-                     status: str = "all", review_id: int | None = None,
-                     judged: bool | None = None) -> list[ReviewItem]:
-        return self.review_queue.review_items(session_id=session_id, reason=reason, since=since, until=until,
-                                              status=status, review_id=review_id, judged=judged)
-
-    def review_item(self, review_id: int) -> ReviewItem:
-        return self.review_queue.review_item(review_id)
-
-    def review_reasons(self) -> list[str]:
-        return self.review_queue.review_reasons()
-
-    def record_decision(self, review_id: int, label: int, *, note: str | None = None, completion: str | None = None,
-                        features: np.ndarray | None = None, feature_model: str | None = None,
-                        verifier: str | None = None, task: TaskScope | None = None) -> Decision:
-        return self.review_queue.record_decision(review_id, label, note=note, completion=completion, features=features,
-                                                 feature_model=feature_model, verifier=verifier, task=task)
-
-    def decisions_by_message(self, session_id: str) -> dict[int, Decision]:
-        return self.review_queue.decisions_by_message(session_id)
-
-    def decision(self, decision_id: int) -> Decision:
-        return self.review_queue.decision(decision_id)
-
-    def last_decision(self) -> Decision | None:
-        return self.review_queue.last_decision()
-
-    def undo_last_decision(self) -> Decision | None:
-        return self.review_queue.undo_last_decision()
-
-    def support_points(self, feature_model: str | None = None, verifier: str | None = None,
-                       task: TaskScope | None = None) -> list[SupportPoint]:
-        return self.review_queue.support_points(feature_model, verifier, task)
-
-    def training_rows(self) -> list[dict]:
-        return self.review_queue.training_rows()
-
-    def export_training_rows(self, path: str | os.PathLike) -> int:
-        return self.review_queue.export_training_rows(path)
 
     # ------------------------------------------------------------------ sessions
 

@@ -79,7 +79,7 @@ class ReviewScreen(Screen):
     def reload_filters(self) -> None:
         sessions = [(s.title, s.id) for s in self.bridge.store.list_sessions()]
         self.query_one("#filter-session", Select).set_options(sessions)
-        reasons = [(reason_label(r), r) for r in self.bridge.store.review_reasons()]
+        reasons = [(reason_label(r), r) for r in self.bridge.store.review_queue.review_reasons()]
         self.query_one("#filter-reason", Select).set_options(reasons)
 
     def _filter_value(self, selector: str) -> Any:
@@ -90,7 +90,7 @@ class ReviewScreen(Screen):
         since = self.query_one("#filter-since", Input).value.strip() or None
         if since is not None and len(since) != 10:
             since = None
-        items = self.bridge.store.review_items(
+        items = self.bridge.store.review_queue.review_items(
             session_id=self._filter_value("#filter-session"),
             reason=self._filter_value("#filter-reason"),
             since=since,
@@ -103,12 +103,12 @@ class ReviewScreen(Screen):
 
     def refresh_status(self, note: str | None = None) -> None:
         size = self.bridge.info().support_size
-        pending = len(self.bridge.store.review_items(status="pending", judged=True))
-        apart = len(self.bridge.store.review_items(judged=False))
+        pending = len(self.bridge.store.review_queue.review_items(status="pending", judged=True))
+        apart = len(self.bridge.store.review_queue.review_items(judged=False))
         parts = [f"{pending} pending", support_words(size)]
         if apart:
             parts.append(f"{apart} not judged, listed apart (a label there changes no verdict)")
-        last = self.bridge.store.last_decision()
+        last = self.bridge.store.review_queue.last_decision()
         if last is not None:
             parts.append(f"last decision: #{last.review_id} {decision_label(last)} (z undoes it)")
         if note:
