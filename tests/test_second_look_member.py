@@ -176,3 +176,18 @@ def test_the_command_refuses_what_a_second_look_cannot_build(tmp_path, capsys):
     assert "--limit sizes a --second-look build" in capsys.readouterr().err
     args = command.parse_args(["--tasks", "open_questions", "--second-look", "--out", "x"])
     assert args.second_look == 6 and command.parse_args(["--second-look", "3", "--out", "x"]).second_look == 3
+
+
+def test_the_command_answers_then_says_when_a_build_is_too_small(tiny_folder, tmp_path, capsys):
+    """The CLI path on the tiny model (its own greedy answers, never right): the rows are kept, the fit refused."""
+    out = tmp_path / "look"
+    argv = ["--model", str(tiny_folder), "--tasks", "open_questions", "--second-look", "2", "--limit", "3",
+            "--batch", "3", "--no-plot", "--out", str(out)]
+    assert command.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "answered 3 questions with 2 drawn answers each in" in err and "s per question" in err
+    assert "raise --limit" in err and not out.exists()
+    cached = list((tmp_path / "look.cache").glob("open_questions-second-look-*.jsonl"))
+    assert len(cached) == 1 and len(read_rows(cached[0])) == 3
+    assert command.main(argv) == 1  # the rerun answers nothing
+    assert f"all 3 questions from {cached[0]}" in capsys.readouterr().err

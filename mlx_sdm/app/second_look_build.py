@@ -190,25 +190,33 @@ def labelled(rows: Sequence[LookRow], spec: SecondLookSpec, embed: Embed) -> Lab
                        [f"{r.question.strip()} => {r.answer.strip()}" for r in rows])
 
 
-def fit_member(lm, task: Task, rows: list[LookRow], spec: SecondLookSpec, args: BuildVerifierArgs,
-               embed: Embed) -> DocumentVerifier:
-    """Alg. 1–3 on the pool rows halved in plan order into D_tr / D_ca (the pool is the task's seeded shuffle)."""
+def halves(rows: list[LookRow]) -> dict[str, list[LookRow]]:
+    """The pool rows halved in plan order into D_tr / D_ca (the pool is the task's seeded shuffle); a DataError
+    when a half has fewer than ``MIN_PER_CLASS`` answers of a class."""
     pool = [r for r in rows if r.split == "pool"]
-    halves = {"training": pool[: len(pool) // 2], "calibration": pool[len(pool) // 2:]}
-    for name, part in halves.items():
+    out = {"training": pool[: len(pool) // 2], "calibration": pool[len(pool) // 2:]}
+    for name, part in out.items():
         counts = np.bincount([r.label for r in part], minlength=2)
         if counts.min() < MIN_PER_CLASS:
             raise DataError(f"the {name} half has {counts[1]} right and {counts[0]} wrong answers; the estimator needs "
                             f"at least {MIN_PER_CLASS} of each: raise --limit or --per-task (the answered questions "
                             "are kept in the cache, and the larger build reuses them)", field="--limit")
+    return out
+
+
+def fit_member(lm, task: Task, rows: list[LookRow], spec: SecondLookSpec, args: BuildVerifierArgs,
+               embed: Embed) -> DocumentVerifier:
+    """Alg. 1–3 on the pool's halves (:func:`halves`), the input scaled as ``spec`` says."""
+    parts = halves(rows)
     overrides = {"iterations": args.iterations, "epochs": args.epochs, "estimator": args.estimator}
     config = FitConfig(seed=args.seed, input_scaling=spec.input_scaling, **{k: v for k, v in overrides.items() if v})
-    source = {"kind": "second_look", "tasks": [task.name], "per_task": {task.name: len(pool)}, "model": lm.name,
+    source = {"kind": "second_look", "tasks": [task.name], "model": lm.name,
+              "per_task": {task.name: len(parts["training"]) + len(parts["calibration"])},
               "labels": "the model's greedy answers, right (1) or not (0) by label_open_answer",
               "second_look": spec.to_dict()}
     verifier = DocumentVerifier.fit_features(
         dict(lm.fingerprint, name=lm.name, source=getattr(lm, "source", None)),
-        labelled(halves["training"], spec, embed), labelled(halves["calibration"], spec, embed), config,
+        labelled(parts["training"], spec, embed), labelled(parts["calibration"], spec, embed), config,
         recipe=FeatureRecipe(delimiter=task.delimiter, system=task.system), source=source, progress=args.progress,
         second_look=spec)
     verifier.tasks = [task.summary()]
@@ -237,6 +245,9 @@ def build_second_look(args: BuildVerifierArgs, spec: SecondLookSpec, *, embed: E
     if generated:
         log(f"answered {generated} questions with {spec.k} drawn answers each in {answer_seconds:.1f} s "
             f"({answer_seconds / generated:.2f} s per question); {len(rows) - generated} from {path}")
+    else:
+        log(f"all {len(rows)} questions from {path}")
+    halves(rows)  # too few answers of a class: say so before MiniLM loads
     if embed is None:
         from mlx_sdm.lm.minilm import load_minilm
 
