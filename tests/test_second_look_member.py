@@ -191,3 +191,26 @@ def test_the_command_answers_then_says_when_a_build_is_too_small(tiny_folder, tm
     assert len(cached) == 1 and len(read_rows(cached[0])) == 3
     assert command.main(argv) == 1  # the rerun answers nothing
     assert f"all 3 questions from {cached[0]}" in capsys.readouterr().err
+
+
+def test_a_suite_with_a_second_look_member_routes_open_questions_to_it(built, tmp_path):
+    """The member placed as a verifier's members/open_questions: the spec and the judge are the member's, the
+    verifier's own tasks are judged from their states as before."""
+    import shutil
+
+    from tests.tiny_verifier import build_tiny_verifier, tiny_features, tiny_loaded_model
+
+    root, *_, first, _ = built
+    suite = build_tiny_verifier(tmp_path / "suite")
+    shutil.copytree(root / "member", suite / "members" / OPEN_QUESTIONS)
+    verifier = DocumentVerifier.load(suite)
+    assert verifier.second_look_spec(OPEN_QUESTIONS) == SPEC and verifier.second_look_spec(None) is None
+    row = first.rows[0]
+    look = SPEC.look(row.question, row.answer, row.answer_logprobs, row.drawn)
+    verdict = verifier.judge_second_look(row.features, look, embed, task=OPEN_QUESTIONS)
+    member = verifier.members[OPEN_QUESTIONS]
+    assert verdict.task == OPEN_QUESTIONS and verdict.alpha == member.estimator.alpha
+    assert verdict.lean == member.lean_for(OPEN_QUESTIONS, int(verdict.verdict.prediction))
+    lm = tiny_loaded_model()
+    own = verifier.judge(tiny_features(lm, [("Paris is the capital of France.", '{"correctness": true}', 1)])[0])
+    assert own.task is None and own.verdict is not None
