@@ -214,3 +214,27 @@ def test_a_suite_with_a_second_look_member_routes_open_questions_to_it(built, tm
     lm = tiny_loaded_model()
     own = verifier.judge(tiny_features(lm, [("Paris is the capital of France.", '{"correctness": true}', 1)])[0])
     assert own.task is None and own.verdict is not None
+
+
+def test_the_turn_pipelines_path_from_a_generated_answer_to_its_verdict(built):
+    """What the turn pipeline calls: the answer generated with its cache kept, the spec's draw from that cache
+    (sample_from_cache with the spec's settings), the look, and the member's verdict."""
+    from mlx_sdm.lm.prompt import render_prompt
+    from mlx_sdm.lm.sampling import sample_from_cache
+    from mlx_sdm.turn.answer import generate_answer
+    from tests.tiny_verifier import tiny_loaded_model
+
+    member = DocumentVerifier.load(built[0] / "member")
+    lm = tiny_loaded_model()
+    messages = [{"role": "user", "content": "What is the capital of France?"}]
+    answer = generate_answer(lm, messages, max_tokens=12, keep_cache=True, delimiter=member.recipe.delimiter)
+    prompt = render_prompt(lm.tokenizer, messages)
+    drawn = SPEC.draw(lm, answer.cache, prompt)
+    again = sample_from_cache(lm, answer.cache, prompt, k=SPEC.k, temperature=SPEC.temperature, seed=SPEC.seed,
+                              max_tokens=SPEC.max_tokens)
+    assert drawn.k == SPEC.k and drawn.texts == again.texts and drawn.token_ids == again.token_ids
+    look = SPEC.look(messages[0]["content"], answer.text, answer.logprobs, drawn)
+    assert look.answer_logprob == pytest.approx(np.mean(answer.logprobs[: SPEC.max_tokens]), abs=1e-12)
+    verdict = member.judge_second_look(answer.features, look, embed, task=OPEN_QUESTIONS)
+    assert isinstance(verdict, DocumentVerdict) and verdict.verdict is not None
+    assert verdict.admits_nothing == member.estimator.admits_nothing

@@ -147,8 +147,7 @@ def answer_batch(lm, task: Task, chunk: Sequence[tuple[str, TaskItem]], spec: Se
                             samplers=samplers)
     budget = getattr(lm, "max_context", 2048) - task.max_tokens  # the prompt exactly as generate_batch fitted it
     rendered = [list(fit_prompt(lm.tokenizer, p, budget, system=task.system).ids) for p in prompts]
-    drawn = sample_for_prompts(lm, rendered, k=spec.k, temperature=spec.temperature, seed=spec.seed,
-                               max_tokens=spec.max_tokens, forced=[g.tokens[: spec.max_tokens] for g in greedy])
+    drawn = sample_for_prompts(lm, rendered, forced=[g.tokens[: spec.max_tokens] for g in greedy], **spec.sampling())
     rows = []
     for (split, item), answer, (samples, answer_lps) in zip(chunk, greedy, drawn):
         golds, question = tuple(item.gold.answers), item.gold.question

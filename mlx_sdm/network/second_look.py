@@ -23,8 +23,7 @@ answer's hidden-state features, each dimension scaled by its own μ, σ fitted o
 "per_dimension"``, so the six are not drowned by the 2·hidden states).
 
     spec = verifier.second_look_spec(OPEN_QUESTIONS)            # None: no second-look member
-    drawn = sample_from_cache(lm, cache, prompt_ids, k=spec.k, temperature=spec.temperature,
-                              seed=spec.seed, max_tokens=spec.max_tokens)
+    drawn = spec.draw(lm, answer_cache, prompt_ids)               # K answers, one batch from the prompt cache
     look = spec.look(question, answer_text, answer_token_logprobs, drawn)
     verdict = verifier.judge_second_look(answer_features, look, minilm.encode, task=OPEN_QUESTIONS)
 """
@@ -33,17 +32,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from mlx_sdm.calibration.adaptor import SCALING_PER_DIMENSION, SCALINGS
 from mlx_sdm.errors import DataError
-from mlx_sdm.lm.sampling import DEFAULT_SAMPLES, DEFAULT_SEED, DEFAULT_TEMPERATURE
+from mlx_sdm.lm.sampling import DEFAULT_SAMPLES, DEFAULT_SEED, DEFAULT_TEMPERATURE, SampledAnswers, sample_from_cache
 from mlx_sdm.network.tasks.open_label import normalise_words
-
-if TYPE_CHECKING:
-    from mlx_sdm.lm.sampling import SampledAnswers
 
 #: English function words and the verbs a short answer wraps its fact in ("The capital ... is Tokyo").
 FUNCTION_WORDS = frozenset("""
@@ -215,7 +211,16 @@ class SecondLookSpec:
         an unknown key, a wrong type or value, or features this mlx-sdm does not compute."""
         return cls(**_checked(raw, path))
 
-    def look(self, question: str, answer: str, answer_logprobs: Sequence[float], drawn: "SampledAnswers") -> SecondLook:
+    def sampling(self) -> dict[str, Any]:
+        """The drawing settings, as ``sample_from_cache`` and ``sample_for_prompts`` take them."""
+        return {"k": self.k, "temperature": self.temperature, "seed": self.seed, "max_tokens": self.max_tokens}
+
+    def draw(self, lm, cache: Sequence, prompt_ids: Sequence[int]) -> SampledAnswers:
+        """The K answers of a second look, drawn in one batch from the answer's prompt cache (``cache``: its
+        batch-1 mlx-lm KV cache holding the ``prompt_ids`` it was asked with; left as it was)."""
+        return sample_from_cache(lm, cache, prompt_ids, **self.sampling())
+
+    def look(self, question: str, answer: str, answer_logprobs: Sequence[float], drawn: SampledAnswers) -> SecondLook:
         """The :class:`SecondLook` of an answer: its text, the mean log-probability of its first ``max_tokens``
         tokens (``answer_logprobs``: per token, under the untempered model) and the drawn answers."""
         head = [float(v) for v in list(answer_logprobs)[: self.max_tokens]]
