@@ -66,6 +66,10 @@ class BuildVerifierArgs:
     batch: int = CACHE_CHUNK  # answers generated together (and kept per cache file)
     plot: bool = True
     progress: bool = True
+    #: answers drawn per question for a second-look member (app/second_look_build.py); None: no second look
+    second_look: int | None = None
+    #: at most this many questions in all (a second-look build's pool, held-out and shifted in proportion)
+    limit: int | None = None
 
     def pool_size(self, task: str) -> int:
         return self.per_task_sizes.get(task, self.per_task)
@@ -239,13 +243,16 @@ def _build(args: BuildVerifierArgs, tasks: list[Task], started: float, sampler_f
 
 # ------------------------------------------------------------------------------------------ report
 def _rows(verifier: DocumentVerifier, name: str, answered: list[AnsweredItem]) -> tuple[list[str], dict, Evaluation]:
-    documents = [a.document() for a in answered]
-    data = _labelled(documents, answered)
+    return evaluation_rows(verifier, name, _labelled([a.document() for a in answered], answered))
+
+
+def evaluation_rows(verifier: DocumentVerifier, name: str, data: LabelledSet) -> tuple[list[str], dict, Evaluation]:
+    """One row set's Table 1 lines (no-reject and p̂ lower), its report.json record and its evaluation."""
     ev = evaluate(verifier.estimator, data, name)
-    lines, record = [], {"name": name, "size": len(answered)}
-    for label, mask in (("no-reject", np.ones(len(answered), bool)), ("p̂ lower", ev.admitted)):
+    lines, record = [], {"name": name, "size": len(data.labels)}
+    for label, mask in (("no-reject", np.ones(len(data.labels), bool)), ("p̂ lower", ev.admitted)):
         row = table_row(label, ev.labels, ev.predictions, mask, 2)
-        lines.append(f"| {name} ({len(answered)}) | {label} | " + " | ".join(s.markdown() for s in row.strata()) + " |")
+        lines.append(f"| {name} ({len(data.labels)}) | {label} | " + " | ".join(s.markdown() for s in row.strata()) + " |")
         record[label] = [{"accuracy": s.accuracy, "admitted": s.admitted, "total": s.total} for s in row.strata()]
     record["calibrated"] = table_row("p", ev.labels, ev.predictions, ev.admitted, 2).calibrated(verifier.estimator.alpha)
     record["adaptor_accuracy"], record["logistic_accuracy"] = ev.adaptor_accuracy, ev.logistic_regression_accuracy

@@ -14,8 +14,11 @@ from mlx_sdm.app.build_verifier import (
     build_verifier,
     describe,
 )
+from mlx_sdm.app.second_look_build import build_second_look
+from mlx_sdm.app.second_look_build import describe as describe_second_look
 from mlx_sdm.commands.arguments import CommandParser, non_negative_int, positive_int, whole_number
 from mlx_sdm.errors import MlxSdmError
+from mlx_sdm.network.second_look import DEFAULT_K, SecondLookSpec
 
 DEFAULT_MODEL = "smollm2"
 DEFAULT_BATCH = 16
@@ -42,10 +45,22 @@ prompts with the gold answer (y = 1) or, by a seeded Bernoulli(0.5) draw, anothe
 The file holds every setting of the build (model, tasks, pool and test sizes, seed, fit settings)
 and is kept beside the weights as recipe.json, so the build can be run again from any install.
 
+A second look (--second-look K, open questions only) draws K more answers to each everyday question
+from the same prompt, in one batch, and fits the verifier on what they show beside the answer's states:
+whether they repeat the answer's facts (lexical and MiniLM agreement), their spread and the answers'
+log-probabilities (docs/verifiers.md, "The second look"). The questions' rows are appended to a JSONL
+file in DIR.cache: a stopped build resumes, and a larger --limit reuses a smaller one's questions.
+Where Alg. 3 finds no region the verifier is saved all the same, verifies nothing, and the report
+says so.
+
 examples:
   mlx-sdm build-verifier --out my-verifier                                # embedded SmolLM2, whole suite
   mlx-sdm build-verifier --tasks open_questions --per-task 1400 --eval-size 300 --batch 32 --out open-v
                                                    # everyday questions, answered as the chat answers them
+  mlx-sdm build-verifier --model phi-3.5 --tasks open_questions --second-look --out phi35-open
+                                                   # everyday questions judged from 6 drawn answers
+  mlx-sdm build-verifier --tasks open_questions --second-look 6 --limit 40 --out look-small
+                                                   # a small build: 40 questions in all
   mlx-sdm build-verifier --recipe weights/smollm2-suite/recipe.json --out suite   # the shipped default
   mlx-sdm build-verifier --model phi-3.5 --per-task 300 --out phi35-verifier
   mlx-sdm build-verifier --model path/to/mlx_model --tasks sentiment,my_task.jsonl --out v
@@ -80,6 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--estimator", choices=("v1", "v2"), default=None,
                    help="v1 = the paper's estimator, v2 = the canonical one (default: mlx-sdm train's default)")
     p.add_argument("--no-plot", action="store_true", help="skip reliability.png")
+    p.add_argument("--second-look", nargs="?", const=DEFAULT_K, default=None, type=positive_int, metavar="K",
+                   help=f"judge open questions from K answers drawn beside each answer (K default {DEFAULT_K} when "
+                        "the flag has no value; with --tasks open_questions)")
+    p.add_argument("--limit", type=positive_int, default=None, metavar="N",
+                   help="a --second-look build of at most N questions in all (pool, held-out and shifted in "
+                        "proportion): a small build, or a measurement of its time")
     p.add_argument("--recipe", type=Path, default=None, metavar="FILE",
                    help="build from constructed documents with the settings in FILE (a recipe.json, or a verifier "
                         "folder holding one); the other build options then come from the file")
@@ -117,15 +138,40 @@ def parse_args(argv: list[str] | None) -> BuildVerifierArgs:
     return BuildVerifierArgs(out=args.out, model=args.model, tasks=tasks, per_task=args.per_task,
                              eval_size=args.eval_size, max_tokens=args.max_tokens, cache_dir=args.cache_dir,
                              quantized=args.quantized, seed=args.seed, iterations=args.iterations,
-                             epochs=args.epochs, estimator=args.estimator, plot=not args.no_plot, batch=args.batch)
+                             epochs=args.epochs, estimator=args.estimator, plot=not args.no_plot, batch=args.batch,
+                             second_look=args.second_look, limit=args.limit)
+
+
+def run_second_look(args: BuildVerifierArgs) -> int:
+    """``--second-look K``: a second-look member for open questions (app/second_look_build.py)."""
+    try:
+        result = build_second_look(args, SecondLookSpec(k=args.second_look),
+                                   log=lambda line: print(line, file=sys.stderr))
+    except MlxSdmError as exc:
+        print(f"mlx-sdm build-verifier: {exc}", file=sys.stderr)
+        return 1
+    print(result.report)
+    print(describe_second_look(result))
+    print(f"wrote {args.out} (report.md, report.json, lean.json{'' if not args.plot else ', reliability.png'})")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     namespace = parser.parse_args(argv)
+    if namespace.recipe is not None and (namespace.second_look or namespace.limit):
+        print("mlx-sdm build-verifier: --second-look and --limit build from the model's own answers, not from a "
+              "recipe; leave out --recipe", file=sys.stderr)
+        return 2
     if namespace.recipe is not None:
         return run_recipe(namespace, parser)
     args = parse_args(argv)
+    if args.limit and not args.second_look:
+        print("mlx-sdm build-verifier: --limit sizes a --second-look build; give --second-look, or size the "
+              "build with --per-task and --eval-size", file=sys.stderr)
+        return 2
+    if args.second_look:
+        return run_second_look(args)
     try:
         result = build_verifier(args, log=lambda line: print(line, file=sys.stderr))
     except MlxSdmError as exc:

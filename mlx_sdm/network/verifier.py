@@ -4,6 +4,8 @@
     verdict = verifier.verify_features(result.features)      # after generate_with_features
     verdict = verifier.verify_text(lm, prompt, completion)   # force-decoded
     judged = verifier.judge(features)                         # DocumentVerdict: verified / not verified / out of scope
+    spec = verifier.second_look_spec(task)                    # a second-look member's SecondLookSpec, else None
+    judged = verifier.judge_second_look(features, look, embed, task=task)   # network/second_look.py
     verifier.save("weights/smollm2-fever"); DocumentVerifier.load(dir, expect_fingerprint=lm.fingerprint)
 
 A verifier records the fingerprint of the model whose hidden states it was built on, and the
@@ -45,6 +47,8 @@ from mlx_sdm.network.coverage import (
     match_instruction,
     read_coverage,
 )
+from mlx_sdm.network.second_look import SECOND_LOOK_KEY, SECOND_LOOK_LAYOUT, Embed, SecondLook, SecondLookSpec, \
+    second_look_inputs
 from mlx_sdm.network.question_router import NO_ANSWER_KIND, OPEN_KIND, QuestionRouter
 from mlx_sdm.network.task_asking import document_label, payload_of, task_question
 
@@ -152,7 +156,7 @@ class DocumentVerifier:
     def __init__(self, estimator: SDMEstimator, model_fingerprint: dict[str, Any], recipe: FeatureRecipe | None = None,
                  info: dict[str, Any] | None = None, tasks: list[dict[str, Any]] | None = None,
                  members: dict[str, "DocumentVerifier"] | None = None, router: QuestionRouter | None = None,
-                 leans: dict[str, dict[int, Lean]] | None = None):
+                 leans: dict[str, dict[int, Lean]] | None = None, second_look: SecondLookSpec | None = None):
         self.estimator = estimator
         self.model_fingerprint = dict(model_fingerprint)
         self.info = dict(info or {})
@@ -165,6 +169,8 @@ class DocumentVerifier:
         self.router = router
         #: per task (ANY_TASK for one task), how much its lean toward right (1) and wrong (0) is worth (network/lean.py)
         self.leans = dict(leans or {})
+        #: a second-look member's spec (network/second_look.py): its estimator reads [agreement; states]
+        self.second_look = second_look
 
     @property
     def judges_open_questions(self) -> bool:
@@ -229,13 +235,15 @@ class DocumentVerifier:
     @classmethod
     def fit_features(cls, lm_fingerprint: dict[str, Any], train: LabelledSet, calibration: LabelledSet,
                      config: FitConfig | None = None, *, recipe: FeatureRecipe | None = None,
-                     source: dict | None = None, progress: Any = None) -> "DocumentVerifier":
-        expected = 2 * int(lm_fingerprint["hidden_size"])
+                     source: dict | None = None, progress: Any = None,
+                     second_look: SecondLookSpec | None = None) -> "DocumentVerifier":
+        """Alg. 1–3 on features already taken; ``second_look``: the rows are :func:`second_look_inputs`."""
+        expected = _input_dim(lm_fingerprint, second_look)
         if train.dim != expected:
             raise DataError(f"features have width {train.dim}; this model's document features have width {expected}",
                             field="embedding")
         estimator = SDMEstimator.fit(train, calibration, config, source=source, progress=progress)
-        return cls(estimator, lm_fingerprint, recipe)
+        return cls(estimator, lm_fingerprint, recipe, second_look=second_look)
 
     @classmethod
     def fit(cls, lm, train: Sequence[VerificationDocument], calibration: Sequence[VerificationDocument],
@@ -262,8 +270,29 @@ class DocumentVerifier:
         """The verdict with its user-facing state (verified / not verified / out of scope); ``task``: the
         task of this verifier the question was routed to (:meth:`route`), None when unrouted; ``route``:
         how it was routed (the verdict's sentence says so)."""
-        return self.document_verdict(self.member_for(task).verify_features(features, explain=explain), task=task,
-                                     route=route)
+        judge = self.member_for(task)
+        if judge.second_look is not None:
+            raise DataError(f"the {task or 'verifier'} member judges from a second look (K drawn answers beside the "
+                            "answer): call judge_second_look with them", field="second_look")
+        return self.document_verdict(judge.verify_features(features, explain=explain), task=task, route=route)
+
+    def second_look_spec(self, task: str | None) -> SecondLookSpec | None:
+        """How the verifier judging ``task`` wants its second look drawn (K, temperature, tokens, seed); None when
+        it judges from the answer's own states alone (every verifier without a second-look member)."""
+        return self.member_for(task).second_look
+
+    def judge_second_look(self, features: np.ndarray | DocumentFeatures, look: SecondLook, embed: Embed,
+                          explain: int = 5, *, task: str | None, route: TaskRoute | None = None) -> DocumentVerdict:
+        """The verdict of an answer routed to ``task`` from its second look (network/second_look.py): the answer's
+        state features ``[mean(h); h_delimiter]``, ``look`` (:meth:`SecondLookSpec.look` of the answers drawn
+        with :meth:`second_look_spec`'s settings) and ``embed`` (MiniLM's unit-norm sentence embeddings)."""
+        judge = self.member_for(task)
+        if judge.second_look is None:
+            raise DataError(f"the verifier judging {task or 'this answer'} reads no second look; call judge",
+                            field="second_look")
+        states = features.vector if isinstance(features, DocumentFeatures) else np.asarray(features, np.float32)
+        row = second_look_inputs([look], states.reshape(1, -1), embed)[0]
+        return self.document_verdict(judge.verify_features(row, explain=explain), task=task, route=route)
 
     def document_verdict(self, verdict: Verdict, *, task: str | None, route: TaskRoute | None = None) -> DocumentVerdict:
         """The estimator's verdict of an answer routed to ``task`` as the user-facing :class:`DocumentVerdict`: the
@@ -299,8 +328,10 @@ class DocumentVerifier:
             "feature": {"delimiter": self.recipe.delimiter, "system": self.recipe.system,
                         "task_systems": [list(pair) for pair in self.recipe.task_systems],
                         "task_names": list(self.recipe.task_names or task_names_for(self.recipe.task_systems, self.tasks)),
-                        "dim": self.estimator.input_dim, "layout": "[mean(h_0..h_k); h_k], h = final RMSNorm output"},
+                        "dim": self.estimator.input_dim,
+                        "layout": SECOND_LOOK_LAYOUT if self.second_look else "[mean(h_0..h_k); h_k], h = final RMSNorm output"},
             "info": self.info,
+            **({SECOND_LOOK_KEY: self.second_look.to_dict()} if self.second_look else {}),
             **({"tasks": self.tasks} if self.tasks else {}),
         }
 
@@ -333,7 +364,9 @@ class DocumentVerifier:
         fingerprint = manifest["model_fingerprint"]
         if expect_fingerprint is not None:
             check_fingerprint(fingerprint, expect_fingerprint, where=str(directory))
-        estimator = SDMEstimator.load(directory / ESTIMATOR_DIR, expect_input_dim=2 * int(fingerprint["hidden_size"]))
+        second_look = SecondLookSpec.from_dict(manifest[SECOND_LOOK_KEY], str(path)) if SECOND_LOOK_KEY in manifest \
+            else None
+        estimator = SDMEstimator.load(directory / ESTIMATOR_DIR, expect_input_dim=_input_dim(fingerprint, second_look))
         feature = manifest.get("feature", {})
         task_systems = tuple((str(p), s) for p, s in feature.get("task_systems", []))
         tasks = manifest.get("tasks") if isinstance(manifest.get("tasks"), list) else None
@@ -344,9 +377,17 @@ class DocumentVerifier:
                                task_systems=task_systems, task_names=names)
         members = {p.name: cls.load(p, expect_fingerprint) for p in sorted((directory / MEMBERS_DIR).glob("*"))
                    if (p / VERIFIER_MANIFEST).is_file()}
-        verifier = cls(estimator, fingerprint, recipe, manifest.get("info"), tasks, members, leans=load_leans(directory))
+        verifier = cls(estimator, fingerprint, recipe, manifest.get("info"), tasks, members, leans=load_leans(directory),
+                       second_look=second_look)
         verifier.router = default_router_for(verifier)
         return verifier
+
+
+def _input_dim(fingerprint: dict[str, Any], second_look: SecondLookSpec | None) -> int:
+    """The estimator input width of a verifier on this model: its document features ``[mean(h); h_k]``, with a
+    second look's agreement features before them."""
+    states = 2 * int(fingerprint["hidden_size"])
+    return second_look.input_dim(states) if second_look is not None else states
 
 
 def default_router_for(verifier: DocumentVerifier) -> QuestionRouter | None:
