@@ -238,3 +238,67 @@ def test_the_turn_pipelines_path_from_a_generated_answer_to_its_verdict(built):
     verdict = member.judge_second_look(answer.features, look, embed, task=OPEN_QUESTIONS)
     assert isinstance(verdict, DocumentVerdict) and verdict.verdict is not None
     assert verdict.admits_nothing == member.estimator.admits_nothing
+
+
+@pytest.fixture(scope="module")
+def looking_pipeline(built, tmp_path_factory):
+    """The turn pipeline over a verifier whose open-question member reads a second look (every question it
+    gets is an everyday one: it has no task instructions and no router)."""
+    import shutil
+
+    from mlx_sdm.turn.pipeline import TurnPipeline
+    from mlx_sdm.turn.values import TurnComponents
+    from tests.tiny_verifier import build_tiny_verifier, tiny_loaded_model
+
+    suite = build_tiny_verifier(tmp_path_factory.mktemp("looking") / "suite")
+    shutil.copytree(built[0] / "member", suite / "members" / OPEN_QUESTIONS)
+    verifier = DocumentVerifier.load(suite)
+    return TurnPipeline(TurnComponents(lm=tiny_loaded_model(), verifier=verifier, verifier_path=str(suite)))
+
+
+QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def test_a_chat_turn_takes_its_second_look_between_the_answer_and_the_verdict(looking_pipeline):
+    """The turn yields CheckingAnswers(K) after the answer and before its verdict; the verdict is the member's on
+    the look drawn from the answer's own cache; an answer made elsewhere is judged by the same member from a look
+    drawn for it (the draws equal the chat's: tests/test_second_look_sampling.py); --no-second-look leaves the
+    answer token for token and says no judgement was made."""
+    from mlx_sdm.network.verdict import REASON_SECOND_LOOK_OFF, VerdictStatus
+    from mlx_sdm.turn.values import AnswerComplete, AnswerVerdict, CheckingAnswers, TurnOptions, TurnRequest
+
+    options = TurnOptions(max_tokens=12, enable_p_true=False, generate_reflection=False)
+    items = list(looking_pipeline.stream(TurnRequest(QUESTION, options)))
+    kinds = [type(i) for i in items]
+    assert kinds.index(AnswerComplete) < kinds.index(CheckingAnswers) < kinds.index(AnswerVerdict)
+    assert next(i for i in items if isinstance(i, CheckingAnswers)).k == SPEC.k
+    outcome = items[-1]
+    assert outcome.verdict.task == OPEN_QUESTIONS and outcome.verdict.verdict is not None
+    member = looking_pipeline.components.verifier.members[OPEN_QUESTIONS]
+    assert outcome.verdict.alpha == member.estimator.alpha and outcome.verdict.admits_nothing == member.estimator.admits_nothing
+
+    # an answer made elsewhere (/v1/verify): its second look is drawn and read by the same member
+    elsewhere = looking_pipeline.judge_text(TurnRequest(QUESTION, options), "Paris is the capital of France.")
+    assert elsewhere.verdict.task == OPEN_QUESTIONS and elsewhere.verdict.verdict is not None
+
+    off = looking_pipeline.run(TurnRequest(QUESTION, TurnOptions(max_tokens=12, enable_p_true=False,
+                                                                 generate_reflection=False, second_look=False)))
+    assert off.text == outcome.text and off.token_ids == outcome.token_ids  # the answer is the plain model's
+    assert off.verdict.reason == REASON_SECOND_LOOK_OFF and off.verdict.status is VerdictStatus.NOT_VERIFIED
+    assert off.words.badge == "? not verified · second look off" and "--no-second-look" in off.words.sentence
+
+
+def test_the_default_verifier_takes_no_second_look():
+    """The shipped default reads no second look: a turn yields no CheckingAnswers (the chat is unchanged)."""
+    from mlx_sdm.turn.pipeline import TurnPipeline
+    from mlx_sdm.turn.values import CheckingAnswers, TurnComponents, TurnOptions, TurnRequest
+    from tests.tiny_verifier import build_tiny_verifier, tiny_loaded_model
+
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        verifier = DocumentVerifier.load(build_tiny_verifier(Path(tmp) / "v"))
+        pipeline = TurnPipeline(TurnComponents(lm=tiny_loaded_model(), verifier=verifier))
+        items = list(pipeline.stream(TurnRequest(QUESTION, TurnOptions(max_tokens=6, enable_p_true=False))))
+    assert not any(isinstance(i, CheckingAnswers) for i in items) and items[-1].verdict is not None

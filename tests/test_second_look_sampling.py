@@ -125,3 +125,16 @@ def test_auq_reads_the_shared_answers_first_then_draws_more_in_one_batch_from_th
     again = sample_from_cache(lm, answer.cache, prompt, k=2, temperature=sampler.temperature,
                               seed=AUQ_SAMPLE_SEED + 3, max_tokens=sampler.max_tokens).texts
     assert more == list(again) and sampler.drawn == first + more
+
+
+def test_an_answer_made_elsewhere_gets_the_chats_draws_and_its_own_log_probabilities(answered):
+    """/v1/verify's second look (sample_after_answer: the prompt and the answer read in one prefill) draws the
+    answers the chat drew from its generation cache with the same seed, and reads the answer's log-probs as the
+    generation gave them."""
+    from mlx_sdm.lm.sampling import sample_after_answer
+
+    lm, answer, prompt = answered
+    chat = sample_from_cache(lm, answer.cache, prompt, k=4, seed=5, max_tokens=8)
+    drawn, logprobs = sample_after_answer(lm, prompt, answer.token_ids, k=4, seed=5, max_tokens=8)
+    assert drawn.texts == chat.texts and drawn.token_ids == chat.token_ids
+    np.testing.assert_allclose(logprobs, answer.logprobs, atol=FLOAT32_TOLERANCE, rtol=0)

@@ -156,6 +156,35 @@ async def test_the_badge_says_answering_then_verifying_then_the_verdict(store, e
     assert bubble.badge.resolved
 
 
+async def test_a_second_look_says_how_many_more_answers_it_checks(store, engine, monkeypatch):
+    """With a verifier that takes a second look, the badge goes answering → verifying → checking K more answers →
+    the verdict (the member's judgement is stood in for by the verifier's own, on the same features)."""
+    from mlx_sdm.network.second_look import SecondLookSpec
+    from mlx_sdm.network.verifier import DocumentVerifier
+    from tui.widgets.verdict_badge import checking_text
+
+    def judge_second_look(self, features, look, embed, explain=5, *, task, route=None):
+        assert len(look.drawn) == 2  # the K answers the turn drew
+        return self.document_verdict(self.member_for(task).verify_features(features, explain), task=task, route=route)
+
+    monkeypatch.setattr(DocumentVerifier, "second_look_spec", lambda self, task: SecondLookSpec(k=2, max_tokens=4))
+    monkeypatch.setattr(DocumentVerifier, "judge_second_look", judge_second_look)
+    shown: list[str] = []
+    update = VerdictBadge.update
+
+    def updated(self, *args, **kwargs):
+        update(self, *args, **kwargs)
+        shown.append(str(self.render()))
+
+    monkeypatch.setattr(VerdictBadge, "update", updated)
+    app = SdmChatApp(engine=engine, store=store)
+    async with app.run_test(size=SIZE) as pilot:
+        bubble = await send(pilot, app, CLAIM)
+    words = [w for i, w in enumerate(shown) if i == 0 or w != shown[i - 1]]
+    assert words[-3:] == [VERIFYING, checking_text(2), str(bubble.badge.render())], words
+    assert checking_text(2) == "… verifying · checking 2 more answers" and bubble.badge.resolved
+
+
 async def test_the_chat_draws_and_takes_a_message_before_the_model_has_loaded(store, verifier_dir):
     release = threading.Event()
     load = tiny_components(verifier_dir)

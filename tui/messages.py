@@ -19,7 +19,7 @@ from mlx_sdm.executor.events import EngineItem, EngineState, PrefillProgress, Su
 from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.turn.escalation import Escalation
-from mlx_sdm.turn.values import AnswerComplete, AnswerVerdict, TurnOutcome
+from mlx_sdm.turn.values import AnswerComplete, AnswerVerdict, CheckingAnswers, TurnOutcome
 
 
 @dataclass
@@ -36,6 +36,14 @@ class AnswerVerifying(Message):
 
     ref: TurnRef
     complete: AnswerComplete
+
+
+@dataclass
+class SecondLookStarted(Message):
+    """The verifier is taking a second look: the model draws ``checking.k`` more answers (its verdict comes next)."""
+
+    ref: TurnRef
+    checking: CheckingAnswers
 
 
 @dataclass
@@ -94,7 +102,8 @@ class PrefillProgressed(Message):
 
 #: The message class of each item type the engine hands its listeners.
 MESSAGE_FOR_ITEM: dict[type, type[Message]] = {
-    TokenPiece: TokenArrived, AnswerComplete: AnswerVerifying, AnswerVerdict: VerdictReady, MonitorReading: MonitorRead,
+    TokenPiece: TokenArrived, AnswerComplete: AnswerVerifying, CheckingAnswers: SecondLookStarted,
+    AnswerVerdict: VerdictReady, MonitorReading: MonitorRead,
     Escalation: Escalated, TurnOutcome: TurnFinished, TurnFailed: EngineFailed, SupportChange: SupportChanged,
     EngineState: EngineStatus, PrefillProgress: PrefillProgressed,
 }

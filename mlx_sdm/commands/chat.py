@@ -196,7 +196,7 @@ def _plain_turn(engine, session_id: str, text: str, *, resume: bool, out, prefil
     from mlx_sdm.lm.pieces import TokenPiece
     from mlx_sdm.monitor.online.auq_escalation import EscalationAction
     from mlx_sdm.turn.escalation import Escalation
-    from mlx_sdm.turn.values import TurnOutcome
+    from mlx_sdm.turn.values import CheckingAnswers, TurnOutcome
 
     logged: list[str] = []
     items, interrupted = engine.stream(session_id, text, resume=resume), False
@@ -209,6 +209,8 @@ def _plain_turn(engine, session_id: str, text: str, *, resume: bool, out, prefil
                 prefill_progress(item.done, item.total)
             elif isinstance(item, TokenPiece) and item.phase == "answer":
                 out(item.text, end="")
+            elif isinstance(item, CheckingAnswers):
+                out(f"\n  (checking {item.k} more answers: the verifier's second look)", end="")
             elif isinstance(item, Escalation) and item.action is EscalationAction.PROCEED_WITH_LOG:
                 logged.append(item.message)
             elif isinstance(item, TurnOutcome):

@@ -101,6 +101,34 @@ def sample_from_cache(lm, cache: Sequence, prompt_ids: Sequence[int], *, k: int 
     return _answers(lm, rows, time.perf_counter() - tic)
 
 
+def sample_after_answer(lm, prompt_ids: Sequence[int], answer_ids: Sequence[int], *, k: int = DEFAULT_SAMPLES,
+                        temperature: float = DEFAULT_TEMPERATURE, seed: int = DEFAULT_SEED,
+                        max_tokens: int = ANSWER_HEAD_TOKENS) -> tuple[SampledAnswers, tuple[float, ...]]:
+    """The second look of an answer made elsewhere, drawn as the chat draws it for its own answer: the prompt
+    and the answer are read in one prefill (its KV cache is what generating the answer would have left), the
+    answer's per-token log-probabilities are read off that pass (under the untempered model, as the chat's
+    are), and ``k`` answers are drawn from the cache with :func:`sample_from_cache` (same prompt, same seed:
+    the chat's draws, up to float32 rounding)."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from mlx_sdm.lm.generation import default_head
+    from mlx_sdm.lm.prefill import prefill_hidden
+
+    prompt_ids, answer_ids = list(prompt_ids), list(answer_ids)
+    if len(prompt_ids) < 2:
+        raise DataError("the second look needs a prompt of at least two tokens", field="prompt")
+    cache = make_prompt_cache(lm.model)
+    hidden = prefill_hidden(lm.model, prompt_ids + answer_ids, cache)  # [1, L, D]
+    logprobs: tuple[float, ...] = ()
+    if answer_ids:  # position i predicts token i + 1: the answer's tokens are predicted from len(prompt) - 1 on
+        start = len(prompt_ids) - 1
+        scores = _log_softmax(default_head(lm.model)(hidden[:, start:start + len(answer_ids), :]))[0]
+        picked = mx.take_along_axis(scores, mx.array(answer_ids, dtype=mx.int32)[:, None], axis=-1)[:, 0]
+        logprobs = tuple(float(v) for v in picked.tolist())
+    drawn = sample_from_cache(lm, cache, prompt_ids, k=k, temperature=temperature, seed=seed, max_tokens=max_tokens)
+    return drawn, logprobs
+
+
 def sample_for_prompts(lm, prompts: Sequence[Sequence[int]], *, k: int = DEFAULT_SAMPLES,
                        temperature: float = DEFAULT_TEMPERATURE, seed: int = DEFAULT_SEED,
                        max_tokens: int = ANSWER_HEAD_TOKENS, forced: Sequence[Sequence[int]] | None = None

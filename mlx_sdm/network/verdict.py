@@ -45,8 +45,11 @@ REASON_NOT_A_TASK = "not_a_task"
 REASON_EMPTY_ANSWER = "empty_answer"
 #: No estimator judgement: the question router reads the message as having no checkable answer.
 REASON_NO_CHECKABLE_ANSWER = "no_checkable_answer"
+#: No estimator judgement: the member that judges this answer reads a second look, which was turned off.
+REASON_SECOND_LOOK_OFF = "second_look_off"
 VERDICT_REASONS = (REASON_OUT_OF_DISTRIBUTION, REASON_BELOW_THRESHOLD, REASON_INDEX_FLIPPED,
-                   REASON_PREDICTED_UNACCEPTABLE, REASON_NOT_A_TASK, REASON_EMPTY_ANSWER, REASON_NO_CHECKABLE_ANSWER)
+                   REASON_PREDICTED_UNACCEPTABLE, REASON_NOT_A_TASK, REASON_EMPTY_ANSWER, REASON_NO_CHECKABLE_ANSWER,
+                   REASON_SECOND_LOOK_OFF)
 #: Why a judged answer is queued for review when its verifier admits no answer at all (Alg. 3 found no
 #: region): the estimator's own reason code would name a detail that says nothing about this answer.
 REASON_ADMITS_NOTHING = "admits_nothing"
@@ -133,7 +136,7 @@ class DocumentVerdict:
     coverage: VerifierCoverage = field(default_factory=VerifierCoverage)
     #: the verifier's task the question was routed to (TaskRoute.task); None = unrouted / single-task
     task: str | None = None
-    unjudged: str | None = None  # REASON_NOT_A_TASK | REASON_NO_CHECKABLE_ANSWER | REASON_EMPTY_ANSWER
+    unjudged: str | None = None  # REASON_NOT_A_TASK | REASON_NO_CHECKABLE_ANSWER | REASON_EMPTY_ANSWER | REASON_SECOND_LOOK_OFF
     route: TaskRoute | None = None  # how the question was routed (None: not recorded)
     #: the judging estimator found no high-probability region (Alg. 3 failed): it admits no answer at all
     admits_nothing: bool = False
@@ -207,7 +210,8 @@ class DocumentVerdict:
         coverage = coverage or read_coverage({"tasks": data.get("covers") or [], "info": {"task": data.get("built_on")}})
         route = _route_from(data.get("route"))
         if data.get("prediction") is None:
-            unjudged = data.get("reason") if data.get("reason") in UNJUDGED_OUT_OF_SCOPE + (REASON_EMPTY_ANSWER,) else \
+            unjudged = data.get("reason") if data.get("reason") in UNJUDGED_OUT_OF_SCOPE + (
+                REASON_EMPTY_ANSWER, REASON_SECOND_LOOK_OFF) else \
                 REASON_NOT_A_TASK
             return cls(None, alpha, coverage, data.get("task"), unjudged, route)
         from mlx_sdm.calibration.row_verdict import Exemplar, Verdict
@@ -421,6 +425,11 @@ def verdict_words(verdict: DocumentVerdict | None, *, no_verifier_reason: str | 
     if verdict.verdict is None and verdict.unjudged == REASON_EMPTY_ANSWER:
         return VerdictWords(status, "✘ not verified · empty answer",
                             "Not verified: the model produced an empty answer; there is nothing to verify.")
+    if verdict.verdict is None and verdict.unjudged == REASON_SECOND_LOOK_OFF:
+        return VerdictWords(status, "? not verified · second look off",
+                            "Not verified: this verifier judges an everyday answer from more answers the model draws to "
+                            "the same question (the second look), which is turned off, so it makes no judgement; "
+                            "without --no-second-look it would.")
     if verdict.verdict is None and verdict.unjudged == REASON_NO_CHECKABLE_ANSWER:
         return VerdictWords(status, "○ out of scope · no checkable answer",
                             "Out of scope: this message has no short answer that can be checked (the question router "

@@ -57,7 +57,13 @@ import numpy as np
 from mlx_sdm.errors import DataError
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.coverage import RouteKind, TaskRoute, match_instruction
-from mlx_sdm.network.verdict import REASON_EMPTY_ANSWER, REASON_NO_CHECKABLE_ANSWER, REASON_NOT_A_TASK, DocumentVerdict
+from mlx_sdm.network.verdict import (
+    REASON_EMPTY_ANSWER,
+    REASON_NO_CHECKABLE_ANSWER,
+    REASON_NOT_A_TASK,
+    REASON_SECOND_LOOK_OFF,
+    DocumentVerdict,
+)
 from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.lm.prompt import FittedPrompt, fit_prompt
 from mlx_sdm.turn.answer import GeneratedAnswer, PrefixCache, TopLogprobs, settle_prefix, stream_answer
@@ -69,6 +75,7 @@ from mlx_sdm.turn.values import (
     TurnComponents,
     TurnItem,
     AnswerComplete,
+    CheckingAnswers,
     TurnOptions,
     TurnOutcome,
     TurnPlan,
@@ -82,6 +89,8 @@ from mlx_sdm.turn.values import (
 
 if TYPE_CHECKING:
     from mlx_sdm.lm.generation import Head
+    from mlx_sdm.lm.sampling import SampledAnswers
+    from mlx_sdm.network.second_look import SecondLookSpec
 
 #: on_prefill(done, total): the answer prompt's new tokens prefilled so far (mlx-lm's prompt_progress_callback)
 PrefillCallback = Callable[[int, int], None]
@@ -217,12 +226,18 @@ class TurnPipeline:
         if plan.judge:  # the verifier reads the answer now (force-decoding it when the model saw more)
             yield AnswerComplete(len(gen.token_ids))
         features = gen.features if plan.judged_is_generated else None
-        verdict, why = self._judge(plan, features, gen.text, options)
+        drawn = None
+        spec = self._second_look_spec(plan, options)
+        if spec is not None and gen.text:  # the second look: K more answers from the answer's own prompt cache
+            yield CheckingAnswers(spec.k)
+            drawn = self._draw_from_cache(spec, gen)
+        verdict, why = self._judge(plan, features, gen.text, options, drawn=drawn, logprobs=gen.logprobs)
         yield AnswerVerdict(verdict, why)
         tool_calls = parse_tool_calls(gen.text)
         reading = None
         if monitor is not None:
-            reading = self._monitor(monitor, plan, gen, tool_calls, verdict, options)
+            reading = self._monitor(monitor, plan, gen, tool_calls, verdict, options,
+                                    shared=drawn.texts if drawn is not None else ())
             yield reading
         kept = settle_prefix(gen.prefix) if options.reuse_cache else None
         gen.release()  # the record goes on without the KV cache (the next turn's is the record's prefix)
@@ -304,12 +319,14 @@ class TurnPipeline:
         return out
 
     # -- the verdict ------------------------------------------------------------------------------
-    def _judge(self, plan: TurnPlan, features: np.ndarray | None, text: str,
-               options: TurnOptions) -> tuple[DocumentVerdict | None, str | None]:
+    def _judge(self, plan: TurnPlan, features: np.ndarray | None, text: str, options: TurnOptions, *,
+               drawn: SampledAnswers | None = None, logprobs: Sequence[float] = ()) -> tuple[DocumentVerdict | None, str | None]:
         """The verdict on one turn's answer as the verifier was built, from the features of exactly
         ``plan.judged`` and the answer (None on a generated turn whose model saw more: read them here), or the
         reason there is none. A question that starts none of a routing verifier's tasks is out of scope with
-        no estimator pass; the task's own support set (its review labels) judges a routed question."""
+        no estimator pass; the task's own support set (its review labels) judges a routed question. A member
+        that reads a second look judges from the K answers drawn (``drawn``, with the answer's per-token
+        ``logprobs``; an answer made elsewhere has neither: they are drawn and read here)."""
         components = self.components
         if components.verifier is None:
             return None, components.unverifiable_reason or "no verifier is loaded"
@@ -323,8 +340,52 @@ class TurnPipeline:
         if features is None or not text:
             return DocumentVerdict(None, coverage=verifier.coverage, task=route.task, unjudged=REASON_EMPTY_ANSWER,
                                    route=route), None
-        return verifier.judge(np.asarray(features, dtype=np.float32), explain=options.explain, task=route.task,
-                              route=route), None
+        features = np.asarray(features, dtype=np.float32)
+        spec = verifier.second_look_spec(route.task)
+        if spec is None:
+            return verifier.judge(features, explain=options.explain, task=route.task, route=route), None
+        if not options.second_look:
+            return DocumentVerdict(None, coverage=verifier.coverage, task=route.task, unjudged=REASON_SECOND_LOOK_OFF,
+                                   route=route), None
+        if drawn is None:
+            drawn, logprobs = self._draw_for_text(plan, text, spec)
+        from mlx_sdm.lm.minilm import load_minilm  # the member's sentence embedder (read once per process)
+
+        look = spec.look(plan.judged[-1]["content"], text, logprobs, drawn)
+        return verifier.judge_second_look(features, look, load_minilm().encode, explain=options.explain,
+                                          task=route.task, route=route), None
+
+    # -- the second look --------------------------------------------------------------------------
+    def _second_look_spec(self, plan: TurnPlan, options: TurnOptions) -> SecondLookSpec | None:
+        """How this turn's judging member draws its second look; None when the turn is not judged, the member
+        reads no second look (the shipped default) or the user turned it off."""
+        verifier = self.components.verifier_for(plan.route.task)
+        if not (plan.judge and options.second_look) or verifier is None:
+            return None
+        return verifier.second_look_spec(plan.route.task)
+
+    def _draw_from_cache(self, spec: SecondLookSpec, gen: GeneratedAnswer) -> SampledAnswers | None:
+        """K answers continuing from the answer's prompt cache, in one batch (no second prefill); None when the
+        cache cannot be continued (a model whose cache is not a plain KV cache): the verdict then draws them
+        from the judged question, as for an answer made elsewhere."""
+        if gen.cache is None or gen.prompt_tokens < 2:
+            return None
+        try:
+            return spec.draw(self.components.lm, gen.cache, gen.cached_tokens[: gen.prompt_tokens])
+        except DataError:
+            return None
+
+    def _draw_for_text(self, plan: TurnPlan, text: str, spec: SecondLookSpec) -> tuple[SampledAnswers, tuple[float, ...]]:
+        """The second look of an answer made elsewhere, drawn as the chat draws it for its own answer: the
+        conversation as the model sees it and the answer read in one pass, K answers drawn from that cache with
+        the spec's seed (``lm.sampling.sample_after_answer``), and the answer's own per-token log-probabilities."""
+        from mlx_sdm.lm.sampling import sample_after_answer
+
+        lm = self.components.lm
+        answer_ids = lm.tokenizer.encode(text, add_special_tokens=False)[: spec.max_tokens]
+        budget = lm.max_context - max(spec.max_tokens, len(answer_ids)) - 1
+        prompt = fit_prompt(lm.tokenizer, plan.messages, budget, context=lm.max_context)
+        return sample_after_answer(lm, list(prompt.ids), answer_ids, **spec.sampling())
 
     # -- steps ----------------------------------------------------------------------------------
     def _generate(self, plan: TurnPlan, options: TurnOptions, stop: threading.Event, prefix: PrefixCache | None,

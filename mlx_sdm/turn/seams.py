@@ -7,7 +7,7 @@ nothing else; a test can pass any object that has them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from mlx_sdm.network.verdict import DocumentVerdict
 if TYPE_CHECKING:  # MLX types: the UI imports the turn's values without loading MLX
     from mlx_sdm.calibration.estimator import SDMEstimator
     from mlx_sdm.monitor.online.p_true import PTrueScorer
+    from mlx_sdm.network.second_look import SecondLook, SecondLookSpec
 
 
 class JudgedUnit(Protocol):
@@ -52,6 +53,13 @@ class TurnVerifier(Protocol):
     def judge(self, features: np.ndarray, explain: int = 5, *, task: str | None = None,
               route: TaskRoute | None = None) -> DocumentVerdict:
         """The verdict on one answer's features."""
+
+    def second_look_spec(self, task: str | None) -> SecondLookSpec | None:
+        """How the member judging ``task`` draws its second look (None: it reads the answer's states alone)."""
+
+    def judge_second_look(self, features: np.ndarray, look: SecondLook, embed: Callable[[list[str]], np.ndarray],
+                          explain: int = 5, *, task: str | None, route: TaskRoute | None = None) -> DocumentVerdict:
+        """The verdict on one answer from its states and its second look."""
 
     def save(self, directory: str) -> None:
         """Write the verifier, atomically."""

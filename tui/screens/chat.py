@@ -57,6 +57,7 @@ from mlx_sdm.store.schema import MessageRecord, support_words
 from mlx_sdm.turn.escalation import TurnStatus
 from tui.messages import (
     AnswerVerifying,
+    SecondLookStarted,
     EngineFailed,
     EngineStatus,
     Escalated,
@@ -465,6 +466,11 @@ class ChatScreen(Screen):
         """The last token is out: the badge says "verifying" until the verdict replaces it."""
         if self._mine(message.ref) and self.active is not None and self.active.badge is not None:
             self.active.badge.set_verifying()
+
+    async def on_second_look_started(self, message: SecondLookStarted) -> None:
+        """The verifier is taking a second look: the badge says how many more answers the model draws."""
+        if self._mine(message.ref) and self.active is not None and self.active.badge is not None:
+            self.active.badge.set_checking(message.checking.k)
 
     async def on_verdict_ready(self, message: VerdictReady) -> None:
         answer = message.verdict

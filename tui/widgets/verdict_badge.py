@@ -16,8 +16,15 @@ from tui.format import PENDING, badge_text
 #: The badge's words before the verdict: while tokens stream, then while the verifier reads the finished answer.
 ANSWERING = "… answering"
 VERIFYING = "… verifying"
+#: While the verifier takes a second look (``checking_text(k)``).
+CHECKING = "… verifying · checking {k} more answers"
 #: A message sent while the model still loads: the engine answers it once loaded.
 WAITING = "… waiting for the model"
+
+
+def checking_text(k: int) -> str:
+    """The badge while the model draws ``k`` more answers for the verifier's second look."""
+    return CHECKING.format(k=k)
 
 
 class VerdictBadge(Static, can_focus=True):
@@ -62,6 +69,10 @@ class VerdictBadge(Static, can_focus=True):
     def set_verifying(self) -> None:
         """The answer is complete and the verifier is reading it (until :meth:`set_verdict`)."""
         self.set_pending(VERIFYING)
+
+    def set_checking(self, k: int) -> None:
+        """The verifier is taking a second look: the model draws ``k`` more answers (until :meth:`set_verdict`)."""
+        self.set_pending(checking_text(k))
 
     def set_pending(self, text: str) -> None:
         """Words before the verdict (:data:`ANSWERING`, :data:`VERIFYING`, :data:`WAITING`)."""
