@@ -113,7 +113,7 @@ def run_session(plan: SessionPlan, setup: CorpusSetup, items: dict[str, list],
 
     components = setup.components
     pipeline = TurnPipeline(components)
-    monitor = SessionMonitor(plan.session_id, MonitorConfig(), lm=components.lm, embedder=components.embedder)
+    monitor = SessionMonitor(plan.session_id, MonitorConfig(), embedder=components.embedder)
     messages: list[dict] = []
     steps: list[SessionStep] = []
     turns: list[dict] = []

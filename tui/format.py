@@ -5,10 +5,10 @@ Kept free of Textual so the wording is tested on its own and shared by the chat,
 
 from __future__ import annotations
 
-from typing import Any
 
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.verdict import VerdictStatus, VerdictWords
+from mlx_sdm.store.schema import Decision
 
 #: A verdict's reason code -> the words the user reads (mlx_sdm.network.verdict reasons).
 REASON_LABELS: dict[str, str] = {
@@ -85,9 +85,9 @@ def shorten(text: str | None, width: int) -> str:
     return line if len(line) <= width else line[: max(0, width - 1)] + "…"
 
 
-def decision_label(decision: Any) -> str:
-    """A review decision (the store's ``Decision``) in a word: acceptable / unacceptable / edited, ``+note``."""
+def decision_label(decision: Decision | None) -> str:
+    """A review decision in a word: acceptable / unacceptable / edited, ``+note``."""
     if decision is None:
         return "·"
-    word = "edited" if getattr(decision, "completion", None) else ("acceptable" if decision.label == 1 else "unacceptable")
-    return word + (" +note" if getattr(decision, "note", None) else "")
+    word = "edited" if decision.completion else ("acceptable" if decision.label == 1 else "unacceptable")
+    return word + (" +note" if decision.note else "")

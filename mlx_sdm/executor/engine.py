@@ -263,7 +263,7 @@ class ChatEngine:
             feature_model=review.feature_model, verifier_path=service.verifier_path,
             unverifiable_reason=None if verified else components.unverifiable_reason,
             support_size=review.support_size, reviewed_verifier_path=str(reviewed) if reviewed else None,
-            head_path=components.head_path, embedder=getattr(components.embedder, "name", None),
+            head_path=components.head_path, embedder=components.embedder.name if components.embedder is not None else None,
             max_tokens=self.config.max_tokens, irreversible_tools=list(self.config.irreversible_tools),
             coverage=components.coverage,
         )

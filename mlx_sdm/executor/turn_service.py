@@ -53,7 +53,7 @@ class TurnService:
             c = self.components
             try:
                 self._provenance = make_provenance(
-                    model_name=c.lm.name, fingerprint=getattr(c.lm, "fingerprint", None),
+                    model_name=c.lm.name, fingerprint=c.lm.fingerprint,
                     verifier_path=self.verifier_path, head_path=c.head_path, embedder=c.embedder,
                     extra={"recorded": "at the session's first answer"})
             except (OSError, ValueError):  # a head or verifier folder without its manifest (e.g. moved)

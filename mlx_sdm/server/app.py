@@ -134,7 +134,7 @@ def build_app(worker: ModelWorker, config: ServerConfig = ServerConfig()) -> Sta
     app = Starlette(routes=routes, exception_handlers={
         wire.ApiError: lambda request, exc: _error_response(exc),
         Overloaded: lambda request, exc: _error_response(_overloaded(exc)),
-        DataError: lambda request, exc: _error_response(wire.ApiError(400, str(exc), param=getattr(exc, "field", None))),
+        DataError: lambda request, exc: _error_response(wire.ApiError(400, str(exc), param=exc.field)),
         HTTPException: _http_error,
         MlxSdmError: lambda request, exc: _error_response(wire.ApiError(500, str(exc), type_="server_error")),
         Exception: lambda request, exc: _error_response(wire.ApiError(500, f"internal error: {exc}", type_="server_error")),

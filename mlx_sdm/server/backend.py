@@ -65,7 +65,7 @@ class SessionBackend:
         self.lm = self.components.lm
         self.service = TurnService(store, self.components)  # the store's review labels join the support sets
         self.model_id = str(self.lm.name)
-        self.max_context = int(getattr(self.lm, "max_context", 2048))
+        self.max_context = int(self.lm.max_context)
         self.created = int(time.time())
         self._sessions: dict[str, str] = {}
 

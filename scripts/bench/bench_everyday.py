@@ -14,6 +14,9 @@ checkable answer through the product's chat turn, with its verdict, and counts h
 verified (and whether any verified answer is wrong) and left without a verdict:
 
     .venv/bin/python scripts/bench/bench_everyday.py --check40
+    .venv/bin/python scripts/bench/bench_everyday.py --check40 --verifier DIR   # e.g. a suite with a second-look member
+
+It prints the mean time of a turn and, for a verifier that takes a second look, how many turns drew one.
 """
 
 from __future__ import annotations
@@ -34,9 +37,10 @@ def main() -> int:
     p.add_argument("--max-tokens", type=int, default=96)
     p.add_argument("--system", default=None, help="a system prompt for both sides (default: none of ours)")
     p.add_argument("--check40", action="store_true", help="the everyday check with verdicts (see above)")
+    p.add_argument("--verifier", default=None, help="--check40 with this verifier folder (default: the shipped one)")
     args = p.parse_args()
     if args.check40:
-        return check40(args.max_tokens)
+        return check40(args.max_tokens, args.verifier)
     pipeline = TurnPipeline(load_components(None))
     lm = pipeline.components.lm
     options = TurnOptions(max_tokens=args.max_tokens, system_prompt=args.system, reuse_cache=False)
@@ -66,24 +70,35 @@ def main() -> int:
     return 0
 
 
-def check40(max_tokens: int) -> int:
+def check40(max_tokens: int, verifier: str | None = None) -> int:
+    import time
     from collections import Counter
 
     from checkout import top_level_script  # beside this script
     from mlx_sdm.app.loading import load_components
     from mlx_sdm.network.tasks.open_questions import everyday_check
     from mlx_sdm.turn.pipeline import TurnPipeline
-    from mlx_sdm.turn.values import TurnOptions, TurnRequest
+    from mlx_sdm.turn.values import CheckingAnswers, TurnOptions, TurnRequest
 
-    pipeline = TurnPipeline(load_components(None))
+    pipeline = TurnPipeline(load_components(None, verifier=verifier))
     options = TurnOptions(max_tokens=max_tokens, reuse_cache=False)
+    seconds, looked = [], 0
+
+    def turn(prompt: str):
+        nonlocal looked
+        tic = time.perf_counter()
+        for got in pipeline.stream(TurnRequest([{"role": "user", "content": prompt}], options)):
+            looked += isinstance(got, CheckingAnswers)
+        seconds.append(time.perf_counter() - tic)
+        return got
+
     check = everyday_check()
     check_everyday = top_level_script("corpus_plan").check_everyday
     statuses, right_by_status = Counter(), Counter()
     print("| question | answer (first 60 characters) | right by its check | verdict |")
     print("|---|---|---|---|")
     for item in check.questions:
-        got = pipeline.run(TurnRequest([{"role": "user", "content": item["prompt"]}], options))
+        got = turn(item["prompt"])
         right = check_everyday(item["check"], got.text, item["prompt"]).correct
         status = got.verdict.status.value
         statuses[status] += 1
@@ -96,10 +111,11 @@ def check40(max_tokens: int) -> int:
           f"out of scope {statuses['out_of_scope']}")
     no_verdict = Counter()
     for item in check.no_checkable_answer:
-        got = pipeline.run(TurnRequest([{"role": "user", "content": item["prompt"]}], options))
+        got = turn(item["prompt"])
         no_verdict[got.verdict.status.value] += 1
         print(f"  {item['prompt']!r}: {got.verdict.status.value} ({got.verdict.explanation()[:90]}...)", flush=True)
     print(f"15 prompts with no checkable answer: {dict(no_verdict)}")
+    print(f"{len(seconds)} turns, mean {sum(seconds) / len(seconds):.1f} s each; {looked} took a second look")
     return 0
 
 
