@@ -36,6 +36,7 @@ class ServeArgs:
     quantized: bool = False
     log_level: str = "warning"
     quiet: bool = False
+    no_second_look: bool = False
 
 
 def build_parser() -> argparse.ArgumentParser:

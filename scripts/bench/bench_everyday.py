@@ -16,7 +16,8 @@ verified (and whether any verified answer is wrong) and left without a verdict:
     .venv/bin/python scripts/bench/bench_everyday.py --check40
     .venv/bin/python scripts/bench/bench_everyday.py --check40 --verifier DIR   # e.g. a suite with a second-look member
 
-It prints the mean time of a turn and, for a verifier that takes a second look, how many turns drew one.
+It prints the mean time of a turn and, for a verifier that takes a second look, how many turns drew one
+(`--no-second-look`: the same turns without it, for the second look's share of a turn).
 """
 
 from __future__ import annotations
@@ -38,9 +39,10 @@ def main() -> int:
     p.add_argument("--system", default=None, help="a system prompt for both sides (default: none of ours)")
     p.add_argument("--check40", action="store_true", help="the everyday check with verdicts (see above)")
     p.add_argument("--verifier", default=None, help="--check40 with this verifier folder (default: the shipped one)")
+    p.add_argument("--no-second-look", action="store_true", help="--check40 without the second look (its time alone)")
     args = p.parse_args()
     if args.check40:
-        return check40(args.max_tokens, args.verifier)
+        return check40(args.max_tokens, args.verifier, second_look=not args.no_second_look)
     pipeline = TurnPipeline(load_components(None))
     lm = pipeline.components.lm
     options = TurnOptions(max_tokens=args.max_tokens, system_prompt=args.system, reuse_cache=False)
@@ -70,7 +72,7 @@ def main() -> int:
     return 0
 
 
-def check40(max_tokens: int, verifier: str | None = None) -> int:
+def check40(max_tokens: int, verifier: str | None = None, *, second_look: bool = True) -> int:
     import time
     from collections import Counter
 
@@ -81,7 +83,7 @@ def check40(max_tokens: int, verifier: str | None = None) -> int:
     from mlx_sdm.turn.values import CheckingAnswers, TurnOptions, TurnRequest
 
     pipeline = TurnPipeline(load_components(None, verifier=verifier))
-    options = TurnOptions(max_tokens=max_tokens, reuse_cache=False)
+    options = TurnOptions(max_tokens=max_tokens, reuse_cache=False, second_look=second_look)
     seconds, looked = [], 0
 
     def turn(prompt: str):
