@@ -141,3 +141,28 @@ def test_generate_decodes_from_a_finetuned_head(trained, capsys):
                               "--max-tokens", "3", "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["generation"]["tokens"] == [target] * 3
+
+
+def test_judge_texts_counts_every_answer_once_on_its_progress(tmp_path):
+    """The pipeline's batch judging reports each answer once, read or not (an empty answer has nothing to read),
+    so `mlx-sdm verify`'s bar ends at its total; the empty one gets the empty-answer verdict, the others a
+    judgement."""
+    from mlx_sdm.network.verdict import REASON_EMPTY_ANSWER
+    from mlx_sdm.network.verifier import DocumentVerifier
+    from mlx_sdm.turn.pipeline import TurnPipeline
+    from mlx_sdm.turn.values import TurnComponents, TurnRequest
+    from tests.tiny_verifier import build_tiny_verifier, tiny_loaded_model
+
+    verifier = DocumentVerifier.load(build_tiny_verifier(tmp_path / "v"))
+    pipeline = TurnPipeline(TurnComponents(lm=tiny_loaded_model(), verifier=verifier))
+    ask = TurnRequest([{"role": "user", "content": "Is Paris the capital of France? Check the claim."}])
+    counted: list[int] = []
+    outcomes = pipeline.judge_texts([(ask, '{"correctness": true}'), (ask, ""), (ask, '{"correctness": false}')],
+                                    on_progress=counted.append)
+    assert sum(counted) == 3 and len(outcomes) == 3
+    assert outcomes[1].verdict.reason == REASON_EMPTY_ANSWER
+    assert outcomes[0].verdict.verdict is not None and outcomes[2].verdict.verdict is not None
+    # one answer alone (an unpadded pass) is judged as in the batch (right-padded): float32 agreement
+    one, batched = pipeline.judge_text(ask, '{"correctness": true}').verdict.verdict, outcomes[0].verdict.verdict
+    assert one.prediction == batched.prediction and one.q == batched.q
+    assert one.d_nearest == pytest.approx(batched.d_nearest, rel=1e-4)

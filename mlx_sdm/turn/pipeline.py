@@ -298,13 +298,16 @@ class TurnPipeline:
             if plan.judge and text.strip():
                 by_delimiter.setdefault(self._delimiter_for(plan.route), []).append(i)
         lm = self.components.lm
+        progress = on_progress or (lambda n: None)
+        progress(len(plans) - sum(map(len, by_delimiter.values())))  # the answers with nothing to read
         for delimiter, index in by_delimiter.items():
             try:
                 if len(index) == 1:  # one answer: one unpadded pass, as a generated turn's own features are read
                     read = [force_decode_features(lm, plans[index[0]].judged, completions[index[0]], delimiter=delimiter)]
-                else:
+                    progress(1)
+                else:  # (a batch's answers are checked before any is read, so a DataError has counted none)
                     read = [d.vector for d in force_decode_batch(lm, [(plans[i].judged, completions[i]) for i in index],
-                                                                 delimiter=delimiter, progress=on_progress)]
+                                                                 delimiter=delimiter, progress=progress)]
             except DataError:  # one answer cannot be read: read them one by one, so only it goes without
                 read = []
                 for i in index:
@@ -312,8 +315,7 @@ class TurnPipeline:
                         read.append(force_decode_features(lm, plans[i].judged, completions[i], delimiter=delimiter))
                     except DataError:
                         read.append(None)
-            if len(index) == 1 and on_progress is not None:
-                on_progress(1)
+                progress(len(index))
             for i, vector in zip(index, read):
                 out[i] = None if vector is None else np.asarray(vector, dtype=np.float32)
         return out
