@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 
 from mlx_sdm.atomic import atomic_write_text
 from mlx_sdm.calibration.data import LabelledSet, read_embedding_jsonl
 from mlx_sdm.calibration.estimator import SDMEstimator
 from mlx_sdm.commands.arguments import CommandParser, non_negative_int
 from mlx_sdm.errors import MlxSdmError
+from mlx_sdm.network.verdict import VerdictStatus
 
 DEFAULT_EXPLAIN = 0
 OUTPUT_FIELDS = ("id", "prediction", "p_lower", "admitted", "q", "d", "q_bin", "reason")
@@ -74,8 +76,9 @@ def main(argv: list[str] | None = None) -> int:
             out = verify_text_rows(args.estimator, args.input, model=args.model, quantized=args.quantized,
                                    explain=args.explain)
             write_jsonl(args.out, out)
-            admitted = sum(r["admitted"] for r in out)
-            print(f"{len(out)} rows verified, {admitted} admitted ({admitted / max(len(out), 1):.1%}); wrote {args.out}")
+            counts = Counter(r["status"] for r in out)
+            states = ", ".join(f"{counts[s.value]} {s.value.replace('_', ' ')}" for s in VerdictStatus if counts[s.value])
+            print(f"{len(out)} rows judged: {states}; wrote {args.out}")
             return 0
         est = SDMEstimator.load(args.estimator)
         rows = read_embedding_jsonl(args.input, require_label=False, expected_dim=est.input_dim,
@@ -86,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mlx-sdm verify: {exc}", file=sys.stderr)
         return 1
     admitted = sum(r["admitted"] for r in out)
-    print(f"{len(out)} rows verified, {admitted} admitted ({admitted / max(len(out), 1):.1%}); wrote {args.out}")
+    print(f"{len(out)} rows read, {admitted} admitted at p_lower >= alpha' ({admitted / max(len(out), 1):.1%}); "
+          f"wrote {args.out}")
     return 0
 
 
