@@ -302,3 +302,34 @@ def test_the_default_verifier_takes_no_second_look():
         pipeline = TurnPipeline(TurnComponents(lm=tiny_loaded_model(), verifier=verifier))
         items = list(pipeline.stream(TurnRequest(QUESTION, TurnOptions(max_tokens=6, enable_p_true=False))))
     assert not any(isinstance(i, CheckingAnswers) for i in items) and items[-1].verdict is not None
+
+
+def test_a_label_on_a_second_look_answer_is_kept_as_a_training_row(built, tmp_path):
+    """The review queue under a verifier whose open-question member reads a second look: the label is recorded
+    (a training row) but joins no support set (the drawn answers are not kept with the answer, so no
+    [agreement; states] point can be made), the count the status line shows stays, and the next turn is judged."""
+    import shutil
+
+    from mlx_sdm.executor.engine import ChatEngine, EngineConfig
+    from mlx_sdm.store.chat_store import ChatStore
+    from tests.tiny_verifier import build_tiny_verifier, tiny_components
+
+    suite = build_tiny_verifier(tmp_path / "suite")
+    shutil.copytree(built[0] / "member", suite / "members" / OPEN_QUESTIONS)
+    engine = ChatEngine(EngineConfig(max_tokens=8, generate_reflection=False, enable_p_true=False),
+                        ChatStore(tmp_path / "chat.db"), components=tiny_components(suite))
+    try:
+        engine.ready.result(120)
+        before = engine.info().support_size
+        session = engine.store.create_session("look")
+        first = engine.send(session.id, "What is the capital of France?").result(60)
+        assert first.verdict.task == OPEN_QUESTIONS and first.review_id is not None
+        decided = engine.decide(first.review_id, 1).result(60)
+        assert not decided.applied and "second look" in decided.message and "training row" in decided.message
+        assert decided.support_size == before == engine.info().support_size
+        assert engine.store.review_queue.decision(decided.decision_id).label == 1  # kept for export
+        again = engine.send(engine.store.create_session("again").id, "What is the capital of France?").result(60)
+        assert again.verdict.task == OPEN_QUESTIONS and again.verdict.verdict is not None
+        assert again.verdict.verdict.q == first.verdict.verdict.q  # judged by the member as it was built
+    finally:
+        engine.shutdown()

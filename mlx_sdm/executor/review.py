@@ -26,7 +26,7 @@ from mlx_sdm.atomic import atomic_write_text
 from mlx_sdm.errors import DataError
 from mlx_sdm.turn.pipeline import TurnPipeline
 from mlx_sdm.turn.seams import TurnVerifier
-from mlx_sdm.turn.values import TurnComponents, TurnRequest, last_user_text, previous_user_text
+from mlx_sdm.turn.values import TurnComponents, TurnOptions, TurnRequest, last_user_text, previous_user_text
 from mlx_sdm.store.chat_store import ChatStore
 from mlx_sdm.store.schema import MessageRecord, SupportPoint, TaskScope, support_words
 
@@ -85,8 +85,10 @@ class ReviewService:
                                                            for m in verifier.members.values())
         if self.components.verifier_path is None:
             return held  # no folder to load task sets from: every label went into these sets
-        # the unrouted sets hold the unrouted labels; a task's labels live in that task's own copy
-        return held - len(self.points()) + len(self.all_points())
+        # the unrouted sets hold the unrouted labels; a task's labels live in that task's own copy (a task judged
+        # from a second look takes none: see joins_support)
+        joined = [p for p in self.all_points() if self.joins_support(None if p.decision.task is None else p.decision.task.name)]
+        return held - len(self.points()) + len(joined)
 
     def support_size_for(self, task: str | None) -> int | None:
         """The size of the one set that judges ``task``'s questions (not the count shown: see support_size)."""
@@ -114,6 +116,14 @@ class ReviewService:
         """Every labelled point of this verifier, all tasks."""
         return self.store.review_queue.support_points(feature_model=self.feature_model, verifier=self.verifier)
 
+    def joins_support(self, task: str | None) -> bool:
+        """A label of an answer routed to ``task`` can join the support set that judges it. Not for a member that
+        judges from a second look: its support points are [agreement features; states] of an answer and the K
+        answers drawn with it, and the drawn answers are not kept with the stored answer, so a label cannot be
+        made into such a point (it is kept as a training row)."""
+        verifier = self.components.verifier
+        return verifier is None or task is None or verifier.second_look_spec(task) is None
+
     def verifier_for_task(self, task: str | None) -> TurnVerifier | None:
         """The verifier that judges questions routed to ``task``: the base plus that task's labels only
         (loaded from the base folder when first asked; unrouted: ``components.verifier``)."""
@@ -124,7 +134,8 @@ class ReviewService:
             from mlx_sdm.network.verifier import DocumentVerifier
 
             verifier = DocumentVerifier.load(components.verifier_path, expect_fingerprint=components.lm.fingerprint)
-            _add_points(_estimator(verifier, task), self.points(task))
+            if self.joins_support(task):
+                _add_points(_estimator(verifier, task), self.points(task))
             self._tasks[task] = verifier
         return self._tasks[task]
 
@@ -180,7 +191,9 @@ class ReviewService:
             if message.prompt is None or self._pipeline is None:
                 raise DataError(f"review entry {review_id} has no stored prompt, so an edited completion cannot be "
                                 "re-encoded; mark it acceptable or unacceptable instead", field="completion")
-            features = self._pipeline.judge_text(TurnRequest(message.prompt), completion).features
+            # the edit's features as the chat reads that turn (no second look: a label joins no second-look set)
+            features = self._pipeline.judge_text(TurnRequest(message.prompt, TurnOptions(second_look=False)),
+                                                 completion).features
         superseded = item.decision is not None
         given_under = verifier_key(message.verifier) or self.verifier
         scope = self._task_of(message, given_under)
@@ -202,6 +215,10 @@ class ReviewService:
         if given_under != self.verifier:
             return result(False, "recorded for the verifier that judged this answer; the loaded verifier is another "
                                  "one, so its support set is unchanged")
+        if not self.joins_support(task):
+            return result(False, "recorded as a training row: this verifier judges everyday answers from a second look "
+                                 "(more answers drawn to the question), which is not kept with the answer, so the label "
+                                 "cannot join its support set; the support set is unchanged")
         if point_model != self.feature_model or (features is None and message.features is None):
             return result(False, "recorded; the answer's features come from another model, so this verifier cannot "
                                  "use them")
