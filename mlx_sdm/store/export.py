@@ -33,7 +33,9 @@ def verdict_line(status: VerdictStatus | None, verdict: DocumentVerdict | None, 
     words = verdict_words(verdict, no_verifier_reason=reason)
     detail = words.short.split(" · ", 1)[-1]  # why (not verified, out of scope), or the badge's p_lower
     judged = verdict.verdict if verdict is not None else None
-    numbers = None if judged is None else f"p_lower={_num(judged.p_lower)} q={judged.q} d={_num(judged.d)} q_bin={judged.q_bin}"
+    # p_lower only where there is one: with no calibrated region it has no value, and "n/a" would say nothing
+    p_lower = "" if judged is None or judged.p_lower is None else f"p_lower={_num(judged.p_lower)} "
+    numbers = None if judged is None else f"{p_lower}q={judged.q} d={_num(judged.d)} q_bin={judged.q_bin}"
     if numbers is not None and detail.startswith("p_lower"):
         detail = None  # the numbers say it: no second p_lower on the line
     return " · ".join(part for part in (f"verdict: {words.status.words.upper()}", detail, numbers) if part)
