@@ -107,6 +107,32 @@ def blas_libraries_mapped() -> list[str]:
     return seen
 
 
+class _DlInfo(ctypes.Structure):
+    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
+                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
+
+
+def global_symbol_library(symbol: str = "cblas_sgemm") -> str | None:
+    """The file of the library whose ``symbol`` the dynamic linker's global scope resolves first (Linux
+    ``dlsym(RTLD_DEFAULT)`` + ``dladdr``), or None when no library in that scope defines it.
+
+    MLX's own references to ``cblas_sgemm`` bind through the global scope before its bundled BLAS, so
+    this names the library MLX's float32 matmul calls: a fact a test can check, where a speed is not."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None)
+    try:
+        address = ctypes.cast(getattr(libc, symbol), ctypes.c_void_p).value
+    except AttributeError:  # no library in the global scope defines it
+        return None
+    if not address:
+        return None
+    info = _DlInfo()
+    if not libc.dladdr(ctypes.c_void_p(address), ctypes.byref(info)) or not info.dli_fname:
+        return None
+    return info.dli_fname.decode()
+
+
 def measure_gflops(n: int = 1024, repeats: int = 8) -> float:
     """Measured float32 n x n matmul throughput on the CPU device, in GFLOPS."""
     import mlx.core as mx

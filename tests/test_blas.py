@@ -6,25 +6,25 @@ import pytest
 from mlx_sdm import blas
 
 
-def _gflops(env_extra: dict) -> float:
+def _matmul_library(env_extra: dict) -> str:
+    """In a fresh interpreter (the preload happens at import): the library MLX's float32 matmul binds to."""
     import os
 
     env = {**os.environ, **env_extra}
-    code = "import mlx_sdm, mlx_sdm.blas as b; print(b.measure_gflops(512, 4))"
+    code = "import mlx_sdm, mlx_sdm.blas as b, mlx.core as mx; mx.eval(mx.ones((4, 4)) @ mx.ones((4, 4))); print(b.global_symbol_library())"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    return float(out.stdout.strip().splitlines()[-1])
+    return out.stdout.strip().splitlines()[-1]
 
 
-def test_fast_path_is_default_and_faster_than_reference():
+def test_fast_path_is_default_and_reference_opts_out():
+    """Which BLAS MLX calls is a fact checked here; how fast it is belongs to `mlx-sdm doctor` and
+    scripts/bench (a timed assertion fails on a busy machine)."""
     if blas.find_openblas() is None:
-        import pytest
-
         pytest.skip("OpenBLAS not installed (scripts/setup.sh installs it on Linux)")
     assert blas.state().fast, blas.state().reason
     assert any("openblas" in p for p in blas.blas_libraries_mapped())
-    fast = _gflops({})
-    slow = _gflops({"MLX_SDM_BLAS": "reference"})
-    assert fast > 4 * slow, (fast, slow)
+    assert "openblas" in _matmul_library({})
+    assert "openblas" not in _matmul_library({"MLX_SDM_BLAS": "reference"})
 
 
 def test_preload_too_late_is_reported(tmp_path):

@@ -120,6 +120,7 @@ def collect(size: int = DEFAULT_MATMUL_SIZE) -> dict:
         "blas_detail": state.reason,
         "blas_loaded": state.loaded_path,
         "blas_libraries_mapped": mapped,
+        "blas_sgemm_from": blas.global_symbol_library(),  # the library MLX's float32 matmul binds to
         "matmul_size": size,
         "gflops": None if gpu is not None else round(blas.measure_gflops(size), 1),
         "gpu": gpu,
