@@ -3,7 +3,7 @@
 
 The head is fine-tuned against the suite verifier (default: the shipped default verifier) on the
 same docs/method.md § 14 constructed documents that verifier was built from (its recipe's seeded pool
-halves, mlx_sdm.app.suite_verifier.pool_halves: D_tr gives the training documents, D_ca the calibration ones), a leading subset
+halves, mlx_sdm.usecases.suite_verifier.pool_halves: D_tr gives the training documents, D_ca the calibration ones), a leading subset
 per task because the machine has 2 cores. Each training document's q and d come from the verifier
 applied to the model's own greedy answer (§ 15.5); after every epoch the model answers the
 calibration prompts and Alg. 4 keeps the epoch with the most answers that are admitted (ŷ = 1,
@@ -62,9 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
 def suite_sets(lm, config, verifier_info: dict, test_per_task: int) -> tuple[list, list, list]:
     """(training, calibration, [(task, split, documents)]): the config's documents (the verifier's own pool
     halves) and every task's held-out and shifted documents, constructed as the verifier's were."""
-    from mlx_sdm.app.head_training import load_documents, recipe_path
-    from mlx_sdm.app.suite_verifier import evaluation_documents, finetune_documents
-    from mlx_sdm.app.verifier_recipe import read_recipe
+    from mlx_sdm.usecases.head_training import load_documents, recipe_path
+    from mlx_sdm.usecases.suite_verifier import evaluation_documents, finetune_documents
+    from mlx_sdm.usecases.verifier_recipe import read_recipe
     from mlx_sdm.network.tasks.registry import load_tasks
 
     train, calibration = load_documents(config, lm.tokenizer, verifier_info)
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from mlx_sdm.progress import progress_bar
 
-    from mlx_sdm.app.head_training import build_config, read_config_file
+    from mlx_sdm.usecases.head_training import build_config, read_config_file
     from mlx_sdm.atomic import atomic_write_text
     from mlx_sdm.lm.loading import load_model
     from mlx_sdm.network.heads import HeadManifest, VocabularyHeads, load_head, save_head, tasks_the_head_improves

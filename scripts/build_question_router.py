@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/build_question_router.py --out weights/question-router [--cache-dir runs/router-cache]
 
-Logic in mlx_sdm/app/question_router.py (prompts: mlx_sdm/network/tasks/router_data.py). Embedding the ~5,900
+Logic in mlx_sdm/usecases/question_router.py (prompts: mlx_sdm/network/tasks/router_data.py). Embedding the ~5,900
 prompts with MiniLM takes a few minutes on 2 cores; --cache-dir keeps the embeddings for a rebuild.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 
 def main() -> int:
-    from mlx_sdm.app.question_router import build_router
+    from mlx_sdm.usecases.question_router import build_router
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, required=True)

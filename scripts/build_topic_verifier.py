@@ -98,7 +98,7 @@ def topic_sets(articles: list[tuple[str, int, str]], *, words: int, pool_size: i
 
 def report(lm, verifier, sets: list[tuple[str, list]], cache_dir: Path, show: int, where: Path = DEFAULT_OUT) -> str:
     """Table 1 / 7 rows for each (name, documents); the first set also lists documents it verified."""
-    from mlx_sdm.app.verifiers import cached_document_features
+    from mlx_sdm.usecases.verifiers import cached_document_features
 
     shown = where.relative_to(ROOT) if where.is_relative_to(ROOT) else where
     head = (f"Verifier `{shown}` (SmolLM2-135M-Instruct document features, α′ = "
@@ -167,7 +167,7 @@ def fit(lm, pool: list, args: argparse.Namespace, *, words: int, seed: int):
     """Force-decode the pool (cached) and fit Alg. 1–3 on its halves (D_tr, D_ca)."""
     from mlx_sdm.calibration.fit_config import FitConfig
     from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE
-    from mlx_sdm.app.verifiers import cached_document_features
+    from mlx_sdm.usecases.verifiers import cached_document_features
     from mlx_sdm.network.verifier import DocumentVerifier, FeatureRecipe, labelled_set
 
     started, half = time.time(), len(pool) // 2

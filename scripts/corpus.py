@@ -6,7 +6,7 @@ options (:class:`~mlx_sdm.executor.engine.EngineConfig`): the same routing of th
 system prompt, verdict, AUQ / TRACER / fused forecast and measured escalation a user gets. (Two
 differences, both to keep a scripted session going: a turn that pauses is followed by the next planned
 message, as a user who moves on; and the model is not asked for a reflection on HIGH.) The components
-are loaded as ``mlx-sdm chat`` loads them (:func:`mlx_sdm.app.loading.load_components`; the MiniLM
+are loaded as ``mlx-sdm chat`` loads them (:func:`mlx_sdm.usecases.loading.load_components`; the MiniLM
 embedder by default).
 
 The plan and the labels: :mod:`corpus_plan`. Each session record carries the

@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge:
         print(f"merged {merge_shards(args.merge, args.out)} sessions into {args.out}", file=sys.stderr)
         return 0
-    from mlx_sdm.app.loading import load_components
+    from mlx_sdm.usecases.loading import load_components
     from mlx_sdm.network.tasks.registry import load_tasks
 
     components = load_components(args.model, verifier=args.verifier, head=args.head, embedder=args.embedder)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlx_sdm.app.build_verifier import ACCURACY_HEAD, accuracy_lines, against_probe_record
+from mlx_sdm.usecases.build_verifier import ACCURACY_HEAD, accuracy_lines, against_probe_record
 from mlx_sdm.calibration.data import LabelledSet
 from mlx_sdm.calibration.evaluation import NO_REFERENCE, add_estimator_row, evaluate, format_table
 

@@ -20,7 +20,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from mlx_sdm.app.build_verifier import BuildVerifierArgs, build_verifier
+from mlx_sdm.usecases.build_verifier import BuildVerifierArgs, build_verifier
 from mlx_sdm.commands import build_verifier as command
 from mlx_sdm.network.verifier import DocumentVerifier
 from tests.test_verifier_commands import save_tiny_folder
@@ -113,7 +113,7 @@ KILL_SCRIPT = """
 import sys
 sys.path.insert(0, {root!r})
 from pathlib import Path
-from mlx_sdm.app.build_verifier import BuildVerifierArgs, build_verifier
+from mlx_sdm.usecases.build_verifier import BuildVerifierArgs, build_verifier
 from mlx_sdm.lm.loading import load_model
 from tests.test_build_verifier import scripted_sampler_for
 args = BuildVerifierArgs(out=Path({out!r}), model={model!r}, tasks=[{task!r}], per_task=64, eval_size=16,

@@ -47,7 +47,7 @@ PREFIX_TOKENS = 8
 def pipelines(smollm2):
     """The shipped default (verifier and head) and ``--head none``, both loaded by ``load_components`` around
     the session's SmolLM2 (tests/conftest.py share_smollm2: one model in memory, not three)."""
-    from mlx_sdm.app.loading import load_components
+    from mlx_sdm.usecases.loading import load_components
     from mlx_sdm.turn.pipeline import TurnPipeline
     from tests.conftest import share_smollm2
 

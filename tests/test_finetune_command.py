@@ -7,7 +7,7 @@ import json
 import pytest
 
 from mlx_sdm.commands import finetune as command
-from mlx_sdm.app.head_training import build_config, read_config_file
+from mlx_sdm.usecases.head_training import build_config, read_config_file
 from mlx_sdm.errors import DataError
 from tests.tiny_verifier import build_tiny_verifier, tiny_documents, tiny_loaded_model
 
@@ -86,7 +86,7 @@ def test_the_example_config_loads_and_its_data_resolves_from_any_folder(tmp_path
     needs no checkout beside it (a wheel carries mlx_sdm/network/tasks/data/*.jsonl.gz)."""
     from pathlib import Path
 
-    from mlx_sdm.app.head_training import load_documents, task_documents
+    from mlx_sdm.usecases.head_training import load_documents, task_documents
 
     example = Path(__file__).resolve().parents[1] / "examples" / "finetune.yaml"
     monkeypatch.chdir(tmp_path)  # nothing of the checkout around

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mlx_sdm.app.head_training import build_config, load_documents, read_config_file
+from mlx_sdm.usecases.head_training import build_config, load_documents, read_config_file
 from mlx_sdm.errors import DataError
 from mlx_sdm.network.data import documents_hash
 

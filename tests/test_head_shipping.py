@@ -230,7 +230,7 @@ def test_generate_uses_the_default_head_for_the_embedded_model(default_head, cap
 
 def test_chat_and_serve_resolve_the_default_through_one_rule(default_head, monkeypatch):
     import mlx_sdm.resources as resources
-    from mlx_sdm.app.loading import chat_components, load_components, resolve_head
+    from mlx_sdm.usecases.loading import chat_components, load_components, resolve_head
     from mlx_sdm.executor.engine import EngineConfig
 
     folder, _ = default_head
@@ -252,7 +252,7 @@ def test_chat_and_serve_resolve_the_default_through_one_rule(default_head, monke
 
 def test_the_shipped_default_head_fits_the_embedded_model(request):
     """Guards the integrator's one-constant change: the head DEFAULT_HEAD_NAME names is installed and loads."""
-    from mlx_sdm.app.loading import load_head as app_load_head
+    from mlx_sdm.usecases.loading import load_head as app_load_head
     from mlx_sdm.resources import DEFAULT_HEAD_NAME, default_head_dir
 
     if DEFAULT_HEAD_NAME is None:

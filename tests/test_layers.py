@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("turn", ("mlx_sdm.turn",)),
     ("store", ("mlx_sdm.store",)),
     ("executor", ("mlx_sdm.executor",)),
-    ("app", ("mlx_sdm.app",)),
+    ("usecases", ("mlx_sdm.usecases",)),
     ("server", ("mlx_sdm.server",)),
     ("interfaces", ("mlx_sdm.commands", "mlx_sdm.cli", "mlx_sdm.__main__", "tui")),
 )
@@ -102,13 +102,13 @@ def test_an_upward_import_is_flagged(tmp_path):
     (online / "bad.py").write_text(
         "from mlx_sdm.calibration.estimator import Verdict\n"
         "def later():\n    from mlx_sdm.executor import format\n"
-        "from . import sibling\nfrom ...app import loading\n"
+        "from . import sibling\nfrom ...usecases import loading\n"
         "from ..session_file.records import Session\nfrom ..evaluation import heldout\n"
     )
     problems = upward_imports(tmp_path, packages=("mlx_sdm",))
     assert problems == [
         "mlx_sdm/monitor/online/bad.py:3: mlx_sdm.monitor.online.bad (monitor.online) imports mlx_sdm.executor (executor)",
-        "mlx_sdm/monitor/online/bad.py:5: mlx_sdm.monitor.online.bad (monitor.online) imports mlx_sdm.app (app)",
+        "mlx_sdm/monitor/online/bad.py:5: mlx_sdm.monitor.online.bad (monitor.online) imports mlx_sdm.usecases (usecases)",
         "mlx_sdm/monitor/online/bad.py:7: mlx_sdm.monitor.online.bad (monitor.online) imports mlx_sdm.monitor.evaluation "
         "(monitor.evaluation)",
     ]
@@ -119,7 +119,7 @@ def test_an_upward_import_is_flagged(tmp_path):
     ("mlx_sdm.network.verdict", "network"), ("mlx_sdm.monitor.session_file.records", "monitor.session_file"),
     ("mlx_sdm.monitor.online.auq", "monitor.online"), ("mlx_sdm.monitor.evaluation.heldout", "monitor.evaluation"),
     ("mlx_sdm.turn.pipeline", "turn"), ("mlx_sdm.store.chat_store", "store"),
-        ("mlx_sdm.executor.engine", "executor"), ("mlx_sdm.app.loading", "app"), ("tui.app", "interfaces"),
+        ("mlx_sdm.executor.engine", "executor"), ("mlx_sdm.usecases.loading", "usecases"), ("tui.app", "interfaces"),
     ("mlx_sdm.commands.chat", "interfaces"),
 ])
 def test_layer_of(module, layer):

@@ -49,7 +49,7 @@ def suite(smollm2, tmp_path_factory):
 
 
 def test_verify_rows_the_server_and_the_chat_agree(suite, smollm2_shared, tmp_path):
-    from mlx_sdm.app.verifiers import verify_text_rows  # (its model: the session's SmolLM2, tests/conftest.py)
+    from mlx_sdm.usecases.verifiers import verify_text_rows  # (its model: the session's SmolLM2, tests/conftest.py)
 
     directory, pipeline, server = suite
     pairs = _pairs()

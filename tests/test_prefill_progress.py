@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from mlx_sdm.app.prefill_progress import PrefillBar
+from mlx_sdm.usecases.prefill_progress import PrefillBar
 from mlx_sdm.turn.pipeline import TurnPipeline
 from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.turn.values import TurnComponents, TurnOptions, TurnRequest

@@ -229,7 +229,7 @@ def test_each_check_fires_on_a_sample_written_to_break_it():
     assert script_imports("from scripts.review_loop import main\n") == [1]
     assert script_imports("import scripts.x\n") == [1]
     assert script_imports("import importlib.util as u\nu.spec_from_file_location('m', 'scripts/x.py')\n") == [2]
-    assert script_imports("from mlx_sdm.app import review_loop\n") == []
+    assert script_imports("from mlx_sdm.usecases import review_loop\n") == []
     assert research_imports("from choose_defaults import LOADERS\nimport scripts.research.x\n", {"choose_defaults"}) == [1, 2]
     assert research_imports("x = load_script('research/probe.py')\ny = load_script('bench/review_loop.py')\n", set()) == [1]
     assert research_imports("from corpus_plan import check_everyday\n", {"choose_defaults"}) == []

@@ -15,9 +15,9 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from mlx_sdm.app import second_look_build
-from mlx_sdm.app.build_verifier import BuildVerifierArgs
-from mlx_sdm.app.second_look_build import ADMITS_NOTHING, build_second_look, read_rows, rows_path
+from mlx_sdm.usecases import second_look_build
+from mlx_sdm.usecases.build_verifier import BuildVerifierArgs
+from mlx_sdm.usecases.second_look_build import ADMITS_NOTHING, build_second_look, read_rows, rows_path
 from mlx_sdm.commands import build_verifier as command
 from mlx_sdm.errors import DataError
 from mlx_sdm.lm.sampling import SampledAnswers

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlx_sdm.app.suite_verifier import recipe_documents
-from mlx_sdm.app.verifier_recipe import read_recipe, recipe_from_dict
+from mlx_sdm.usecases.suite_verifier import recipe_documents
+from mlx_sdm.usecases.verifier_recipe import read_recipe, recipe_from_dict
 from mlx_sdm.errors import DataError
 from mlx_sdm.network.verifier import document_text
 
@@ -92,7 +92,7 @@ def test_the_command_refuses_a_setting_the_recipe_holds(capsys, tmp_path):
 def test_a_recipe_build_writes_the_verifier_its_recipe_and_report(tmp_path):
     """build_from_recipe end to end on a tiny random model and a JSONL task: the verifier loads, covers the
     task, and the folder keeps the recipe it was built from and the Table 1 report."""
-    from mlx_sdm.app.suite_verifier import build_from_recipe
+    from mlx_sdm.usecases.suite_verifier import build_from_recipe
     from mlx_sdm.network.verifier import DocumentVerifier
     from tests.test_build_verifier import write_task
     from tests.test_verifier_commands import save_tiny_folder

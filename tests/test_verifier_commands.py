@@ -82,7 +82,7 @@ def test_bad_text_row_is_named_and_nothing_is_written(trained, capsys):
 def test_generate_json_carries_the_state_by_name_and_formats_verdicts(trained, capsys):
     from mlx_sdm.commands import generate as generate_cmd
     from mlx_sdm.network.verdict import DocumentVerdict
-    from mlx_sdm.app.verifiers import model_for_verifier
+    from mlx_sdm.usecases.verifiers import model_for_verifier
     from mlx_sdm.network.verifier import DocumentVerifier
 
     root, model_dir, out, _ = trained

@@ -125,7 +125,7 @@ def test_installed_wheel_resolves_a_shipped_verifier_by_its_readme_spelling(inst
 def test_installed_wheel_resolves_the_fine_tune_examples_packaged_data(installed, tmp_path):
     """examples/finetune.yaml says `data: package:fever`: the wheel carries that data and resolves it."""
     venv, env = installed
-    code = ("from mlx_sdm.app.head_training import build_config, task_documents; "
+    code = ("from mlx_sdm.usecases.head_training import build_config, task_documents; "
             "t, c = task_documents(build_config({'data': 'package:fever'}, {}), {'pool_size': 100, 'test_size': 0}); "
             "import mlx_sdm.network.tasks.vendored as r; print(len(t), len(c), r.DATA_DIR)")
     count_train, count_calibration, where = _run([str(venv / "bin" / "python"), "-c", code], tmp_path, env).stdout.split()

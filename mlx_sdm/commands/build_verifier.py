@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from mlx_sdm.app.build_verifier import (
+from mlx_sdm.usecases.build_verifier import (
     DEFAULT_EVAL_SIZE,
     DEFAULT_MAX_TOKENS,
     DEFAULT_PER_TASK,
@@ -14,8 +14,8 @@ from mlx_sdm.app.build_verifier import (
     build_verifier,
     describe,
 )
-from mlx_sdm.app.second_look_build import build_second_look
-from mlx_sdm.app.second_look_build import describe as describe_second_look
+from mlx_sdm.usecases.second_look_build import build_second_look
+from mlx_sdm.usecases.second_look_build import describe as describe_second_look
 from mlx_sdm.commands.arguments import CommandParser, non_negative_int, positive_int, whole_number
 from mlx_sdm.errors import MlxSdmError
 from mlx_sdm.network.second_look import DEFAULT_K, SecondLookSpec
@@ -113,8 +113,8 @@ RECIPE_HOLDS = ("model", "tasks", "per_task", "eval_size", "max_tokens", "quanti
 
 
 def run_recipe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from mlx_sdm.app.suite_verifier import build_from_recipe
-    from mlx_sdm.app.verifier_recipe import read_recipe
+    from mlx_sdm.usecases.suite_verifier import build_from_recipe
+    from mlx_sdm.usecases.verifier_recipe import read_recipe
 
     given = [k for k in RECIPE_HOLDS if getattr(args, k) != parser.get_default(k)]
     if given:

@@ -171,7 +171,7 @@ def _list_sessions(store) -> int:
 
 
 def _run_ui(args, config, store) -> int:
-    from mlx_sdm.app.loading import chat_components
+    from mlx_sdm.usecases.loading import chat_components
     from mlx_sdm.executor.engine import ChatEngine
 
     try:
@@ -227,8 +227,8 @@ def run_plain(config, store, *, session_id: str | None, title: str | None, stdin
               components=None, timing: bool = False) -> int:
     """Line mode: each input line is a message; the answer streams to ``stdout``, then its verdict and
     monitor lines. Returns 0, or 2 when the model or verifier cannot be loaded."""
-    from mlx_sdm.app.loading import chat_components
-    from mlx_sdm.app.prefill_progress import PrefillBar
+    from mlx_sdm.usecases.loading import chat_components
+    from mlx_sdm.usecases.prefill_progress import PrefillBar
     from mlx_sdm.executor.engine import ChatEngine
 
     def out(text: str = "", end: str = "\n") -> None:

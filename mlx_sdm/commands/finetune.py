@@ -7,7 +7,7 @@ import sys
 
 from mlx_sdm.commands.arguments import CommandParser
 from mlx_sdm.errors import MlxSdmError
-from mlx_sdm.app.head_training import CONFIG_KEYS, DEFAULT_ADAPTER_PATH
+from mlx_sdm.usecases.head_training import CONFIG_KEYS, DEFAULT_ADAPTER_PATH
 from mlx_sdm.network.trainer import FinetuneArgs
 
 #: The paper's values (docs/method.md § 15.4), as FinetuneArgs holds them.
@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        from mlx_sdm.app.head_training import build_config, read_config_file, run_finetune
+        from mlx_sdm.usecases.head_training import build_config, read_config_file, run_finetune
 
         file_values = read_config_file(args.config) if args.config else {}
         overrides = {k: v for k, v in vars(args).items() if k != "config"}

@@ -162,7 +162,7 @@ def list_tasks(verifier: str | None) -> int:
     """``--list-tasks``: what the verifier (default: the shipped one) covers, read from its verifier.json."""
     from pathlib import Path
 
-    from mlx_sdm.app.loading import verification_off
+    from mlx_sdm.usecases.loading import verification_off
     from mlx_sdm.network.coverage import read_coverage
     from mlx_sdm.resources import default_verifier_dir, resolve_artifact
 
@@ -195,8 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     stop = threading.Event()
     try:
-        from mlx_sdm.app.loading import load_components
-        from mlx_sdm.app.prefill_progress import PrefillBar
+        from mlx_sdm.usecases.loading import load_components
+        from mlx_sdm.usecases.prefill_progress import PrefillBar
         from mlx_sdm.lm.pieces import TokenPiece
         from mlx_sdm.turn.monitoring import MonitorConfig, SessionMonitor
         from mlx_sdm.turn.pipeline import TurnPipeline

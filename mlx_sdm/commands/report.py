@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _load(args: argparse.Namespace) -> tuple[list[SDMEstimator], LabelledSet]:
     """The estimators and the labelled rows: embedding rows for estimator folders; text rows,
     force-decoded by the verifier's model, for document verifiers (``verifier.json``)."""
-    from mlx_sdm.app.verifiers import is_verifier_dir, labelled_text_rows
+    from mlx_sdm.usecases.verifiers import is_verifier_dir, labelled_text_rows
 
     kinds = {is_verifier_dir(path) for path in args.estimator}
     if kinds == {True}:

@@ -116,7 +116,7 @@ def server_config(args: ServeArgs):
 
 def run_server(args: ServeArgs, *, components: Callable[[Any], Any] | None = None, out=sys.stdout) -> int:
     """Load, bind, serve until interrupted. ``components`` is the loader of the model, verifier and head
-    (``BackendConfig -> TurnComponents``); None loads them from ``args`` (:func:`mlx_sdm.app.loading.load_components`),
+    (``BackendConfig -> TurnComponents``); None loads them from ``args`` (:func:`mlx_sdm.usecases.loading.load_components`),
     the same seam as ``ChatEngine(components=)``."""
     import uvicorn
 

@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         config = config_from_args(args)
         from mlx_sdm.atomic import check_output_folder
         from mlx_sdm.calibration.persistence import MANIFEST
-        from mlx_sdm.app.verifiers import is_text_jsonl, train_text_verifier
+        from mlx_sdm.usecases.verifiers import is_text_jsonl, train_text_verifier
         from mlx_sdm.network.verifier import VERIFIER_MANIFEST
 
         check_output_folder(args.out, force=args.force, artifact_files=(MANIFEST, VERIFIER_MANIFEST))

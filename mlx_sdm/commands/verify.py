@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         from mlx_sdm.atomic import check_output_file
-        from mlx_sdm.app.verifiers import is_verifier_dir, verify_text_rows
+        from mlx_sdm.usecases.verifiers import is_verifier_dir, verify_text_rows
 
         check_output_file(args.out)  # before any model work: a folder or an unwritable path is one line
 

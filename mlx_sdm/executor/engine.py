@@ -91,7 +91,7 @@ class EngineConfig:
 class ChatEngine:
     """Owner of all MLX state; every public method is thread-safe and returns at once.
     ``components(config)`` builds the model and verifier on the engine's thread
-    (``mlx_sdm.app.loading.chat_components``; tests pass a tiny model)."""
+    (``mlx_sdm.usecases.loading.chat_components``; tests pass a tiny model)."""
 
     def __init__(self, config: EngineConfig, store: ChatStore, *, components: ComponentsFactory,
                  listener: Listener | None = None):

@@ -15,7 +15,7 @@ feature recipe (delimiter rule, system prompt); loading it for another model rai
 Folder layout (written atomically as a whole): ``verifier.json`` (fingerprint, recipe, info and
 optionally ``tasks``: what it covers) + ``estimator/`` (the SDM estimator's own folder: safetensors +
 manifest.json + support.json). Building and using verifiers from commands (progress bars, caches,
-text rows) is in :mod:`mlx_sdm.app.verifiers`.
+text rows) is in :mod:`mlx_sdm.usecases.verifiers`.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ class SessionBackend:
     """Pipeline, review service and store behind the server. Build and call it on the worker thread only."""
 
     def __init__(self, config: BackendConfig, store: Any, components: Callable[[Any], Any] | None = None):
-        from mlx_sdm.app.loading import load_components
+        from mlx_sdm.usecases.loading import load_components
         from mlx_sdm.executor.turn_service import TurnService
 
         self.config = config

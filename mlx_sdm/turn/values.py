@@ -41,7 +41,7 @@ ChatMessage = dict[str, str]
 
 @dataclass
 class TurnComponents:
-    """Everything MLX a turn uses, built on the thread that owns MLX (``mlx_sdm.app.loading``)."""
+    """Everything MLX a turn uses, built on the thread that owns MLX (``mlx_sdm.usecases.loading``)."""
 
     lm: LoadedModel
     verifier: TurnVerifier | None = None  # a DocumentVerifier (network/verifier.py)

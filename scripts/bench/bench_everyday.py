@@ -29,7 +29,7 @@ def main() -> int:
     from mlx_lm import stream_generate
 
     from checkout import top_level_script  # beside this script
-    from mlx_sdm.app.loading import load_components
+    from mlx_sdm.usecases.loading import load_components
     from mlx_sdm.monitor.online.degenerate import degenerate_answer
     from mlx_sdm.turn.pipeline import TurnPipeline
     from mlx_sdm.turn.values import TurnOptions, TurnRequest
@@ -77,7 +77,7 @@ def check40(max_tokens: int, verifier: str | None = None, *, second_look: bool =
     from collections import Counter
 
     from checkout import top_level_script  # beside this script
-    from mlx_sdm.app.loading import load_components
+    from mlx_sdm.usecases.loading import load_components
     from mlx_sdm.network.tasks.open_questions import everyday_check
     from mlx_sdm.turn.pipeline import TurnPipeline
     from mlx_sdm.turn.values import CheckingAnswers, TurnOptions, TurnRequest

@@ -184,7 +184,7 @@ def load_bench_model(args) -> BenchModel:
     from mlx_sdm.lm.loading import load_model
     from mlx_sdm.network.verifier import DEFAULT_VERIFIER_DIR, DocumentVerifier
 
-    from mlx_sdm.app.loading import load_head
+    from mlx_sdm.usecases.loading import load_head
 
     lm = load_model(args.model, quantized=args.quantized)
     verifier = DocumentVerifier.load(args.verifier or DEFAULT_VERIFIER_DIR, expect_fingerprint=lm.fingerprint)
@@ -220,7 +220,7 @@ def chat_turns(args) -> list[TurnTiming]:
     import tempfile
     from pathlib import Path
 
-    from mlx_sdm.app.loading import chat_components
+    from mlx_sdm.usecases.loading import chat_components
     from mlx_sdm.executor.engine import ChatEngine, EngineConfig
     from mlx_sdm.lm.pieces import TokenPiece
     from mlx_sdm.store.chat_store import ChatStore

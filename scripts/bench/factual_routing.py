@@ -7,7 +7,7 @@ router of a turn (``DocumentVerifier.route``), and that prompts with no checkabl
 
 Data: mlx_sdm/network/tasks/data/factual_check.json (100 factual questions, 50 follow-ups that ask a checkable
 answer, 20 with none; written before the router was retrained) and the router's own held-out prompts with no
-checkable answer. Logic: mlx_sdm/app/question_router.py (factual_routing). The everyday check's verdicts need
+checkable answer. Logic: mlx_sdm/usecases/question_router.py (factual_routing). The everyday check's verdicts need
 the model: .venv/bin/python scripts/bench_everyday.py --check40
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 
 def main() -> int:
-    from mlx_sdm.app.question_router import factual_routing
+    from mlx_sdm.usecases.question_router import factual_routing
     from mlx_sdm.network.question_router import QuestionRouter
     from mlx_sdm.network.verifier import DEFAULT_VERIFIER_DIR, DocumentVerifier
 

@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache-dir", type=Path, default=DEFAULT_CACHE, help="answer/feature cache (build-verifier's)")
     p.add_argument("--latency-decisions", type=int, default=20)
     args = p.parse_args(argv)
-    from mlx_sdm.app.build_verifier import DEFAULT_MAX_TOKENS
+    from mlx_sdm.usecases.build_verifier import DEFAULT_MAX_TOKENS
     from mlx_sdm.lm.loading import load_model
     from mlx_sdm.network.tasks.registry import load_task
     from mlx_sdm.network.tasks.answers import AnswerSettings, answer_items

@@ -26,7 +26,7 @@ from pathlib import Path
 
 
 def main() -> int:
-    from mlx_sdm.app.loading import load_components
+    from mlx_sdm.usecases.loading import load_components
     from mlx_sdm.network.encoding import first_json_object
     from mlx_sdm.network.question_router import QuestionRouter
     from mlx_sdm.network.tasks.registry import SHIPPED_TASK_NAMES, load_task

@@ -71,8 +71,8 @@ def suite_sets(task_name: str, pool_size: int, cache_dir: Path, test_size: int, 
 def suite_build_sets(task_name: str, cache_dir: Path, test_size: int) -> dict[str, LabelledSet]:
     """One task's rows of the suite verifier's own build (the shipped recipe's pool sizes,
     seed 0): its D_tr and D_ca halves, read from the build's cache, and its held-out and shifted documents."""
-    from mlx_sdm.app.suite_verifier import evaluation_documents, pool_halves
-    from mlx_sdm.app.verifier_recipe import read_recipe
+    from mlx_sdm.usecases.suite_verifier import evaluation_documents, pool_halves
+    from mlx_sdm.usecases.verifier_recipe import read_recipe
     from mlx_sdm.network.tasks.registry import load_tasks
     from mlx_sdm.network.verifier import labelled_set
     from mlx_sdm.resources import default_verifier_dir

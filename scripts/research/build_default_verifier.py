@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-size", type=int, default=DEFAULT_EVAL_SIZE)
     p.add_argument("--tasks", nargs="+", default=SUITE_ORDER)
     args = p.parse_args(argv)
-    from mlx_sdm.app.build_verifier import BuildVerifierArgs, build_verifier, describe
+    from mlx_sdm.usecases.build_verifier import BuildVerifierArgs, build_verifier, describe
 
     result = build_verifier(BuildVerifierArgs(out=args.out, model="smollm2", tasks=args.tasks, per_task=args.per_task,
                                               per_task_sizes=PER_TASK_SIZES,

@@ -27,7 +27,7 @@ PRECISION = 0.95
 
 
 def answered(verifier_dir: Path, cache: Path, per_task: int, eval_size: int, batch: int):
-    from mlx_sdm.app.build_verifier import EARLY_CHECK
+    from mlx_sdm.usecases.build_verifier import EARLY_CHECK
     from mlx_sdm.lm.loading import load_model
     from mlx_sdm.network.tasks.answers import AnswerSettings, answer_items
     from mlx_sdm.network.tasks.registry import OPEN_TASK, load_task

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from mlx_sdm.lm.loading import load_model
     from mlx_sdm.network.encoding import benchmark_splits, encode_task
-    from mlx_sdm.app.verifiers import cached_document_features
+    from mlx_sdm.usecases.verifiers import cached_document_features
     from mlx_sdm.network.verifier import DocumentVerifier
 
     started = time.time()

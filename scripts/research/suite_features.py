@@ -2,8 +2,8 @@
 (``adaptor_vs_probe.py`` and ``compare_reexpress_sdm.py`` beside it).
 
 The task's § 14 constructed documents (gold answer y = 1, or by Bernoulli(0.5) another answer
-y = 0; :mod:`mlx_sdm.app.suite_verifier`) become rows of [mean(h); h_delimiter] features, read
-from the on-disk feature cache of :func:`mlx_sdm.app.verifiers.cached_document_features` (filled by
+y = 0; :mod:`mlx_sdm.usecases.suite_verifier`) become rows of [mean(h); h_delimiter] features, read
+from the on-disk feature cache of :func:`mlx_sdm.usecases.verifiers.cached_document_features` (filled by
 ``mlx-sdm build-verifier`` with its cache folder, or by these scripts with ``--extract``). The
 pool's first 3/8 are the training rows, the next 3/8 the calibration rows, the last 1/4 the
 held-out test; the task's ``shifted`` documents are the shift when their features are cached.
@@ -50,7 +50,7 @@ class CacheOnlyLM:
 def cached_features(cache_dir: Path, lm=None) -> Features:
     """Features read from ``cache_dir``; computed with ``lm`` (and cached) where missing, or
     :class:`NotCached` raised when ``lm`` is None."""
-    from mlx_sdm.app.verifiers import cached_document_features
+    from mlx_sdm.usecases.verifiers import cached_document_features
     from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE
 
     model = lm if lm is not None else CacheOnlyLM()
@@ -63,7 +63,7 @@ def task_feature_sets(task_name: str, pool_size: int, features: Features, *, tes
     """``train``, ``calibration`` and ``test`` (3/8, 3/8, 1/4 of the task's first ``pool_size`` pool
     documents; ``split`` > 0: another seeded partition of the same pool) and ``shift`` (the task's
     ``test_size`` shifted documents) when ``features`` has them."""
-    from mlx_sdm.app.suite_verifier import constructed_documents, evaluation_documents
+    from mlx_sdm.usecases.suite_verifier import constructed_documents, evaluation_documents
     from mlx_sdm.network.tasks.registry import load_tasks
     from mlx_sdm.network.verifier import labelled_set
 

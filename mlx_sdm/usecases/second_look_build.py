@@ -30,7 +30,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from mlx_sdm.app.build_verifier import REPORT_JSON, REPORT_MD, REPORT_PLOT, BuildVerifierArgs, accuracy_lines, \
+from mlx_sdm.usecases.build_verifier import REPORT_JSON, REPORT_MD, REPORT_PLOT, BuildVerifierArgs, accuracy_lines, \
     evaluation_rows
 from mlx_sdm.calibration.data import MIN_PER_CLASS, LabelledSet
 from mlx_sdm.calibration.fit_config import FitConfig

@@ -168,7 +168,7 @@ def task_documents(config: FinetuneConfig, verifier_info: dict[str, Any]) -> tup
 
 def recipe_path(data: str) -> Path | None:
     """The verifier recipe ``data`` names (a recipe.json, or a verifier folder or shipped name with one), or None."""
-    from mlx_sdm.app.verifier_recipe import RECIPE_FILE
+    from mlx_sdm.usecases.verifier_recipe import RECIPE_FILE
     from mlx_sdm.resources import resolve_artifact
 
     path = resolve_artifact(data)
@@ -180,8 +180,8 @@ def recipe_path(data: str) -> Path | None:
 def recipe_documents_for(config: FinetuneConfig, recipe: Path, tokenizer) -> tuple[list, list]:
     """(train, calibration) on the recipe's pool halves: per task ``task_*_sizes`` or else ``*_size`` leading
     documents (all of a half when neither is set)."""
-    from mlx_sdm.app.suite_verifier import recipe_finetune_documents
-    from mlx_sdm.app.verifier_recipe import read_recipe
+    from mlx_sdm.usecases.suite_verifier import recipe_finetune_documents
+    from mlx_sdm.usecases.verifier_recipe import read_recipe
 
     read = read_recipe(recipe)
     def sizes(per_task: dict[str, int] | None, default: int | None) -> dict[str, int]:

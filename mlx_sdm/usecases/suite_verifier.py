@@ -5,7 +5,7 @@ own prompt and system prompt (the text the chat routes to that task) with the go
 completion (y = 1) or, by a seeded Bernoulli(0.5) draw, another answer of the task's format (y = 0).
 Each task's pool is halved into D_tr / D_ca; its ``held_out`` and ``shifted`` splits, constructed the
 same way with the next seed, are the report's test sets. The SDM-network head of the suite is trained
-on the same halves (:func:`pool_halves`). A :class:`~mlx_sdm.app.verifier_recipe.VerifierRecipe` holds
+on the same halves (:func:`pool_halves`). A :class:`~mlx_sdm.usecases.verifier_recipe.VerifierRecipe` holds
 the build's settings; ``mlx-sdm build-verifier --recipe`` runs :func:`build_from_recipe`.
 """
 
@@ -20,9 +20,9 @@ from typing import Callable
 
 import numpy as np
 
-from mlx_sdm.app.build_verifier import ACCURACY_HEAD, REPORT_JSON, REPORT_MD, REPORT_PLOT, accuracy_cells, \
+from mlx_sdm.usecases.build_verifier import ACCURACY_HEAD, REPORT_JSON, REPORT_MD, REPORT_PLOT, accuracy_cells, \
     against_probe_record
-from mlx_sdm.app.verifier_recipe import RECIPE_FILE, VerifierRecipe, recipe_text
+from mlx_sdm.usecases.verifier_recipe import RECIPE_FILE, VerifierRecipe, recipe_text
 from mlx_sdm.atomic import atomic_write_text
 from mlx_sdm.calibration.evaluation import evaluate, markdown_rows, plot
 from mlx_sdm.calibration.paired_test import paired_comparison
@@ -93,7 +93,7 @@ def build_from_recipe(recipe: VerifierRecipe, out: Path, *, cache_dir: Path | No
                       say: Callable[[str], None] = print) -> DocumentVerifier:
     """Fit the verifier ``recipe`` describes, write it to ``out`` with ``recipe.json`` and its report
     (``report.md``, ``report.json``, ``reliability.png``), and return it."""
-    from mlx_sdm.app.verifiers import cached_document_features
+    from mlx_sdm.usecases.verifiers import cached_document_features
     from mlx_sdm.lm.loading import load_model
 
     out = Path(out)
@@ -137,7 +137,7 @@ def build_from_recipe(recipe: VerifierRecipe, out: Path, *, cache_dir: Path | No
 
 def suite_report(lm, verifier: DocumentVerifier, tests, cache_dir: Path, name: str) -> tuple[str, dict, list]:
     """Table 1 rows (accuracy / admitted fraction per stratum) per task and split, and over all tasks."""
-    from mlx_sdm.app.verifiers import cached_document_features
+    from mlx_sdm.usecases.verifiers import cached_document_features
 
     lines = [f"Verifier `{name}` ({lm.name} document features, α′ = {verifier.estimator.alpha}); constructed "
              "documents (gold answer y = 1, or by Bernoulli(0.5) another answer y = 0), each task under its own "
