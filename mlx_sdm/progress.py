@@ -24,14 +24,18 @@ def is_terminal(stream: TextIO) -> bool:
 
 
 def progress_bar(iterable: Iterable | None = None, *, total: int | None = None, desc: str = "", unit: str = "it",
-                 leave: bool = True, disable: bool = False, file: TextIO | None = None) -> Any:
-    """A tqdm bar on a terminal; a :class:`PlainProgress` (same calls) when ``file`` (stderr) is not one."""
+                 leave: bool = True, disable: bool = False, file: TextIO | None = None, initial: int = 0) -> Any:
+    """A tqdm bar on a terminal; a :class:`PlainProgress` (same calls) when ``file`` (stderr) is not one.
+    ``initial``: work done before (a resumed run's finished epochs)."""
     stream = file or sys.stderr
     if not disable and is_terminal(stream):
         from tqdm import tqdm
 
-        return tqdm(iterable, total=total, desc=desc, unit=unit, dynamic_ncols=True, leave=leave, file=stream)
-    return PlainProgress(iterable, total=total, desc=desc, unit=unit, file=stream, silent=disable or not leave)
+        return tqdm(iterable, total=total, desc=desc, unit=unit, dynamic_ncols=True, leave=leave, file=stream,
+                    initial=initial)
+    bar = PlainProgress(iterable, total=total, desc=desc, unit=unit, file=stream, silent=disable or not leave)
+    bar.n = initial
+    return bar
 
 
 class PlainProgress:

@@ -17,6 +17,11 @@ TOPIC_VERIFIER_NAME = "smollm2-bbc-topic"  # the shipped verifier with signal (B
 DEFAULT_HEAD_NAME: str | None = "smollm2-suite-head"  # scripts/build_default_head.py (Alg. 4 kept epoch 2)
 
 
+#: The fine-tuned model folder shipped for the embedded model (``mlx-sdm finetune --task``: LoRA adapters, head and
+#: verifier; usecases/model_folder.py): with no ``--model``, generate/chat/serve load it; None: the plain model.
+DEFAULT_MODEL_NAME: str | None = None
+
+
 WEIGHTS_FOLDER = "weights"  # the checkout's top-level folder; mlx_sdm/weights inside a wheel (setup.py)
 
 
@@ -60,6 +65,10 @@ ROUTER_NAME = "question-router"
 
 def default_router_dir() -> Path | None:
     return shipped(ROUTER_NAME)
+
+
+def default_model_dir() -> Path | None:
+    return shipped(DEFAULT_MODEL_NAME) if DEFAULT_MODEL_NAME else None
 
 
 def default_head_dir() -> Path | None:

@@ -1,4 +1,6 @@
-"""``mlx-sdm finetune``: SDM-network fine-tuning of the positive vocabulary head (Alg. 4)."""
+"""``mlx-sdm finetune``: a model that answers your task right, and a verifier that says which answers to trust
+(``--task FILE --out DIR``: LoRA, then Alg. 4's head, then the verifier, into one folder), or Alg. 4 alone on
+the positive vocabulary head (``--config FILE.yaml`` with ``data:``)."""
 
 from __future__ import annotations
 
@@ -7,8 +9,11 @@ import sys
 
 from mlx_sdm.commands.arguments import CommandParser
 from mlx_sdm.errors import MlxSdmError
+from mlx_sdm.usecases.finetune_plan import TASK_KEYS
 from mlx_sdm.usecases.head_training import CONFIG_KEYS, DEFAULT_ADAPTER_PATH
 from mlx_sdm.network.trainer import FinetuneArgs
+
+from mlx_sdm.usecases.lora_training import DEFAULT_MAX_EPOCHS as DEFAULT_LORA_EPOCHS, DEFAULT_RANKS as DEFAULT_LORA_RANKS
 
 #: The paper's values (docs/method.md § 15.4), as FinetuneArgs holds them.
 DEFAULT_EPOCHS = FinetuneArgs.epochs
@@ -17,7 +22,23 @@ DEFAULT_LEARNING_RATE = FinetuneArgs.learning_rate
 DEFAULT_SEED = FinetuneArgs.seed
 
 EPILOG = f"""
-What it does (arXiv 2502.20167, Alg. 4): the LM's output head is cloned into a frozen negative
+Your task, one command (--task FILE.jsonl ... --out DIR):
+  FILE holds one row per question: {{"prompt": "...", "answer": {{"field": value}}}} (+ "id", "split":
+  "shifted", "system" on the first row), every prompt starting with the task's instruction and asking for
+  that JSON; a shipped task's name (bbc_topic, fever, ...) works too. The rows are split, seeded: LoRA
+  training rows, validation rows, verifier rows (half to train it, half to calibrate it); the task's
+  held-out and shifted rows are kept for the report. Then, resumable after any stop (rerun the command):
+    1. LoRA with mlx-lm's tuner on the gold answers (loss on the answer tokens only); the epochs and the
+       rank are chosen on the validation rows' accuracy;
+    2. Alg. 4's positive head over the adapted model (kept for a task only where it adds answers the
+       verifier admits and that are right, at no cost in accuracy);
+    3. the verifier built on the tuned model's own answers, so its promise is about that model.
+  DIR then holds adapters/ (mlx-lm's format), head/, verifier/, report.md and mlx-sdm-model.json:
+  mlx-sdm chat --model DIR / serve --model DIR / generate --model DIR "..." use it; its adapters answer
+  the questions of its tasks, every other turn is the plain model's.
+  Task-run keys (flags or YAML): {", ".join(TASK_KEYS)}.
+
+Alg. 4 alone (--config FILE.yaml with data:, no task): the LM's output head is cloned into a frozen negative
 head and a trainable positive head. Documents whose answer is correct (label 1) teach the positive
 head their answer tokens with the next-token SDM loss (Eq. 32): the joint 2|V| distribution is
 sharpened by each document's Similarity q and Distance d from the verifier, and a regulariser
@@ -39,6 +60,9 @@ data hash, epochs, best epoch, counts); a checkpoint after every epoch in ADAPTE
 (--resume continues a killed run from it with the same result).
 
 examples:
+  mlx-sdm finetune --task my_triage.jsonl --out triage-model            # your task (time estimate first)
+  mlx-sdm chat --model triage-model
+  mlx-sdm finetune --task bbc_topic sentiment --out news-model --lora-epochs 2
   mlx-sdm finetune --config examples/finetune.yaml
   mlx-sdm finetune --config examples/finetune.yaml --epochs 2 --resume
   mlx-sdm finetune --config weights/smollm2-suite-head/finetune.yaml    # the shipped head (~29 min on 2 cores)
@@ -76,7 +100,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume-adapter-file", metavar="DIR", help="start from this trained head instead of the untuned one")
     p.add_argument("--no-compile", dest="compile", action="store_false", default=None, help="do not mx.compile the step")
     p.add_argument("--quiet", dest="progress", action="store_false", default=None, help="no progress bars")
+    add_task_arguments(p)
     return p
+
+
+def add_task_arguments(p: argparse.ArgumentParser) -> None:
+    t = p.add_argument_group("your task (--task): LoRA, the head and the verifier into one folder")
+    t.add_argument("--task", nargs="+", action="extend", metavar="FILE_OR_NAME",
+                   help="task files (.jsonl) or shipped task names; with --out, runs the three stages")
+    t.add_argument("--out", metavar="DIR", help="the model folder to write (rerun the same command to resume)")
+    t.add_argument("--lora-ranks", nargs="+", type=int, metavar="R",
+                   help=f"LoRA ranks, tried in order while validation accuracy is below the target (default {' '.join(map(str, DEFAULT_LORA_RANKS))})")
+    t.add_argument("--lora-layers", type=int, metavar="N", help="last N blocks get LoRA layers (default 8)")
+    t.add_argument("--lora-epochs", type=int, metavar="N", help=f"at most N epochs per rank (default {DEFAULT_LORA_EPOCHS})")
+    t.add_argument("--lora-learning-rate", type=float, help="Adam's rate for LoRA (default 2e-4)")
+    t.add_argument("--lora-batch-size", type=int, help="rows per LoRA step (default 4)")
+    t.add_argument("--target-accuracy", type=float, help="validation accuracy after which no larger rank is tried (default 0.9)")
+    t.add_argument("--train-rows", type=int, help="LoRA training rows per task, at most (default 320)")
+    t.add_argument("--validation-rows", type=int, help="validation rows per task (default 40)")
+    t.add_argument("--verifier-rows", type=int, help="rows per task the verifier is built and calibrated on (default 300)")
+    t.add_argument("--eval-rows", type=int, help="held-out and shifted rows per task in the report (default 100)")
+    t.add_argument("--no-head", dest="head", action="store_false", default=None, help="skip stage 2 (Alg. 4's head)")
+    t.add_argument("--head-rank", type=int, help="rank of the compact head kept in the folder (default 64)")
+    t.add_argument("--no-baselines", dest="baselines", action="store_false", default=None,
+                   help="leave the untuned model and the head alone out of the report (faster)")
+
+
+def task_values(args: argparse.Namespace, file_values: dict) -> dict | None:
+    """The task run's keys (the YAML's, the flags' over them) when this is a task run, else None."""
+    flags = {k: v for k, v in vars(args).items() if v is not None and k != "config"}
+    if "task" not in flags and "task" not in file_values:
+        return None
+    return {**file_values, **flags}  # a key a task run does not read is refused by task_args_from, by name
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,8 +139,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from mlx_sdm.usecases.head_training import build_config, read_config_file, run_finetune
 
-        file_values = read_config_file(args.config) if args.config else {}
-        overrides = {k: v for k, v in vars(args).items() if k != "config"}
+        file_values = read_config_file(args.config, CONFIG_KEYS + tuple(TASK_KEYS)) if args.config else {}
+        values = task_values(args, file_values)
+        if values is not None:
+            return run_task(values, args.config or "command line")
+        overrides = {k: v for k, v in vars(args).items() if k != "config" and (k in CONFIG_KEYS or k not in TASK_KEYS)}
         config = build_config(file_values, overrides, source=args.config or "command line")
         result, head_path = run_finetune(config)
     except MlxSdmError as exc:
@@ -103,6 +161,24 @@ def main(argv: list[str] | None = None) -> int:
         f"(epoch {result.best_epoch} of {result.epochs_run})"
     )
     print(f"saved {head_path} (use it with: mlx-sdm generate --head {head_path} / mlx-sdm chat --head {head_path})")
+    return 0
+
+
+def run_task(values: dict, source: str) -> int:
+    """``--task``: the three stages into one folder; prints where it is and how to use it."""
+    from mlx_sdm.usecases.finetune_plan import task_args_from
+    from mlx_sdm.usecases.task_finetune import run_task_finetune
+
+    args = task_args_from(values, source)
+    try:
+        outcome = run_task_finetune(args)
+    except KeyboardInterrupt:
+        print(f"mlx-sdm finetune: interrupted; rerun the same command to continue from the last checkpoint in "
+              f"{args.out}", file=sys.stderr)
+        return 130
+    print(outcome.report)
+    print(f"saved {outcome.folder} ({sum(outcome.clock.seconds.values()) / 60:.0f} min); use it with: "
+          f"mlx-sdm chat --model {outcome.folder}")
     return 0
 
 

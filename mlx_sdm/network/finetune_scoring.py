@@ -25,6 +25,10 @@ class Outcome:
     text: str = ""
 
 
+#: Documents answered together (as ``build-verifier`` batches its answers).
+SCORE_BATCH = 16
+
+
 class Scorer(Protocol):
     """Generates for documents with a decoding head and verifies the completions (this rank's share)."""
 
@@ -34,8 +38,8 @@ class Scorer(Protocol):
 
 
 class LMScorer:
-    """The default scorer (§ 15.5): greedy decoding over the joint heads through the LM layer's
-    ``generate_with_features`` (argmax mod |V|, the document feature vector from the same pass),
+    """The default scorer (§ 15.5): greedy decoding over the joint heads, batched (``generate_batch``: argmax
+    mod |V|, the document feature vector from the same pass, equal to ``generate_with_features``'s),
     then the document verifier (``verify(features) -> Verdict``, e.g. ``DocumentVerifier.verify_features``).
 
     For training documents (``purpose="training"``) q and d come from ``training_qd(features) ->
@@ -43,9 +47,9 @@ class LMScorer:
     distance eCDFs, as the reference does for the next-token loss (§ 15.5, § 20 item 13)."""
 
     def __init__(self, lm, verify: Callable[[Any], Any], *, training_qd: Callable[[Any], tuple[int, float, float]] | None = None,
-                 delimiter: str = "json_close", system: str | None = None, progress=None):
+                 delimiter: str = "json_close", system: str | None = None, progress=None, batch: int = SCORE_BATCH):
         self.lm, self.verify, self.training_qd = lm, verify, training_qd
-        self.delimiter, self.system, self.progress = delimiter, system, progress
+        self.delimiter, self.system, self.progress, self.batch = delimiter, system, progress, batch
 
     @classmethod
     def from_verifier(cls, lm, verifier, progress=None) -> "LMScorer":
@@ -61,34 +65,41 @@ class LMScorer:
                    delimiter=verifier.recipe.delimiter, system=verifier.recipe.system, progress=progress)
 
     def __call__(self, documents, head, purpose: str = "calibration"):
-        from mlx_sdm.lm.generation import GenerationConfig, generate_with_features
+        """Greedy answers in batches of ``batch`` documents that share a system prompt and a token budget (a small
+        model's decoding step costs little more for B rows than for one: ``network/tasks/batched.py``), each
+        verified; outcomes in the documents' order."""
+        from mlx_sdm.network.tasks.batched import generate_batch
 
-        outcomes = []
-        iterator = self.progress(documents) if self.progress else documents
-        for doc in iterator:
-            config = GenerationConfig(
-                max_tokens=doc.max_generation_tokens,
-                delimiter=self.delimiter,
-                system=doc.system if doc.system is not None else self.system,
-            )
-            result = generate_with_features(self.lm, doc.prompt, config, head=head)
-            answer = doc.task_answer(result.text)
-            if purpose == "training" and self.training_qd is not None:
-                prediction, q, d = self.training_qd(result.features)
-                verdict = Outcome(prediction=prediction, admitted=False, q=q, d=d, correct=False)
-            else:
-                verdict = self.verify(result.features)
-            outcomes.append(
-                Outcome(
-                    prediction=int(verdict.prediction),
-                    admitted=bool(verdict.admitted),
-                    q=float(verdict.q),
-                    d=float(verdict.d),
-                    correct=answer is not None and answer == doc.task_label,
-                    text=result.text,
-                )
-            )
-        return outcomes
+        groups: dict[tuple[str | None, int], list[int]] = {}
+        for i, doc in enumerate(documents):
+            system = doc.system if doc.system is not None else self.system
+            groups.setdefault((system, doc.max_generation_tokens), []).append(i)
+        outcomes: list[Outcome | None] = [None] * len(documents)
+        bar = self.progress(range(len(documents))) if self.progress else None
+        ticks = iter(bar) if bar is not None else None
+        for (system, budget), index in groups.items():
+            index = sorted(index, key=lambda i: len(str(documents[i].prompt)))  # similar lengths: little padding
+            for start in range(0, len(index), self.batch):
+                part = index[start : start + self.batch]
+                answers = generate_batch(self.lm, [documents[i].prompt for i in part], max_tokens=budget,
+                                         delimiter=self.delimiter, system=system, head=head)
+                for i, answer in zip(part, answers):
+                    outcomes[i] = self._outcome(documents[i], answer.text, answer.features, purpose)
+                    if ticks is not None:
+                        next(ticks, None)
+        for _ in ticks or ():  # the bar's end
+            pass
+        return [o for o in outcomes if o is not None]
+
+    def _outcome(self, doc: FinetuneDocument, text: str, features, purpose: str) -> Outcome:
+        answer = doc.task_answer(text)
+        if purpose == "training" and self.training_qd is not None:
+            prediction, q, d = self.training_qd(features)
+            verdict: Any = Outcome(prediction=prediction, admitted=False, q=q, d=d, correct=False)
+        else:
+            verdict = self.verify(features)
+        return Outcome(prediction=int(verdict.prediction), admitted=bool(verdict.admitted), q=float(verdict.q),
+                       d=float(verdict.d), correct=answer is not None and answer == doc.task_label, text=text)
 
 
 def admitted_count(outcomes: Sequence[Outcome]) -> int:

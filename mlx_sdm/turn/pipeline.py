@@ -46,6 +46,7 @@ and the server, and the tests loop over it. The steps:
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import warnings
@@ -124,7 +125,9 @@ class TurnPipeline:
         judged = ([seen[0]] if seen and seen[0].get("role") == "system" else []) + [question]
         judge = self.components.verifier is not None and route.how is not RouteKind.NO_CHECKABLE_ANSWER and (
             route.matched or route.open_question or not self._routes_tasks())
-        return TurnPlan(route, seen, judged, self._head_for(question["content"]), judge)
+        adapters = self.components.lm.adapters
+        adapted = adapters is not None and route.matched and adapters.serves(route.instruction)
+        return TurnPlan(route, seen, judged, self._head_for(question["content"]), judge, adapted)
 
     def _delimiter_for(self, route: TaskRoute) -> str:
         """Where the judged answer ends for this route: the delimiter of the verifier that judges it (the JSON
@@ -144,7 +147,7 @@ class TurnPipeline:
         question = last_user_text(messages)
         verifier = self.components.verifier
         route = verifier.route(question, previous_user_text(messages)) if verifier is not None else TaskRoute()
-        tasks = self.components.head_tasks
+        tasks = self.components.head_tasks or self.components.adapted_tasks
         if route.matched or self._routes_tasks() or not tasks:
             return route
         index = match_instruction([t.instruction for t in tasks], question)
@@ -204,9 +207,21 @@ class TurnPipeline:
         :class:`~mlx_sdm.turn.monitoring.SessionMonitor` (None = no monitoring, e.g. ``generate``);
         ``prefix``: this conversation's previous KV cache; ``on_prefill``: a long prompt's progress, as
         mlx-lm's ``prompt_progress_callback`` (called before the first piece)."""
-        stop = stop or threading.Event()
+        plan, fitted = self._fit(self.plan(request.messages, request.options), request.options)
+        with self._weights(plan.adapted):  # the adapters on for a turn of their tasks, for all it asks of the model
+            yield from self._stream(plan, fitted, request, stop or threading.Event(), monitor, prefix, on_prefill)
+
+    def _weights(self, adapted: bool):
+        """The model as this turn uses it: its LoRA adapters on (``adapted``) or off; a model with none as it is."""
+        adapters = self.components.lm.adapters
+        return adapters.use(adapted) if adapters is not None else contextlib.nullcontext()
+
+    def _stream(self, plan: TurnPlan, fitted: FittedPrompt | None, request: TurnRequest, stop: threading.Event,
+                monitor: TurnMonitor | None, prefix: PrefixCache | None,
+                on_prefill: PrefillCallback | None) -> Iterator[TurnItem]:
         options = request.options
-        plan, fitted = self._fit(self.plan(request.messages, options), options)
+        if plan.adapted:  # a cached prefix was made by the other weights (or is made for none to reuse)
+            prefix, options = None, replace(options, reuse_cache=False)
         started, first_token_s = time.perf_counter(), None
         for item in self._generate(plan, options, stop, prefix, on_prefill):
             if isinstance(item, GeneratedAnswer):
@@ -290,35 +305,41 @@ class TurnPipeline:
         """The features the verifier judges for each planned (question, completion): one forward pass per
         answer, batched by the judged unit's delimiter; None where there is nothing to read (no judgement, an
         empty answer, or nothing left of it once tokenised, e.g. only special tokens)."""
-        from mlx_sdm.lm.features import force_decode_batch, force_decode_features
-
         out: list[np.ndarray | None] = [None] * len(plans)
-        by_delimiter: dict[str, list[int]] = {}
+        by_reading: dict[tuple[str, bool], list[int]] = {}
         for i, (plan, text) in enumerate(zip(plans, completions)):
             if plan.judge and text.strip():
-                by_delimiter.setdefault(self._delimiter_for(plan.route), []).append(i)
-        lm = self.components.lm
+                by_reading.setdefault((self._delimiter_for(plan.route), plan.adapted), []).append(i)
         progress = on_progress or (lambda n: None)
-        progress(len(plans) - sum(map(len, by_delimiter.values())))  # the answers with nothing to read
-        for delimiter, index in by_delimiter.items():
-            try:
-                if len(index) == 1:  # one answer: one unpadded pass, as a generated turn's own features are read
-                    read = [force_decode_features(lm, plans[index[0]].judged, completions[index[0]], delimiter=delimiter)]
-                    progress(1)
-                else:  # (a batch's answers are checked before any is read, so a DataError has counted none)
-                    read = [d.vector for d in force_decode_batch(lm, [(plans[i].judged, completions[i]) for i in index],
-                                                                 delimiter=delimiter, progress=progress)]
-            except DataError:  # one answer cannot be read: read them one by one, so only it goes without
-                read = []
-                for i in index:
-                    try:
-                        read.append(force_decode_features(lm, plans[i].judged, completions[i], delimiter=delimiter))
-                    except DataError:
-                        read.append(None)
-                progress(len(index))
-            for i, vector in zip(index, read):
-                out[i] = None if vector is None else np.asarray(vector, dtype=np.float32)
+        progress(len(plans) - sum(map(len, by_reading.values())))  # the answers with nothing to read
+        for (delimiter, adapted), index in by_reading.items():
+            with self._weights(adapted):
+                self._read_group(plans, completions, index, delimiter, out, progress)
         return out
+
+    def _read_group(self, plans: Sequence[TurnPlan], completions: Sequence[str], index: list[int], delimiter: str,
+                    out: list[np.ndarray | None], progress: Callable[[int], None]) -> None:
+        """The features of the answers ``index`` (one delimiter, one state of the adapters) into ``out``."""
+        from mlx_sdm.lm.features import force_decode_batch, force_decode_features
+
+        lm = self.components.lm
+        try:
+            if len(index) == 1:  # one answer: one unpadded pass, as a generated turn's own features are read
+                read = [force_decode_features(lm, plans[index[0]].judged, completions[index[0]], delimiter=delimiter)]
+                progress(1)
+            else:  # (a batch's answers are checked before any is read, so a DataError has counted none)
+                read = [d.vector for d in force_decode_batch(lm, [(plans[i].judged, completions[i]) for i in index],
+                                                             delimiter=delimiter, progress=progress)]
+        except DataError:  # one answer cannot be read: read them one by one, so only it goes without
+            read = []
+            for i in index:
+                try:
+                    read.append(force_decode_features(lm, plans[i].judged, completions[i], delimiter=delimiter))
+                except DataError:
+                    read.append(None)
+            progress(len(index))
+        for i, vector in zip(index, read):
+            out[i] = None if vector is None else np.asarray(vector, dtype=np.float32)
 
     # -- the verdict ------------------------------------------------------------------------------
     def _judge(self, plan: TurnPlan, features: np.ndarray | None, text: str, options: TurnOptions, *,

@@ -52,6 +52,9 @@ class TurnComponents:
     #: the tasks the head was trained on: it decodes only turns routed to one of them (None: its manifest
     #: names none, and a head the user chose decodes every turn)
     head_tasks: tuple[TaskInstruction, ...] | None = None
+    #: the tasks the model's LoRA adapters were trained on (a fine-tuned model folder): their questions are answered
+    #: under the task's system prompt with the adapters on, also when no verifier routes them
+    adapted_tasks: tuple[TaskInstruction, ...] = ()
     embedder: Embedder | None = None  # TRACER sentence embedder; None = lexical fallback
     #: task name -> the verifier whose support set holds the review labels of that task (set by the review
     #: service, :class:`~mlx_sdm.executor.review.ReviewService`); None: ``verifier`` judges every task
@@ -115,6 +118,9 @@ class TurnPlan:
     judged: list[ChatMessage]  # what the verifier judges the answer against: a system prompt + this question
     head: Head | None  # the SDM-network head this turn decodes with; None = the model's own head
     judge: bool  # the verifier makes an estimator judgement (False: no verifier, or not one of its tasks)
+    #: the model's LoRA adapters are on for this turn (a question of one of the tasks they were trained on);
+    #: off, the model is exactly the base (lm/adapters.py)
+    adapted: bool = False
 
     @property
     def judged_is_generated(self) -> bool:

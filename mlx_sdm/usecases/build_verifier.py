@@ -32,7 +32,7 @@ from mlx_sdm.calibration.evaluation import NO_REFERENCE, Evaluation, evaluate, p
 from mlx_sdm.calibration.paired_test import PairedComparison
 from mlx_sdm.errors import DataError
 from mlx_sdm.network.lean import counts_of, measure_leans, save_leans
-from mlx_sdm.network.tasks import Task
+from mlx_sdm.network.tasks import Task, TaskItem
 from mlx_sdm.network.tasks.registry import load_tasks
 from mlx_sdm.network.tasks.answers import CACHE_CHUNK, AnsweredItem, AnswerSettings, SamplerFor, answer_items
 from mlx_sdm.network.verifier import VERIFIER_MANIFEST, DocumentVerifier, FeatureRecipe, labelled_set
@@ -125,38 +125,61 @@ class _Progress:
 
 
 def _answer_task(lm, task: Task, args: BuildVerifierArgs, settings: AnswerSettings, progress: _Progress) -> TaskOutcome:
-    pool_items = task.split("pool", size=args.pool_size(task.name))
-    held_items = task.split("held_out", size=args.eval_size)
-    shift_items = task.split("shifted", size=args.eval_size)
+    return answer_task_items(lm, task, task.split("pool", size=args.pool_size(task.name)),
+                             task.split("held_out", size=args.eval_size), task.split("shifted", size=args.eval_size),
+                             settings, progress)
+
+
+def answer_task_items(lm, task: Task, pool_items: list[TaskItem], held_items: list[TaskItem],
+                      shift_items: list[TaskItem], settings: AnswerSettings, progress: Callable[[bool], None], *,
+                      head=None) -> TaskOutcome:
+    """The model's answers to a task's pool, held-out and shifted items (``head``: a decoding head), each
+    labelled against the gold; a task whose first ``EARLY_CHECK`` answers never parse is left out, and
+    ``progress`` (a :class:`_Progress`, or any callable taking ``from_cache``) is told of every answer."""
     settings = settings.for_task(task)
-    first = answer_items(lm, task, pool_items[:EARLY_CHECK], settings, on_item=progress)
+    first = answer_items(lm, task, pool_items[:EARLY_CHECK], settings, on_item=progress, head=head)
     if not any(a.label.well_formed for a in first):
         field_name = task.answer_format.field
-        progress.shrink(len(pool_items) - len(first) + len(held_items) + len(shift_items))
+        if isinstance(progress, _Progress):
+            progress.shrink(len(pool_items) - len(first) + len(held_items) + len(shift_items))
         return TaskOutcome(task, first, left_out=(
             f"task {task.name}: the model never answered in the expected JSON format ({{\"{field_name}\": ...}}) "
             f"in its first {len(first)} answers (e.g. {first[0].text[:60]!r}); left out of the verifier"))
-    pool = first + answer_items(lm, task, pool_items[EARLY_CHECK:], settings, on_item=progress)
+    pool = first + answer_items(lm, task, pool_items[EARLY_CHECK:], settings, on_item=progress, head=head)
     outcome = TaskOutcome(task, pool)
-    outcome.held_out = answer_items(lm, task, held_items, settings, on_item=progress)
-    outcome.shifted = answer_items(lm, task, shift_items, settings, on_item=progress)
+    outcome.held_out = answer_items(lm, task, held_items, settings, on_item=progress, head=head)
+    outcome.shifted = answer_items(lm, task, shift_items, settings, on_item=progress, head=head)
     return outcome
 
 
 def _fit(lm, kept: list[TaskOutcome], args: BuildVerifierArgs) -> DocumentVerifier:
-    """Each task's pool halved into D_tr / D_ca (the pool is already a seeded shuffle); Alg. 1–3."""
-    train, calibration = [], []
+    overrides = {"iterations": args.iterations, "epochs": args.epochs, "estimator": args.estimator}
+    config = FitConfig(seed=args.seed, **{k: v for k, v in overrides.items() if v})
+    return fit_task_verifier(lm, kept, config, progress=args.progress)
+
+
+def pool_halves(kept: list[TaskOutcome]) -> tuple[list[AnsweredItem], list[AnsweredItem]]:
+    """(D_tr, D_ca): each task's pool halved (the pool is already a seeded shuffle)."""
+    train: list[AnsweredItem] = []
+    calibration: list[AnsweredItem] = []
     for outcome in kept:
         half = len(outcome.pool) // 2
         train += outcome.pool[:half]
         calibration += outcome.pool[half:]
+    return train, calibration
+
+
+def fit_task_verifier(lm, kept: list[TaskOutcome], config: FitConfig, *, progress: bool = True,
+                      field_name: str = "--per-task",
+                      extra: tuple[list[AnsweredItem], list[AnsweredItem]] = ([], [])) -> DocumentVerifier:
+    """Alg. 1–3 on each task's pool halved into D_tr / D_ca (``extra``: more rows for each half)."""
+    train, calibration = pool_halves(kept)
+    train, calibration = train + extra[0], calibration + extra[1]
     for name, part in (("training", train), ("calibration", calibration)):
         counts = np.bincount([a.label.label for a in part], minlength=2)
         if counts.min() < MIN_PER_CLASS:
             raise DataError(f"the {name} half has {counts[1]} correct and {counts[0]} wrong answers; the estimator "
-                            f"needs at least {MIN_PER_CLASS} of each: raise --per-task or add tasks", field="--per-task")
-    overrides = {"iterations": args.iterations, "epochs": args.epochs, "estimator": args.estimator}
-    config = FitConfig(seed=args.seed, **{k: v for k, v in overrides.items() if v})
+                            f"needs at least {MIN_PER_CLASS} of each: raise {field_name} or add tasks", field=field_name)
     systems = {o.task.system for o in kept}
     recipe = FeatureRecipe(delimiter=kept[0].task.delimiter,
                            system=next(iter(systems)) if len(systems) == 1 else None,
@@ -168,7 +191,7 @@ def _fit(lm, kept: list[TaskOutcome], args: BuildVerifierArgs) -> DocumentVerifi
     verifier = DocumentVerifier.fit_features(
         dict(lm.fingerprint, name=lm.name, source=getattr(lm, "source", None)),
         _labelled([a.document() for a in train], train), _labelled([a.document() for a in calibration], calibration),
-        config, recipe=recipe, source=source, progress=args.progress)
+        config, recipe=recipe, source=source, progress=progress)
     verifier.tasks = [o.task.summary() for o in kept]
     return verifier
 

@@ -56,8 +56,8 @@ TRAINING_KEYS = tuple(f.name for f in dataclasses.fields(FinetuneArgs) if f.name
 CONFIG_KEYS = RUN_KEYS + TRAINING_KEYS
 
 
-def read_config_file(path: str | Path) -> dict[str, Any]:
-    """Read a YAML config (mlx-lm's loader, so ``1e-5`` is a float); unknown keys are a DataError."""
+def read_config_file(path: str | Path, known: Sequence[str] = CONFIG_KEYS) -> dict[str, Any]:
+    """Read a YAML config (mlx-lm's loader, so ``1e-5`` is a float); a key not in ``known`` is a DataError."""
     import yaml
     from mlx_lm.lora import yaml_loader
 
@@ -74,10 +74,10 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise DataError("the config must be a mapping of key: value", path=path)
     for key in raw:
-        if key not in CONFIG_KEYS:
-            close = difflib.get_close_matches(str(key).replace("-", "_"), CONFIG_KEYS, n=1)
+        if key not in known:
+            close = difflib.get_close_matches(str(key).replace("-", "_"), list(known), n=1)
             hint = f"did you mean {close[0]!r}? " if close else ""
-            raise DataError(f"unknown key; {hint}known keys: {', '.join(CONFIG_KEYS)}", path=path, field=str(key))
+            raise DataError(f"unknown key; {hint}known keys: {', '.join(known)}", path=path, field=str(key))
     return raw
 
 

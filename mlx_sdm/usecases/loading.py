@@ -97,25 +97,76 @@ def load_head(spec: str | None, lm: Any, model: str | None = None) -> LoadedHead
     return LoadedHead(heads.vocab_logits, path, heads.tasks)
 
 
+def model_folder_for(model: str | None) -> Path | None:
+    """The fine-tuned model folder a ``--model`` spec names: the folder itself (one with an ``mlx-sdm-model.json``),
+    or, with no ``--model``, the shipped default folder when one is installed; None: a plain model."""
+    from mlx_sdm.resources import default_model_dir
+    from mlx_sdm.usecases.model_folder import MODEL_MANIFEST, is_model_folder
+
+    if model is not None:
+        return Path(model) if is_model_folder(model) else None
+    folder = default_model_dir()
+    return folder if folder is not None and (folder / MODEL_MANIFEST).is_file() else None
+
+
 def load_components(model: str | None = None, *, verifier: str | None = None, head: str | None = None,
                     embedder: str = "none", quantized: bool = False) -> TurnComponents:
-    """Model (embedded SmolLM2 by default), head, verifier and TRACER embedder for a turn."""
+    """Model (embedded SmolLM2 by default, with the shipped fine-tuned folder when installed), head, verifier
+    and TRACER embedder for a turn."""
     from mlx_sdm.lm.loading import load_model
     from mlx_sdm.monitor.online.embedders import EMBEDDER_CHOICES, make_embedder
 
     if embedder not in EMBEDDER_CHOICES:
         raise DataError(f"unknown embedder {embedder!r}; use one of {', '.join(EMBEDDER_CHOICES)}", field="embedder")
-    lm = load_model(model, quantized=quantized)
-    loaded = load_verifier(verifier, lm)
+    folder = model_folder_for(model)
+    tasks: tuple[TaskInstruction, ...] = ()
+    if folder is not None:
+        lm, loaded, head_loaded, tasks = load_folder_parts(folder, verifier=verifier, head=head, quantized=quantized)
+    else:
+        lm = load_model(model, quantized=quantized)
+        loaded, head_loaded = load_verifier(verifier, lm), load_head(head, lm, model)
     router = getattr(loaded.verifier, "router", None)
     if router is not None:
         router.embed(["warm up"])  # load the question router's sentence embedder now, not on the first turn
-    head_loaded = load_head(head, lm, model)
     return TurnComponents(
         lm=lm, verifier=loaded.verifier, verifier_path=loaded.path, unverifiable_reason=loaded.unverifiable_reason,
-        head=head_loaded.head, head_path=head_loaded.path, head_tasks=head_loaded.tasks,
+        head=head_loaded.head, head_path=head_loaded.path, head_tasks=head_loaded.tasks, adapted_tasks=tasks,
         embedder=make_embedder(embedder, model=lm.model, tokenizer=lm.tokenizer, model_name=lm.name),
     )
+
+
+def load_folder_parts(folder: Path, *, verifier: str | None, head: str | None, quantized: bool
+                      ) -> tuple[Any, LoadedVerifier, LoadedHead, tuple[TaskInstruction, ...]]:
+    """A fine-tuned folder's model (its adapters attached), its verifier and head unless ``--verifier`` /
+    ``--head`` name others; a verifier that reads other states than this model's adapters give is refused."""
+    from mlx_sdm.usecases.model_folder import load_model_folder
+
+    loaded = load_model_folder(folder, quantized=quantized or None)
+    lm, manifest = loaded.lm, loaded.manifest
+    if verifier is None and manifest.verifier is None:
+        found = LoadedVerifier(None, None, f"{folder} has no verifier: the fine-tune could not build one (its "
+                                           "report.md says why); its answers go unverified")
+    else:
+        found = load_verifier(verifier if verifier is not None else str(manifest.verifier), lm)
+        if found.verifier is not None:
+            check_verifier_reads(found.verifier, lm, where=str(found.path))
+    if head is None:
+        head = str(manifest.head) if manifest.head is not None else "none"
+    return lm, found, load_head(head, lm, None), manifest.tasks
+
+
+def check_verifier_reads(verifier: Any, lm: Any, *, where: str) -> None:
+    """A verifier built on a fine-tuned model's states judges only with those adapters: one that records adapters
+    needs the same ones loaded, and one built on the base model may not judge the adapters' tasks."""
+    from mlx_sdm.usecases.model_folder import check_reads_adapters
+
+    if (verifier.info.get("adapters") or {}).get("sha256") or lm.adapters is None:
+        check_reads_adapters(verifier.info, lm, where=where)
+        return
+    overlap = [prefix for prefix, _ in verifier.recipe.task_systems if lm.adapters.serves(prefix)]
+    if overlap:
+        raise ModelMismatchError(f"{where}: this verifier was built on the base model's states, but this model's "
+                                 f"adapters answer its task {overlap[0][:40]!r}...; use the model folder's own verifier")
 
 
 def chat_components(config: Any) -> TurnComponents:

@@ -99,6 +99,8 @@ class Task:
     delimiter: str = DELIMITER_JSON_CLOSE
     #: the answer tokens a build generates for this task (None: ``build-verifier --max-tokens``)
     max_tokens: int | None = None
+    #: the user's JSONL file the task was read from (None: a shipped task)
+    path: str | None = None
     _cache: tuple | None = field(default=None, repr=False)
 
     # ------------------------------------------------------------------------------------ items

@@ -57,6 +57,7 @@ class AnswerSettings:
     sampler_for: SamplerFor | None = None
     sampler_tag: str = ""  # part of the cache key when ``sampler_for`` scripts the answers
     chunk: int = CACHE_CHUNK  # items per cache file and generation batch
+    head_tag: str = ""  # part of the cache key when the answers are decoded with an SDM-network head (its hash)
 
     def for_task(self, task: Task) -> "AnswerSettings":
         """These settings with the task's own answer unit and budget (open questions: ``answer_head``, 64)."""
@@ -69,7 +70,9 @@ def _chunk_path(lm, task: Task, chunk: Sequence[TaskItem], settings: AnswerSetti
     if settings.cache_dir is None:
         return None
     key = hashlib.sha256(json.dumps([CACHE_FORMAT, lm.fingerprint.get("head_sha256"), lm.fingerprint.get("num_layers"),
-                                     settings.delimiter, settings.max_tokens, settings.sampler_tag, task.system]).encode())
+                                     settings.delimiter, settings.max_tokens, settings.sampler_tag, task.system,
+                                     *([lm.weights_tag] if lm.weights_tag else []),
+                                     *([settings.head_tag] if settings.head_tag else [])]).encode())
     for item in chunk:
         key.update(json.dumps([item.id, item.prompt]).encode())
     return Path(settings.cache_dir) / f"{task.name}-{key.hexdigest()[:24]}.npz"

@@ -259,7 +259,7 @@ def user_task(path: Path) -> Task:
     fmt = TaskFormat(path.stem, field_name, "", "", (True, False) if boolean else tuple(values))
     return Task(path.stem, f"your task from {path.name}", fmt, f"user file {path}",
                 "the rows marked \"split\": \"shifted\"" if shift else "none (no rows marked \"split\": \"shifted\")",
-                lambda: (main, shift), lambda ex, view: ex.text, system=system, shift_by_view=False)
+                lambda: (main, shift), lambda ex, view: ex.text, system=system, shift_by_view=False, path=str(path))
 
 
 def _check_user_row(row: Any, path: Path, number: int) -> None:

@@ -1,0 +1,244 @@
+"""What ``mlx-sdm finetune --task`` writes at its end: the verifier and head into the folder, the report (the
+paper's Table 1 cells per task, split and model, Table 5's before/after rows, the classic baseline), and the
+manifest, last; and the time estimate it prints before it starts."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from mlx_sdm.errors import ArtifactError
+from mlx_sdm.network.coverage import TaskInstruction
+from mlx_sdm.usecases.lora_training import LoraResult
+from mlx_sdm.usecases.model_folder import HEAD_DIR, REPORT_JSON, REPORT_MD, VERIFIER_DIR, ModelFolder
+from mlx_sdm.usecases.finetune_plan import FinetuneRun, HeadDecode, StageClock, TaskSplit, Variant
+
+SPLITS = (("held_out", "held-out"), ("shifted", "shifted"))
+STRATA = ("y=0", "y=1", "ŷ=0", "ŷ=1", "marginal")
+
+
+@dataclass(frozen=True)
+class SplitScore:
+    """One model's answers to one task's held-out or shifted rows: task accuracy, answers in the JSON, what
+    its verifier admits (the p̂ lower row of Table 1) and how many of the admitted ŷ = 1 answers are right."""
+
+    model: str
+    task: str
+    split: str
+    rows: int
+    well_formed: float | None
+    accuracy: float | None
+    verified: int | None = None  # ŷ = 1 and admitted (what a person sees as verified); None: no verifier
+    verified_right: int | None = None
+    strata: tuple[dict[str, Any], ...] = ()  # {"accuracy", "admitted", "total"} for y=0, y=1, ŷ=0, ŷ=1, marginal
+    cells: tuple[str, ...] = ()
+    why: str | None = None
+
+    def violations(self, alpha: float) -> list[str]:
+        """Admitted strata whose accuracy is below α′ (the promise, broken)."""
+        return [f"{self.model}, {self.task} {self.split}, {name}: {s['accuracy']:.3f} over {s['admitted']}"
+                for name, s in zip(STRATA, self.strata)
+                if s["admitted"] and s["accuracy"] is not None and s["accuracy"] < alpha]
+
+
+def score_variant(variant: Variant) -> list[SplitScore]:
+    """Every task and split of a variant, judged by the variant's verifier (Table 1's p̂ lower row)."""
+    from mlx_sdm.calibration.evaluation import evaluate, table_row
+    from mlx_sdm.usecases.build_verifier import _labelled
+
+    out = []
+    for name, outcome in variant.outcomes.items():
+        for attr, split in SPLITS:
+            answered = getattr(outcome, attr)
+            if not answered:
+                why = outcome.left_out or "no rows"
+                out.append(SplitScore(variant.name, name, split, 0, None, None, why=why))
+                continue
+            well = float(np.mean([a.label.well_formed for a in answered]))
+            accuracy = float(np.mean([a.label.correct for a in answered]))
+            if variant.verifier is None or outcome.left_out:
+                out.append(SplitScore(variant.name, name, split, len(answered), well, accuracy,
+                                      why=variant.why or outcome.left_out))
+                continue
+            ev = evaluate(variant.verifier.estimator, _labelled([a.document() for a in answered], answered), split)
+            row = table_row("p̂ lower", ev.labels, ev.predictions, ev.admitted, 2)
+            shown = ev.admitted & (ev.predictions == 1)
+            out.append(SplitScore(variant.name, name, split, len(answered), well, accuracy, int(shown.sum()),
+                                  int((shown & (ev.labels == 1)).sum()),
+                                  tuple({"accuracy": s.accuracy, "admitted": s.admitted, "total": s.total}
+                                        for s in row.strata()), tuple(s.markdown() for s in row.strata())))
+    return out
+
+
+def minilm_probe(splits: Sequence[TaskSplit]) -> list[SplitScore]:
+    """The classic baseline a user might pick instead: a logistic regression on MiniLM sentence embeddings of the
+    same prompts, trained on the training and validation rows' gold answers (accuracy only: it has no verifier)."""
+    from mlx_sdm.calibration.training import logistic_regression
+    from mlx_sdm.lm.minilm import load_minilm
+
+    embed = load_minilm().encode
+    out = []
+    for split in splits:
+        values = [json.dumps(v) for v in split.task.answer_format.answers]
+        train = list(split.train) + list(split.validation)
+        w, b = logistic_regression(embed([i.prompt for i in train]), np.array([values.index(json.dumps(i.gold))
+                                                                              for i in train]), len(values))
+        for attr, name in SPLITS:
+            items = getattr(split, attr)
+            if not items:
+                continue
+            predicted = np.argmax(embed([i.prompt for i in items]) @ w + b, axis=1)
+            gold = np.array([values.index(json.dumps(i.gold)) for i in items])
+            out.append(SplitScore("MiniLM + logistic regression", split.task.name, name, len(items), None,
+                                  float(np.mean(predicted == gold)), why="a classifier: no verifier"))
+    return out
+
+
+# ----------------------------------------------------------------------------------------- the report
+def _cell(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def score_line(s: SplitScore) -> str:
+    verified = "-" if s.verified is None else f"{s.verified / s.rows:.3f} ({s.verified_right}/{s.verified} right)"
+    cells = " | ".join(s.cells) if s.cells else " | ".join(["-"] * len(STRATA))
+    note = f" {s.why}" if s.why and s.verified is None and s.accuracy is None else ""
+    return (f"| {s.task} {s.split} ({s.rows}) | {s.model} | {_cell(s.well_formed)} | {_cell(s.accuracy)} | {verified} "
+            f"| {cells} |{note}")
+
+
+def report_text(lm, splits: Sequence[TaskSplit], lora: LoraResult, decode: HeadDecode | None,
+                scores: list[SplitScore], run: FinetuneRun, clock: StageClock, alpha: float,
+                variants: Sequence[Variant]) -> str:
+    """report.md: the run, its splits and stages, then one table row per task, split and model."""
+    args = run.args
+    lines = [f"# mlx-sdm finetune: {', '.join(s.task.name for s in splits)} on {lm.name}", "",
+             f"Seed {args.seed}. LoRA rank {lora.rank}, epoch {lora.epoch} (chosen on validation: accuracy "
+             f"{lora.validation.accuracy:.3f}); head {'kept for ' + ', '.join(decode.decodes) if decode else 'not kept'}.",
+             "", "| task | training | validation | verifier D_tr | D_ca | held-out | shifted |", "|---|---|---|---|---|---|---|"]
+    for split in splits:
+        n = split.sizes()
+        lines.append(f"| {split.task.name} | {n['train']} | {n['validation']} | {n['verifier_train']} | "
+                     f"{n['calibration']} | {n['held_out']} | {n['shifted']} |")
+    lines += ["", "| stage | seconds | peak memory (GB) |", "|---|---|---|"]
+    lines += [f"| {name} | {clock.seconds[name]:.0f} | {clock.peak_gb.get(name, 0):.2f} |" for name in clock.seconds]
+    lines += ["", "LoRA epochs (validation task accuracy after each):", "", "| rank | epoch | loss | validation | "
+              "seconds | answer tokens/s |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r.rank} | {r.epoch} | {r.train_loss:.3f} | {r.validation.accuracy:.3f} | {r.seconds:.0f} | "
+              f"{r.tokens_per_second:.0f} |" for r in lora.history]
+    for v in variants:
+        if v.constructed:
+            lines.append(f"\n{v.name}: the model's own wrong answers were too few, so the verifier's "
+                         + ", ".join(f"{half} got {n} constructed wrong answers" for half, n in v.constructed.items())
+                         + " (docs/method.md § 14's encoding).")
+    lines += ["", f"Cells: task accuracy / fraction of the rows; strata are the p̂ lower row of Table 1 (admitted: "
+                  f"p_lower ≥ α′ = {alpha}); verified = shown to a person as verified (ŷ = 1 and admitted).", "",
+              "| task, split (rows) | model | JSON | task accuracy | verified (right) | " + " | ".join(STRATA) + " |",
+              "|---|---|---|---|---|" + "---|" * len(STRATA)]
+    lines += [score_line(s) for s in sorted(scores, key=lambda s: (s.task, s.split != "held-out"))]
+    broken = [v for s in scores for v in s.violations(alpha)]
+    lines += ["", "Every admitted stratum is at least α′." if not broken else
+              "Admitted strata below α′: " + "; ".join(broken)]
+    return "\n".join(lines) + "\n"
+
+
+def estimate(lm, splits: Sequence[TaskSplit], args) -> str:
+    """The run's time, projected before it starts from two measured steps on this machine: a batch of answers
+    (the untuned model, greedy) and a forward pass over one training batch (a training step is about three)."""
+    import mlx.core as mx
+
+    from mlx_sdm.network.tasks.batched import generate_batch
+    from mlx_sdm.usecases.lora_training import chat_dataset
+    from mlx_sdm.usecases.finetune_plan import lora_rows
+
+    split = splits[0]
+    probe = list(split.validation)[:8]
+    started = time.perf_counter()
+    generate_batch(lm, [i.prompt for i in probe], max_tokens=12, delimiter=split.task.delimiter, system=split.task.system)
+    per_answer = (time.perf_counter() - started) / max(1, len(probe))
+    rows = lora_rows(splits)
+    dataset = chat_dataset(rows[: args.lora.batch_size], lm.tokenizer, lm.max_context, "estimate")
+    width = max(len(dataset[i][0]) for i in range(len(dataset)))
+    batch = mx.zeros((args.lora.batch_size, width), dtype=mx.int32)
+    started = time.perf_counter()
+    mx.eval(lm.model(batch))
+    step = 3 * (time.perf_counter() - started)
+    epoch = len(rows) // args.lora.batch_size * step
+    answers = sum(len(s.verifier) + len(s.held_out) + len(s.shifted) for s in splits)
+    variants = 2 + (2 if args.baselines else 0)
+    head = (2 if args.baselines else 1) * args.head_epochs * 2 * sum(len(s.verifier) for s in splits) if args.head else 0
+    rest = (answers * variants + head) * per_answer
+    low, high = epoch * min(2, args.lora.max_epochs) + rest, epoch * args.lora.max_epochs * len(args.lora.ranks) + rest
+    return (f"estimate: LoRA about {epoch / 60:.0f} min an epoch over {len(rows)} rows (at most "
+            f"{args.lora.max_epochs} epochs{' per rank' if len(args.lora.ranks) > 1 else ''}); answers, verifiers and the "
+            f"head about {rest / 60:.0f} min; in all about {low / 60:.0f}–{high / 60:.0f} min")
+
+
+# ----------------------------------------------------------------------------------------- the folder
+def save_verifier(lm, final: Variant, decode: HeadDecode | None, run: FinetuneRun, lora: LoraResult) -> bool:
+    """The final verifier into DIR/verifier: what it reads (the adapters' states, the head's answers), the base
+    model's open-question member when the base has one (everyday questions are answered by the base, so that
+    member still judges them), its own Table 1 report and leans. False: no verifier could be built."""
+    from mlx_sdm.network.verdict import OPEN_QUESTIONS
+    from mlx_sdm.network.verifier import DocumentVerifier
+    from mlx_sdm.resources import default_verifier_dir
+    from mlx_sdm.usecases.build_verifier import write_report
+
+    verifier = final.verifier
+    if verifier is None:
+        return False
+    verifier.info = {"built_by": "mlx-sdm finetune", "seed": run.args.seed,
+                     "adapters": {"sha256": lm.adapters.sha256, "rank": lora.rank, "epoch": lora.epoch},
+                     "head": {"sha256": decode.sha256, "decodes": list(decode.decodes)} if decode else None,
+                     "constructed_wrong_answers": dict(final.constructed)}
+    try:
+        base = DocumentVerifier.load(default_verifier_dir(), expect_fingerprint=lm.fingerprint)
+    except ArtifactError:
+        base = None
+    if base is not None and OPEN_QUESTIONS in base.members:
+        verifier.members[OPEN_QUESTIONS] = base.members[OPEN_QUESTIONS]
+    folder = run.out / VERIFIER_DIR
+    verifier.save(folder)
+    write_report(verifier, list(final.outcomes.values()), folder, plot_png=True)
+    return True
+
+
+def copy_head(decode: HeadDecode | None, run: FinetuneRun) -> None:
+    from mlx_sdm.atomic import atomic_directory
+
+    if decode is None:
+        return
+    with atomic_directory(run.out / HEAD_DIR) as tmp:
+        for path in decode.path.iterdir():
+            shutil.copy2(path, tmp / path.name)
+
+
+def write_folder(lm, splits: Sequence[TaskSplit], instructions: Sequence[TaskInstruction], lora: LoraResult,
+                 final: Variant, decode: HeadDecode | None, others: Sequence[Variant], run: FinetuneRun,
+                 clock: StageClock) -> str:
+    """The verifier, the head, the report, then the manifest (last: from then on the folder is complete)."""
+    from mlx_sdm.atomic import atomic_write_text
+
+    has_verifier = save_verifier(lm, final, decode, run, lora)
+    copy_head(decode, run)
+    variants = list(others) + ([final] if final not in others else [])
+    scores = [s for v in variants for s in score_variant(v)] + minilm_probe(splits)
+    alpha = final.verifier.estimator.alpha if final.verifier is not None else 0.95
+    text = report_text(lm, splits, lora, decode, scores, run, clock, alpha, variants)
+    atomic_write_text(run.out / REPORT_MD, text)
+    atomic_write_text(run.out / REPORT_JSON, json.dumps({
+        "seed": run.args.seed, "splits": {s.task.name: s.sizes() for s in splits},
+        "lora": {"rank": lora.rank, "epoch": lora.epoch, "history": [r.to_dict() for r in lora.history]},
+        "head": {"decodes": list(decode.decodes)} if decode else None,
+        "stages": {"seconds": clock.seconds, "peak_gb": clock.peak_gb},
+        "scores": [asdict(s) for s in scores]}, indent=2, default=str) + "\n")
+    ModelFolder(run.out, run.args.model, {k: v for k, v in lm.fingerprint.items()}, tuple(instructions),
+                lm.adapters.sha256, run.args.quantized, has_head=decode is not None, has_verifier=has_verifier,
+                info={"rank": lora.rank, "epoch": lora.epoch, "seed": run.args.seed, "name": lm.name,
+                      "tasks": [s.task.name for s in splits]}).save()
+    return text

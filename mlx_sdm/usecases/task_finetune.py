@@ -1,0 +1,355 @@
+"""``mlx-sdm finetune --task FILE --out DIR``: a person's labelled task to a model that answers it right and a
+verifier that says which answers to trust (docs/finetuning.md, "Your task, one command").
+
+The rows of each task (``build-verifier``'s task format, or a shipped task's name) are split, seeded:
+
+    pool (shuffled with --seed) → LoRA training rows │ validation rows │ verifier rows: D_tr ┊ D_ca
+    the task's held-out rows and its shifted rows    → the report only (never trained or calibrated on)
+
+then three stages, each a typed step that resumes on its own after ``kill -9`` (its record in ``DIR/.work``):
+
+1. **LoRA** (``lora_training.py``): mlx-lm's tuner on the training rows' gold answers, masked to the answer
+   tokens; epochs and rank chosen on the validation rows' task accuracy.
+2. **The head** (Alg. 4, ``network/trainer.py``): the positive head trained over the *adapted*, frozen base, with
+   q and d from a verifier built on the adapted model's own answers (stage 3's code); kept for a task only where
+   it adds admitted-and-right answers on D_ca and costs none of its accuracy (the plain model's bar, as now).
+3. **The verifier** (``build_verifier.py``'s own steps): the final model answers the verifier rows itself
+   (adapters on; the head where kept), D_tr → Alg. 1–2, D_ca → Alg. 3, so the promise is about the model
+   that will answer. Then the report (``finetune_report.py``) and the folder's manifest, last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from mlx_sdm.calibration.data import MIN_PER_CLASS
+from mlx_sdm.errors import DataError
+from mlx_sdm.network.coverage import TaskInstruction
+from mlx_sdm.network.tasks import Task, TaskItem
+from mlx_sdm.usecases.finetune_plan import (
+    WORK_DIR,
+    FinetuneRun,
+    HeadDecode,
+    StageClock,
+    TaskFinetuneArgs,
+    TaskSplit,
+    Variant,
+    fit_config,
+    lora_rows,
+    split_task,
+    check_split,
+    task_hash,
+    task_instruction,
+    validation_of,
+    with_stage,
+    read_clock,
+)
+from mlx_sdm.usecases.lora_training import LoraResult
+
+# ----------------------------------------------------------------------------------------- answers
+def answer_splits(lm, splits: Sequence[TaskSplit], run: FinetuneRun, *, adapted: bool, decode: HeadDecode | None,
+                  parts: Sequence[str] = ("verifier", "held_out", "shifted")) -> dict[str, Any]:
+    """Each task's ``parts`` answered greedily by ``lm`` (adapters on when ``adapted``; ``decode``'s head for the
+    tasks it decodes), labelled against the gold, cached per chunk in ``DIR/.work/answers`` (a killed run
+    loses at most a chunk). Returns task name -> TaskOutcome."""
+    from mlx_sdm.network.tasks.answers import AnswerSettings
+    from mlx_sdm.usecases.build_verifier import DEFAULT_MAX_TOKENS, _Progress, answer_task_items
+
+    total = sum(len(getattr(s, p)) for s in splits for p in parts)
+    progress = _Progress(total, run.args.progress)
+    out: dict[str, Any] = {}
+    with adapters_on(lm, adapted):
+        for split in splits:
+            head = decode.head if decode is not None and split.task.name in decode.decodes else None
+            settings = AnswerSettings(DEFAULT_MAX_TOKENS, cache_dir=run.work / "answers",
+                                      head_tag=decode.sha256 if head is not None else "")
+            pick = {p: list(getattr(split, p)) if p in parts else [] for p in ("verifier", "held_out", "shifted")}
+            out[split.task.name] = answer_task_items(lm, split.task, pick["verifier"], pick["held_out"],
+                                                     pick["shifted"], settings, progress, head=head)
+    progress.bar.close()
+    return out
+
+
+def adapters_on(lm, adapted: bool):
+    """The model as a variant answers: its adapters on (``adapted``) or off; a model without adapters is the base."""
+    if lm.adapters is not None:
+        return lm.adapters.use(adapted)
+    if adapted:
+        raise DataError("no adapters are attached to answer with", field="adapters")
+    return contextlib.nullcontext()
+
+
+def constructed_wrong(lm, task: Task, items: Sequence[TaskItem], count: int, seed: int, *, adapted: bool) -> list:
+    """``count`` wrong answers made for ``items`` (§ 14's encoding: another answer value in the task's JSON, by a
+    seeded draw), read with the model's states as AnsweredItems labelled 0. Used only when the model's own wrong
+    answers are too few for a verifier half (its report says how many)."""
+    from mlx_sdm.lm.features import force_decode_batch
+    from mlx_sdm.network.tasks import AnswerLabel
+    from mlx_sdm.network.tasks.answers import AnsweredItem
+
+    rng = np.random.default_rng(seed)
+    values = list(task.answer_format.answers)
+    chosen = [items[i] for i in rng.permutation(len(items))[:count]]
+    wrong = [rng.choice([v for v in values if v != item.gold]) for item in chosen]
+    wrong = [w.item() if isinstance(w, np.generic) else w for w in wrong]
+    texts = [task.answer_format.completion(w) for w in wrong]
+    with adapters_on(lm, adapted):
+        features = force_decode_batch(lm, [(item.prompt, text) for item, text in zip(chosen, texts)],
+                                      delimiter=task.delimiter, system=task.system)
+    return [AnsweredItem(replace(item, id=f"{item.id}/constructed"), text, f.vector, "constructed",
+                         AnswerLabel(w, True, False), task.system)
+            for item, text, w, f in zip(chosen, texts, wrong, features)]
+
+
+def fit_variant(lm, variant: Variant, splits: Sequence[TaskSplit], args: TaskFinetuneArgs, *, adapted: bool) -> Variant:
+    """The verifier on this variant's own answers to the verifier rows (D_tr → Alg. 1–2, D_ca → Alg. 3). A half
+    whose wrong answers are fewer than the estimator needs gets constructed wrong answers (:func:`constructed_wrong`)
+    up to that number; a task the model never answers in its JSON is left out, as build-verifier leaves it out."""
+    from mlx_sdm.usecases.build_verifier import fit_task_verifier, pool_halves
+
+    kept = [o for o in variant.outcomes.values() if not o.left_out]
+    if not kept:
+        return replace(variant, verifier=None, why="the model never answered in the task's JSON format")
+    constructed: dict[str, int] = {}
+    extra: tuple[list, list] = ([], [])
+    for half, (name, answered) in enumerate(zip(("D_tr", "D_ca"), pool_halves(kept))):
+        missing = MIN_PER_CLASS - sum(1 for a in answered if not a.label.correct)
+        if missing > 0:  # spread over the kept tasks' rows of this half
+            split = next(s for s in splits if s.task.name == kept[0].task.name)
+            items = list(split.verifier_train if half == 0 else split.calibration)
+            extra[half].extend(constructed_wrong(lm, split.task, items, missing, args.seed + half, adapted=adapted))
+            constructed[name] = missing
+    try:
+        verifier = fit_task_verifier(lm, kept, fit_config(args), progress=args.progress, field_name="--verifier-rows",
+                                     extra=extra)
+    except DataError as exc:
+        return replace(variant, verifier=None, why=exc.detail, constructed=constructed)
+    return replace(variant, verifier=verifier, why=None, constructed=constructed)
+
+
+# ----------------------------------------------------------------------------------------- stage 2: the head
+def head_documents(lm, splits: Sequence[TaskSplit], part: str, rows: int) -> list:
+    """FinetuneDocuments of each task's first ``rows`` ``part`` rows ("verifier_train" or "calibration"): the gold
+    answer as the completion (y = 1: its tokens are Alg. 4's targets), the task's system prompt and its parser."""
+    from mlx_sdm.network.data import FinetuneDocument
+    from mlx_sdm.network.encoding import parse_answer
+
+    docs = []
+    for split in splits:
+        task, fmt = split.task, split.task.answer_format
+        budget = max(len(lm.tokenizer.encode(fmt.completion(v), add_special_tokens=False)) for v in fmt.answers) + 4
+        for item in getattr(split, part)[:rows]:
+            docs.append(FinetuneDocument(id=item.id, prompt=item.prompt, completion=fmt.completion(item.gold), label=1,
+                                         task_label=item.gold, system=task.system, max_generation_tokens=budget,
+                                         parse=lambda text, fmt=fmt: parse_answer(text, fmt)))
+    return docs
+
+
+def train_head(lm, splits: Sequence[TaskSplit], variant: Variant, run: FinetuneRun, *, adapted: bool,
+               tag: str) -> HeadDecode | None:
+    """Alg. 4 over the (adapted when ``adapted``) frozen base with this variant's verifier; then, per task, the
+    head is kept where it adds admitted-and-right answers on D_ca and loses no accuracy there. None: not kept."""
+    import mlx.core as mx
+
+    from mlx_sdm.network.finetune_scoring import LMScorer
+    from mlx_sdm.network.trainer import FinetuneArgs, train_positive_head
+
+    args = run.args
+    if variant.verifier is None:
+        return None
+    checkpoint = run.work / f"head-{tag}.checkpoint"
+    finetune_args = FinetuneArgs(epochs=args.head_epochs, learning_rate=args.head_learning_rate, seed=args.seed,
+                                 checkpoint_path=str(checkpoint), resume=checkpoint.is_dir(), progress=args.progress)
+    train = head_documents(lm, splits, "verifier_train", args.head_rows)
+    calibration = head_documents(lm, splits, "calibration", args.head_rows)
+    scorer = LMScorer.from_verifier(lm, variant.verifier)
+    with adapters_on(lm, adapted):
+        result = train_positive_head(lm, train, calibration, scorer, finetune_args, group=mx.distributed.init(),
+                                     run_identity={"model": lm.fingerprint, "adapters": lm.weights_tag, "tag": tag})
+        names = [s.task.name for s in splits for _ in s.calibration[: args.head_rows]]
+        decodes = _tasks_the_head_helps(scorer, names, calibration, result.heads.vocab_logits) \
+            if result.best_epoch > 0 else ()
+    run.write_record(f"head-{tag}-choice", {"best_epoch": result.best_epoch, "history": result.history,
+                                             "initial": result.initial_metric, "best": result.best_metric,
+                                             "decodes": list(decodes)})
+    if not decodes:
+        return None
+    return _save_head(lm, splits, result, decodes, run, tag)
+
+
+def _tasks_the_head_helps(scorer, names: list[str], calibration: list, head) -> tuple[str, ...]:
+    """The tasks (``names``: each calibration document's) whose D_ca answers the head makes admitted-and-right
+    more often, with no lower accuracy."""
+    from mlx_sdm.network.finetune_scoring import admitted_count
+
+    with_head, without = scorer(calibration, head), scorer(calibration, None)
+    out = []
+    for name in dict.fromkeys(names):
+        pick = [i for i, n in enumerate(names) if n == name]
+        a, b = [with_head[i] for i in pick], [without[i] for i in pick]
+        if admitted_count(a) > admitted_count(b) and sum(o.correct for o in a) >= sum(o.correct for o in b):
+            out.append(name)
+    return tuple(out)
+
+
+def _save_head(lm, splits: Sequence[TaskSplit], result, decodes: tuple[str, ...], run: FinetuneRun,
+               tag: str) -> HeadDecode:
+    """The kept head, full in ``.work`` and compact (``compress-head``'s form) where the folder keeps it."""
+    from mlx_sdm.network.heads import HeadManifest, compress_head, head_sha256, load_head, save_head
+
+    full = run.work / f"head-{tag}-full"
+    manifest = HeadManifest(
+        base_model=dict(lm.fingerprint, name=lm.name), verifier={"adapters": lm.weights_tag, "built_by": "mlx-sdm finetune"},
+        tasks=[task_instruction(s.task, s.task.path or s.task.source).to_dict() for s in splits], decodes=list(decodes),
+        data_hash=result.data_hash, epochs=result.epochs_run, best_epoch=result.best_epoch,
+        metrics={"calibration_admitted_untuned": result.initial_metric,
+                 "calibration_admitted_best": result.best_metric, "history": result.history})
+    save_head(full, result.heads, manifest)
+    compact = run.work / f"head-{tag}"
+    compress_head(full, compact, run.args.head_rank, model=lm.model, force=True)
+    heads = load_head(compact, lm.model, lm.fingerprint)
+    return HeadDecode(heads.vocab_logits, decodes, head_sha256(heads.positive), compact)
+
+
+def head_stage(lm, splits: Sequence[TaskSplit], variant: Variant, run: FinetuneRun, *, adapted: bool,
+               tag: str) -> HeadDecode | None:
+    """:func:`train_head`, or its result read back when this run already made it (the stage's record)."""
+    from mlx_sdm.network.heads import head_sha256, load_head
+
+    record = run.read_record(f"head-{tag}")
+    if record is not None and record.get("settings") != run.args.head_identity():
+        record = None  # made with other head settings: made again
+    if record is None:
+        decode = train_head(lm, splits, variant, run, adapted=adapted, tag=tag)
+        run.write_record(f"head-{tag}", {"kept": decode is not None, "settings": run.args.head_identity(),
+                                          **({"decodes": list(decode.decodes), "path": str(decode.path)} if decode else {})})
+        return decode
+    if not record.get("kept"):
+        return None
+    heads = load_head(record["path"], lm.model, lm.fingerprint)
+    return HeadDecode(heads.vocab_logits, tuple(record["decodes"]), head_sha256(heads.positive), Path(record["path"]))
+
+
+# ----------------------------------------------------------------------------------------- the run, in order
+@dataclass
+class FinetuneOutcome:
+    """What a run made: the folder and the numbers its report holds."""
+
+    folder: Path
+    lora: LoraResult
+    final: Variant
+    decode: HeadDecode | None
+    baselines: list[Variant]
+    report: str
+    clock: StageClock
+
+
+def prepare(args: TaskFinetuneArgs) -> tuple[list[TaskSplit], list[TaskInstruction]]:
+    """Every check that needs no model: the tasks load, split and route; the folder can be written."""
+    from mlx_sdm.atomic import check_output_folder
+    from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE
+    from mlx_sdm.network.tasks.registry import load_tasks
+    from mlx_sdm.usecases.model_folder import MODEL_MANIFEST
+
+    if not args.tasks:
+        raise DataError("name at least one task: a .jsonl file of {\"prompt\", \"answer\": {field: value}} rows or a "
+                        "shipped task", field="--task")
+    tasks = load_tasks(list(args.tasks))
+    for task in tasks:
+        if task.delimiter != DELIMITER_JSON_CLOSE:
+            raise DataError(f"task {task.name} has free-text answers; fine-tuning teaches tasks answered in one JSON "
+                            "field", field="--task")
+    splits = [check_split(split_task(task, args)) for task in tasks]
+    instructions = [task_instruction(s.task, s.task.path or s.task.source) for s in splits]
+    if len({i.instruction for i in instructions}) < len(instructions):
+        raise DataError("two tasks start their prompts with the same instruction, so a question cannot be routed to "
+                        "one of them: give each task its own instruction", field="--task")
+    check_output_folder(args.out, force=True, artifact_files=(MODEL_MANIFEST, f"{WORK_DIR}/run.json"))
+    return splits, instructions
+
+
+def run_task_finetune(args: TaskFinetuneArgs, *, log: Callable[[str], None] = print) -> FinetuneOutcome:
+    """The whole command (module docstring); a rerun with the same arguments resumes where it stopped."""
+    from mlx_sdm.lm.adapters import attach_adapters
+    from mlx_sdm.lm.loading import load_model
+    from mlx_sdm.usecases.finetune_report import estimate, write_folder
+
+    splits, instructions = prepare(args)
+    run = FinetuneRun(args, log=log)
+    run.check_identity(args.identity({s.task.name: task_hash(s.task) for s in splits}))
+    lm = load_model(args.model, quantized=args.quantized)
+    clock = read_clock(run)
+    log(estimate(lm, splits, args))
+    lora = with_stage(run, clock, "1 LoRA", lambda: lora_stage(lm, splits, run))
+    adapters = attach_adapters(lm.model, lora.adapters, instructions=tuple(i.instruction for i in instructions))
+    lm = replace(lm, adapters=adapters)
+    tuned = with_stage(run, clock, "2 head: its verifier", lambda: variant_stage(lm, splits, run, "LoRA", adapted=True))
+    decode = None
+    if args.head:
+        decode = with_stage(run, clock, "2 head: Alg. 4", lambda: head_stage(lm, splits, tuned, run, adapted=True,
+                                                                              tag="lora"))
+    final = tuned
+    if decode is not None:
+        final = with_stage(run, clock, "3 verifier", lambda: variant_stage(lm, splits, run, "LoRA + head",
+                                                                            adapted=True, decode=decode))
+    baselines = with_stage(run, clock, "baselines", lambda: baseline_stage(lm, splits, run)) if args.baselines else []
+    report = write_folder(lm, splits, instructions, lora, final, decode, [tuned] + baselines, run, clock)
+    return FinetuneOutcome(Path(args.out), lora, final, decode, baselines, report, clock)
+
+
+def lora_stage(lm, splits: Sequence[TaskSplit], run: FinetuneRun) -> LoraResult:
+    """Stage 1, or its result when this run already made it."""
+    from mlx_sdm.usecases.lora_training import read_result, train_lora, write_result
+
+    done = read_result(run.record_path("lora"))
+    if done is not None and (done.adapters / "adapters.safetensors").is_file():
+        run.log(f"LoRA: from this run's record (rank {done.rank}, epoch {done.epoch}, validation accuracy "
+                f"{done.validation.accuracy:.3f})")
+        return done
+
+    result = train_lora(lm, lora_rows(splits), run.args.lora, run.work / "lora",
+                        lambda: validation_of(_validation_answers(lm, splits, run)), run.out / "adapters",
+                        where=", ".join(s.task.source for s in splits), show=run.args.progress, log=run.log)
+    write_result(run.record_path("lora"), result)
+    return result
+
+
+def _validation_answers(lm, splits: Sequence[TaskSplit], run: FinetuneRun) -> dict[str, list]:
+    """The validation rows answered by the model as it is now (its LoRA layers in place, mid-training): greedy,
+    the task's system prompt, not cached (the weights change every epoch)."""
+    from mlx_sdm.network.tasks.answers import AnswerSettings, answer_items
+    from mlx_sdm.usecases.build_verifier import DEFAULT_MAX_TOKENS
+
+    out = {}
+    for split in splits:
+        settings = AnswerSettings(DEFAULT_MAX_TOKENS).for_task(split.task)
+        out[split.task.name] = answer_items(lm, split.task, list(split.validation), settings)
+    return out
+
+
+def variant_stage(lm, splits: Sequence[TaskSplit], run: FinetuneRun, name: str, *, adapted: bool,
+                  decode: HeadDecode | None = None) -> Variant:
+    """A variant's answers (cached) and the verifier on them."""
+    outcomes = answer_splits(lm, splits, run, adapted=adapted, decode=decode)
+    return fit_variant(lm, Variant(name, outcomes), splits, run.args, adapted=adapted)
+
+
+def baseline_stage(lm, splits: Sequence[TaskSplit], run: FinetuneRun) -> list[Variant]:
+    """What a user has without this command: the untuned model with a verifier built on its own answers (what
+    ``build-verifier --tasks FILE`` gives) and, over it, the head alone (Alg. 4 on the frozen untuned base)."""
+    untuned = variant_stage(lm, splits, run, "untuned", adapted=False)
+    out = [untuned]
+    if run.args.head and untuned.verifier is not None:
+        decode = head_stage(lm, splits, untuned, run, adapted=False, tag="untuned")
+        if decode is not None:
+            alone = answer_splits(lm, splits, run, adapted=False, decode=decode, parts=("held_out", "shifted"))
+            out.append(Variant("head only", alone, untuned.verifier, None))
+        else:
+            out.append(Variant("head only", untuned.outcomes, untuned.verifier,
+                               "Alg. 4 kept the untuned head: the head added no admitted-and-right answer on D_ca"))
+    return out
