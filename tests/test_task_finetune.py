@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -33,7 +34,7 @@ def test_the_lora_loss_is_mlx_lms_on_the_answer_tokens(tiny_lm):
     model, tokenizer = tiny_lm
     rows = [LoraRow(str(i), "t", f"Classify text number {i} please", '{"a": "%s"}' % ("x" * (i % 5)), "sys")
             for i in range(8)]
-    dataset = chat_dataset(rows, tokenizer, 2048, "rows")
+    dataset = chat_dataset(rows, tokenizer, 2048, {})
     for (batch, lengths), (same, index, mask) in zip(iterate_batches(dataset, 4, 2048, seed=1),
                                                      answer_batches(dataset, 4, 2048, seed=1)):
         assert mx.array_equal(batch, same).item()
@@ -52,7 +53,7 @@ def test_a_training_row_is_the_turns_prompt_then_the_answer(smollm2):
 
     row = LoraRow("1", "bbc_topic", "Classify the topic of the following news article. ARTICLE: Cup final tonight",
                   '{"topic": "sports"}', "You are a news topic classifier.")
-    tokens, offset = chat_dataset([row], smollm2.tokenizer, 2048, "rows")[0]
+    tokens, offset = chat_dataset([row], smollm2.tokenizer, 2048, {})[0]
     prompt = render_prompt(smollm2.tokenizer, row.prompt, system=row.system)
     assert tokens[:offset] == prompt
     assert smollm2.tokenizer.decode(tokens[offset:]).startswith('{"topic": "sports"}')
@@ -83,3 +84,206 @@ def test_three_stages_on_a_tiny_model_and_the_folder_loads_back(tmp_path, family
     turn = pipeline.run(TurnRequest(question))
     assert components.lm.adapters.active is False  # the turn put the base model back
     assert turn.answer.text
+
+
+@pytest.fixture(scope="module")
+def tuned_llama(tmp_path_factory):
+    """A tiny llama fine-tuned on the word task (module-wide: the tests below only read it)."""
+    from mlx_sdm.usecases.task_finetune import run_task_finetune
+
+    root = tmp_path_factory.mktemp("tuned")
+    base = save_tiny_family(root / "base", "llama")
+    task = write_word_task(root / "words.jsonl", rows=200, shifted=20)
+    run_task_finetune(tiny_args(task, root / "tuned", base), log=lambda line: None)
+    return root
+
+
+def test_mlx_lm_generate_loads_the_adapters_as_they_are(tuned_llama):
+    """The folder's adapters are mlx-lm's own format: its `generate --adapter-path` answers the task with them, as
+    the chat does (greedy, the same first tokens)."""
+    from mlx_sdm.turn.pipeline import TurnPipeline
+    from mlx_sdm.turn.values import TurnOptions, TurnRequest
+    from mlx_sdm.usecases.loading import load_components
+
+    prompt = f"{WORD_INSTRUCTION} WORD: pear 7"
+    out = subprocess.run([sys.executable, "-m", "mlx_lm", "generate", "--model", str(tuned_llama / "base"),
+                          "--adapter-path", str(tuned_llama / "tuned" / "adapters"), "--prompt", prompt,
+                          "--max-tokens", "6", "--verbose", "False"], capture_output=True, text=True, check=True)
+    components = load_components(str(tuned_llama / "tuned"), verifier="none")
+    turn = TurnPipeline(components).run(TurnRequest([{"role": "user", "content": prompt}],
+                                                    TurnOptions(max_tokens=6, enable_p_true=False)))
+    assert turn.answer.text and out.stdout.strip().startswith(turn.answer.text.strip()[:6])
+
+
+def test_an_everyday_turn_is_the_base_models_token_for_token(tuned_llama):
+    """Every turn that is not one of the folder's tasks is answered by the base model: the same tokens as the base
+    folder loaded alone (the adapters are swapped out, not scaled down)."""
+    from mlx_sdm.turn.pipeline import TurnPipeline
+    from mlx_sdm.turn.values import TurnOptions, TurnRequest
+    from mlx_sdm.usecases.loading import load_components
+
+    request = TurnRequest([{"role": "user", "content": "The quick brown fox"}], TurnOptions(max_tokens=12,
+                                                                                           enable_p_true=False))
+    tuned = TurnPipeline(load_components(str(tuned_llama / "tuned"))).run(request)
+    plain = TurnPipeline(load_components(str(tuned_llama / "base"), verifier="none")).run(request)
+    assert tuned.answer.token_ids == plain.answer.token_ids
+
+
+def test_a_folder_refuses_another_base_model(tuned_llama, tmp_path):
+    import shutil
+
+    from mlx_sdm.errors import ModelMismatchError
+    from mlx_sdm.usecases.loading import load_components
+
+    other = save_tiny_family(tmp_path / "other", "llama", seed=5)
+    folder = tmp_path / "tuned"
+    shutil.copytree(tuned_llama / "tuned", folder)
+    manifest = json.loads((folder / "mlx-sdm-model.json").read_text())
+    manifest["base_model"]["spec"] = str(other)
+    (folder / "mlx-sdm-model.json").write_text(json.dumps(manifest))
+    with pytest.raises(ModelMismatchError, match="head_sha256"):
+        load_components(str(folder))
+
+
+def test_an_out_of_date_manifest_says_what_to_do(tuned_llama, tmp_path):
+    import shutil
+
+    from mlx_sdm.errors import ArtifactError
+    from mlx_sdm.usecases.loading import load_components
+
+    folder = tmp_path / "tuned"
+    shutil.copytree(tuned_llama / "tuned", folder)
+    manifest = json.loads((folder / "mlx-sdm-model.json").read_text())
+    (folder / "mlx-sdm-model.json").write_text(json.dumps(dict(manifest, format_version=0)))
+    with pytest.raises(ArtifactError, match="format_version.*rerun `mlx-sdm finetune`"):
+        load_components(str(folder))
+
+
+def _run_cli(argv, capsys) -> tuple[int, str]:
+    from mlx_sdm.commands import finetune
+
+    code = finetune.main(argv)
+    return code, capsys.readouterr().err.strip()
+
+
+def _rows(path, rows):
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("case, rows, message", [
+    ("mixed fields", [{"prompt": "Q: a", "answer": {"x": 1}}, {"prompt": "Q: b", "answer": {"y": 1}}],
+     r"bad.jsonl:2: field 'answer': every row must answer the same JSON field"),
+    ("one class", [{"prompt": f"{WORD_INSTRUCTION} WORD: w{i}", "answer": {"fruit": True}} for i in range(80)],
+     r"bad.jsonl: field 'answer': every row of task bad has the same answer \(true\)"),
+    ("too few rows", [{"prompt": f"{WORD_INSTRUCTION} WORD: w{i}", "answer": {"fruit": i % 2 == 0}} for i in range(20)],
+     r"bad.jsonl: task bad has 16 rows to train and calibrate on; it needs at least 25"),
+    ("the same prompt twice", [{"prompt": f"{WORD_INSTRUCTION} WORD: w{i % 60}", "answer": {"fruit": i % 2 == 0}}
+                               for i in range(120)],
+     r"bad.jsonl: field 'prompt': rows 'bad-\d+' \(\w+\) and 'bad-\d+' \(\w+\) of task bad have the same prompt"),
+    ("no shared instruction", [{"prompt": f"{i} is this a fruit? {{\"fruit\": bool}}", "answer": {"fruit": i % 2 == 0}}
+                               for i in range(120)],
+     r"bad.jsonl: field 'prompt': the prompts of task bad share no instruction at their start"),
+])
+def test_a_bad_task_file_is_one_line_naming_the_file_and_what_to_do(tmp_path, capsys, case, rows, message):
+    import re
+
+    task = _rows(tmp_path / "bad.jsonl", rows)
+    code, err = _run_cli(["--task", str(task), "--out", str(tmp_path / "out"), "--quiet"], capsys)
+    assert code == 1 and len(err.splitlines()) == 1 and re.search(message, err), err
+    assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def test_an_unknown_shipped_task_lists_the_shipped_ones(tmp_path, capsys):
+    code, err = _run_cli(["--task", "bbc_topics", "--out", str(tmp_path / "out")], capsys)
+    assert code == 1 and "unknown task 'bbc_topics'; shipped tasks are bbc_topic" in err
+
+
+def test_a_row_too_long_for_the_context_is_named(tmp_path, capsys, monkeypatch):
+    from mlx_sdm.lm import loading
+
+    base = save_tiny_family(tmp_path / "base", "llama")
+    real = loading.load_folder
+    monkeypatch.setattr(loading, "load_folder", lambda *a, **k: __import__("dataclasses").replace(real(*a, **k),
+                                                                                                 max_context=256))
+    rows = [{"prompt": f"{WORD_INSTRUCTION} WORD: w{i}" + (" long" * 300 if i == 3 else ""),
+             "answer": {"fruit": i % 2 == 0}} for i in range(120)]
+    task = _rows(tmp_path / "long.jsonl", rows)
+    code, err = _run_cli(["--task", str(task), "--out", str(tmp_path / "out"), "--model", str(base), "--quiet"], capsys)
+    assert code == 1 and re.search(r"long.jsonl: field 'prompt': row 'long-4' is \d+ tokens with its answer; the "
+                                   r"model reads at most 256", err), err
+
+
+def test_another_run_in_the_same_folder_is_refused(tuned_llama, tmp_path, capsys):
+    import shutil
+
+    folder = tmp_path / "tuned"
+    shutil.copytree(tuned_llama / "tuned", folder)
+    task = write_word_task(tmp_path / "other.jsonl", rows=150)
+    code, err = _run_cli(["--task", str(task), "--out", str(folder), "--model", str(tuned_llama / "base")], capsys)
+    assert code == 1 and "this folder holds a run with other tasks, rows or settings; give another --out" in err
+
+
+def test_a_full_disk_mid_checkpoint_keeps_the_last_good_one_and_the_rerun_resumes(tmp_path, monkeypatch):
+    from mlx_sdm.errors import OutputError
+    from mlx_sdm.usecases import lora_training
+    from mlx_sdm.usecases.task_finetune import run_task_finetune
+
+    base = save_tiny_family(tmp_path / "base", "llama")
+    task = write_word_task(tmp_path / "words.jsonl", rows=200)
+    real, calls = mx.save_safetensors, []
+
+    def full_disk(path, arrays, *rest):
+        calls.append(path)
+        if "epoch-2" in path:
+            raise RuntimeError(f"[save_safetensors] Failed to write {path}: No space left on device")
+        return real(path, arrays, *rest)
+
+    monkeypatch.setattr(lora_training.mx, "save_safetensors", full_disk)
+    args = tiny_args(task, tmp_path / "tuned", base)
+    with pytest.raises(OutputError, match="cannot write epoch 2's checkpoint .*rerun the same command"):
+        run_task_finetune(args, log=lambda line: None)
+    epochs = tmp_path / "tuned" / ".work" / "lora" / "rank-8"
+    assert sorted(p.name for p in epochs.iterdir() if "epoch" in p.name) == ["epoch-1"]  # no half-written epoch 2
+    assert json.loads((epochs / "epoch-1" / "epoch.json").read_text())["epoch"] == 1
+    monkeypatch.setattr(lora_training.mx, "save_safetensors", real)
+    lines: list[str] = []
+    run_task_finetune(args, log=lines.append)
+    assert any("rank 8 epoch 1: from the checkpoint" in line for line in lines)
+    assert (tmp_path / "tuned" / "mlx-sdm-model.json").is_file()
+
+
+def test_kill_9_mid_run_then_the_same_command_gives_the_same_adapters(tmp_path):
+    """The command killed with SIGKILL right after its first LoRA epoch's checkpoint, then run again: the folder it
+    finishes holds the adapters an uninterrupted run makes."""
+    import os
+    import signal
+    import time
+
+    base = save_tiny_family(tmp_path / "base", "llama")
+    task = write_word_task(tmp_path / "words.jsonl", rows=400)
+    env = dict(os.environ, PYTHONPATH=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+
+    def command(out):
+        return [sys.executable, "-m", "mlx_sdm", "finetune", "--task", str(task), "--out", str(out), "--model",
+                str(base), "--lora-ranks", "8", "--lora-layers", "2", "--lora-epochs", "4", "--lora-learning-rate",
+                "0.001", "--eval-rows", "20", "--epochs", "1", "--head-rows", "20", "--no-baselines", "--quiet"]
+
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(command(killed), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    checkpoint = killed / ".work" / "lora" / "rank-8" / "epoch-1" / "epoch.json"
+    deadline = time.monotonic() + 300
+    while not checkpoint.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert checkpoint.exists() and not (killed / "mlx-sdm-model.json").exists()
+    subprocess.run(command(killed), env=env, check=True, capture_output=True)
+    straight = tmp_path / "straight"
+    subprocess.run(command(straight), env=env, check=True, capture_output=True)
+    a = mx.load(str(killed / "adapters" / "adapters.safetensors"))
+    b = mx.load(str(straight / "adapters" / "adapters.safetensors"))
+    assert a.keys() == b.keys()
+    for key in a:
+        np.testing.assert_allclose(np.asarray(a[key]), np.asarray(b[key]), rtol=1e-5, atol=1e-6)

@@ -122,6 +122,7 @@ def add_task_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--eval-rows", type=int, help="held-out and shifted rows per task in the report (default 100)")
     t.add_argument("--no-head", dest="head", action="store_false", default=None, help="skip stage 2 (Alg. 4's head)")
     t.add_argument("--head-rank", type=int, help="rank of the compact head kept in the folder (default 64)")
+    t.add_argument("--head-rows", type=int, help="rows per task of each verifier half that Alg. 4 reads (default 60)")
     t.add_argument("--no-baselines", dest="baselines", action="store_false", default=None,
                    help="leave the untuned model and the head alone out of the report (faster)")
 

@@ -147,34 +147,30 @@ def report_text(lm, splits: Sequence[TaskSplit], lora: LoraResult, decode: HeadD
     return "\n".join(lines) + "\n"
 
 
-def estimate(lm, splits: Sequence[TaskSplit], args) -> str:
+def estimate(lm, splits: Sequence[TaskSplit], args, dataset) -> str:
     """The run's time, projected before it starts from two measured steps on this machine: a batch of answers
     (the untuned model, greedy) and a forward pass over one training batch (a training step is about three)."""
     import mlx.core as mx
 
     from mlx_sdm.network.tasks.batched import generate_batch
-    from mlx_sdm.usecases.lora_training import chat_dataset
-    from mlx_sdm.usecases.finetune_plan import lora_rows
 
     split = splits[0]
     probe = list(split.validation)[:8]
     started = time.perf_counter()
     generate_batch(lm, [i.prompt for i in probe], max_tokens=12, delimiter=split.task.delimiter, system=split.task.system)
     per_answer = (time.perf_counter() - started) / max(1, len(probe))
-    rows = lora_rows(splits)
-    dataset = chat_dataset(rows[: args.lora.batch_size], lm.tokenizer, lm.max_context, "estimate")
-    width = max(len(dataset[i][0]) for i in range(len(dataset)))
+    width = max(len(dataset[i][0]) for i in range(min(len(dataset), args.lora.batch_size)))
     batch = mx.zeros((args.lora.batch_size, width), dtype=mx.int32)
     started = time.perf_counter()
     mx.eval(lm.model(batch))
     step = 3 * (time.perf_counter() - started)
-    epoch = len(rows) // args.lora.batch_size * step
+    epoch = len(dataset) // args.lora.batch_size * step
     answers = sum(len(s.verifier) + len(s.held_out) + len(s.shifted) for s in splits)
     variants = 2 + (2 if args.baselines else 0)
     head = (2 if args.baselines else 1) * args.head_epochs * 2 * sum(len(s.verifier) for s in splits) if args.head else 0
     rest = (answers * variants + head) * per_answer
     low, high = epoch * min(2, args.lora.max_epochs) + rest, epoch * args.lora.max_epochs * len(args.lora.ranks) + rest
-    return (f"estimate: LoRA about {epoch / 60:.0f} min an epoch over {len(rows)} rows (at most "
+    return (f"estimate: LoRA about {epoch / 60:.0f} min an epoch over {len(dataset)} rows (at most "
             f"{args.lora.max_epochs} epochs{' per rank' if len(args.lora.ranks) > 1 else ''}); answers, verifiers and the "
             f"head about {rest / 60:.0f} min; in all about {low / 60:.0f}–{high / 60:.0f} min")
 

@@ -32,7 +32,7 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten, tree_map_with_path
 
 from mlx_sdm.atomic import atomic_directory, atomic_write_text
-from mlx_sdm.errors import DataError
+from mlx_sdm.errors import DataError, OutputError
 from mlx_sdm.lm.adapters import ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, LoraSettings, adapter_weights, \
     add_lora_layers, lora_layer_names
 
@@ -126,9 +126,9 @@ class LoraResult:
 Validate = Callable[[], Validation]
 
 
-def chat_dataset(rows: Sequence[LoraRow], tokenizer, max_length: int, where: str):
+def chat_dataset(rows: Sequence[LoraRow], tokenizer, max_length: int, where: dict[str, str]):
     """mlx-lm's ``ChatDataset`` (``mask_prompt``: the loss reads the answer's tokens only), cached; a row longer
-    than the model's context is a DataError naming it."""
+    than the model's context is a DataError naming it and its task's file (``where``: task name -> file)."""
     from mlx_lm.tuner.datasets import CacheDataset, ChatDataset
 
     dataset = CacheDataset(ChatDataset([{"messages": r.messages()} for r in rows], tokenizer, mask_prompt=True))
@@ -136,9 +136,9 @@ def chat_dataset(rows: Sequence[LoraRow], tokenizer, max_length: int, where: str
         tokens, offset = dataset[index]
         if len(tokens) > max_length:
             raise DataError(f"row {row.id!r} is {len(tokens)} tokens with its answer; the model reads at most "
-                            f"{max_length}: shorten it or leave it out", path=where, field="prompt")
+                            f"{max_length}: shorten it or leave it out", path=where.get(row.task), field="prompt")
         if offset >= len(tokens):
-            raise DataError(f"row {row.id!r} has an empty answer", path=where, field="answer")
+            raise DataError(f"row {row.id!r} has an empty answer", path=where.get(row.task), field="answer")
     return dataset
 
 
@@ -221,11 +221,16 @@ def _epoch_dir(work: Path, rank: int, epoch: int) -> Path:
 
 
 def _save_epoch(folder: Path, model, optimizer, settings: LoraSettings, record: EpochRecord) -> None:
-    with atomic_directory(folder) as tmp:
-        mx.save_safetensors(str(tmp / ADAPTER_WEIGHTS_FILE), adapter_weights(model))
-        mx.save_safetensors(str(tmp / OPTIMIZER_FILE), dict(tree_flatten(optimizer.state)))
-        (tmp / ADAPTER_CONFIG_FILE).write_text(json.dumps(settings.adapter_config(), indent=2))
-        (tmp / EPOCH_RECORD).write_text(json.dumps(record.to_dict(), indent=2))
+    """The epoch's checkpoint, whole or not at all (a full disk leaves the previous epochs' as they were)."""
+    try:
+        with atomic_directory(folder) as tmp:
+            mx.save_safetensors(str(tmp / ADAPTER_WEIGHTS_FILE), adapter_weights(model))
+            mx.save_safetensors(str(tmp / OPTIMIZER_FILE), dict(tree_flatten(optimizer.state)))
+            (tmp / ADAPTER_CONFIG_FILE).write_text(json.dumps(settings.adapter_config(), indent=2))
+            (tmp / EPOCH_RECORD).write_text(json.dumps(record.to_dict(), indent=2))
+    except (OSError, RuntimeError) as exc:  # MLX reports a failed write as a RuntimeError
+        raise OutputError(f"{folder}: cannot write epoch {record.epoch}'s checkpoint ({exc}); free some space and "
+                          "rerun the same command: it continues from the last epoch written") from None
 
 
 def _read_epoch(folder: Path) -> EpochRecord | None:
@@ -305,14 +310,13 @@ def _run_epoch(model, optimizer, dataset, plan: LoraPlan, settings: LoraSettings
     return record
 
 
-def train_lora(lm, rows: Sequence[LoraRow], plan: LoraPlan, work: Path, validate: Validate, out: Path, *,
-               where: str, show: bool = True, log: Callable[[str], None] = print) -> LoraResult:
-    """Stage 1 (module docstring): the chosen rank's best epoch written to ``out`` as mlx-lm's adapter
-    folder; the model is left with those adapters attached (switched by :func:`mlx_sdm.lm.adapters.attach_adapters`
-    later: this returns with its LoRA layers removed)."""
+def train_lora(lm, dataset, plan: LoraPlan, work: Path, validate: Validate, out: Path, *,
+               show: bool = True, log: Callable[[str], None] = print) -> LoraResult:
+    """Stage 1 (module docstring) on ``dataset`` (:func:`chat_dataset`): the chosen rank's best epoch written to
+    ``out`` as mlx-lm's adapter folder; the model is returned without LoRA layers (the folder's adapters are
+    attached for the tasks' turns by :func:`mlx_sdm.lm.adapters.attach_adapters`)."""
     from mlx_lm.tuner.utils import remove_lora_layers
 
-    dataset = chat_dataset(rows, lm.tokenizer, lm.max_context, where)
     history: list[EpochRecord] = []
     for rank in plan.ranks:
         history += train_rank(lm.model, dataset, rank, plan, work, validate, show=show, log=log)

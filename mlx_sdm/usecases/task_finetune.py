@@ -49,7 +49,7 @@ from mlx_sdm.usecases.finetune_plan import (
     with_stage,
     read_clock,
 )
-from mlx_sdm.usecases.lora_training import LoraResult
+from mlx_sdm.usecases.lora_training import LoraResult, chat_dataset
 
 # ----------------------------------------------------------------------------------------- answers
 def answer_splits(lm, splits: Sequence[TaskSplit], run: FinetuneRun, *, adapted: bool, decode: HeadDecode | None,
@@ -284,8 +284,10 @@ def run_task_finetune(args: TaskFinetuneArgs, *, log: Callable[[str], None] = pr
     run.check_identity(args.identity({s.task.name: task_hash(s.task) for s in splits}))
     lm = load_model(args.model, quantized=args.quantized)
     clock = read_clock(run)
-    log(estimate(lm, splits, args))
-    lora = with_stage(run, clock, "1 LoRA", lambda: lora_stage(lm, splits, run))
+    dataset = chat_dataset(lora_rows(splits), lm.tokenizer, lm.max_context,
+                           {s.task.name: s.task.path or s.task.source for s in splits})  # every row fits, or one error
+    log(estimate(lm, splits, args, dataset))
+    lora = with_stage(run, clock, "1 LoRA", lambda: lora_stage(lm, splits, run, dataset))
     adapters = attach_adapters(lm.model, lora.adapters, instructions=tuple(i.instruction for i in instructions))
     lm = replace(lm, adapters=adapters)
     tuned = with_stage(run, clock, "2 head: its verifier", lambda: variant_stage(lm, splits, run, "LoRA", adapted=True))
@@ -302,7 +304,7 @@ def run_task_finetune(args: TaskFinetuneArgs, *, log: Callable[[str], None] = pr
     return FinetuneOutcome(Path(args.out), lora, final, decode, baselines, report, clock)
 
 
-def lora_stage(lm, splits: Sequence[TaskSplit], run: FinetuneRun) -> LoraResult:
+def lora_stage(lm, splits: Sequence[TaskSplit], run: FinetuneRun, dataset) -> LoraResult:
     """Stage 1, or its result when this run already made it."""
     from mlx_sdm.usecases.lora_training import read_result, train_lora, write_result
 
@@ -312,9 +314,9 @@ def lora_stage(lm, splits: Sequence[TaskSplit], run: FinetuneRun) -> LoraResult:
                 f"{done.validation.accuracy:.3f})")
         return done
 
-    result = train_lora(lm, lora_rows(splits), run.args.lora, run.work / "lora",
+    result = train_lora(lm, dataset, run.args.lora, run.work / "lora",
                         lambda: validation_of(_validation_answers(lm, splits, run)), run.out / "adapters",
-                        where=", ".join(s.task.source for s in splits), show=run.args.progress, log=run.log)
+                        show=run.args.progress, log=run.log)
     write_result(run.record_path("lora"), result)
     return result
 
