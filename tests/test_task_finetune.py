@@ -287,3 +287,39 @@ def test_kill_9_mid_run_then_the_same_command_gives_the_same_adapters(tmp_path):
     assert a.keys() == b.keys()
     for key in a:
         np.testing.assert_allclose(np.asarray(a[key]), np.asarray(b[key]), rtol=1e-5, atol=1e-6)
+
+
+def test_reviews_teach_it_the_folders_tasks_on_its_base(tuned_llama, tmp_path, capsys):
+    """finetune --from-reviews --model DIR: the folder's own task file and base, plus the review queue's labels on
+    its answers: an edit is a training row, a rejected yes/no answer one with the other value and a known-wrong
+    answer in the verifier's D_tr; answers to anything else are left out."""
+    from mlx_sdm.store.chat_store import ChatStore
+    from tests.stored import answer as stored_answer, judged
+
+    store = ChatStore(tmp_path / "chat.db")
+    session = store.create_session("reviews")
+    for i, text in enumerate(['{"fruit": false}', '{"fruit": false}', '{"fruit": true}', "no idea"]):
+        store.add_message(session.id, "user", f"{WORD_INSTRUCTION} WORD: plum r{i}" if i < 3 else "How are you?")
+        store.add_answer(stored_answer(session.id, text, state="not_verified", verdict=judged(),
+                                       review_reasons=["below_threshold"]))
+    items = sorted(store.review_queue.review_items(), key=lambda item: item.id)
+    store.review_queue.record_decision(items[0].id, 1, completion='{"fruit": true}')  # edited: the gold
+    store.review_queue.record_decision(items[1].id, 0)  # rejected yes/no: the other value, and a wrong answer
+    store.review_queue.record_decision(items[2].id, 1)  # accepted as it is
+    store.review_queue.record_decision(items[3].id, 0)  # not one of the folder's tasks
+    store.close()
+    out = tmp_path / "retrained"
+    code, err = _run_cli(["--from-reviews", str(tmp_path / "chat.db"), "--model", str(tuned_llama / "tuned"), "--out",
+                          str(out), "--lora-ranks", "8", "--lora-layers", "2", "--lora-epochs", "2",
+                          "--lora-learning-rate", "0.001", "--eval-rows", "20", "--epochs", "1", "--head-rows", "20",
+                          "--no-baselines", "--quiet"], capsys)
+    assert code == 0, err
+    report = json.loads((out / "report.json").read_text())
+    # gold: the edit (its rejected original says the same), the rejected answer's other value, the accepted one;
+    # wrong: the edit's original and the rejected answer
+    assert report["reviewed"] == {"words": {"gold": 3, "wrong": 2}}
+    manifest = json.loads((out / "mlx-sdm-model.json").read_text())
+    assert manifest["base_model"]["spec"] == str(tuned_llama / "base")
+    code, err = _run_cli(["--from-reviews", str(tmp_path / "none.db"), "--model", str(tuned_llama / "tuned"),
+                          "--out", str(tmp_path / "x")], capsys)
+    assert code == 1 and "none.db: field '--from-reviews': no chat store here" in err

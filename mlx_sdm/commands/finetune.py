@@ -8,6 +8,7 @@ import argparse
 import sys
 
 from mlx_sdm.commands.arguments import CommandParser
+from mlx_sdm.commands.chat import default_db_path
 from mlx_sdm.errors import MlxSdmError
 from mlx_sdm.usecases.finetune_plan import TASK_KEYS
 from mlx_sdm.usecases.head_training import CONFIG_KEYS, DEFAULT_ADAPTER_PATH
@@ -125,12 +126,16 @@ def add_task_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--head-rows", type=int, help="rows per task of each verifier half that Alg. 4 reads (default 60)")
     t.add_argument("--no-baselines", dest="baselines", action="store_false", default=None,
                    help="leave the untuned model and the head alone out of the report (faster)")
+    t.add_argument("--from-reviews", nargs="?", const=str(default_db_path()), metavar="DB",
+                   help="the review queue's labels and edits on these tasks' answers join the rows (an edit or an "
+                        "accepted answer trains LoRA, a rejected one the verifier); DB: the chat store (default "
+                        f"{default_db_path()}); with --model DIR, that folder's tasks are retrained on its base")
 
 
 def task_values(args: argparse.Namespace, file_values: dict) -> dict | None:
     """The task run's keys (the YAML's, the flags' over them) when this is a task run, else None."""
     flags = {k: v for k, v in vars(args).items() if v is not None and k != "config"}
-    if "task" not in flags and "task" not in file_values:
+    if not {"task", "from_reviews"} & (set(flags) | set(file_values)):
         return None
     return {**file_values, **flags}  # a key a task run does not read is refused by task_args_from, by name
 

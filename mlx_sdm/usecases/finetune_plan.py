@@ -57,6 +57,8 @@ class TaskFinetuneArgs:
     head_rows: int = DEFAULT_HEAD_ROWS  # per task, of D_tr (Alg. 4's targets) and of D_ca (its epoch choice)
     baselines: bool = True  # the untuned model and the head alone (today's Alg. 4) in the report
     progress: bool = True
+    #: a chat store whose review decisions on these tasks' answers join the rows (``--from-reviews``)
+    reviews: str | None = None
 
     def identity(self, task_hashes: dict[str, str]) -> dict[str, Any]:
         """What makes two runs the same run, so a resumed run must match it: the rows and how they are split, the
@@ -114,6 +116,8 @@ def split_task(task: Task, args: TaskFinetuneArgs) -> TaskSplit:
                      tuple(task.split("held_out", size=args.eval_rows)), tuple(task.split("shifted", size=args.eval_rows)))
 
 
+#: The split name of a row a person's review made (``--from-reviews``).
+REVIEWED = "reviewed"
 #: The parts of a split, the most protected first: a prompt in two parts stays only in the first of them.
 PARTS = ("held_out", "shifted", "verifier", "validation", "train")
 
@@ -127,15 +131,16 @@ def check_split(split: TaskSplit) -> TaskSplit:
     if len(values) < 2:
         raise DataError(f"every row of task {task.name} has the same answer ({values.pop() if values else 'none'}); a "
                         "task needs at least two answer values to learn and to check", path=where, field="answer")
-    seen: dict[str, tuple[str, str]] = {}
+    seen: dict[str, tuple[str, str, bool]] = {}
     kept: dict[str, list[TaskItem]] = {}
     for part in PARTS:
         kept[part] = []
         for item in getattr(split, part):
-            first = seen.setdefault(item.prompt.strip(), (part, item.id))
-            if first[0] == part and first[1] == item.id:
+            reviewed = item.split == REVIEWED
+            first = seen.setdefault(item.prompt.strip(), (part, item.id, reviewed))
+            if first[:2] == (part, item.id):
                 kept[part].append(item)
-            elif task.path is not None:
+            elif task.path is not None and not reviewed and not first[2]:  # two rows of the user's own file
                 raise DataError(f"rows {first[1]!r} ({first[0]}) and {item.id!r} ({part}) of task {task.name} have "
                                 "the same prompt; a held-out or calibration row must be unseen in training: remove one",
                                 path=where, field="prompt")
@@ -158,9 +163,12 @@ def task_instruction(task: Task, where: str) -> TaskInstruction:
     return TaskInstruction(prefix.strip(), task.system, task.name)
 
 
-def task_hash(task: Task) -> str:
-    """A task's rows and settings, hashed: a resumed run must be about the same rows."""
+def task_hash(task: Task, reviewed: "ReviewedRows | None" = None) -> str:
+    """A task's rows, reviewed rows and settings, hashed: a resumed run must be about the same rows."""
     digest = hashlib.sha256(json.dumps([task.name, task.system, task.answer_format.field]).encode())
+    if reviewed is not None:
+        digest.update(json.dumps([[i.prompt, i.gold] for i in reviewed.gold] + [[i.prompt, t] for i, t in reviewed.wrong],
+                                 default=str).encode())
     for part in task.examples():
         for ex in part:
             digest.update(json.dumps([ex.id, ex.text, ex.gold], default=str).encode())
@@ -281,6 +289,7 @@ TASK_KEYS = {
     "train_rows": "train_rows", "validation_rows": "validation_rows", "verifier_rows": "verifier_rows",
     "eval_rows": "eval_rows", "head": "head", "epochs": "head_epochs", "learning_rate": "head_learning_rate",
     "head_rank": "head_rank", "head_rows": "head_rows", "baselines": "baselines", "progress": "progress",
+    "from_reviews": "reviews",
 }
 _LORA_FIELDS = ("ranks", "num_layers", "max_epochs", "learning_rate", "batch_size", "target_accuracy")
 
@@ -312,7 +321,15 @@ def _typed(key: str, value: Any, default: Any, source: str) -> Any:
 
 
 def task_args_from(values: dict[str, Any], source: str) -> TaskFinetuneArgs:
-    """A task run's arguments from the YAML's values with the flags over them (``None`` flags left out)."""
+    """A task run's arguments from the YAML's values with the flags over them (``None`` flags left out). A
+    fine-tuned folder as ``model`` stands for its base model, and its tasks are the run's unless ``task`` names
+    others (``--from-reviews --model DIR``: the same tasks again, with what the reviews taught)."""
+    from mlx_sdm.usecases.model_folder import is_model_folder, read_model_folder, task_specs
+
+    if is_model_folder(values.get("model")):
+        folder = read_model_folder(str(values["model"]))
+        values = {**values, "model": folder.base_model, "quantized": values.get("quantized", folder.quantized)}
+        values.setdefault("task", task_specs(folder))
     unknown = [k for k in values if k not in TASK_KEYS]
     if unknown:
         raise DataError(f"not a key of a task run; known keys: {', '.join(TASK_KEYS)}", path=source, field=unknown[0])
@@ -330,3 +347,60 @@ def task_args_from(values: dict[str, Any], source: str) -> TaskFinetuneArgs:
         else:
             plain[name] = _typed(key, value, getattr(defaults, name), source)
     return TaskFinetuneArgs(**{"tasks": (), **plain, "lora": LoraPlan(**lora)})
+
+
+# ----------------------------------------------------------------------------------------- reviews teach it
+@dataclass(frozen=True)
+class ReviewedRows:
+    """What a task's reviewed answers teach: ``gold`` rows (an edit, an accepted answer, or a rejected yes/no
+    answer's other value) join the LoRA training rows; ``wrong`` (question, answer) pairs a person rejected join the
+    verifier's D_tr as answers known wrong. Calibration and the held-out rows never take a reviewed answer."""
+
+    gold: tuple[TaskItem, ...] = ()
+    wrong: tuple[tuple[TaskItem, str], ...] = ()
+
+    @property
+    def count(self) -> int:
+        return len(self.gold) + len(self.wrong)
+
+
+def reviewed_rows(rows: Sequence[dict[str, Any]], tasks: Sequence[Task]) -> dict[str, ReviewedRows]:
+    """The review queue's training rows (``ReviewQueue.training_rows``: prompt, completion, label) of these tasks: a
+    row belongs to the task whose instruction its question starts with, and its completion must parse as that
+    task's JSON answer (what it says then is the row's answer); other rows are not about these tasks."""
+    from mlx_sdm.network.coverage import match_instruction
+    from mlx_sdm.network.encoding import parse_answer
+
+    prefixes = [task.prompt_prefix.strip() for task in tasks]
+    gold: dict[str, list[TaskItem]] = {t.name: [] for t in tasks}
+    wrong: dict[str, list[tuple[TaskItem, str]]] = {t.name: [] for t in tasks}
+    for number, row in enumerate(rows, start=1):
+        index = match_instruction(prefixes, row["prompt"])
+        if index is None:
+            continue
+        task = tasks[index]
+        value = parse_answer(str(row["completion"]), task.answer_format)
+        if value is None or value not in task.answer_format.answers:
+            continue
+        item = TaskItem(f"review-{number}", task.name, row["prompt"], value, row["prompt"], REVIEWED)
+        if row["label"] == 1:
+            gold[task.name].append(item)
+            continue
+        wrong[task.name].append((item, str(row["completion"])))
+        if task.answer_format.boolean:  # a rejected yes/no answer says what the right one is
+            gold[task.name].append(replace(item, gold=not value))
+    return {name: ReviewedRows(_one_per_question(gold[name]), tuple(wrong[name])) for name in gold}
+
+
+def _one_per_question(items: list[TaskItem]) -> tuple[TaskItem, ...]:
+    """One gold row per question: the latest (an edit and its rejected original say the same thing twice)."""
+    latest = {item.prompt.strip(): item for item in items}
+    return tuple(latest.values())
+
+
+def with_reviews(split: TaskSplit, reviewed: ReviewedRows | None) -> TaskSplit:
+    """The split with its task's reviewed gold rows added to the training rows (before the duplicate check, so a
+    reviewed question that is a held-out or calibration row stays there and leaves the training rows)."""
+    if reviewed is None or not reviewed.gold:
+        return split
+    return replace(split, train=split.train + reviewed.gold)

@@ -8,6 +8,7 @@ import json
 import shutil
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -16,7 +17,7 @@ from mlx_sdm.errors import ArtifactError
 from mlx_sdm.network.coverage import TaskInstruction
 from mlx_sdm.usecases.lora_training import LoraResult
 from mlx_sdm.usecases.model_folder import HEAD_DIR, REPORT_JSON, REPORT_MD, VERIFIER_DIR, ModelFolder
-from mlx_sdm.usecases.finetune_plan import FinetuneRun, HeadDecode, StageClock, TaskSplit, Variant
+from mlx_sdm.usecases.finetune_plan import FinetuneRun, HeadDecode, ReviewedRows, StageClock, TaskSplit, Variant
 
 SPLITS = (("held_out", "held-out"), ("shifted", "shifted"))
 STRATA = ("y=0", "y=1", "ŷ=0", "ŷ=1", "marginal")
@@ -114,12 +115,15 @@ def score_line(s: SplitScore) -> str:
 
 def report_text(lm, splits: Sequence[TaskSplit], lora: LoraResult, decode: HeadDecode | None,
                 scores: list[SplitScore], run: FinetuneRun, clock: StageClock, alpha: float,
-                variants: Sequence[Variant]) -> str:
+                variants: Sequence[Variant], reviewed: dict[str, ReviewedRows]) -> str:
     """report.md: the run, its splits and stages, then one table row per task, split and model."""
     args = run.args
     lines = [f"# mlx-sdm finetune: {', '.join(s.task.name for s in splits)} on {lm.name}", "",
              f"Seed {args.seed}. LoRA rank {lora.rank}, epoch {lora.epoch} (chosen on validation: accuracy "
              f"{lora.validation.accuracy:.3f}); head {'kept for ' + ', '.join(decode.decodes) if decode else 'not kept'}.",
+             *[f"Reviewed answers of {name}: {len(r.gold)} joined the LoRA training rows (edits, accepted answers and "
+               f"the other value of rejected yes/no answers), {len(r.wrong)} rejected ones the verifier's D_tr."
+               for name, r in reviewed.items() if r.count],
              "", "| task | training | validation | verifier D_tr | D_ca | held-out | shifted |", "|---|---|---|---|---|---|---|"]
     for split in splits:
         n = split.sizes()
@@ -216,7 +220,7 @@ def copy_head(decode: HeadDecode | None, run: FinetuneRun) -> None:
 
 def write_folder(lm, splits: Sequence[TaskSplit], instructions: Sequence[TaskInstruction], lora: LoraResult,
                  final: Variant, decode: HeadDecode | None, others: Sequence[Variant], run: FinetuneRun,
-                 clock: StageClock) -> str:
+                 clock: StageClock, reviewed: dict[str, ReviewedRows]) -> str:
     """The verifier, the head, the report, then the manifest (last: from then on the folder is complete)."""
     from mlx_sdm.atomic import atomic_write_text
 
@@ -225,16 +229,18 @@ def write_folder(lm, splits: Sequence[TaskSplit], instructions: Sequence[TaskIns
     variants = list(others) + ([final] if final not in others else [])
     scores = [s for v in variants for s in score_variant(v)] + minilm_probe(splits)
     alpha = final.verifier.estimator.alpha if final.verifier is not None else 0.95
-    text = report_text(lm, splits, lora, decode, scores, run, clock, alpha, variants)
+    text = report_text(lm, splits, lora, decode, scores, run, clock, alpha, variants, reviewed)
     atomic_write_text(run.out / REPORT_MD, text)
     atomic_write_text(run.out / REPORT_JSON, json.dumps({
         "seed": run.args.seed, "splits": {s.task.name: s.sizes() for s in splits},
         "lora": {"rank": lora.rank, "epoch": lora.epoch, "history": [r.to_dict() for r in lora.history]},
         "head": {"decodes": list(decode.decodes)} if decode else None,
+        "reviewed": {name: {"gold": len(r.gold), "wrong": len(r.wrong)} for name, r in reviewed.items()},
         "stages": {"seconds": clock.seconds, "peak_gb": clock.peak_gb},
         "scores": [asdict(s) for s in scores]}, indent=2, default=str) + "\n")
     ModelFolder(run.out, run.args.model, {k: v for k, v in lm.fingerprint.items()}, tuple(instructions),
                 lm.adapters.sha256, run.args.quantized, has_head=decode is not None, has_verifier=has_verifier,
                 info={"rank": lora.rank, "epoch": lora.epoch, "seed": run.args.seed, "name": lm.name,
-                      "tasks": [s.task.name for s in splits]}).save()
+                      "tasks": [s.task.name for s in splits],
+                      "task_files": {s.task.name: str(Path(s.task.path).resolve()) for s in splits if s.task.path}}).save()
     return text

@@ -101,6 +101,20 @@ def read_model_folder(folder: str | Path) -> ModelFolder:
                        info=dict(data.get("info") or {}))
 
 
+def task_specs(folder: ModelFolder) -> tuple[str, ...]:
+    """The ``--task`` values that made this folder: each task's file where it was a user's, else its shipped name.
+    A user's file that is no longer where the fine-tune read it is an error saying so."""
+    files = dict(folder.info.get("task_files") or {})
+    specs = []
+    for task in folder.tasks:
+        path = files.get(task.name)
+        if path is not None and not Path(path).is_file():
+            raise ArtifactError(f"{folder.folder}: its task {task.name} was read from {path}, which is gone; give the "
+                                "task file again with --task FILE")
+        specs.append(path or str(task.name))
+    return tuple(specs)
+
+
 @dataclass
 class LoadedFolder:
     """A fine-tuned folder loaded: the base model with its adapters attached (off until a task's turn)."""

@@ -48,6 +48,9 @@ from mlx_sdm.usecases.finetune_plan import (
     validation_of,
     with_stage,
     read_clock,
+    ReviewedRows,
+    reviewed_rows,
+    with_reviews,
 )
 from mlx_sdm.usecases.lora_training import LoraResult, chat_dataset
 
@@ -88,25 +91,34 @@ def constructed_wrong(lm, task: Task, items: Sequence[TaskItem], count: int, see
     """``count`` wrong answers made for ``items`` (§ 14's encoding: another answer value in the task's JSON, by a
     seeded draw), read with the model's states as AnsweredItems labelled 0. Used only when the model's own wrong
     answers are too few for a verifier half (its report says how many)."""
-    from mlx_sdm.lm.features import force_decode_batch
-    from mlx_sdm.network.tasks import AnswerLabel
-    from mlx_sdm.network.tasks.answers import AnsweredItem
-
     rng = np.random.default_rng(seed)
     values = list(task.answer_format.answers)
     chosen = [items[i] for i in rng.permutation(len(items))[:count]]
     wrong = [rng.choice([v for v in values if v != item.gold]) for item in chosen]
     wrong = [w.item() if isinstance(w, np.generic) else w for w in wrong]
-    texts = [task.answer_format.completion(w) for w in wrong]
+    return read_wrong_answers(lm, task, [(replace(item, id=f"{item.id}/constructed"), task.answer_format.completion(w))
+                                         for item, w in zip(chosen, wrong)], adapted=adapted, why="constructed")
+
+
+def read_wrong_answers(lm, task: Task, pairs: Sequence[tuple[TaskItem, str]], *, adapted: bool,
+                       why: str) -> list:
+    """(question, answer) pairs known to be wrong, read with the model's states (adapters on when ``adapted``) as
+    AnsweredItems labelled 0: constructed wrong answers, or answers a person rejected in review."""
+    from mlx_sdm.lm.features import force_decode_batch
+    from mlx_sdm.network.tasks import AnswerLabel
+    from mlx_sdm.network.tasks.answers import AnsweredItem
+
+    if not pairs:
+        return []
     with adapters_on(lm, adapted):
-        features = force_decode_batch(lm, [(item.prompt, text) for item, text in zip(chosen, texts)],
-                                      delimiter=task.delimiter, system=task.system)
-    return [AnsweredItem(replace(item, id=f"{item.id}/constructed"), text, f.vector, "constructed",
-                         AnswerLabel(w, True, False), task.system)
-            for item, text, w, f in zip(chosen, texts, wrong, features)]
+        features = force_decode_batch(lm, [(item.prompt, text) for item, text in pairs], delimiter=task.delimiter,
+                                      system=task.system)
+    return [AnsweredItem(item, text, f.vector, why, AnswerLabel(task.label_answer(text, item.gold).answer, True, False),
+                         task.system) for (item, text), f in zip(pairs, features)]
 
 
-def fit_variant(lm, variant: Variant, splits: Sequence[TaskSplit], args: TaskFinetuneArgs, *, adapted: bool) -> Variant:
+def fit_variant(lm, variant: Variant, splits: Sequence[TaskSplit], args: TaskFinetuneArgs, *, adapted: bool,
+                known_wrong: Sequence = ()) -> Variant:
     """The verifier on this variant's own answers to the verifier rows (D_tr → Alg. 1–2, D_ca → Alg. 3). A half
     whose wrong answers are fewer than the estimator needs gets constructed wrong answers (:func:`constructed_wrong`)
     up to that number; a task the model never answers in its JSON is left out, as build-verifier leaves it out."""
@@ -116,8 +128,9 @@ def fit_variant(lm, variant: Variant, splits: Sequence[TaskSplit], args: TaskFin
     if not kept:
         return replace(variant, verifier=None, why="the model never answered in the task's JSON format")
     constructed: dict[str, int] = {}
-    extra: tuple[list, list] = ([], [])
+    extra: tuple[list, list] = (list(known_wrong), [])  # a reviewed wrong answer trains; calibration stays unseen
     for half, (name, answered) in enumerate(zip(("D_tr", "D_ca"), pool_halves(kept))):
+        answered = answered + extra[half]
         missing = MIN_PER_CLASS - sum(1 for a in answered if not a.label.correct)
         if missing > 0:  # spread over the kept tasks' rows of this half
             split = next(s for s in splits if s.task.name == kept[0].task.name)
@@ -249,8 +262,9 @@ class FinetuneOutcome:
     clock: StageClock
 
 
-def prepare(args: TaskFinetuneArgs) -> tuple[list[TaskSplit], list[TaskInstruction]]:
-    """Every check that needs no model: the tasks load, split and route; the folder can be written."""
+def prepare(args: TaskFinetuneArgs) -> Prepared:
+    """Every check that needs no model: the tasks load, split and route; reviewed rows are read; the folder can be
+    written."""
     from mlx_sdm.atomic import check_output_folder
     from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE
     from mlx_sdm.network.tasks.registry import load_tasks
@@ -264,13 +278,45 @@ def prepare(args: TaskFinetuneArgs) -> tuple[list[TaskSplit], list[TaskInstructi
         if task.delimiter != DELIMITER_JSON_CLOSE:
             raise DataError(f"task {task.name} has free-text answers; fine-tuning teaches tasks answered in one JSON "
                             "field", field="--task")
-    splits = [check_split(split_task(task, args)) for task in tasks]
+    reviewed = read_reviews(args.reviews, tasks) if args.reviews else {}
+    splits = [check_split(with_reviews(split_task(task, args), reviewed.get(task.name))) for task in tasks]
     instructions = [task_instruction(s.task, s.task.path or s.task.source) for s in splits]
     if len({i.instruction for i in instructions}) < len(instructions):
         raise DataError("two tasks start their prompts with the same instruction, so a question cannot be routed to "
                         "one of them: give each task its own instruction", field="--task")
     check_output_folder(args.out, force=True, artifact_files=(MODEL_MANIFEST, f"{WORK_DIR}/run.json"))
-    return splits, instructions
+    hashes = {s.task.name: task_hash(s.task, reviewed.get(s.task.name)) for s in splits}
+    return Prepared(splits, instructions, reviewed, args.identity(hashes))
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A run's checked inputs: each task's split, how the chat routes to it, its reviewed rows, the run's identity."""
+
+    splits: list[TaskSplit]
+    instructions: list[TaskInstruction]
+    reviewed: dict[str, ReviewedRows]
+    identity: dict[str, Any]
+
+
+def read_reviews(db: str, tasks: Sequence[Task]) -> dict[str, ReviewedRows]:
+    """The review decisions of a chat store on these tasks' answers (``--from-reviews``)."""
+    from mlx_sdm.store.chat_store import ChatStore
+
+    if not Path(db).is_file():
+        raise DataError("no chat store here; `mlx-sdm chat` writes one (or name it: --from-reviews PATH)", path=db,
+                        field="--from-reviews")
+    store = ChatStore(db)
+    try:
+        rows = store.review_queue.training_rows()
+    finally:
+        store.close()
+    found = reviewed_rows(rows, tasks)
+    if not any(r.count for r in found.values()):
+        raise DataError(f"none of the {len(rows)} reviewed answers is an answer to "
+                        f"{', '.join(t.name for t in tasks)} in its JSON: review some in the chat (ctrl+r) first",
+                        path=db, field="--from-reviews")
+    return found
 
 
 def run_task_finetune(args: TaskFinetuneArgs, *, log: Callable[[str], None] = print) -> FinetuneOutcome:
@@ -279,9 +325,10 @@ def run_task_finetune(args: TaskFinetuneArgs, *, log: Callable[[str], None] = pr
     from mlx_sdm.lm.loading import load_model
     from mlx_sdm.usecases.finetune_report import estimate, write_folder
 
-    splits, instructions = prepare(args)
+    prepared = prepare(args)
+    splits, instructions = prepared.splits, prepared.instructions
     run = FinetuneRun(args, log=log)
-    run.check_identity(args.identity({s.task.name: task_hash(s.task) for s in splits}))
+    run.check_identity(prepared.identity)
     lm = load_model(args.model, quantized=args.quantized)
     clock = read_clock(run)
     dataset = chat_dataset(lora_rows(splits), lm.tokenizer, lm.max_context,
@@ -290,7 +337,9 @@ def run_task_finetune(args: TaskFinetuneArgs, *, log: Callable[[str], None] = pr
     lora = with_stage(run, clock, "1 LoRA", lambda: lora_stage(lm, splits, run, dataset))
     adapters = attach_adapters(lm.model, lora.adapters, instructions=tuple(i.instruction for i in instructions))
     lm = replace(lm, adapters=adapters)
-    tuned = with_stage(run, clock, "2 head: its verifier", lambda: variant_stage(lm, splits, run, "LoRA", adapted=True))
+    reviewed = prepared.reviewed
+    tuned = with_stage(run, clock, "2 head: its verifier", lambda: variant_stage(lm, splits, run, "LoRA", adapted=True,
+                                                                                  reviewed=reviewed))
     decode = None
     if args.head:
         decode = with_stage(run, clock, "2 head: Alg. 4", lambda: head_stage(lm, splits, tuned, run, adapted=True,
@@ -298,9 +347,10 @@ def run_task_finetune(args: TaskFinetuneArgs, *, log: Callable[[str], None] = pr
     final = tuned
     if decode is not None:
         final = with_stage(run, clock, "3 verifier", lambda: variant_stage(lm, splits, run, "LoRA + head",
-                                                                            adapted=True, decode=decode))
-    baselines = with_stage(run, clock, "baselines", lambda: baseline_stage(lm, splits, run)) if args.baselines else []
-    report = write_folder(lm, splits, instructions, lora, final, decode, [tuned] + baselines, run, clock)
+                                                                            adapted=True, decode=decode, reviewed=reviewed))
+    baselines = with_stage(run, clock, "baselines", lambda: baseline_stage(lm, splits, run, reviewed)) \
+        if args.baselines else []
+    report = write_folder(lm, splits, instructions, lora, final, decode, [tuned] + baselines, run, clock, reviewed)
     return FinetuneOutcome(Path(args.out), lora, final, decode, baselines, report, clock)
 
 
@@ -335,16 +385,19 @@ def _validation_answers(lm, splits: Sequence[TaskSplit], run: FinetuneRun) -> di
 
 
 def variant_stage(lm, splits: Sequence[TaskSplit], run: FinetuneRun, name: str, *, adapted: bool,
-                  decode: HeadDecode | None = None) -> Variant:
-    """A variant's answers (cached) and the verifier on them."""
+                  decode: HeadDecode | None = None, reviewed: dict[str, ReviewedRows] | None = None) -> Variant:
+    """A variant's answers (cached) and the verifier on them (answers a person rejected in review among its D_tr)."""
     outcomes = answer_splits(lm, splits, run, adapted=adapted, decode=decode)
-    return fit_variant(lm, Variant(name, outcomes), splits, run.args, adapted=adapted)
+    wrong = [a for s in splits for a in read_wrong_answers(lm, s.task, (reviewed or {}).get(
+        s.task.name, ReviewedRows()).wrong, adapted=adapted, why="rejected in review")]
+    return fit_variant(lm, Variant(name, outcomes), splits, run.args, adapted=adapted, known_wrong=wrong)
 
 
-def baseline_stage(lm, splits: Sequence[TaskSplit], run: FinetuneRun) -> list[Variant]:
+def baseline_stage(lm, splits: Sequence[TaskSplit], run: FinetuneRun,
+                   reviewed: dict[str, ReviewedRows] | None = None) -> list[Variant]:
     """What a user has without this command: the untuned model with a verifier built on its own answers (what
     ``build-verifier --tasks FILE`` gives) and, over it, the head alone (Alg. 4 on the frozen untuned base)."""
-    untuned = variant_stage(lm, splits, run, "untuned", adapted=False)
+    untuned = variant_stage(lm, splits, run, "untuned", adapted=False, reviewed=reviewed)
     out = [untuned]
     if run.args.head and untuned.verifier is not None:
         decode = head_stage(lm, splits, untuned, run, adapted=False, tag="untuned")
