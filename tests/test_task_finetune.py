@@ -323,3 +323,21 @@ def test_reviews_teach_it_the_folders_tasks_on_its_base(tuned_llama, tmp_path, c
     code, err = _run_cli(["--from-reviews", str(tmp_path / "none.db"), "--model", str(tuned_llama / "tuned"),
                           "--out", str(tmp_path / "x")], capsys)
     assert code == 1 and "none.db: field '--from-reviews': no chat store here" in err
+
+
+def test_qlora_trains_adapters_over_a_4_bit_base(tmp_path):
+    """--quantized (QLoRA): the base stays 4-bit (mlx-lm's QuantizedLinear under each LoRA layer) and the folder
+    loads back over the same 4-bit base."""
+    import mlx.nn as nn
+
+    from mlx_sdm.usecases.loading import load_components
+    from mlx_sdm.usecases.task_finetune import run_task_finetune
+
+    base = save_tiny_family(tmp_path / "base", "llama", bits=4)
+    task = write_word_task(tmp_path / "words.jsonl", rows=200)
+    outcome = run_task_finetune(tiny_args(task, tmp_path / "tuned", base, baselines=False), log=lambda line: None)
+    assert outcome.lora.history
+    lm = load_components(str(tmp_path / "tuned"), verifier="none").lm
+    with lm.adapters.use(True):
+        lora = [m for _, m in lm.model.named_modules() if "lora_a" in m]
+        assert lora and all(isinstance(m["linear"], nn.QuantizedLinear) for m in lora)

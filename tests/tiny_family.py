@@ -39,17 +39,23 @@ def build_family_model(family: str, vocab_size: int, *, seed: int = 0, hidden: i
     return model
 
 
-def save_tiny_family(folder: Path, family: str, *, seed: int = 0) -> Path:
-    """An mlx-lm model folder (config.json, safetensors, tokenizer files) of a tiny random ``family`` model."""
+def save_tiny_family(folder: Path, family: str, *, seed: int = 0, bits: int | None = None) -> Path:
+    """An mlx-lm model folder (config.json, safetensors, tokenizer files) of a tiny random ``family`` model;
+    ``bits``: stored quantized (mlx-lm's layout: what a 4-bit hub model is), as QLoRA trains over it."""
+    import mlx.nn as nn
     from mlx_lm.utils import save_config, save_model
 
     from tests.tiny_lm import build_tiny_tokenizer
 
     tokenizer = build_tiny_tokenizer()
     model = build_family_model(family, len(tokenizer._tokenizer), seed=seed)
+    config = dict(vars(model.args))
+    if bits is not None:
+        nn.quantize(model, group_size=32, bits=bits)
+        config["quantization"] = {"group_size": 32, "bits": bits}
     folder.mkdir(parents=True, exist_ok=True)
     save_model(folder, model, donate_model=False)
-    save_config(dict(vars(model.args)), config_path=folder / "config.json")
+    save_config(config, config_path=folder / "config.json")
     tokenizer.save_pretrained(folder)
     return folder
 
