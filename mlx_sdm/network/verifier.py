@@ -54,6 +54,8 @@ from mlx_sdm.network.task_asking import document_label, payload_of, task_questio
 
 VERIFIER_FORMAT_VERSION = 1
 VERIFIER_MANIFEST = "verifier.json"
+#: verifier.json: members stored in another shipped verifier's folder (see DocumentVerifier.member_refs)
+MEMBER_REFS_KEY = "member_refs"
 ESTIMATOR_DIR = "estimator"
 #: Keys of a model fingerprint that must agree (see mlx_sdm.lm.loading.model_fingerprint).
 FINGERPRINT_KEYS = ("architecture", "hidden_size", "vocab_size", "num_layers", "head_sha256")
@@ -171,6 +173,9 @@ class DocumentVerifier:
         self.leans = dict(leans or {})
         #: a second-look member's spec (network/second_look.py): its estimator reads [agreement; states]
         self.second_look = second_look
+        #: members kept where another shipped verifier keeps them (name -> its folder under weights/, e.g.
+        #: "smollm2-suite/members/open_questions"): saved as that reference, not a second copy
+        self.member_refs: dict[str, str] = {}
 
     @property
     def judges_open_questions(self) -> bool:
@@ -333,13 +338,15 @@ class DocumentVerifier:
             "info": self.info,
             **({SECOND_LOOK_KEY: self.second_look.to_dict()} if self.second_look else {}),
             **({"tasks": self.tasks} if self.tasks else {}),
+            **({MEMBER_REFS_KEY: dict(self.member_refs)} if self.member_refs else {}),
         }
 
     def save(self, directory: str | Path) -> None:
         with atomic_directory(directory) as tmp:
             self.estimator.save(tmp / ESTIMATOR_DIR)
             for name, member in self.members.items():
-                member.save(tmp / MEMBERS_DIR / name)
+                if name not in self.member_refs:
+                    member.save(tmp / MEMBERS_DIR / name)
             if self.leans:
                 save_leans(tmp, self.leans, source=str(self.info.get("built_by", "")))
             (tmp / VERIFIER_MANIFEST).write_text(json.dumps(self.manifest(), indent=2, sort_keys=True), encoding="utf-8")
@@ -377,8 +384,16 @@ class DocumentVerifier:
                                task_systems=task_systems, task_names=names)
         members = {p.name: cls.load(p, expect_fingerprint) for p in sorted((directory / MEMBERS_DIR).glob("*"))
                    if (p / VERIFIER_MANIFEST).is_file()}
+        refs = manifest.get(MEMBER_REFS_KEY) or {}
+        for name, where in refs.items():
+            shared = resolve_artifact(where)
+            if not (shared / VERIFIER_MANIFEST).is_file():
+                raise ArtifactError(f"{path}: member {name!r} is kept at {where}, which is not installed; reinstall "
+                                    "mlx-sdm (the shipped weights) or rebuild this verifier")
+            members[name] = cls.load(shared, expect_fingerprint)
         verifier = cls(estimator, fingerprint, recipe, manifest.get("info"), tasks, members, leans=load_leans(directory),
                        second_look=second_look)
+        verifier.member_refs = {str(k): str(v) for k, v in refs.items()}
         verifier.router = default_router_for(verifier)
         return verifier
 
