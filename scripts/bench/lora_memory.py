@@ -22,7 +22,9 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import runpy
 import sys
+from pathlib import Path
 
 import mlx_sdm  # noqa: F401  (BLAS before mlx)
 
@@ -31,11 +33,11 @@ import mlx.nn as nn
 import mlx.optimizers as optim
 import numpy as np
 
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
-from phi3_memory import GIB, PHI35, PHI35_LAYERS, build  # noqa: E402
-
 from mlx_sdm.lm.adapters import LoraSettings, add_lora_layers  # noqa: E402
 from mlx_sdm.usecases.lora_training import answer_loss  # noqa: E402
+
+_PHI3 = runpy.run_path(str(Path(__file__).with_name("phi3_memory.py")))  # its Phi-3.5 shape and builder
+GIB, PHI35, PHI35_LAYERS, build = _PHI3["GIB"], _PHI3["PHI35"], _PHI3["PHI35_LAYERS"], _PHI3["build"]
 
 LORA_LAYERS = 8
 

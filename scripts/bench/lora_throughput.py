@@ -166,8 +166,8 @@ def main() -> None:
 
 def subprocess_ours(steps: int, warmup: int, rows: int) -> tuple[int, float]:
     """Ours in a fresh process too, so both sides start alike (a model load, a cold allocator)."""
-    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); import scripts.bench.lora_throughput as b; "
-            f"n, s = b.run_ours(b.rows_for({rows}), {steps}, {warmup}); print(f'TIMING rows={{n}} seconds={{s:.3f}}')")
+    code = (f"import runpy; b = runpy.run_path({str(Path(__file__).resolve())!r}); "
+            f"n, s = b['run_ours'](b['rows_for']({rows}), {steps}, {warmup}); print(f'TIMING rows={{n}} seconds={{s:.3f}}')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     found = MLX_LM_TIMING.search(out.stdout)
     if out.returncode != 0 or found is None:
