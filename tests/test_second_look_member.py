@@ -265,12 +265,14 @@ def test_a_chat_turn_takes_its_second_look_between_the_answer_and_the_verdict(lo
     drawn for it (the draws equal the chat's: tests/test_second_look_sampling.py); --no-second-look leaves the
     answer token for token and says no judgement was made."""
     from mlx_sdm.network.verdict import REASON_SECOND_LOOK_OFF, VerdictStatus
-    from mlx_sdm.turn.values import AnswerComplete, AnswerVerdict, CheckingAnswers, TurnOptions, TurnRequest
+    from mlx_sdm.network.verdict import DocumentVerdict
+    from mlx_sdm.network.verdict_words import verdict_words
+    from mlx_sdm.turn.values import AnswerComplete, CheckingAnswers, TurnOptions, TurnRequest
 
     options = TurnOptions(max_tokens=12, enable_p_true=False, generate_reflection=False)
     items = list(looking_pipeline.stream(TurnRequest(QUESTION, options)))
     kinds = [type(i) for i in items]
-    assert kinds.index(AnswerComplete) < kinds.index(CheckingAnswers) < kinds.index(AnswerVerdict)
+    assert kinds.index(AnswerComplete) < kinds.index(CheckingAnswers) < kinds.index(DocumentVerdict)
     assert next(i for i in items if isinstance(i, CheckingAnswers)).k == SPEC.k
     outcome = items[-1]
     assert outcome.verdict.task == OPEN_QUESTIONS and outcome.verdict.verdict is not None
@@ -285,7 +287,8 @@ def test_a_chat_turn_takes_its_second_look_between_the_answer_and_the_verdict(lo
                                                                  generate_reflection=False, second_look=False)))
     assert off.text == outcome.text and off.token_ids == outcome.token_ids  # the answer is the plain model's
     assert off.verdict.reason == REASON_SECOND_LOOK_OFF and off.verdict.status is VerdictStatus.NOT_VERIFIED
-    assert off.words.badge == "? not verified · second look off" and "--no-second-look" in off.words.sentence
+    words = verdict_words(off.verdict)
+    assert words.badge == "? not verified · second look off" and "--no-second-look" in words.sentence
 
 
 def test_the_default_verifier_takes_no_second_look():

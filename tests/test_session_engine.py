@@ -15,7 +15,8 @@ from mlx_sdm.monitor.online.auq_escalation import EscalationAction
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.executor.engine import ChatEngine, EngineConfig
 from mlx_sdm.turn.escalation import Escalation
-from mlx_sdm.turn.values import AnswerComplete, AnswerVerdict, TurnOutcome
+from mlx_sdm.network.verdict import DocumentVerdict
+from mlx_sdm.turn.values import AnswerComplete, TurnOutcome
 from mlx_sdm.monitor.session_file.records import ToolCall
 from mlx_sdm.turn.values import parse_tool_calls
 from mlx_sdm.store.chat_store import ChatStore
@@ -67,7 +68,7 @@ def test_turn_streams_then_verdict_monitor_and_one_stored_answer(make_engine):
     tokens = len(result.tokens)
     assert seq[:tokens] == [TokenPiece] * tokens and tokens == 12  # max_tokens, streamed one by one
     # AnswerComplete: the answer is done, the verifier reads it
-    assert seq[tokens:] == [AnswerComplete, AnswerVerdict, MonitorReading, TurnOutcome]
+    assert seq[tokens:] == [AnswerComplete, DocumentVerdict, MonitorReading, TurnOutcome]
     assert {ref for ref, _ in events if ref.turn == result.turn} == {TurnRef(session.id, result.turn)}
     (finished,) = items(events, TurnOutcome, result.turn)
     assert finished is result  # the last item is the one typed turn record the future resolves to
@@ -77,7 +78,7 @@ def test_turn_streams_then_verdict_monitor_and_one_stored_answer(make_engine):
     assert result.verdict_status in {"verified", "not_verified", "out_of_scope"}
     assert result.verdict_status == result.verdict.status.value
     verdict = result.verdict.to_dict()
-    assert set(verdict) >= {"p_lower", "q", "d", "q_bin", "reason", "exemplars", "prediction", "status", "explanation"}
+    assert set(verdict) >= {"p_lower", "q", "d", "q_bin", "reason", "exemplars", "prediction", "status"}
     assert len(verdict["exemplars"]) > 0 and "text" in verdict["exemplars"][0]
     mon = result.monitor.to_dict()
     assert "history" not in mon  # a reading holds its own turn only
@@ -112,9 +113,9 @@ def test_unverifiable_when_no_verifier_fits(make_engine):
     engine, store, events = make_engine(verifier=False)
     assert engine.info().verifier_path is None and engine.info().unverifiable_reason
     result = engine.send(store.create_session().id, QUESTION).result(60)
-    assert result.verdict_status == "no_verifier" and result.verdict is None
-    (verdict,) = items(events, AnswerVerdict)
-    assert verdict.status.value == "no_verifier" and verdict.reason == engine.info().unverifiable_reason
+    (verdict,) = items(events, DocumentVerdict)
+    assert result.verdict_status == "no_verifier" and result.verdict is verdict  # the one value, streamed and kept
+    assert verdict.status.value == "no_verifier" and verdict.why == engine.info().unverifiable_reason
 
 
 def test_cancel_stops_generation_at_the_next_token(make_engine):
@@ -128,7 +129,7 @@ def test_cancel_stops_generation_at_the_next_token(make_engine):
     session = store.create_session()
     result = engine.send(session.id, QUESTION).result(60)
     assert result.status == "cancelled" and len(result.tokens) <= 4
-    assert kinds(events, result.turn)[-1] is TurnOutcome and AnswerVerdict not in kinds(events, result.turn)
+    assert kinds(events, result.turn)[-1] is TurnOutcome and DocumentVerdict not in kinds(events, result.turn)
     answer = store.messages(session.id)[-1]
     assert answer.status == "cancelled" and answer.verdict is None and answer.review_id is None
     # the next turn runs normally (the stop applied to one turn only)

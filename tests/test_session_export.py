@@ -189,15 +189,15 @@ def test_session_outcome_follows_the_verdicts_and_review_labels(tmp_path):
 
 
 def test_the_verdict_line_names_the_state_why_and_the_numbers_once():
-    from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
-    from mlx_sdm.store.export import verdict_line
+    from mlx_sdm.network.verdict import DocumentVerdict
+    from mlx_sdm.network.verdict_words import verdict_line
 
     verified = DocumentVerdict.from_dict({"prediction": 1, "p_lower": 0.998, "admitted": True, "q": 148, "d": 0.833,
                                           "q_bin": 4})
     below = DocumentVerdict.from_dict({"prediction": 1, "p_lower": 0.4, "admitted": False, "reason": "below_threshold",
                                        "q": 3, "d": 0.5, "q_bin": 1})
-    assert verdict_line(VerdictStatus.VERIFIED, verified) == "verdict: VERIFIED · p_lower=0.998 q=148 d=0.833 q_bin=4"
-    assert verdict_line(VerdictStatus.NOT_VERIFIED, below) == (
+    assert verdict_line(verified) == "verdict: VERIFIED · p_lower=0.998 q=148 d=0.833 q_bin=4"
+    assert verdict_line(below) == (
         "verdict: NOT VERIFIED · cannot tell · p_lower=0.400 q=3 d=0.500 q_bin=1")  # its lean was never measured
-    assert verdict_line(VerdictStatus.NO_VERIFIER, None, "verification is off") == "verdict: NO VERIFIER · verification is off"
-    assert verdict_line(None, None) == "verdict: none"
+    assert verdict_line(DocumentVerdict.no_verifier("verification is off")) == "verdict: NO VERIFIER · verification is off"
+    assert verdict_line(None) == "verdict: none"

@@ -92,7 +92,7 @@ def test_critical_abort_plan_and_the_chat_continues():
     m = monitor()
     reading, snap = score(m, answer="no idea", tokens=None, logprobs=None, tool_calls=[], p_true=0.30)  # 0.20
     assert snap["level"] == "critical" and snap["action"] == "abort"
-    plan = plan_escalation(reading, [], None)
+    plan = plan_escalation(reading, [], DocumentVerdict.no_verifier())
     assert plan.status.value == "aborted" and plan.review_reasons == ["escalated_critical"] and "0.200" in plan.explanation
     _, again = score(m, answer="ok", tokens=None, logprobs=None, tool_calls=[], p_true=1.0)
     assert again["cumulative_confidence"] == pytest.approx(0.55 * 0.90 + 0.45 * 0.20)

@@ -13,6 +13,7 @@ import pytest
 
 from mlx_sdm.errors import DataError
 from mlx_sdm.lm.pieces import TokenPiece
+from mlx_sdm.network.verdict import DocumentVerdict
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction, UncertaintyLevel
 from mlx_sdm.store.chat_store import ChatStore
 from mlx_sdm.store.partial_answers import StreamingAnswer
@@ -31,7 +32,7 @@ def kept(outcome: TurnOutcome) -> dict[str, Any]:
         "features": None if features is None else (str(features.dtype), features.tolist()),
         "finish_reason": outcome.finish_reason, "judged_text": outcome.judged_text, "messages": outcome.messages,
         "task": outcome.task, "verdict": None if outcome.verdict is None else outcome.verdict.to_dict(),
-        "verdict_status": outcome.verdict_status, "unverifiable_reason": outcome.unverifiable_reason,
+        "verdict_status": outcome.verdict_status,
         "monitor": None if outcome.monitor is None else outcome.monitor.to_dict(), "escalation": outcome.escalation,
         "reflection": outcome.reflection, "tool_calls": outcome.tool_calls, "verifier": outcome.verifier,
         "resampled": outcome.resampled, "source": outcome.source, "feature_model": outcome.feature_model,
@@ -206,11 +207,10 @@ def test_who_asked_and_the_tool_calls_read_back(store):
 
     s = store.create_session()
     calls = [ToolCall("send_email", {"to": "x@y"})]
-    original = stored_answer(s.id, "ok", state="not_verified", source="api:chat", tool_calls=calls,
-                             unverifiable_reason=None)
+    original = stored_answer(s.id, "ok", state="not_verified", source="api:chat", tool_calls=calls)
     back = store.answer(store.add_answer(original))
     assert back.source == "api:chat" and back.tool_calls == tuple(calls)
-    no_verifier = stored_answer(s.id, "hm", state="no_verifier", unverifiable_reason="verification is off")
+    no_verifier = stored_answer(s.id, "hm", verdict=DocumentVerdict.no_verifier("verification is off"))
     back = store.answer(store.add_answer(no_verifier))
-    assert back.verdict is None and back.unverifiable_reason == "verification is off"
+    assert back.verdict == no_verifier.verdict and back.verdict.why == "verification is off"
     assert back.verdict_status is no_verifier.verdict_status and back.verdict_status.value == "no_verifier"

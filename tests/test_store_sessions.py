@@ -219,10 +219,10 @@ def test_a_task_question_is_titled_by_its_task_and_document():
 def test_message_meta_is_typed_in_the_store_and_older_rows_still_read(tmp_path):
     store = ChatStore(tmp_path / "meta.db")
     session = store.create_session("t")
-    meta = MessageMeta(finish_reason="length", source="api:chat", verdict_reason="below_threshold", judged_text='{"a": 1}',
+    meta = MessageMeta(finish_reason="length", source="api:chat", judged_text='{"a": 1}',
                        tool_calls=(ToolCall("send", {"to": "x"}),))
-    # the turn's record says all of it: how it ended, who asked, the verdict's reason, the judged span (its
-    # first token; text follows it) and the proposed tool calls
+    # the turn's record says all of it: how it ended, who asked, the judged span (its first token; text follows
+    # it) and the proposed tool calls; the verdict's reason is the verdict's own
     store.add_answer(stored_answer(session.id, '{"a": 1} and more', tokens=['{"a": 1}', " and more"], judged_tokens=1,
                                    finish_reason="length", source="api:chat", verdict=judged("below_threshold"),
                                    tool_calls=meta.tool_calls))
@@ -236,9 +236,45 @@ def test_message_meta_is_typed_in_the_store_and_older_rows_still_read(tmp_path):
     conn.close()
     answer, user, old = store.messages(session.id)
     assert answer.metadata == meta and answer.metadata.tool_calls[0].name == "send"
+    assert answer.verdict is not None and answer.verdict.reason == "below_threshold"
     assert user.metadata == MessageMeta() and stored[1] is None
     assert (old.metadata.finish_reason, old.metadata.reflection, old.metadata.tool_calls) == ("stop", "unsure", ())
     assert old.metadata.extra == {"written_by": "v0.1"}  # a key of another version, kept
     assert MessageMeta.from_dict(old.metadata.to_dict()) == old.metadata and old.metadata.to_dict()["written_by"] == "v0.1"
-    assert answer.to_dict()["metadata"] == {"finish_reason": "length", "source": "api:chat", "verdict_reason": "below_threshold",
+    assert answer.to_dict()["metadata"] == {"finish_reason": "length", "source": "api:chat",
                                             "judged_text": '{"a": 1}', "tool_calls": [{"name": "send", "arguments": {"to": "x"}}]}
+
+
+def test_a_store_written_by_schema_9_migrates_to_one_verdict_value(tmp_path):
+    """tests/fixtures/chat-store-v9 was written by the version before the verdict was one value (schema 9: an
+    answer no verifier judged had no verdict JSON, its why in the message's metadata; every verdict JSON kept its
+    badge and sentence). Opened now, each answer reads back as the same verdict with the same words, the one with
+    no verifier carries its why, no stored JSON keeps words, and the Markdown export is unchanged."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from mlx_sdm.network.verdict_words import verdict_words
+    from mlx_sdm.store.export import session_to_markdown
+
+    fixture = Path(__file__).parent / "fixtures" / "chat-store-v9"
+    shutil.copy(fixture / "chat.db", tmp_path / "chat.db")
+    expected = json.loads((fixture / "expected.json").read_text(encoding="utf-8"))
+    assert expected["schema_version"] == 9
+    with ChatStore(tmp_path / "chat.db") as store:
+        assert store.schema_version == SCHEMA_VERSION
+        for was in expected["answers"]:
+            back = store.answer(was["message_id"])
+            assert back.status.value == was["status"]
+            if was["words"] is None:  # a stopped turn: no verdict, then and now
+                assert back.verdict is None and back.verdict_status is None
+                continue
+            words = verdict_words(back.verdict)
+            assert (words.status.value, words.badge, words.sentence) == tuple(was["words"].values())
+            assert back.verdict_status.value == was["verdict_status"]
+        (no_verifier,) = [a for a in store.answers_of(expected["session_id"]).values()
+                          if a.verdict is not None and a.verdict.status is VerdictStatus.NO_VERIFIER]
+        assert no_verifier.verdict.why == "verification is off (--verifier none)"
+        kept = [json.loads(r[0]) for r in store.db.query("SELECT verdict_json FROM verdicts")]
+        assert len(kept) == 4 and not any({"badge", "explanation"} & set(k) for k in kept)
+        assert session_to_markdown(store, expected["session_id"]) == (fixture / "expected.md").read_text(encoding="utf-8")

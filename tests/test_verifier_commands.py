@@ -9,6 +9,7 @@ import pytest
 from mlx_sdm.commands import train as train_cmd
 from mlx_sdm.commands import verify as verify_cmd
 from tests.tiny_verifier import tiny_documents
+from mlx_sdm.network.verdict_words import verdict_report, verdict_words
 
 
 def save_tiny_folder(path, seed):
@@ -106,8 +107,8 @@ def test_generate_json_carries_the_state_by_name_and_formats_verdicts(trained, c
     verdict = DocumentVerifier.load(out, expect_fingerprint=lm.fingerprint).verify_text(
         lm, "Paris is the capital of France.", '{"correctness": true}', explain=2)
     judged = DocumentVerdict(verdict)
-    text = generate_cmd.format_verdict(judged)
-    assert text.startswith(f"verdict: {judged.status.words.upper()}\n{judged.explanation()}")
+    text = verdict_report(judged)
+    assert text.startswith(f"verdict: {judged.status.words.upper()}\n{verdict_words(judged).sentence}")
     assert "p_lower:" in text and f"q: {verdict.q}" in text
     assert text.count(", id ") == 2 and "nearest exemplars" in text
     assert judged.verified == (verdict.admitted and verdict.prediction == 1)

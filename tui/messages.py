@@ -18,8 +18,9 @@ from textual.message import Message
 from mlx_sdm.executor.events import EngineItem, EngineState, PrefillProgress, SupportChange, TurnFailed, TurnRef
 from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.monitor.online.reading import MonitorReading
+from mlx_sdm.network.verdict import DocumentVerdict
 from mlx_sdm.turn.escalation import Escalation
-from mlx_sdm.turn.values import AnswerComplete, AnswerVerdict, CheckingAnswers, TurnOutcome
+from mlx_sdm.turn.values import AnswerComplete, CheckingAnswers, TurnOutcome
 
 
 @dataclass
@@ -49,7 +50,7 @@ class SecondLookStarted(Message):
 @dataclass
 class VerdictReady(Message):
     ref: TurnRef
-    verdict: AnswerVerdict
+    verdict: DocumentVerdict
 
 
 @dataclass
@@ -103,7 +104,7 @@ class PrefillProgressed(Message):
 #: The message class of each item type the engine hands its listeners.
 MESSAGE_FOR_ITEM: dict[type, type[Message]] = {
     TokenPiece: TokenArrived, AnswerComplete: AnswerVerifying, CheckingAnswers: SecondLookStarted,
-    AnswerVerdict: VerdictReady, MonitorReading: MonitorRead,
+    DocumentVerdict: VerdictReady, MonitorReading: MonitorRead,
     Escalation: Escalated, TurnOutcome: TurnFinished, TurnFailed: EngineFailed, SupportChange: SupportChanged,
     EngineState: EngineStatus, PrefillProgress: PrefillProgressed,
 }

@@ -332,14 +332,14 @@ def _open_plain_session(store, info, session_id: str | None, title: str | None, 
 def _print_turn(result: TurnOutcome, out, logged: list[str], timing: bool) -> bool:
     """The lines after an answer: verdict and why, unverified text, monitor, escalation. True when paused."""
     from mlx_sdm.turn.escalation import TurnStatus
-    from mlx_sdm.store.export import monitor_line, verdict_line
+    from mlx_sdm.network.verdict_words import verdict_lines
+    from mlx_sdm.store.export import monitor_line
 
     out()
     if result.prompt_note:
         out(f"[note: {result.prompt_note}]")
-    out(f"[{verdict_line(result.verdict_status, result.verdict, result.verdict_reason)}]")
-    if result.words is not None:
-        out(f"[{result.words.sentence}]")
+    for line in verdict_lines(result.verdict):
+        out(f"[{line}]")
     if result.unverified_tail.strip():
         out(f"[unverified: the verdict covers only {result.judged_text.strip()!r}; the rest was not checked]")
     out(f"[{monitor_line(result.monitor)}]")

@@ -9,7 +9,7 @@ The engine calls each listener with a :class:`TurnRef` (where the item belongs) 
     TokenPiece*  (phase "answer")
     AnswerComplete?                the answer is complete and the verifier is reading it (a judged turn only)
     CheckingAnswers?               the second look: the model draws k more answers the verdict reads
-    AnswerVerdict                  a DocumentVerdict (verified / not_verified / out_of_scope) or none (no_verifier)
+    DocumentVerdict                the verdict: verified / not_verified / out_of_scope / no_verifier (with why)
     MonitorReading                 AUQ level + cumulative confidence, TRACER prefix risk, the fused forecast
     Escalation?                    proceed_with_log (MEDIUM), pause_for_human (HIGH / irreversible tool)
                                    or abort (CRITICAL)

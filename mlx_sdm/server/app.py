@@ -112,15 +112,15 @@ def build_app(worker: ModelWorker, config: ServerConfig = ServerConfig()) -> Sta
         answer: ServedAnswer = await run(lambda b: b.complete(req, b.prepare(req.messages, req.max_tokens)))
         ids = wire.StreamIds(model=model_id)
         return JSONResponse(wire.completion_body(
-            ids, text=answer.text, finish_reason=answer.finish_reason, usage=answer.usage(), verdict=answer.verdict.to_json(),
-            logprobs=answer.logprobs if req.logprobs else None, session_id=answer.session_id, monitor=answer.monitor,
+            ids, text=answer.text, finish_reason=answer.finish_reason, usage=answer.usage(), verdict=answer.verdict_json(),
+            logprobs=list(answer.logprobs) if req.logprobs else None, session_id=answer.session_id, monitor=answer.monitor,
         ))
 
     async def verify(request: Request) -> Response:
         body = await read_body(request, config.max_body_bytes)
         req = wire.parse_verify_request(body, known_models=known, session_header=request.headers.get(SESSION_HEADER))
         answer: ServedAnswer = await run(lambda b: b.verify(req))
-        return JSONResponse({"object": "verification", "model": model_id, "verdict": answer.verdict.to_json(),
+        return JSONResponse({"object": "verification", "model": model_id, "verdict": answer.verdict_json(),
                              "usage": answer.usage(),
                              "session_id": answer.session_id})
 
@@ -211,7 +211,7 @@ async def _chunks(ids: wire.StreamIds, req: wire.ChatRequest, events: asyncio.Qu
                 error = exc if isinstance(exc, wire.ApiError) else wire.ApiError(500, str(exc), type_="server_error")
                 yield sse.event(error.body())
                 break
-            extra = {"verdict": answer.verdict.to_json(), "monitor": answer.monitor, "session_id": answer.session_id}
+            extra = {"verdict": answer.verdict_json(), "monitor": answer.monitor, "session_id": answer.session_id}
             yield sse.event(wire.chunk_body(ids, delta={}, finish_reason=answer.finish_reason, extra=extra))
             if req.include_usage:
                 yield sse.event(dict(wire.chunk_body(ids, delta={}), choices=[], usage=answer.usage()))

@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 from mlx_sdm.lm.pieces import TokenPiece
-from mlx_sdm.server import verdicts
-from mlx_sdm.server.results import ServedAnswer, ServedToken, ServedVerdict
+from mlx_sdm.server.results import ServedAnswer, ServedToken
 from mlx_sdm.server.wire import ApiError, ChatMessage, ChatRequest, TokenLogprob, VerifyRequest
 
 if TYPE_CHECKING:  # the turn's modules load with the model
@@ -135,14 +134,13 @@ class SessionBackend:
                     logprobs.append(served.logprob)
                 yield served
         cancelled = outcome.status is TurnStatus.CANCELLED
-        verdict = verdicts.cancelled() if cancelled else self._served(outcome.verdict, outcome.unverifiable_reason)
         finish = "cancelled" if cancelled else ("length" if outcome.finish_reason == "length" else "stop")
-        answer = ServedAnswer(text=outcome.text, finish_reason=finish, prompt_tokens=outcome.prompt_tokens,
-                              completion_tokens=len(outcome.tokens), verdict=verdict, logprobs=logprobs,
-                              cached_tokens=outcome.reused_tokens, generation_s=outcome.generation_s,
-                              monitor=None if cancelled else monitor_payload(outcome.monitor, outcome.escalation))
-        self._store_turn(request.conversation, request.messages, answer, outcome, "api:chat")
-        yield answer
+        session_id, message_id = self._store_turn(request.conversation, request.messages, outcome, "api:chat")
+        yield ServedAnswer(text=outcome.text, finish_reason=finish, prompt_tokens=outcome.prompt_tokens,
+                           completion_tokens=len(outcome.tokens), verdict=outcome.verdict, verifier=self.verifier_name,
+                           logprobs=tuple(logprobs), session_id=session_id, message_id=message_id,
+                           cached_tokens=outcome.reused_tokens, generation_s=outcome.generation_s,
+                           monitor=None if cancelled else monitor_payload(outcome.monitor, outcome.escalation))
 
     def verify(self, request: VerifyRequest) -> ServedAnswer:
         """Force-decode an answer made elsewhere through the local model, judge it, store the turn."""
@@ -154,16 +152,12 @@ class SessionBackend:
                            f"tokens) exceed the model's context of {self.max_context} tokens", param="completion",
                            code="context_length_exceeded")
         verified = self.service.judge_text(prepared.messages, request.completion, self.options(1))
-        answer = ServedAnswer(text=request.completion, finish_reason="stop", prompt_tokens=prepared.prompt_tokens,
-                              completion_tokens=completion_tokens,
-                              verdict=self._served(verified.verdict, verified.unverifiable_reason))
-        self._store_turn(request.conversation, request.messages, answer, verified, "api:verify")
-        return answer
+        session_id, message_id = self._store_turn(request.conversation, request.messages, verified, "api:verify")
+        return ServedAnswer(text=request.completion, finish_reason="stop", prompt_tokens=prepared.prompt_tokens,
+                            completion_tokens=completion_tokens, verdict=verified.verdict, verifier=self.verifier_name,
+                            session_id=session_id, message_id=message_id)
 
-    # ------------------------------------------------------------------ verdicts and review decisions
-
-    def _served(self, judged: Any, why: str | None) -> ServedVerdict:
-        return verdicts.from_document(judged, self.verifier_name, why)
+    # ------------------------------------------------------------------ review decisions
 
     def sync_reviews(self) -> bool:
         """Review decisions made anywhere since the last verdict join the support sets
@@ -190,17 +184,17 @@ class SessionBackend:
             self._sessions[conversation] = found
         return self._sessions[conversation]
 
-    def _store_turn(self, conversation: str | None, messages: tuple[ChatMessage, ...], answer: ServedAnswer,
-                    outcome: TurnOutcome, source: str) -> None:
+    def _store_turn(self, conversation: str | None, messages: tuple[ChatMessage, ...], outcome: TurnOutcome,
+                    source: str) -> tuple[str, int]:
         """The client's last user message and the turn's record, all in one transaction (a kill between them
-        leaves neither)."""
+        leaves neither). Returns (session id, answer message id)."""
         from mlx_sdm.store.message_meta import MessageMeta
 
         user_text = next(m.content for m in reversed(messages) if m.role == "user" and m.content.strip())
-        answer.session_id = session_id = self.session_for(conversation, user_text)
-        _, answer.message_id = self.store.add_turn(user_text, self.service.keep(outcome, session_id, source=source),
-                                                   user_metadata=MessageMeta(source=source),
-                                                   provenance=self.service.provenance)
+        session_id = self.session_for(conversation, user_text)
+        _, message_id = self.store.add_turn(user_text, self.service.keep(outcome, session_id, source=source),
+                                            user_metadata=MessageMeta(source=source), provenance=self.service.provenance)
+        return session_id, message_id
 
     def _logprob(self, piece: TokenPiece) -> TokenLogprob | None:
         """A token's log-prob and alternatives as OpenAI's logprob entry (the HTTP edge); None for a

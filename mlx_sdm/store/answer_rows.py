@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 
 from mlx_sdm.monitor.session_file.provenance import Provenance
-from mlx_sdm.network.verdict import VerdictStatus
 from mlx_sdm.store.message_meta import MessageMeta
 from mlx_sdm.store.schema import dumps_json, features_array, features_blob, loads_json, stored_reading, stored_verdict
 from mlx_sdm.turn.answer import GeneratedAnswer
@@ -33,8 +32,7 @@ def answer_meta(outcome: TurnOutcome) -> MessageMeta:
     escalation = outcome.escalation
     reflect = escalation.reflect
     return replace(
-        meta, verdict_reason=outcome.verdict_reason,
-        judged_text=outcome.judged_text if outcome.unverified_tail else None,
+        meta, judged_text=outcome.judged_text if outcome.unverified_tail else None,
         explanation=escalation.explanation, tool_calls=tuple(outcome.tool_calls),
         pause_message=escalation.message if outcome.status is TurnStatus.PAUSED else None,
         reflection_prompt=REFLECTION_PROMPT if reflect else None, reflection=outcome.reflection if reflect else None)
@@ -86,12 +84,12 @@ def write_answer(conn: sqlite3.Connection, outcome: TurnOutcome, stamp: str, mes
         conn.execute("UPDATE sessions SET provenance_json = ? WHERE id = ? AND provenance_json IS NULL",
                      (dumps_json(provenance.to_dict()), outcome.session_id))
     status = outcome.verdict_status
-    if status is not None:  # the typed verdict becomes its JSON here, and only here
-        verdict = outcome.verdict.to_dict() if outcome.verdict is not None else None
+    if outcome.verdict is not None:  # the typed verdict becomes its JSON here, and only here
+        verdict = outcome.verdict.to_dict()
         conn.execute(
             "INSERT INTO verdicts(message_id, status, p_lower, reason, verdict_json, verifier, task, task_recorded, "
             "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?)",
-            (message_id, status.value, (verdict or {}).get("p_lower"), (verdict or {}).get("reason"),
+            (message_id, outcome.verdict.status.value, verdict.get("p_lower"), verdict.get("reason"),
              dumps_json(verdict), outcome.verifier, outcome.task, stamp),
         )
     if status is not None and outcome.monitor is not None:
@@ -144,8 +142,7 @@ def outcome_from_row(r: sqlite3.Row) -> TurnOutcome:
              if meta.replaces is not None else None)
     return TurnOutcome(
         status=status, answer=answer, messages=loads_json(r["prompt_json"]) or [],
-        task=r["verdict_task"] if "verdict_task" in keys else None, verdict=verdict,
-        unverifiable_reason=meta.verdict_reason if verdict is None else None, monitor=reading,
+        task=r["verdict_task"] if "verdict_task" in keys else None, verdict=verdict, monitor=reading,
         escalation=escalation, reflection=meta.reflection, tool_calls=tuple(meta.tool_calls),
         verifier=r["verifier"], resampled=again, source=meta.source, feature_model=r["feature_model"],
         session_id=r["session_id"], message_id=int(r["id"]), review_id=r["review_id"])

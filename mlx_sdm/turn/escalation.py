@@ -76,9 +76,9 @@ def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
-def verdict_review_reasons(verdict: DocumentVerdict | None) -> list[str]:
-    """An answer the verifier did not vouch for goes to the review queue under its reason code."""
-    if verdict is None or verdict.status is VerdictStatus.VERIFIED:
+def verdict_review_reasons(verdict: DocumentVerdict) -> list[str]:
+    """An answer a verifier judged and did not vouch for goes to the review queue under its reason code."""
+    if verdict.status in (VerdictStatus.VERIFIED, VerdictStatus.NO_VERIFIER):
         return []
     if verdict.admits_nothing and verdict.status is VerdictStatus.NOT_VERIFIED:
         return [REASON_ADMITS_NOTHING]
@@ -120,7 +120,7 @@ def _policy_reasons(reading: MonitorReading) -> list[str]:
 
 
 def plan_escalation(reading: MonitorReading | None, tool_names: list[str],
-                    verdict: DocumentVerdict | None) -> Escalation:
+                    verdict: DocumentVerdict) -> Escalation:
     """What the turn does with its reading (:data:`LADDER_LINES`; the rules are
     :func:`mlx_sdm.monitor.forecast.policy.apply_policy`, already applied to ``reading.action``): the message
     says why, in words true of the reading's numbers."""

@@ -22,7 +22,6 @@ from mlx_sdm.monitor.online.auq_escalation import (
     UncertaintyPolicy,
 )
 from mlx_sdm.monitor.forecast.policy import apply_policy
-from mlx_sdm.monitor.forecast.verdict_monitor import TurnVerdict
 from mlx_sdm.monitor.online.reading import HistoryPoint, MonitorReading
 from mlx_sdm.monitor.online.tracer import TracerConfig, TracerMonitor
 from mlx_sdm.network.verdict import ACCEPTABLE, DocumentVerdict
@@ -99,7 +98,7 @@ class SessionMonitor:
                 reading = m.monitor
                 if self.fused is not None:
                     self.fused.observe_answer(out, reading.auq.to_format() if reading.auq else None,
-                                              TurnVerdict.of(m.verdict), turn=max(self.turn, 1))
+                                              m.verdict or DocumentVerdict.no_verifier(), turn=max(self.turn, 1))
                 if reading.cumulative_confidence is not None:
                     state.cumulative_confidence = float(reading.cumulative_confidence)
                 state.step_counter += 1
@@ -173,7 +172,7 @@ class SessionMonitor:
                                               "reused_tokens": ran.reused_tokens, "cache_restored": ran.cache_restored},
         )
         if self.fused is not None:
-            reading.fused = self.fused.observe_answer(tracer_out, step.to_format(), TurnVerdict.of(verdict),
+            reading.fused = self.fused.observe_answer(tracer_out, step.to_format(), verdict or DocumentVerdict.no_verifier(),
                                                       turn=max(self.turn, 1))
         apply_policy(reading, answer, verdict)  # this turn's own risks: a derailed answer, a verdict that calls it wrong
         self.history.append(HistoryPoint.of(max(self.turn, 1), reading))

@@ -1,6 +1,6 @@
 """One turn, start to end, as a stream: a :class:`TurnRequest` (the conversation so far + options) in;
 out come the answer's :class:`TokenPiece` s as they are generated, then (on a judged turn)
-:class:`AnswerComplete` while the verifier reads it, then its :class:`AnswerVerdict`, the
+:class:`AnswerComplete` while the verifier reads it, then its verdict (a :class:`DocumentVerdict`), the
 :class:`MonitorReading`, the :class:`Escalation`, and last the one finished record,
 :class:`TurnOutcome` (as mlx-lm's ``stream_generate`` yields its responses, the last saying why it stopped).
 
@@ -38,7 +38,7 @@ and the server, and the tests loop over it. The steps:
    covers exactly the text shown; anything after it is ``unverified_tail``.
 2. verify: the verifier's :class:`DocumentVerdict` on that turn's question and answer (verified /
    not verified / out of scope; a question that starts none of a routing verifier's tasks is out of
-   scope with no estimator pass), or the reason there is none (no verifier fits the model).
+   scope with no estimator pass; no verifier, saying why, when none fits the model).
 3. monitor (when the caller passes a session's monitor): AUQ level and cumulative confidence,
    TRACER prefix risk, P(True) reusing the answer's KV cache.
 4. escalate: MEDIUM logs, HIGH pauses (the model states its uncertainty), CRITICAL aborts.
@@ -81,7 +81,6 @@ from mlx_sdm.turn.values import (
     TurnPlan,
     TurnKind,
     TurnRequest,
-    AnswerVerdict,
     last_user_text,
     parse_tool_calls,
     previous_user_text,
@@ -231,8 +230,8 @@ class TurnPipeline:
         if spec is not None and gen.text:  # the second look: K more answers from the answer's own prompt cache
             yield CheckingAnswers(spec.k)
             drawn = self._draw_from_cache(spec, gen)
-        verdict, why = self._judge(plan, features, gen.text, options, drawn=drawn, logprobs=gen.logprobs)
-        yield AnswerVerdict(verdict, why)
+        verdict = self._judge(plan, features, gen.text, options, drawn=drawn, logprobs=gen.logprobs)
+        yield verdict
         tool_calls = parse_tool_calls(gen.text)
         reading = None
         if monitor is not None:
@@ -252,7 +251,7 @@ class TurnPipeline:
                 else:
                     yield item
             kept = settle_prefix(kept)  # the reflection's tokens leave the cache again
-        yield replace(record, status=escalation.status, verdict=verdict, unverifiable_reason=why, monitor=reading,
+        yield replace(record, status=escalation.status, verdict=verdict, monitor=reading,
                       tool_calls=tool_calls, escalation=escalation, reflection=reflection, prefix=kept)
 
     def _record(self, plan: TurnPlan, answer: GeneratedAnswer) -> TurnOutcome:
@@ -279,9 +278,9 @@ class TurnPipeline:
         features = self._read_texts(plans, [completion for _, completion in answers], on_progress)
         out = []
         for (request, completion), plan, vector in zip(answers, plans, features):
-            verdict, why = self._judge(plan, vector, completion, request.options)
+            verdict = self._judge(plan, vector, completion, request.options)
             record = self._record(plan, GeneratedAnswer(completion, features=vector))
-            out.append(replace(record, verdict=verdict, unverifiable_reason=why,
+            out.append(replace(record, verdict=verdict,
                                escalation=Escalation(review_reasons=verdict_review_reasons(verdict))))
         return out
 
@@ -322,40 +321,40 @@ class TurnPipeline:
 
     # -- the verdict ------------------------------------------------------------------------------
     def _judge(self, plan: TurnPlan, features: np.ndarray | None, text: str, options: TurnOptions, *,
-               drawn: SampledAnswers | None = None, logprobs: Sequence[float] = ()) -> tuple[DocumentVerdict | None, str | None]:
+               drawn: SampledAnswers | None = None, logprobs: Sequence[float] = ()) -> DocumentVerdict:
         """The verdict on one turn's answer as the verifier was built, from the features of exactly
-        ``plan.judged`` and the answer (None on a generated turn whose model saw more: read them here), or the
-        reason there is none. A question that starts none of a routing verifier's tasks is out of scope with
+        ``plan.judged`` and the answer (None on a generated turn whose model saw more: read them here); with no
+        verifier, the verdict that says why. A question that starts none of a routing verifier's tasks is out of scope with
         no estimator pass; the task's own support set (its review labels) judges a routed question. A member
         that reads a second look judges from the K answers drawn (``drawn``, with the answer's per-token
         ``logprobs``; an answer made elsewhere has neither: they are drawn and read here)."""
         components = self.components
         if components.verifier is None:
-            return None, components.unverifiable_reason or "no verifier is loaded"
+            return DocumentVerdict.no_verifier(components.unverifiable_reason or "no verifier is loaded")
         route = plan.route
         if not plan.judge:
             why = REASON_NO_CHECKABLE_ANSWER if route.how is RouteKind.NO_CHECKABLE_ANSWER else REASON_NOT_A_TASK
-            return DocumentVerdict(None, coverage=components.verifier.coverage, unjudged=why, route=route), None
+            return DocumentVerdict(None, coverage=components.verifier.coverage, unjudged=why, route=route)
         if features is None and text.strip():
             features = self._read_texts([plan], [text], None)[0]
         verifier = components.verifier_for(route.task)
         if features is None or not text:
             return DocumentVerdict(None, coverage=verifier.coverage, task=route.task, unjudged=REASON_EMPTY_ANSWER,
-                                   route=route), None
+                                   route=route)
         features = np.asarray(features, dtype=np.float32)
         spec = verifier.second_look_spec(route.task)
         if spec is None:
-            return verifier.judge(features, explain=options.explain, task=route.task, route=route), None
+            return verifier.judge(features, explain=options.explain, task=route.task, route=route)
         if not options.second_look:
             return DocumentVerdict(None, coverage=verifier.coverage, task=route.task, unjudged=REASON_SECOND_LOOK_OFF,
-                                   route=route), None
+                                   route=route)
         if drawn is None:
             drawn, logprobs = self._draw_for_text(plan, text, spec)
         from mlx_sdm.lm.minilm import load_minilm  # the member's sentence embedder (read once per process)
 
         look = spec.look(plan.judged[-1]["content"], text, logprobs, drawn)
         return verifier.judge_second_look(features, look, load_minilm().encode, explain=options.explain,
-                                          task=route.task, route=route), None
+                                          task=route.task, route=route)
 
     # -- the second look --------------------------------------------------------------------------
     def _second_look_spec(self, plan: TurnPlan, options: TurnOptions) -> SecondLookSpec | None:
@@ -403,7 +402,7 @@ class TurnPipeline:
         )
 
     def _monitor(self, monitor: TurnMonitor, plan: TurnPlan, gen: GeneratedAnswer, tool_calls: tuple[ToolCall, ...],
-                 verdict: DocumentVerdict | None, options: TurnOptions, shared: Sequence[str] = ()) -> MonitorReading:
+                 verdict: DocumentVerdict, options: TurnOptions, shared: Sequence[str] = ()) -> MonitorReading:
         """The session monitor's reading of the answer: P(True) and AUQ's System 2 samples read the answer's KV
         cache (``shared``: the answers the second look drew, which System 2 reads before drawing its own)."""
         lm, messages = self.components.lm, plan.messages

@@ -1,6 +1,6 @@
 """The typed turn: what goes into one turn (:class:`TurnRequest` with :class:`TurnOptions`), how it is
 planned (:class:`TurnPlan`), and what streams out of it (:data:`TurnItem`): each
-:class:`~mlx_sdm.lm.pieces.TokenPiece`, the :class:`AnswerVerdict`, the ``MonitorReading``, the
+:class:`~mlx_sdm.lm.pieces.TokenPiece`, the verdict (a ``DocumentVerdict``), the ``MonitorReading``, the
 ``Escalation``, and last the one finished record (:class:`TurnOutcome`). :class:`TurnComponents` is
 everything MLX a turn uses. The pipeline that yields a turn is :mod:`mlx_sdm.turn.pipeline`; every
 front end is a ``for`` loop over it.
@@ -20,7 +20,7 @@ from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.coverage import TaskInstruction, TaskRoute, VerifierCoverage
 from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.lm.prompt import FittedPrompt
-from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, VerdictWords, verdict_words
+from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
 from mlx_sdm.turn.escalation import REFLECTION_PROMPT, Escalation, TurnStatus
 from mlx_sdm.turn.answer import GeneratedAnswer, PrefixCache
 from mlx_sdm.turn.seams import TurnVerifier
@@ -125,7 +125,7 @@ class TurnPlan:
 @dataclass(frozen=True)
 class AnswerComplete:
     """The answer's last token has been generated and the verifier is now judging it: the moment between
-    the last answer :class:`~mlx_sdm.lm.pieces.TokenPiece` and the :class:`AnswerVerdict`, yielded only on a
+    the last answer :class:`~mlx_sdm.lm.pieces.TokenPiece` and the verdict, yielded only on a
     turn the verifier reads (``TurnPlan.judge``), so a UI can say "verifying" exactly while it does."""
 
     tokens: int  # how many tokens the answer has
@@ -138,32 +138,6 @@ class CheckingAnswers:
     second-look member and ``TurnOptions.second_look`` is on), so a UI can say "checking k more answers"."""
 
     k: int
-
-
-@dataclass(frozen=True)
-class AnswerVerdict:
-    """The verifier's verdict on this turn's answer, or why there is none (no verifier fits the model)."""
-
-    verdict: DocumentVerdict | None
-    unverifiable_reason: str | None = None
-
-    @property
-    def words(self) -> VerdictWords:
-        """The badge and sentence a person reads (network/verdict.verdict_words)."""
-        return verdict_words(self.verdict, no_verifier_reason=self.unverifiable_reason)
-
-    @property
-    def status(self) -> VerdictStatus:
-        return self.words.status
-
-    @property
-    def reason(self) -> str | None:
-        """The verdict's reason code, or why there is no verdict."""
-        return self.verdict.reason if self.verdict is not None else self.unverifiable_reason
-
-
-#: How a turn can end without a verdict: stopped, failed, cut by the app's end, or still being written.
-UNJUDGED_ENDS = frozenset({TurnStatus.CANCELLED, TurnStatus.ERROR, TurnStatus.INTERRUPTED, TurnStatus.IN_PROGRESS})
 
 
 @dataclass(frozen=True)
@@ -191,8 +165,7 @@ class TurnOutcome:
     messages: list[ChatMessage]  # what the model saw (system prompt included)
     task: str | None = None  # the verifier's task the question was routed to (TaskRoute.task)
     decoded_with_head: bool = False  # this turn decoded with the SDM-network head (a question of its tasks)
-    verdict: DocumentVerdict | None = None
-    unverifiable_reason: str | None = None
+    verdict: DocumentVerdict | None = None  # None: the turn ended before its verdict (stopped, failed)
     monitor: MonitorReading | None = None
     escalation: Escalation = field(default_factory=Escalation)
     reflection: str | None = None  # on a HIGH pause: the model's own statement of its uncertainty
@@ -271,14 +244,7 @@ class TurnOutcome:
     def verdict_status(self) -> VerdictStatus | None:
         """verified / not verified / out of scope / no verifier (None: the turn made no verdict: it was
         stopped, failed or cut before its end)."""
-        return None if self.status in UNJUDGED_ENDS else verdict_words(self.verdict).status
-
-    @property
-    def words(self) -> VerdictWords | None:
-        """The badge and sentence a person reads (None: the turn made no verdict, e.g. stopped)."""
-        if self.verdict_status is None:
-            return None
-        return verdict_words(self.verdict, no_verifier_reason=self.verdict_reason)
+        return None if self.verdict is None else self.verdict.status
 
     @property
     def explanation(self) -> str | None:
@@ -290,17 +256,12 @@ class TurnOutcome:
         """What the user sees on a HIGH pause: the model's statement, else the reflection prompt."""
         return (self.reflection or REFLECTION_PROMPT) if self.escalation.reflect else None
 
-    @property
-    def verdict_reason(self) -> str | None:
-        """The verdict's reason code, or why there is no verdict."""
-        return self.verdict.reason if self.verdict is not None else self.unverifiable_reason
-
 
 #: What a turn yields, in this order: TokenPiece* (answer) → AnswerComplete (on a judged turn) → CheckingAnswers
-#: (on a second look) → AnswerVerdict
+#: (on a second look) → DocumentVerdict (the verdict)
 #: → MonitorReading (with a session's monitor) → Escalation (when escalated) → TokenPiece* (reflection, on a
 #: HIGH pause) → TurnOutcome (last). A cancelled turn yields its pieces, then its TurnOutcome.
-TurnItem = Union[TokenPiece, AnswerComplete, CheckingAnswers, AnswerVerdict, MonitorReading, Escalation, TurnOutcome]
+TurnItem = Union[TokenPiece, AnswerComplete, CheckingAnswers, DocumentVerdict, MonitorReading, Escalation, TurnOutcome]
 
 
 def parse_tool_calls(text: str) -> tuple[ToolCall, ...]:

@@ -98,6 +98,7 @@ def train_text_verifier(train_path: str | Path, calibration_path: str | Path, ou
     Every row is checked before any model work starts; nothing is written unless fitting succeeds."""
     from mlx_sdm.lm.loading import load_model
     from mlx_sdm.network.encoding import read_text_jsonl
+    from mlx_sdm.network.verdict_words import verdict_json
 
     train = read_text_jsonl(train_path)
     calibration = read_text_jsonl(calibration_path)
@@ -121,6 +122,7 @@ def labelled_text_rows(verifier_dir: str | Path, input_path: str | Path, *, mode
     """``mlx-sdm report`` on labelled ``{"prompt", "completion", "label"}`` rows: the verifier and the
     rows' features (force-decoded by its model, its system prompt by default) as a LabelledSet."""
     from mlx_sdm.network.encoding import read_text_jsonl
+    from mlx_sdm.network.verdict_words import verdict_json
 
     read_text_jsonl(input_path)  # every row (and its label) checked before any model work
     lm = model_for_verifier(verifier_dir, model, quantized)
@@ -138,6 +140,7 @@ def verify_text_rows(verifier_dir: str | Path, input_path: str | Path, *, model:
     names its own, out of scope for a question that starts none of a routing verifier's tasks), with the same
     status, badge and sentence."""
     from mlx_sdm.network.encoding import read_text_jsonl
+    from mlx_sdm.network.verdict_words import verdict_json
     from mlx_sdm.progress import progress_bar
     from mlx_sdm.turn.pipeline import TurnPipeline
     from mlx_sdm.turn.values import TurnComponents, TurnOptions, TurnRequest
@@ -155,7 +158,7 @@ def verify_text_rows(verifier_dir: str | Path, input_path: str | Path, *, model:
         outcomes = pipeline.judge_texts(answers, on_progress=bar.update)
     out = []
     for doc, outcome in zip(documents, outcomes):
-        data = outcome.verdict.to_dict()
+        data = verdict_json(outcome.verdict)
         row = {"id": doc.id, **{k: v for k, v in data.items() if k not in ("exemplars", "softmax", "alpha")}}
         if explain > 0:
             row["exemplars"] = data["exemplars"]

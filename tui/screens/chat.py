@@ -136,8 +136,8 @@ def show_outcome(answer: MessageBubble, outcome: TurnOutcome) -> None:
     """An answer bubble shows its turn's verdict (or how the turn ended) and monitor line, unless the live
     stream already set its badge."""
     if answer.badge is None or not answer.badge.resolved:
-        if outcome.verdict_status is not None:
-            answer.set_verdict(outcome.verdict, reason=outcome.unverifiable_reason)
+        if outcome.verdict is not None:
+            answer.set_verdict(outcome.verdict)
         else:
             answer.set_cancelled(STATUS_TEXT.get(outcome.status.value, outcome.status.value))
     if outcome.monitor is not None:
@@ -473,10 +473,9 @@ class ChatScreen(Screen):
             self.active.badge.set_checking(message.checking.k)
 
     async def on_verdict_ready(self, message: VerdictReady) -> None:
-        answer = message.verdict
         if self._mine(message.ref) and self.active is not None:
             await self.active.finish()
-            self.active.set_verdict(answer.verdict, reason=answer.unverifiable_reason)
+            self.active.set_verdict(message.verdict)
 
     async def on_monitor_read(self, message: MonitorRead) -> None:
         if not self._mine(message.ref):
