@@ -156,7 +156,9 @@ class SearchHit:
 
 def split_marks(marked: str) -> tuple[str, tuple[tuple[int, int], ...]]:
     """FTS5's snippet (matches between the control marks) as plain text and the matched spans."""
-    plain, marks, start = [], [], None
+    plain: list[str] = []
+    marks: list[tuple[int, int]] = []
+    start: int | None = None
     for piece in re.split(f"([{_OPEN}{_CLOSE}])", marked):
         if piece == _OPEN:
             start = sum(map(len, plain))
