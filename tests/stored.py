@@ -43,7 +43,7 @@ VERDICT_OF_STATE = {
 ENDS_WITHOUT_VERDICT = {TurnStatus.CANCELLED, TurnStatus.ERROR, TurnStatus.INTERRUPTED, TurnStatus.IN_PROGRESS}
 
 
-def answer(session_id: str, text: str, *, status: str | TurnStatus = TurnStatus.DONE,
+def answer(text: str, *, status: str | TurnStatus = TurnStatus.DONE,
            state: str | VerdictStatus | None = None,
            verdict: DocumentVerdict | None = None,
            monitor: MonitorReading | None = None, review_reasons: Sequence[str] = (), features=None,
@@ -53,7 +53,7 @@ def answer(session_id: str, text: str, *, status: str | TurnStatus = TurnStatus.
            reflection: str | None = None, reflect: bool = False, pause_message: str = "",
            judged_tokens: int | None = None, finish_reason: str = "stop",
            tool_calls: Sequence[ToolCall] = ()) -> TurnOutcome:
-    """A turn's record as the pipeline yields it and the store keeps it, in session ``session_id``.
+    """A turn's record as the pipeline yields it and the store keeps it (``store.add_turn(session, question, it)``).
     ``state``: the verdict state wanted ("verified", "not_verified", "out_of_scope", "no_verifier") when the
     test needs an answer in that state and not particular numbers (a verdict of that state is made)."""
     if state is not None and verdict is None:
@@ -70,8 +70,7 @@ def answer(session_id: str, text: str, *, status: str | TurnStatus = TurnStatus.
         monitor=monitor,
         escalation=Escalation(review_reasons=list(review_reasons), explanation=explanation, reflect=reflect,
                               message=pause_message),
-        reflection=reflection, tool_calls=tuple(tool_calls), verifier=verifier, resampled=resampled, source=source, feature_model=feature_model,
-        session_id=session_id)
+        reflection=reflection, tool_calls=tuple(tool_calls), verifier=verifier, resampled=resampled, source=source, feature_model=feature_model)
     if state is not None and outcome.verdict_status is not None:
         assert outcome.verdict_status.value == str(getattr(state, "value", state)), (state, outcome.verdict_status)
     return outcome

@@ -326,13 +326,13 @@ def test_a_label_on_a_second_look_answer_is_kept_as_a_training_row(built, tmp_pa
         before = engine.info().support_size
         session = engine.store.create_session("look")
         first = engine.send(session.id, "What is the capital of France?").result(60)
-        assert first.verdict.task == OPEN_QUESTIONS and first.review_id is not None
+        assert first.outcome.verdict.task == OPEN_QUESTIONS and first.review_id is not None
         decided = engine.decide(first.review_id, 1).result(60)
         assert not decided.applied and "second look" in decided.message and "training row" in decided.message
         assert decided.support_size == before == engine.info().support_size
         assert engine.store.review_queue.decision(decided.decision_id).label == 1  # kept for export
         again = engine.send(engine.store.create_session("again").id, "What is the capital of France?").result(60)
-        assert again.verdict.task == OPEN_QUESTIONS and again.verdict.verdict is not None
-        assert again.verdict.verdict.q == first.verdict.verdict.q  # judged by the member as it was built
+        assert again.outcome.verdict.task == OPEN_QUESTIONS and again.outcome.verdict.verdict is not None
+        assert again.outcome.verdict.verdict.q == first.outcome.verdict.verdict.q  # judged by the member as it was built
     finally:
         engine.shutdown()

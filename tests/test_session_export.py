@@ -50,11 +50,11 @@ def test_jsonl_export_reads_back_with_the_session_format(session, tmp_path):
     assert [(st.actor, st.step_type) for st in s.steps] == [("user", None), ("agent", "llm_call"), ("user", None), ("agent", "llm_call")]
     assert [st.step_id for st in s.steps] == ["user_0", "llm_1", "user_2", "llm_3"]
     agent = s.steps[1]
-    assert agent.text == first.text and len(agent.tokens) == len(agent.token_logprobs) == len(first.tokens)
-    assert agent.verifier.p_lower == first.verdict.to_dict()["p_lower"] and agent.verifier.reason == first.verdict.to_dict()["reason"]
-    assert agent.auq.level == "high" and agent.auq.propagated_confidence == pytest.approx(first.monitor.to_dict()["cumulative_confidence"])
-    assert agent.tracer.prefix_risk == pytest.approx(first.monitor.to_dict()["tracer_risk"])
-    assert s.steps[3].auq.propagated_confidence == pytest.approx(second.monitor.to_dict()["cumulative_confidence"])
+    assert agent.text == first.outcome.text and len(agent.tokens) == len(agent.token_logprobs) == len(first.outcome.tokens)
+    assert agent.verifier.p_lower == first.outcome.verdict.to_dict()["p_lower"] and agent.verifier.reason == first.outcome.verdict.to_dict()["reason"]
+    assert agent.auq.level == "high" and agent.auq.propagated_confidence == pytest.approx(first.outcome.monitor.to_dict()["cumulative_confidence"])
+    assert agent.tracer.prefix_risk == pytest.approx(first.outcome.monitor.to_dict()["tracer_risk"])
+    assert s.steps[3].auq.propagated_confidence == pytest.approx(second.outcome.monitor.to_dict()["cumulative_confidence"])
     with pytest.raises(DataError, match="unknown export format"):
         export_session(store, sid, tmp_path / "s.txt", "pdf")
 
@@ -165,8 +165,8 @@ def test_session_outcome_follows_the_verdicts_and_review_labels(tmp_path):
         ids = []
         for status, verdict in answers:
             store.add_message(s.id, "user", "q")
-            ids.append(store.add_answer(stored_answer(s.id, "a", status=status, state=verdict,
-                                                      review_reasons=["below_threshold"] if verdict == "not_verified" else [])))
+            ids.append(store.add_turn(s.id, None, stored_answer("a", status=status, state=verdict,
+                                                      review_reasons=["below_threshold"] if verdict == "not_verified" else [])).message_id)
         return s.id, ids
 
     ok, _ = session(("done", "not_verified"), ("done", "verified"))

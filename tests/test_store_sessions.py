@@ -15,6 +15,7 @@ from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
 from mlx_sdm.store.message_meta import MessageMeta
 from mlx_sdm.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from mlx_sdm.store.chat_store import ChatStore
+from mlx_sdm.store.turn_writer import Question
 from tests.stored import answer as stored_answer, judged
 
 VERIFIED_097 = DocumentVerdict.from_dict({"prediction": 1, "p_lower": 0.97, "admitted": True, "q": 5, "d": 0.1})
@@ -38,12 +39,11 @@ def test_session_lifecycle_and_reopen(tmp_path):
     feats = np.arange(6, dtype=np.float32)
     verdict = {"prediction": 1, "p_lower": 0.97, "admitted": True, "q": 5, "d": 0.1, "q_bin": 3, "reason": None,
                "exemplars": [{"id": "t1", "label": 1, "prediction": 1, "distance": 0.2, "text": "x"}], "softmax": [0.03, 0.97]}
-    mid = store.add_answer(stored_answer(
-        a.id, "Yes.", prompt=[{"role": "user", "content": "Is Paris the capital of France?"}],
+    mid = store.add_turn(a.id, None, stored_answer("Yes.", prompt=[{"role": "user", "content": "Is Paris the capital of France?"}],
         tokens=["Yes", "."], logprobs=[-0.5, -1.5], features=feats, feature_model="abc",
         state=VerdictStatus.VERIFIED, verdict=DocumentVerdict.from_dict(verdict), verifier="weights/default",
         monitor=MonitorReading(cumulative_confidence=0.84, tracer_risk=0.7),
-    ))
+    )).message_id
     store.rename_session(a.id, "capitals")
     store.close()
 
@@ -78,7 +78,7 @@ def test_nan_features_are_refused_and_nothing_is_written(tmp_path):
     store = ChatStore(tmp_path / "chat.db")
     s = store.create_session("s")
     with pytest.raises(DataError, match="NaN"):
-        store.add_answer(stored_answer(s.id, "x", features=np.array([1.0, np.nan]), state="not_verified", review_reasons=["below_threshold"]))
+        store.add_turn(s.id, None, stored_answer("x", features=np.array([1.0, np.nan]), state="not_verified", review_reasons=["below_threshold"])).message_id
     assert store.messages(s.id) == [] and store.review_queue.review_items() == []
 
 
@@ -106,8 +106,8 @@ def test_migration_from_v1_keeps_data(tmp_path):
     # the new tables work on the migrated file
     high = MonitorReading(level=UncertaintyLevel.HIGH)
     ood = DocumentVerdict.from_dict({"prediction": 1, "p_lower": 0.1, "admitted": False, "reason": "out_of_distribution"})
-    mid = store.add_answer(stored_answer("s1", "again", state=VerdictStatus.OUT_OF_SCOPE, verdict=ood,
-                                         monitor=high, review_reasons=["out_of_distribution", "escalated_high"]))
+    mid = store.add_turn("s1", None, stored_answer("again", state=VerdictStatus.OUT_OF_SCOPE, verdict=ood,
+                                         monitor=high, review_reasons=["out_of_distribution", "escalated_high"])).message_id
     (item,) = store.review_queue.review_items()
     assert item.message_id == mid and item.reasons == ["out_of_distribution", "escalated_high"]
     assert item.prompt == "hi" and item.monitor == high and item.verdict == ood
@@ -133,25 +133,25 @@ def test_not_a_database_is_a_clear_error(tmp_path):
 
 
 def test_add_turn_writes_question_and_answer_in_one_transaction(tmp_path, monkeypatch):
-    import mlx_sdm.store.chat_store as store_module
+    import mlx_sdm.store.turn_writer as writer_module
 
     store = ChatStore(tmp_path / "turn.db")
     session = store.create_session("t")
-    user_id, answer_id = store.add_turn(
-        "Capital of France?", stored_answer(session.id, "Paris.", state=VerdictStatus.VERIFIED, verdict=VERIFIED_097,
-                                            verifier="v", review_reasons=("below",)),
-        user_metadata=MessageMeta(source="api:test"))
+    kept = store.add_turn(
+        session.id, Question("Capital of France?", source="api:test"),
+        stored_answer("Paris.", state=VerdictStatus.VERIFIED, verdict=VERIFIED_097, verifier="v", review_reasons=("below",)))
+    user_id, answer_id = kept.question_id, kept.message_id
     user, answer = store.messages(session.id)
     assert (user.id, user.role, user.text, user.metadata) == (user_id, "user", "Capital of France?", MessageMeta(source="api:test"))
     assert (answer.id, answer.role, answer.text, answer.verdict_status) == (answer_id, "assistant", "Paris.", "verified")
-    assert answer.review_id is not None
+    assert answer.review_id is not None and answer.review_id == kept.review_id
 
-    def killed_midway(conn, outcome, stamp, *args, **kwargs):  # the answer's write fails after the question's row went in
+    def killed_midway(*args, **kwargs):  # the answer's write fails after the question's row went in
         raise RuntimeError("killed")
 
-    monkeypatch.setattr(store_module, "write_answer", killed_midway)
+    monkeypatch.setattr(writer_module, "write_answer", killed_midway)
     with pytest.raises(RuntimeError):
-        store.add_turn("A second question?", stored_answer(session.id, "lost"))
+        store.add_turn(session.id, Question("A second question?"), stored_answer("lost"))
     assert [m.text for m in ChatStore(tmp_path / "turn.db").messages(session.id)] == ["Capital of France?", "Paris."]
 
 
@@ -166,8 +166,8 @@ def test_an_untitled_session_is_named_after_its_first_user_message(tmp_path):
     assert store.get_session(engine_style.id).title == "What is the capital of Australia?"
 
     server_style = store.create_session()  # the server writes a whole turn at once
-    store.add_turn("Give me three tips for sleeping better tonight\nthanks",
-                   stored_answer(server_style.id, "1. ..."))
+    store.add_turn(server_style.id, Question("Give me three tips for sleeping better tonight\nthanks"),
+                   stored_answer("1. ..."))
     assert store.get_session(server_style.id).title == "Give me three tips for sleeping…"
 
     named = store.create_session("my chat")  # a title given, or a rename, is never replaced
@@ -223,9 +223,9 @@ def test_message_meta_is_typed_in_the_store_and_older_rows_still_read(tmp_path):
                        tool_calls=(ToolCall("send", {"to": "x"}),))
     # the turn's record says all of it: how it ended, who asked, the judged span (its first token; text follows
     # it) and the proposed tool calls; the verdict's reason is the verdict's own
-    store.add_answer(stored_answer(session.id, '{"a": 1} and more', tokens=['{"a": 1}', " and more"], judged_tokens=1,
+    store.add_turn(session.id, None, stored_answer('{"a": 1} and more', tokens=['{"a": 1}', " and more"], judged_tokens=1,
                                    finish_reason="length", source="api:chat", verdict=judged("below_threshold"),
-                                   tool_calls=meta.tool_calls))
+                                   tool_calls=meta.tool_calls)).message_id
     store.add_message(session.id, "user", "plain")  # no metadata at all: the column stays NULL
     conn = sqlite3.connect(tmp_path / "meta.db")
     conn.execute("INSERT INTO messages(session_id, role, kind, text, status, created_at, metadata_json) VALUES "

@@ -20,7 +20,8 @@ from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.verdict import DocumentVerdict
 from mlx_sdm.turn.escalation import Escalation
-from mlx_sdm.turn.values import AnswerComplete, CheckingAnswers, TurnOutcome
+from mlx_sdm.store.turn_writer import TurnReceipt
+from mlx_sdm.turn.values import AnswerComplete, CheckingAnswers
 
 
 @dataclass
@@ -67,10 +68,11 @@ class Escalated(Message):
 
 @dataclass
 class TurnFinished(Message):
-    """The turn's last item: its one typed record, the object the engine's future resolves to."""
+    """The turn's last item: its receipt (its one typed record and where it is kept), the object the engine's
+    future resolves to."""
 
     ref: TurnRef
-    outcome: TurnOutcome
+    receipt: TurnReceipt
 
 
 @dataclass
@@ -105,7 +107,7 @@ class PrefillProgressed(Message):
 MESSAGE_FOR_ITEM: dict[type, type[Message]] = {
     TokenPiece: TokenArrived, AnswerComplete: AnswerVerifying, CheckingAnswers: SecondLookStarted,
     DocumentVerdict: VerdictReady, MonitorReading: MonitorRead,
-    Escalation: Escalated, TurnOutcome: TurnFinished, TurnFailed: EngineFailed, SupportChange: SupportChanged,
+    Escalation: Escalated, TurnReceipt: TurnFinished, TurnFailed: EngineFailed, SupportChange: SupportChanged,
     EngineState: EngineStatus, PrefillProgress: PrefillProgressed,
 }
 

@@ -27,7 +27,7 @@ from mlx_sdm.monitor.online.tracer import TracerConfig, TracerMonitor
 from mlx_sdm.network.verdict import ACCEPTABLE, DocumentVerdict
 from mlx_sdm.monitor.session_file.records import SessionStep, ToolCall, TracerOutput
 from mlx_sdm.monitor.online.embedders import Embedder
-from mlx_sdm.turn.seams import AnswerSampler
+from mlx_sdm.turn.seams import AnswerSampler, TurnMonitor
 
 if TYPE_CHECKING:
     from mlx_sdm.lm.generation import Head
@@ -123,9 +123,9 @@ class SessionMonitor:
         self,
         *,
         answer: str,
-        tokens: list[str] | None,
-        logprobs: list[float] | None,
-        tool_calls: list[ToolCall],
+        tokens: Sequence[str] | None,
+        logprobs: Sequence[float] | None,
+        tool_calls: Sequence[ToolCall],
         p_true: PTrueScorer | None = None,
         verdict: DocumentVerdict | None = None,
         sampler: AnswerSampler | None = None,
@@ -182,7 +182,8 @@ class SessionMonitor:
     def _user_step(self, text: str) -> SessionStep:
         return SessionStep(step_id=f"user_{len(self.tracer.outputs)}", actor="user", step_type=None, text=text)
 
-    def _agent_step(self, text: str, tokens, logprobs, tool_calls: list[ToolCall]) -> SessionStep:
+    def _agent_step(self, text: str, tokens: Sequence[str] | None, logprobs: Sequence[float] | None,
+                    tool_calls: Sequence[ToolCall]) -> SessionStep:
         if tokens is None or logprobs is None or len(tokens) != len(logprobs):
             tokens = logprobs = None
         calls = list(tool_calls)
@@ -242,3 +243,10 @@ class ChatSampler:
 
         return [generate_answer(self.lm, self.messages, max_tokens=self.max_tokens, temperature=self.temperature,
                                 head=self.head, features=False).text for _ in range(n)]
+
+
+if TYPE_CHECKING:
+    def _holds(monitor: SessionMonitor) -> TurnMonitor:
+        """The checker's proof that the real monitor is what :class:`~mlx_sdm.turn.seams.TurnMonitor` says (never
+        called)."""
+        return monitor

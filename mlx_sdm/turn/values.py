@@ -8,11 +8,12 @@ front end is a ``for`` loop over it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from enum import Enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Union
+from typing import TYPE_CHECKING, Any, Mapping, Union
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.lm.prompt import FittedPrompt
 from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
 from mlx_sdm.turn.escalation import REFLECTION_PROMPT, Escalation, TurnStatus
-from mlx_sdm.turn.answer import GeneratedAnswer, PrefixCache
+from mlx_sdm.turn.answer import GeneratedAnswer
 from mlx_sdm.turn.seams import TurnVerifier
 
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
@@ -41,7 +42,9 @@ ChatMessage = dict[str, str]
 
 @dataclass
 class TurnComponents:
-    """Everything MLX a turn uses, built on the thread that owns MLX (``mlx_sdm.usecases.loading``)."""
+    """Everything MLX a turn uses, built on the thread that owns MLX (``mlx_sdm.usecases.loading``). Shared by the
+    turn's parts and never changed by them: which verifier judges a task once review labels joined its support set
+    is the review service's (:class:`~mlx_sdm.turn.seams.VerifierProvider`)."""
 
     lm: LoadedModel
     verifier: TurnVerifier | None = None  # a DocumentVerifier (network/verifier.py)
@@ -53,20 +56,20 @@ class TurnComponents:
     #: names none, and a head the user chose decodes every turn)
     head_tasks: tuple[TaskInstruction, ...] | None = None
     embedder: Embedder | None = None  # TRACER sentence embedder; None = lexical fallback
-    #: task name -> the verifier whose support set holds the review labels of that task (set by the review
-    #: service, :class:`~mlx_sdm.executor.review.ReviewService`); None: ``verifier`` judges every task
-    task_support: Callable[[str], TurnVerifier] | None = None
 
     @property
     def coverage(self) -> VerifierCoverage:
         return self.verifier.coverage if self.verifier is not None else VerifierCoverage()
 
-    def verifier_for(self, task: str | None) -> TurnVerifier | None:
-        """The verifier that judges questions routed to ``task``: its support set takes only the review
-        labels given under this verifier and that task (``verifier`` itself for unrouted questions)."""
-        if self.verifier is None or task is None or self.task_support is None:
-            return self.verifier
-        return self.task_support(task)
+    @property
+    def feature_model(self) -> str:
+        """The short id of the model whose hidden states the turn's features are (stored with every vector)."""
+        return feature_model_id(self.lm.fingerprint)
+
+
+def feature_model_id(fingerprint: Mapping[str, Any]) -> str:
+    """A short, stable id of the model that computed a feature vector."""
+    return hashlib.sha256(json.dumps(dict(fingerprint), sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -96,14 +99,29 @@ class TurnKind(str, Enum):
     GUIDANCE = "guidance"  # the user's guidance for a paused turn: that turn, the guidance a user step
 
 
-@dataclass
+@dataclass(frozen=True)
+class Resampled:
+    """An answer given again to the same question, sampled: the answer (message id) it takes the place of
+    in the conversation, and the temperature and seed it was drawn with."""
+
+    replaces: int
+    temperature: float
+    seed: int
+
+
+@dataclass(frozen=True)
 class TurnRequest:
     """The conversation so far (last message = the user's) and how to answer it. A system message is
-    added in front (the verifier's system prompt) unless the conversation has one."""
+    added in front (the verifier's system prompt) unless the conversation has one. ``source``, ``resampled``
+    and ``received`` go into the turn's record as they are: who asked, whether it is an answer given again,
+    and when the request was made (``time.perf_counter``; the first token's time counts from it)."""
 
     messages: list[ChatMessage]
     options: TurnOptions = field(default_factory=TurnOptions)
     kind: TurnKind = TurnKind.QUESTION
+    source: str | None = None  # who asked: "api:chat" / "api:verify" for the server; None for the chat
+    resampled: Resampled | None = None  # an answer given again, sampled (a regenerated answer)
+    received: float | None = None  # when it was made (None: when the turn starts)
 
 
 @dataclass(frozen=True)
@@ -115,6 +133,8 @@ class TurnPlan:
     judged: list[ChatMessage]  # what the verifier judges the answer against: a system prompt + this question
     head: Head | None  # the SDM-network head this turn decodes with; None = the model's own head
     judge: bool  # the verifier makes an estimator judgement (False: no verifier, or not one of its tasks)
+    #: what the model reads, rendered and fitted into its context (``TurnPipeline.fit``; None: not fitted yet)
+    prompt: FittedPrompt | None = field(default=None, repr=False)
 
     @property
     def judged_is_generated(self) -> bool:
@@ -141,24 +161,15 @@ class CheckingAnswers:
 
 
 @dataclass(frozen=True)
-class Resampled:
-    """An answer given again to the same question, sampled: the answer (message id) it takes the place of
-    in the conversation, and the temperature and seed it was drawn with."""
-
-    replaces: int
-    temperature: float
-    seed: int
-
-
-@dataclass(frozen=True)
 class TurnOutcome:
-    """The one record of a finished turn, from the pipeline through the turn service and the engine to
-    the screen: everything the turn produced and, once a store keeps it, where. Immutable: the pipeline
-    builds it once, at the turn's end; the turn service and the engine add where it is kept (ids, source,
-    the time it waited in the engine's queue) with :func:`dataclasses.replace`. The answer is the answer
-    stream's own record (:class:`~mlx_sdm.turn.answer.GeneratedAnswer`, its KV cache released), read
-    through it, not copied: ``judged_text`` is what the verdict covers; ``unverified_tail`` any text after
-    it (empty when the answer stopped at the judged unit)."""
+    """The one record of a finished turn, what the turn made of its request, from the pipeline through the turn
+    service and the engine to the screen, and what the store writes and reads back. Built once, at the turn's end,
+    and immutable; where a store keeps it is the store's receipt (:class:`~mlx_sdm.store.turn_writer.TurnReceipt`),
+    and the KV cache the next turn reuses is handed to whoever keeps it (``TurnPipeline.stream``'s
+    ``keep_prefix``), not carried here. The answer is the answer stream's own record
+    (:class:`~mlx_sdm.turn.answer.GeneratedAnswer`, its KV cache released), read through it, not copied:
+    ``judged_text`` is what the verdict covers; ``unverified_tail`` any text after it (empty when the answer
+    stopped at the judged unit)."""
 
     status: TurnStatus
     answer: GeneratedAnswer = field(repr=False)
@@ -170,21 +181,14 @@ class TurnOutcome:
     escalation: Escalation = field(default_factory=Escalation)
     reflection: str | None = None  # on a HIGH pause: the model's own statement of its uncertainty
     tool_calls: tuple[ToolCall, ...] = ()
-    first_token_s: float | None = None  # from the request (the engine counts the time it waited in its queue)
+    first_token_s: float | None = None  # from the request (TurnRequest.received: the time it waited included)
     generation_s: float = 0.0
-    prefix: PrefixCache | None = field(default=None, repr=False)  # reusable by this conversation's next turn
     verifier: str | None = None  # the folder of the verifier that judged it (None: no verifier judged it)
     resampled: Resampled | None = None  # an answer given again, sampled (a regenerated answer)
     source: str | None = None  # who asked: "api:chat" / "api:verify" for the server; None for the chat
     feature_model: str | None = None  # the model whose hidden states ``features`` are (a short fingerprint hash)
     #: a conversation longer than the model's context: what the model read of it (None: all of it)
     prompt_fit: FittedPrompt | None = field(default=None, repr=False)
-    # where the turn is kept (set by the turn service and the chat engine; None for a turn no store keeps)
-    session_id: str | None = None
-    turn: int = 0  # the chat engine's turn counter
-    message_id: int | None = None
-    review_id: int | None = None
-    user_message_id: int | None = None
 
     @property
     def text(self) -> str:

@@ -76,6 +76,7 @@ from tui.widgets.monitor import MonitorPanel
 from tui.widgets.verdict_badge import ANSWERING, WAITING, VerdictBadge
 
 if TYPE_CHECKING:
+    from mlx_sdm.store.turn_writer import TurnReceipt
     from mlx_sdm.turn.values import TurnOutcome
     from tui.bridge import Bridge
 
@@ -504,7 +505,7 @@ class ChatScreen(Screen):
 
     async def on_turn_finished(self, message: TurnFinished) -> None:
         if self._mine(message.ref):
-            await self._finished(message.outcome)
+            await self._finished(message.receipt)
 
     async def on_engine_failed(self, message: EngineFailed) -> None:
         """A turn failed: say why, and end its answer's bubble ("failed")."""
@@ -528,8 +529,8 @@ class ChatScreen(Screen):
         if status.state == "ready" and self.session_id is None and self.bridge.coverage().tasks:
             await self.show_coverage()  # a new chat starts by saying what can be verified
 
-    async def _finished(self, result: TurnOutcome | None) -> None:
-        """The turn's record arrived (None: it failed before it made one; its error was shown)."""
+    async def _finished(self, receipt: TurnReceipt | None) -> None:
+        """The turn's receipt arrived (None: it failed before it made one; its error was shown)."""
         bubble = self.active
         self.active = None
         if self.session_id is not None:  # the store titles a new session after its first question
@@ -539,14 +540,15 @@ class ChatScreen(Screen):
         streamed_reflection = self.reflection_bubble is not None
         if streamed_reflection:
             await self.reflection_bubble.finish()
-        if result is None:
+        if receipt is None:
             if bubble is not None and bubble.badge is not None and not bubble.badge.resolved:
                 bubble.set_cancelled(STATUS_TEXT[TurnStatus.ERROR.value])
         else:
+            result = receipt.outcome
             await self._settle(bubble, result, reflection_shown=streamed_reflection)
             if result.status is TurnStatus.PAUSED:
                 escalation = result.escalation
-                self._ask_guidance(result.session_id, escalation.level.value, escalation.confidence,
+                self._ask_guidance(receipt.session_id, escalation.level.value, escalation.confidence,
                                    result.reflection_shown or "", escalation.irreversible, escalation.message)
             elif result.status is TurnStatus.ABORTED:
                 self.notify(result.explanation or ABORTED_WITHOUT_WHY, title="Turn aborted", severity="error", timeout=8)
