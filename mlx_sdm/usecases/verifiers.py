@@ -98,7 +98,6 @@ def train_text_verifier(train_path: str | Path, calibration_path: str | Path, ou
     Every row is checked before any model work starts; nothing is written unless fitting succeeds."""
     from mlx_sdm.lm.loading import load_model
     from mlx_sdm.network.encoding import read_text_jsonl
-    from mlx_sdm.network.verdict_words import verdict_json
 
     train = read_text_jsonl(train_path)
     calibration = read_text_jsonl(calibration_path)
@@ -122,7 +121,6 @@ def labelled_text_rows(verifier_dir: str | Path, input_path: str | Path, *, mode
     """``mlx-sdm report`` on labelled ``{"prompt", "completion", "label"}`` rows: the verifier and the
     rows' features (force-decoded by its model, its system prompt by default) as a LabelledSet."""
     from mlx_sdm.network.encoding import read_text_jsonl
-    from mlx_sdm.network.verdict_words import verdict_json
 
     read_text_jsonl(input_path)  # every row (and its label) checked before any model work
     lm = model_for_verifier(verifier_dir, model, quantized)
