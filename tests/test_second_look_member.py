@@ -15,6 +15,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from mlx_sdm.cli import main as cli
 from mlx_sdm.usecases import second_look_build
 from mlx_sdm.usecases.build_verifier import BuildVerifierArgs
 from mlx_sdm.usecases.second_look_build import ADMITS_NOTHING, build_second_look, read_rows, rows_path
@@ -169,10 +170,10 @@ def test_the_shipped_default_has_no_second_look():
 
 
 def test_the_command_refuses_what_a_second_look_cannot_build(tmp_path, capsys):
-    assert command.main(["--tasks", "fever", "--second-look", "--out", str(tmp_path / "v"), "--model",
+    assert cli(["build-verifier", "--tasks", "fever", "--second-look", "--out", str(tmp_path / "v"), "--model",
                          str(tmp_path / "none")]) == 1
     assert "give --tasks open_questions" in capsys.readouterr().err
-    assert command.main(["--limit", "4", "--out", str(tmp_path / "v")]) == 2
+    assert cli(["build-verifier", "--limit", "4", "--out", str(tmp_path / "v")]) == 2
     assert "--limit sizes a --second-look build" in capsys.readouterr().err
     args = command.parse_args(["--tasks", "open_questions", "--second-look", "--out", "x"])
     assert args.second_look == 6 and command.parse_args(["--second-look", "3", "--out", "x"]).second_look == 3
@@ -183,13 +184,13 @@ def test_the_command_answers_then_says_when_a_build_is_too_small(tiny_folder, tm
     out = tmp_path / "look"
     argv = ["--model", str(tiny_folder), "--tasks", "open_questions", "--second-look", "2", "--limit", "3",
             "--batch", "3", "--no-plot", "--out", str(out)]
-    assert command.main(argv) == 1
+    assert cli(["build-verifier", *argv]) == 1
     err = capsys.readouterr().err
     assert "answered 3 questions with 2 drawn answers each in" in err and "s per question" in err
     assert "raise --limit" in err and not out.exists()
     cached = list((tmp_path / "look.cache").glob("open_questions-second-look-*.jsonl"))
     assert len(cached) == 1 and len(read_rows(cached[0])) == 3
-    assert command.main(argv) == 1  # the rerun answers nothing
+    assert cli(["build-verifier", *argv]) == 1  # the rerun answers nothing
     assert f"all 3 questions from {cached[0]}" in capsys.readouterr().err
 
 

@@ -14,7 +14,6 @@ import threading
 import warnings
 
 from mlx_sdm.commands.arguments import NO_SECOND_LOOK_HELP, CommandParser, non_negative_int, positive_int
-from mlx_sdm.errors import MlxSdmError
 from mlx_sdm.network.verdict import VerdictStatus
 from mlx_sdm.network.verdict_words import verdict_json, verdict_report
 from mlx_sdm.turn.escalation import monitor_payload
@@ -204,9 +203,6 @@ def main(argv: list[str] | None = None) -> int:
         stop.set()
         print("\nmlx-sdm generate: interrupted", file=sys.stderr)
         return 130
-    except MlxSdmError as exc:
-        print(f"mlx-sdm generate: {exc}", file=sys.stderr)
-        return 1
     if args.json:
         print(json.dumps(_payload(args, components, outcome)))
     else:
