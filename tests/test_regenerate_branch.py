@@ -13,7 +13,7 @@ from mlx_sdm.executor.regeneration import REGENERATE_TEMPERATURE, regeneration
 from mlx_sdm.network.verdict import DocumentVerdict
 from mlx_sdm.store.chat_store import ChatStore
 from mlx_sdm.store.migrations import SCHEMA_VERSION
-from mlx_sdm.store.schema import BranchOrigin
+from mlx_sdm.store.records import BranchOrigin
 from mlx_sdm.turn.values import Resampled
 from mlx_sdm.turn.escalation import TurnStatus
 from tests.stored import answer as stored_answer

@@ -12,7 +12,7 @@ import pytest
 
 from mlx_sdm.network.coverage import TaskRoute
 from mlx_sdm.network.verifier import DocumentVerifier, FeatureRecipe
-from mlx_sdm.store.schema import TaskScope
+from mlx_sdm.store.records import TaskScope
 from mlx_sdm.store.chat_store import ChatStore
 from tests.stored import answer as stored_answer, judged
 from tests.tiny_verifier import build_tiny_verifier

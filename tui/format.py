@@ -9,7 +9,7 @@ from __future__ import annotations
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.verdict import VerdictStatus
 from mlx_sdm.network.verdict_words import VerdictWords
-from mlx_sdm.store.schema import Decision
+from mlx_sdm.store.records import Decision
 
 #: A verdict's reason code -> the words the user reads (mlx_sdm.network.verdict reasons).
 REASON_LABELS: dict[str, str] = {

@@ -40,7 +40,7 @@ from mlx_sdm.executor.events import (
     prefill_progress,
 )
 from mlx_sdm.executor.review import DecisionResult, ReviewService
-from mlx_sdm.store.schema import MessageRecord
+from mlx_sdm.store.records import MessageRecord
 from mlx_sdm.store.chat_store import ChatStore
 from mlx_sdm.store.turn_writer import Question, TurnReceipt
 from mlx_sdm.turn.values import Resampled, TurnComponents, TurnKind, TurnOptions, TurnRequest

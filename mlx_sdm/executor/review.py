@@ -29,7 +29,7 @@ from mlx_sdm.errors import DataError, MlxSdmError
 from mlx_sdm.turn.seams import TurnVerifier
 from mlx_sdm.turn.values import TurnComponents, TurnOptions, TurnRequest, last_user_text, previous_user_text
 from mlx_sdm.store.chat_store import ChatStore
-from mlx_sdm.store.schema import MessageRecord, SupportPoint, TaskScope, support_words
+from mlx_sdm.store.records import MessageRecord, SupportPoint, TaskScope, support_words
 
 if TYPE_CHECKING:
     from mlx_sdm.calibration.estimator import SDMEstimator

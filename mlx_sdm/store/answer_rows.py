@@ -13,7 +13,7 @@ import numpy as np
 
 from mlx_sdm.monitor.session_file.provenance import Provenance
 from mlx_sdm.store.message_meta import MessageMeta
-from mlx_sdm.store.schema import (
+from mlx_sdm.store.records import (
     dumps_json,
     features_array,
     features_blob,

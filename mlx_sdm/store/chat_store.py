@@ -27,7 +27,7 @@ from mlx_sdm.store.message_meta import MessageMeta
 from mlx_sdm.store.migrations import SCHEMA_VERSION
 from mlx_sdm.store.partial_answers import PartialAnswers
 from mlx_sdm.store.review_queue import ReviewQueue
-from mlx_sdm.store.schema import (
+from mlx_sdm.store.records import (
     MESSAGE_ROWS,
     MessageRecord,
     SessionInfo,
@@ -104,7 +104,7 @@ class ChatStore:
                        title: str | None = None) -> SessionInfo:
         """A new session that continues ``session_id`` from an earlier point: a copy of its messages with ids
         below ``before_message_id`` (None: all), remembering the parent, the last message copied and that
-        turn's number (:class:`~mlx_sdm.store.schema.BranchOrigin`). The parent is unchanged. One transaction."""
+        turn's number (:class:`~mlx_sdm.store.records.BranchOrigin`). The parent is unchanged. One transaction."""
         with self.db.tx() as conn:
             branch_id = branch_session(conn, session_id, before_message_id, now_iso(), title)
         return self.get_session(branch_id)

@@ -21,7 +21,7 @@ from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.verdict import VerdictStatus
 from mlx_sdm.network.verdict_words import exemplar_lines, verdict_line
 from mlx_sdm.store.chat_store import ChatStore
-from mlx_sdm.store.schema import MessageRecord
+from mlx_sdm.store.records import MessageRecord
 
 EXPORT_FORMATS = ("markdown", "jsonl")
 

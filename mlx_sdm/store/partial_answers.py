@@ -19,7 +19,7 @@ from typing import Any
 from mlx_sdm.errors import DataError
 from mlx_sdm.store.database import Database
 from mlx_sdm.store.message_meta import MessageMeta
-from mlx_sdm.store.schema import dumps_json, inserted_id, loads_json
+from mlx_sdm.store.records import dumps_json, inserted_id, loads_json
 
 #: The partial text of an answer being generated is committed at most this often (each is an fsync).
 PARTIAL_WRITE_SECONDS = 1.0

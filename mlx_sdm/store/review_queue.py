@@ -15,7 +15,7 @@ from mlx_sdm.atomic import atomic_write_text
 from mlx_sdm.calibration.sdmdataset import is_sdmdataset_path, write_bundle
 from mlx_sdm.errors import DataError
 from mlx_sdm.store.database import Database
-from mlx_sdm.store.schema import (
+from mlx_sdm.store.records import (
     LABEL_ACCEPTABLE,
     LABEL_UNACCEPTABLE,
     Decision,

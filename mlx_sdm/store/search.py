@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from mlx_sdm.errors import DataError
 from mlx_sdm.network.verdict import LEGACY_NO_VERIFIER, VerdictStatus
-from mlx_sdm.store.schema import split_sql
+from mlx_sdm.store.records import split_sql
 from mlx_sdm.store.search_index import INDEX_SQL, INDEX_TABLE, index_is_live, require_fts5
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from mlx_sdm.network.encoding import (
     YES_NO,
 )
 from mlx_sdm.store.message_meta import MessageMeta
-from mlx_sdm.store.schema import dumps_json, inserted_id
+from mlx_sdm.store.records import dumps_json, inserted_id
 
 #: The shipped task formats whose instruction a task question starts with.
 TASK_FORMATS = (FACTCHECK, PLAUSIBILITY, TOPIC, YES_NO, MULTIPLE_CHOICE, SPAM, SENTIMENT)

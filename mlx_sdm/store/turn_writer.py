@@ -18,7 +18,7 @@ from mlx_sdm.monitor.session_file.provenance import Provenance
 from mlx_sdm.store.answer_rows import write_answer
 from mlx_sdm.store.message_meta import MessageMeta
 from mlx_sdm.store.partial_answers import IN_PROGRESS, PartialAnswers, insert_in_progress
-from mlx_sdm.store.schema import dumps_json, inserted_id
+from mlx_sdm.store.records import dumps_json, inserted_id
 from mlx_sdm.store.titles import insert_user_message
 from mlx_sdm.turn.answer import GeneratedAnswer
 from mlx_sdm.turn.escalation import TurnStatus

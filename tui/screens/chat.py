@@ -50,7 +50,7 @@ from mlx_sdm.executor.regeneration import regeneration
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction, UncertaintyLevel
 from mlx_sdm.network.coverage import VerifierCoverage
 from mlx_sdm.network.verdict import OPEN_QUESTIONS
-from mlx_sdm.store.schema import MessageRecord
+from mlx_sdm.store.records import MessageRecord
 from mlx_sdm.turn.escalation import TurnStatus
 from tui.messages import (
     AnswerVerifying,

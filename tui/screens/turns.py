@@ -12,7 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from mlx_sdm.store.schema import MessageRecord
+from mlx_sdm.store.records import MessageRecord
 from tui.format import shorten
 
 

@@ -18,7 +18,7 @@ from textual.containers import VerticalScroll
 from textual.dom import DOMNode
 from textual.widget import Widget
 
-from mlx_sdm.store.schema import MessageRecord
+from mlx_sdm.store.records import MessageRecord
 from mlx_sdm.turn.escalation import TurnStatus
 from tui.widgets.message import MessageBubble
 from tui.widgets.verdict_badge import VerdictBadge

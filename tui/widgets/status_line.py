@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from textual.widgets import Static
 
-from mlx_sdm.store.schema import support_words
+from mlx_sdm.store.records import support_words
 from tui.bridge import UiInfo
 
 
