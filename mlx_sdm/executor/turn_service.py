@@ -114,8 +114,7 @@ class TurnService:
         (:meth:`~mlx_sdm.turn.pipeline.TurnPipeline.judge_texts`; ``plan``: the request's, already made) and kept
         with its question the way a served turn is."""
         (outcome,) = self.pipeline.judge_texts([(request, completion)], plans=None if plan is None else [plan])
-        return TurnWriter(self.store.answers, session_id, question, partial=False).finish(outcome,
-                                                                                        provenance=self.provenance)
+        return self.store.add_turn(session_id, question, outcome, provenance=self.provenance)
 
     def _features_of(self, request: TurnRequest, completion: str) -> np.ndarray | None:
         """An answer made elsewhere (an edited one in review) read as the chat reads that turn."""
