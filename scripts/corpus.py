@@ -117,15 +117,17 @@ def run_session(plan: SessionPlan, setup: CorpusSetup, items: dict[str, list],
     messages: list[dict] = []
     steps: list[SessionStep] = []
     turns: list[dict] = []
-    prefix, asked, asked_question = None, None, ""
+    kept: list = [None]  # the conversation's KV cache the next turn reuses (the pipeline hands it over)
+    asked, asked_question = None, ""
     for turn_index, planned in enumerate(plan.turns):
         question, labelled_by = _question(setup, items, planned)
         if planned.kind in ("everyday", "task"):
             asked, asked_question = labelled_by, question
         text = user_text(planned, question)
         messages.append({"role": "user", "content": text})
-        outcome = pipeline.run(TurnRequest(list(messages), setup.options), monitor=monitor, prefix=prefix)
-        prefix = outcome.prefix
+        prefix, kept[0] = kept[0], None
+        outcome = pipeline.run(TurnRequest(list(messages), setup.options), monitor=monitor, prefix=prefix,
+                               keep_prefix=lambda cache: kept.__setitem__(0, cache))
         messages.append({"role": "assistant", "content": outcome.text})
         user, agent = _steps(outcome, monitor, text, len(steps), turn_index)
         steps += [user, agent]

@@ -35,13 +35,17 @@ VERDICT_OF_STATE = {
     "verified": lambda: judged(None, p_lower=0.97, admitted=True, d=0.1),
     "not_verified": judged,
     "out_of_scope": lambda: judged("out_of_distribution", d=0.0),
-    "no_verifier": lambda: None,
+    "no_verifier": DocumentVerdict.no_verifier,
 }
 
 
-def answer(session_id: str, text: str, *, status: str | TurnStatus = TurnStatus.DONE,
+#: How a turn ends before its verdict (the pipeline yields no verdict for it).
+ENDS_WITHOUT_VERDICT = {TurnStatus.CANCELLED, TurnStatus.ERROR, TurnStatus.INTERRUPTED, TurnStatus.IN_PROGRESS}
+
+
+def answer(text: str, *, status: str | TurnStatus = TurnStatus.DONE,
            state: str | VerdictStatus | None = None,
-           verdict: DocumentVerdict | None = None, unverifiable_reason: str | None = None,
+           verdict: DocumentVerdict | None = None,
            monitor: MonitorReading | None = None, review_reasons: Sequence[str] = (), features=None,
            feature_model: str | None = None, tokens: list[str] | None = None, logprobs: list[float] | None = None,
            prompt: list[dict] | None = None, task: str | None = None, verifier: str | None = None,
@@ -49,11 +53,13 @@ def answer(session_id: str, text: str, *, status: str | TurnStatus = TurnStatus.
            reflection: str | None = None, reflect: bool = False, pause_message: str = "",
            judged_tokens: int | None = None, finish_reason: str = "stop",
            tool_calls: Sequence[ToolCall] = ()) -> TurnOutcome:
-    """A turn's record as the pipeline yields it and the store keeps it, in session ``session_id``.
+    """A turn's record as the pipeline yields it and the store keeps it (``store.add_turn(session, question, it)``).
     ``state``: the verdict state wanted ("verified", "not_verified", "out_of_scope", "no_verifier") when the
     test needs an answer in that state and not particular numbers (a verdict of that state is made)."""
     if state is not None and verdict is None:
         verdict = VERDICT_OF_STATE[str(getattr(state, "value", state))]()
+    if verdict is None and TurnStatus(status) not in ENDS_WITHOUT_VERDICT:  # as the pipeline: a finished turn has one
+        verdict = DocumentVerdict.no_verifier()
     tokens = list(tokens or [])
     gen = GeneratedAnswer(text, tokens=tokens, logprobs=list(logprobs or []),
                           features=None if features is None else np.asarray(features, dtype=np.float32),
@@ -61,11 +67,10 @@ def answer(session_id: str, text: str, *, status: str | TurnStatus = TurnStatus.
                           judged_tokens=len(tokens) if judged_tokens is None else judged_tokens)
     outcome = TurnOutcome(
         TurnStatus(status), gen, messages=list(prompt or []), task=task, verdict=verdict,
-        unverifiable_reason=unverifiable_reason, monitor=monitor,
+        monitor=monitor,
         escalation=Escalation(review_reasons=list(review_reasons), explanation=explanation, reflect=reflect,
                               message=pause_message),
-        reflection=reflection, tool_calls=tuple(tool_calls), verifier=verifier, resampled=resampled, source=source, feature_model=feature_model,
-        session_id=session_id)
+        reflection=reflection, tool_calls=tuple(tool_calls), verifier=verifier, resampled=resampled, source=source, feature_model=feature_model)
     if state is not None and outcome.verdict_status is not None:
         assert outcome.verdict_status.value == str(getattr(state, "value", state)), (state, outcome.verdict_status)
     return outcome

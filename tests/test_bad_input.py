@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mlx_sdm.cli import main as cli
 from mlx_sdm.commands import generate as generate_cmd
-from mlx_sdm.commands import report as report_cmd
 from mlx_sdm.commands import train as train_cmd
 from mlx_sdm.commands import verify as verify_cmd
 from mlx_sdm.errors import ArtifactError, DataError, OutputError
@@ -45,7 +45,7 @@ def test_non_utf8_file_is_named_with_its_line(files, tmp_path, capsys):
     train, cal = files
     bad = tmp_path / "latin1.jsonl"
     bad.write_bytes(train.read_bytes() + '{"id": "caf\xe9", "label": 0, "embedding": [1, 2, 3, 4]}\n'.encode("latin-1"))
-    assert train_cmd.main(["--train", str(bad), "--calibration", str(cal), "--out", str(tmp_path / "o"), *FAST]) == 1
+    assert cli(["train", "--train", str(bad), "--calibration", str(cal), "--out", str(tmp_path / "o"), *FAST]) == 1
     line = one_error_line(capsys.readouterr().err)
     assert "latin1.jsonl:61" in line and "UTF-8" in line and not (tmp_path / "o").exists()
 
@@ -54,11 +54,11 @@ def test_gzipped_jsonl_is_read(files, tmp_path, capsys):
     train, cal = files
     gz = tmp_path / "train.jsonl.gz"
     gz.write_bytes(gzip.compress(train.read_bytes()))
-    assert train_cmd.main(["--train", str(gz), "--calibration", str(cal), "--out", str(tmp_path / "est"), *FAST]) == 0
+    assert cli(["train", "--train", str(gz), "--calibration", str(cal), "--out", str(tmp_path / "est"), *FAST]) == 0
     assert (tmp_path / "est" / "manifest.json").is_file()
     cut = tmp_path / "cut.jsonl.gz"
     cut.write_bytes(gz.read_bytes()[: len(gz.read_bytes()) // 2])
-    assert train_cmd.main(["--train", str(cut), "--calibration", str(cal), "--out", str(tmp_path / "o"), *FAST]) == 1
+    assert cli(["train", "--train", str(cut), "--calibration", str(cal), "--out", str(tmp_path / "o"), *FAST]) == 1
     assert "cut.jsonl.gz" in one_error_line(capsys.readouterr().err)
 
 
@@ -67,7 +67,7 @@ def test_bad_label_in_the_calibration_file_blames_the_calibration_file(files, tm
     rows = embedding_rows(60, 100)
     rows[6]["label"] = 2
     cal2 = write_rows(tmp_path / "cal2.jsonl", rows)
-    assert train_cmd.main(["--train", str(train), "--calibration", str(cal2), "--out", str(tmp_path / "o"), *FAST]) == 1
+    assert cli(["train", "--train", str(train), "--calibration", str(cal2), "--out", str(tmp_path / "o"), *FAST]) == 1
     line = one_error_line(capsys.readouterr().err)
     assert "cal2.jsonl:7" in line and "'label'" in line and "train.jsonl:" not in line
 
@@ -76,7 +76,7 @@ def test_text_row_without_prompt_names_the_prompt_field(tmp_path, capsys):
     rows = [{"prompt": p, "completion": c, "label": y} for p, c, y in tiny_documents()[:6]]
     del rows[0]["prompt"]
     bad = write_rows(tmp_path / "text.jsonl", rows)
-    assert train_cmd.main(["--train", str(bad), "--calibration", str(bad), "--out", str(tmp_path / "o"), *FAST]) == 1
+    assert cli(["train", "--train", str(bad), "--calibration", str(bad), "--out", str(tmp_path / "o"), *FAST]) == 1
     line = one_error_line(capsys.readouterr().err)
     assert "text.jsonl:1" in line and "'prompt'" in line and "embedding" not in line.split("needs")[0]
 
@@ -95,7 +95,7 @@ def test_truncated_estimator_weights_in_a_verifier_folder(text_verifier, tmp_pat
     with pytest.raises(ArtifactError, match="cannot read the estimator files"):
         DocumentVerifier.load(folder)
     weights.write_bytes(weights.read_bytes()[:100])  # "invalid header length"
-    assert verify_cmd.main(["--estimator", str(folder), str(cal), "--out", str(tmp_path / "v.jsonl"),
+    assert cli(["verify", "--estimator", str(folder), str(cal), "--out", str(tmp_path / "v.jsonl"),
                             "--model", str(model_dir)]) == 1
     line = one_error_line(capsys.readouterr().err)
     assert "cannot read the estimator files" in line and str(folder) in line and not (tmp_path / "v.jsonl").exists()
@@ -105,7 +105,7 @@ def test_train_never_renames_a_users_file(files, tmp_path, capsys):
     train, cal = files
     precious = tmp_path / "notes.txt"
     precious.write_text("keep me")
-    assert train_cmd.main(["--train", str(train), "--calibration", str(cal), "--out", str(precious), "--force", *FAST]) == 1
+    assert cli(["train", "--train", str(train), "--calibration", str(cal), "--out", str(precious), "--force", *FAST]) == 1
     assert "existing file" in one_error_line(capsys.readouterr().err)
     assert precious.read_text() == "keep me" and sorted(p.name for p in tmp_path.iterdir()) == ["cal.jsonl", "notes.txt", "train.jsonl"]
 
@@ -114,31 +114,31 @@ def test_train_over_an_existing_artifact_needs_force(files, tmp_path, capsys):
     train, cal = files
     out = tmp_path / "est"
     args = ["--train", str(train), "--calibration", str(cal), "--out", str(out), *FAST]
-    assert train_cmd.main(args) == 0
+    assert cli(["train", *args]) == 0
     before = (out / "manifest.json").read_text()
     capsys.readouterr()
-    assert train_cmd.main(args) == 1
+    assert cli(["train", *args]) == 1
     assert "--force" in one_error_line(capsys.readouterr().err) and (out / "manifest.json").read_text() == before
-    assert train_cmd.main([*args, "--seed", "1", "--force"]) == 0
+    assert cli(["train", *args, "--seed", "1", "--force"]) == 0
     assert (out / "manifest.json").read_text() != before
     other = tmp_path / "photos"
     other.mkdir()
     (other / "a.jpg").write_bytes(b"x")
-    assert train_cmd.main(["--train", str(train), "--calibration", str(cal), "--out", str(other), "--force", *FAST]) == 1
+    assert cli(["train", "--train", str(train), "--calibration", str(cal), "--out", str(other), "--force", *FAST]) == 1
     assert "not an mlx-sdm artifact" in capsys.readouterr().err and (other / "a.jpg").read_bytes() == b"x"
 
 
 def test_verify_out_a_folder_or_an_unwritable_path_is_one_line(files, tmp_path, capsys):
     train, cal = files
     est = tmp_path / "est"
-    assert train_cmd.main(["--train", str(train), "--calibration", str(cal), "--out", str(est), *FAST]) == 0
+    assert cli(["train", "--train", str(train), "--calibration", str(cal), "--out", str(est), *FAST]) == 0
     capsys.readouterr()
     folder = tmp_path / "folder"
     folder.mkdir()
-    assert verify_cmd.main(["--estimator", str(est), str(cal), "--out", str(folder)]) == 1
+    assert cli(["verify", "--estimator", str(est), str(cal), "--out", str(folder)]) == 1
     assert "is a folder" in one_error_line(capsys.readouterr().err)
     under_a_file = tmp_path / "train.jsonl" / "verdicts.jsonl"
-    assert verify_cmd.main(["--estimator", str(est), str(cal), "--out", str(under_a_file)]) == 1
+    assert cli(["verify", "--estimator", str(est), str(cal), "--out", str(under_a_file)]) == 1
     assert "is a file, not a folder" in one_error_line(capsys.readouterr().err)
 
 
@@ -162,26 +162,26 @@ def text_verifier(tmp_path_factory):
     rows = [{"id": f"d{i}", "prompt": p, "completion": c, "label": y} for i, (p, c, y) in enumerate(tiny_documents())]
     train, cal = write_rows(root / "train.jsonl", rows[0::2]), write_rows(root / "cal.jsonl", rows[1::2])
     out = root / "verifier"
-    assert train_cmd.main(["--train", str(train), "--calibration", str(cal), "--out", str(out), "--model", str(model_dir),
+    assert cli(["train", "--train", str(train), "--calibration", str(cal), "--out", str(out), "--model", str(model_dir),
                            "--iterations", "1", "--epochs", "3", "--batch-size", "8", "--exemplar-dim", "16", "--quiet"]) == 0
     return root, model_dir, out, cal
 
 
 def test_report_on_a_verifier_built_from_text_rows(text_verifier, capsys):
     root, model_dir, out, cal = text_verifier
-    assert verify_cmd.main(["--estimator", str(out), str(cal), "--out", str(root / "v.jsonl")]) == 0
+    assert cli(["verify", "--estimator", str(out), str(cal), "--out", str(root / "v.jsonl")]) == 0
     capsys.readouterr()
-    assert report_cmd.main(["--estimator", str(out), str(cal), "--plot", str(root / "r.png")]) == 0
+    assert cli(["report", "--estimator", str(out), str(cal), "--plot", str(root / "r.png")]) == 0
     printed = capsys.readouterr().out
     assert "sdm p_lower" in printed and "training (from the estimator's manifest)" in printed and (root / "r.png").is_file()
     # the estimator subfolder with text rows: say what to pass instead of "'embedding' missing"
-    assert report_cmd.main(["--estimator", str(out / "estimator"), str(cal)]) == 1
+    assert cli(["report", "--estimator", str(out / "estimator"), str(cal)]) == 1
     assert "verifier.json" in one_error_line(capsys.readouterr().err)
 
 
 # --------------------------------------------------------------------------- generate and chat
 def test_generate_refuses_an_empty_prompt_before_loading_a_model(capsys):
-    assert generate_cmd.main(["", "--model", "/nonexistent/model"]) == 2
+    assert cli(["generate", "", "--model", "/nonexistent/model"]) == 2
     assert "prompt is empty" in one_error_line(capsys.readouterr().err)
     from mlx_sdm.lm.prompt import render_prompt
 
@@ -193,7 +193,7 @@ def test_prompt_longer_than_the_context_is_one_note_not_a_userwarning(text_verif
     _, model_dir, _, _ = text_verifier
     with warnings.catch_warnings(record=True) as escaped:
         warnings.simplefilter("always")
-        rc = generate_cmd.main(["word " * 2500, "--model", str(model_dir), "--verifier", "none", "--max-tokens", "2"])
+        rc = cli(["generate", "word " * 2500, "--model", str(model_dir), "--verifier", "none", "--max-tokens", "2"])
     captured = capsys.readouterr()
     assert rc == 0 and not [w for w in escaped if issubclass(w.category, UserWarning)]
     notes = [line for line in captured.err.splitlines() if "note:" in line]
@@ -235,7 +235,7 @@ def test_a_label_beyond_the_classes_is_blamed_on_its_line(files, tmp_path, capsy
     rows = embedding_rows(60)
     rows[9]["label"] = 7
     bad = write_rows(tmp_path / "train7.jsonl", rows)
-    assert train_cmd.main(["--train", str(bad), "--calibration", str(cal), "--out", str(tmp_path / "o"), *FAST]) == 1
+    assert cli(["train", "--train", str(bad), "--calibration", str(cal), "--out", str(tmp_path / "o"), *FAST]) == 1
     line = one_error_line(capsys.readouterr().err)
     assert "train7.jsonl:10: field 'label': label 7" in line and "classes 2..6" in line and "0, 1" in line
 
@@ -243,17 +243,17 @@ def test_a_label_beyond_the_classes_is_blamed_on_its_line(files, tmp_path, capsy
 def test_rows_wider_than_the_estimator_name_the_estimator_and_the_rows_width(files, tmp_path, capsys):
     train, cal = files  # 4 wide
     est = tmp_path / "est"
-    assert train_cmd.main(["--train", str(train), "--calibration", str(cal), "--out", str(est), *FAST]) == 0
+    assert cli(["train", "--train", str(train), "--calibration", str(cal), "--out", str(est), *FAST]) == 0
     capsys.readouterr()
     wide = write_rows(tmp_path / "wide.jsonl", [{**r, "embedding": r["embedding"] * 2} for r in embedding_rows(8)])
-    assert report_cmd.main(["--estimator", str(est), str(wide)]) == 1
+    assert cli(["report", "--estimator", str(est), str(wide)]) == 1
     line = one_error_line(capsys.readouterr().err)
     assert "wide.jsonl:1" in line and "this row has 8 numbers" in line and f"the estimator {est} is 4 wide" in line
     assert "earlier rows" not in line
-    assert verify_cmd.main(["--estimator", str(est), str(wide), "--out", str(tmp_path / "v.jsonl")]) == 1
+    assert cli(["verify", "--estimator", str(est), str(wide), "--out", str(tmp_path / "v.jsonl")]) == 1
     line = one_error_line(capsys.readouterr().err)
     assert "wide.jsonl:1" in line and f"the estimator {est} is 4 wide" in line and "earlier rows" not in line
-    assert train_cmd.main(["--train", str(train), "--calibration", str(wide), "--out", str(tmp_path / "o"), *FAST]) == 1
+    assert cli(["train", "--train", str(train), "--calibration", str(wide), "--out", str(tmp_path / "o"), *FAST]) == 1
     assert f"the training file {train} is 4 wide" in one_error_line(capsys.readouterr().err)
 
 
@@ -262,7 +262,7 @@ def test_embedding_rows_where_text_rows_are_needed_say_which_rows_are_needed(tex
 
     _, model_dir, verifier, _ = text_verifier
     embeddings, _ = files
-    assert verify_cmd.main(["--estimator", str(verifier), str(embeddings), "--out", str(tmp_path / "v.jsonl"),
+    assert cli(["verify", "--estimator", str(verifier), str(embeddings), "--out", str(tmp_path / "v.jsonl"),
                             "--model", str(model_dir)]) == 1
     line = one_error_line(capsys.readouterr().err)
     assert "train.jsonl:1" in line and "holds embedding rows" in line and "{prompt, completion, label}" in line
@@ -291,18 +291,17 @@ def test_a_folder_of_task_files_is_taken_and_a_folder_without_any_is_listed(tmp_
 def test_json_errors_say_at_once(tmp_path, capsys):
     bad = tmp_path / "ctrl.jsonl"
     bad.write_text('{"id": "a", "label": 0, "embedding": [1, 2]}\n{"id": "b\n')
-    assert train_cmd.main(["--train", str(bad), "--calibration", str(bad), "--out", str(tmp_path / "o"), *FAST]) == 1
+    assert cli(["train", "--train", str(bad), "--calibration", str(bad), "--out", str(tmp_path / "o"), *FAST]) == 1
     line = one_error_line(capsys.readouterr().err)
     assert "ctrl.jsonl:2: not valid JSON (Invalid control character at column 10)" in line and "at at" not in line
 
 
 def test_build_verifier_checks_out_before_any_work_and_leaves_no_cache(tmp_path, capsys):
-    from mlx_sdm.commands import build_verifier as build_cmd
 
     data = write_rows(tmp_path / "train.jsonl", embedding_rows(3))
     before = data.read_text()
     # a model that does not exist: had any work started, the error would be about the model
-    assert build_cmd.main(["--model", str(tmp_path / "no-model"), "--tasks", "sentiment", "--out", str(data)]) == 1
+    assert cli(["build-verifier", "--model", str(tmp_path / "no-model"), "--tasks", "sentiment", "--out", str(data)]) == 1
     line = one_error_line(capsys.readouterr().err)
     assert f"{data}: is an existing file" in line and data.read_text() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train.jsonl"]  # no train.jsonl.cache/
@@ -395,7 +394,7 @@ def test_help_gives_the_valid_ranges(capsys):
 @pytest.mark.parametrize("spelling", ["none", "NONE", "off"])
 def test_list_tasks_with_verifier_none_means_no_verifier_not_a_folder(spelling, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # no folder called "none" here: it must not be looked for
-    assert generate_cmd.main(["--list-tasks", "--verifier", spelling]) == 2
+    assert cli(["generate", "--list-tasks", "--verifier", spelling]) == 2
     line = one_error_line(capsys.readouterr().err)
     assert f"--verifier {spelling} turns verification off" in line and "verifier.json" not in line
 
@@ -421,32 +420,27 @@ def test_verify_out_under_proc_is_refused_before_reading_anything(tmp_path, caps
     if not Path("/proc").is_dir():
         pytest.skip("no /proc on this system")
     # an estimator that does not exist: had any work started, the error would be about it
-    assert verify_cmd.main(["--estimator", str(tmp_path / "no-verifier"), str(tmp_path / "in.jsonl"),
+    assert cli(["verify", "--estimator", str(tmp_path / "no-verifier"), str(tmp_path / "in.jsonl"),
                             "--out", "/proc/x.jsonl"]) == 1
     line = one_error_line(capsys.readouterr().err)
     assert line.startswith("mlx-sdm verify: /proc/x.jsonl: /proc does not take new files") and "no-verifier" not in line
 
 
 def test_every_output_path_is_checked_before_any_model_work(tmp_path, monkeypatch, capsys):
-    from mlx_sdm.commands import chat as chat_cmd
-    from mlx_sdm.commands import compress_head as compress_cmd
-    from mlx_sdm.commands import demo as demo_cmd
-    from mlx_sdm.commands import eval_monitor as eval_cmd
-
     no_model_loads(monkeypatch)
     locked = refusing(tmp_path / "locked", monkeypatch)
     missing = str(tmp_path / "missing")
-    runs = [
-        (verify_cmd, ["--estimator", missing, missing, "--out", str(locked / "v.jsonl")], 1, "v.jsonl"),
-        (compress_cmd, ["--head", missing, "--model", missing, "--out", str(locked / "head")], 1, "head"),
-        (demo_cmd, ["--data", missing, "--plot", str(locked / "r.png")], 1, "r.png"),
-        (demo_cmd, ["--data", missing, "--out", str(locked / "est")], 1, "est"),
-        (eval_cmd, [missing, "--plot", str(locked / "m.png")], 2, "m.png"),
-        (chat_cmd, ["--db", str(tmp_path / "chat.db"), "--export", str(locked / "all.jsonl")], 2, "all.jsonl"),
-        (train_cmd, ["--train", missing, "--calibration", missing, "--out", str(locked / "o"), *FAST], 1, "o"),
+    runs = [  # through the CLI, whose one handler says a refused path in one line
+        (["verify", "--estimator", missing, missing, "--out", str(locked / "v.jsonl")], 1, "v.jsonl"),
+        (["compress-head", "--head", missing, "--model", missing, "--out", str(locked / "head")], 1, "head"),
+        (["demo", "--data", missing, "--plot", str(locked / "r.png")], 1, "r.png"),
+        (["demo", "--data", missing, "--out", str(locked / "est")], 1, "est"),
+        (["eval-monitor", missing, "--plot", str(locked / "m.png")], 2, "m.png"),
+        (["chat", "--db", str(tmp_path / "chat.db"), "--export", str(locked / "all.jsonl")], 2, "all.jsonl"),
+        (["train", "--train", missing, "--calibration", missing, "--out", str(locked / "o"), *FAST], 1, "o"),
     ]
-    for module, argv, code, name in runs:
-        assert module.main(argv) == code, argv
+    for argv, code, name in runs:
+        assert cli(argv) == code, argv
         line = one_error_line(capsys.readouterr().err)
         assert f"{locked / name}: {locked} does not take new files (Read-only file system)" in line, line
     assert sorted(p.name for p in locked.iterdir()) == []
@@ -483,12 +477,12 @@ def test_generate_prints_the_monitor_reading_and_json_carries_it(text_verifier, 
     (AUQ level, P, R, the fused forecast's ok% and its sentence); ``--json`` carries it as "monitor"."""
     _, model_dir, out, _ = text_verifier
     args = ["Is Paris the capital of France?", "--model", str(model_dir), "--verifier", str(out), "--max-tokens", "4"]
-    assert generate_cmd.main(args) == 0
+    assert cli(["generate", *args]) == 0
     printed = capsys.readouterr().out
     report = printed[printed.index("verdict:"):]
     line = next(l for l in report.splitlines() if l.startswith("monitor: AUQ "))
     assert " · P " in line and " · R " in line and " · ok " in line
-    assert generate_cmd.main(["--json", *args]) == 0
+    assert cli(["generate", "--json", *args]) == 0
     monitor = json.loads(capsys.readouterr().out)["monitor"]
     assert monitor["level"] in ("low", "medium", "high", "critical") and monitor["action"]
     assert 0.0 <= monitor["cumulative_confidence"] <= 1.0

@@ -20,8 +20,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from mlx_sdm.cli import main as cli
 from mlx_sdm.usecases.build_verifier import BuildVerifierArgs, build_verifier
-from mlx_sdm.commands import build_verifier as command
 from mlx_sdm.network.verifier import DocumentVerifier
 from tests.test_verifier_commands import save_tiny_folder
 
@@ -148,7 +148,7 @@ def test_killed_build_resumes_from_the_cache(tiny_folder, tmp_path):
 
 def test_model_that_never_answers_in_format_is_one_line_per_task(tiny_folder, tmp_path, capsys):
     task = write_task(tmp_path / "capitals.jsonl", n_main=60, n_shift=0)
-    rc = command.main(["--model", str(tiny_folder), "--tasks", str(task), "--per-task", "48", "--eval-size", "4",
+    rc = cli(["build-verifier", "--model", str(tiny_folder), "--tasks", str(task), "--per-task", "48", "--eval-size", "4",
                        "--out", str(tmp_path / "v"), "--no-plot"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1
@@ -159,11 +159,11 @@ def test_model_that_never_answers_in_format_is_one_line_per_task(tiny_folder, tm
 
 
 def test_unknown_task_and_offline_model_are_one_clear_line(tmp_path, capsys, monkeypatch):
-    assert command.main(["--tasks", "bbc_topic,nope", "--out", str(tmp_path / "v")]) == 1
+    assert cli(["build-verifier", "--tasks", "bbc_topic,nope", "--out", str(tmp_path / "v")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unknown task 'nope'" in err[0] and "bbc_topic" in err[0]
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert command.main(["--model", "someone/not-cached-model", "--tasks", "sentiment", "--out", str(tmp_path / "v")]) == 1
+    assert cli(["build-verifier", "--model", "someone/not-cached-model", "--tasks", "sentiment", "--out", str(tmp_path / "v")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "someone/not-cached-model" in err[0] and "embedded default" in err[0]
 
@@ -187,7 +187,7 @@ def test_batched_answers_equal_one_at_a_time_generation(tiny_folder):
 def test_build_verifier_on_the_embedded_model(smollm2_shared, tmp_path, capsys):
     """The command end to end on SmolLM2 (the session's copy, tests/conftest.py share_smollm2): 32 answers,
     two batches of 16; the fit itself is checked on the tiny model above."""
-    rc = command.main(["--tasks", "sentiment", "--per-task", "32", "--eval-size", "0", "--iterations", "1",
+    rc = cli(["build-verifier", "--tasks", "sentiment", "--per-task", "32", "--eval-size", "0", "--iterations", "1",
                        "--epochs", "8", "--out", str(tmp_path / "v"), "--no-plot"])
     out = capsys.readouterr().out
     assert rc == 0, out
@@ -197,13 +197,12 @@ def test_build_verifier_on_the_embedded_model(smollm2_shared, tmp_path, capsys):
 
 
 def test_generate_list_tasks_prints_what_the_verifier_covers(tmp_path, capsys):
-    from mlx_sdm.commands import generate
 
     folder = tmp_path / "v"
     folder.mkdir()
     (folder / "verifier.json").write_text(json.dumps({"tasks": [
         {"name": "sentiment", "description": "Whether a tweet is positive or negative", "example_prompt": "Classify ..."}]}))
-    assert generate.main(["--list-tasks", "--verifier", str(folder)]) == 0
+    assert cli(["generate", "--list-tasks", "--verifier", str(folder)]) == 0
     out = capsys.readouterr().out
     assert "sentiment: Whether a tweet is positive or negative" in out and 'mlx-sdm generate "Classify ..."' in out
 

@@ -5,9 +5,7 @@ import json
 import mlx_sdm  # noqa: F401
 import numpy as np
 
-from mlx_sdm.commands import report as report_cmd
-from mlx_sdm.commands import train as train_cmd
-from mlx_sdm.commands import verify as verify_cmd
+from mlx_sdm.cli import main as cli
 
 
 def _write(path, rng, n, tag, labelled=True):
@@ -28,7 +26,7 @@ def test_train_verify_report(tmp_path, capsys):
     t, c = _write(tmp_path / "t.jsonl", rng, 150, "t"), _write(tmp_path / "c.jsonl", rng, 150, "c")
     test = _write(tmp_path / "x.jsonl", rng, 40, "x")
     out = tmp_path / "est"
-    assert train_cmd.main(["--train", t, "--calibration", c, "--out", str(out), "--iterations", "2", "--epochs", "3",
+    assert cli(["train", "--train", t, "--calibration", c, "--out", str(out), "--iterations", "2", "--epochs", "3",
                            "--exemplar-dim", "16", "--seed", "1", "--quiet"]) == 0
     printed = capsys.readouterr().out
     assert "epoch chosen per iteration" in printed and "logistic-regression reference" in printed
@@ -36,7 +34,7 @@ def test_train_verify_report(tmp_path, capsys):
     assert manifest["iterations"] == 2 and manifest["config"]["epochs"] == 3 and manifest["source"]["train"] == t
 
     verdicts = tmp_path / "v.jsonl"
-    assert verify_cmd.main(["--estimator", str(out), test, "--out", str(verdicts), "--explain", "2"]) == 0
+    assert cli(["verify", "--estimator", str(out), test, "--out", str(verdicts), "--explain", "2"]) == 0
     rows = [json.loads(line) for line in verdicts.read_text().splitlines()]
     assert len(rows) == 40 and [r["id"] for r in rows] == [f"x{i}" for i in range(40)]
     for r in rows:
@@ -47,7 +45,7 @@ def test_train_verify_report(tmp_path, capsys):
     capsys.readouterr()
 
     plot = tmp_path / "r.png"
-    assert report_cmd.main(["--estimator", str(out), test, "--plot", str(plot)]) == 0
+    assert cli(["report", "--estimator", str(out), test, "--plot", str(plot)]) == 0
     text = capsys.readouterr().out
     for needle in ("no-reject", "softmax>=0.95", "sdm p_lower", "y=0", "ŷ=1", "marginal", "epoch chosen per iteration"):
         assert needle in text
@@ -56,7 +54,7 @@ def test_train_verify_report(tmp_path, capsys):
     # a verify input of another width is refused with the line and field named
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"id": "b", "embedding": [1.0, 2.0]}) + "\n")
-    assert verify_cmd.main(["--estimator", str(out), str(bad), "--out", str(tmp_path / "o.jsonl")]) == 1
+    assert cli(["verify", "--estimator", str(out), str(bad), "--out", str(tmp_path / "o.jsonl")]) == 1
     assert "bad.jsonl:1: field 'embedding'" in capsys.readouterr().err
     assert not (tmp_path / "o.jsonl").exists()
 
@@ -66,11 +64,11 @@ def test_train_v2_and_report_both_kinds_in_one_table(tmp_path, capsys):
     t, c = _write(tmp_path / "t.jsonl", rng, 150, "t"), _write(tmp_path / "c.jsonl", rng, 150, "c")
     test = _write(tmp_path / "x.jsonl", rng, 40, "x")
     common = ["--train", t, "--calibration", c, "--iterations", "1", "--epochs", "6", "--exemplar-dim", "16", "--quiet"]
-    assert train_cmd.main(common + ["--out", str(tmp_path / "v1")]) == 0
-    assert train_cmd.main(common + ["--out", str(tmp_path / "v2"), "--estimator", "v2"]) == 0
+    assert cli(["train", *common + ["--out", str(tmp_path / "v1")]]) == 0
+    assert cli(["train", *common + ["--out", str(tmp_path / "v2"), "--estimator", "v2"]]) == 0
     assert json.loads((tmp_path / "v2" / "manifest.json").read_text())["estimator"] == "v2"
     capsys.readouterr()
-    assert report_cmd.main(["--estimator", str(tmp_path / "v1"), "--estimator", str(tmp_path / "v2"), test]) == 0
+    assert cli(["report", "--estimator", str(tmp_path / "v1"), "--estimator", str(tmp_path / "v2"), test]) == 0
     lines = capsys.readouterr().out.splitlines()
     table = [line.split()[0] for line in lines[:8]]
     assert ["no-reject", "softmax>=0.95", "sdm", "sdm"] == [x for x in table if x in ("no-reject", "softmax>=0.95", "sdm")]

@@ -5,8 +5,8 @@ import json
 import mlx_sdm  # noqa: F401
 import pytest
 
+from mlx_sdm.cli import main as cli
 from mlx_sdm.calibration.data import check_fit_sets, read_embedding_jsonl
-from mlx_sdm.commands import train as train_cmd
 from mlx_sdm.errors import DataError
 
 
@@ -65,7 +65,7 @@ def test_train_command_writes_nothing_on_bad_input(tmp_path, capsys):
     t = _write(tmp_path / "t.jsonl", _good(12))
     c = _write(tmp_path / "c.jsonl", _good(11, start=50) + [{"id": "bad", "label": 0, "embedding": [1.0, float("nan"), 0.0]}])
     out = tmp_path / "out"
-    rc = train_cmd.main(["--train", str(t), "--calibration", str(c), "--out", str(out), "--quiet"])
+    rc = cli(["train", "--train", str(t), "--calibration", str(c), "--out", str(out), "--quiet"])
     assert rc == 1 and not out.exists()
     assert f"{c}:12: field 'embedding'" in capsys.readouterr().err
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

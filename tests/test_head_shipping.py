@@ -9,6 +9,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from mlx_sdm.cli import main as cli
 from mlx_sdm.errors import ArtifactError, DataError, ModelMismatchError, OutputError
 from mlx_sdm.lm.generation import GenerationConfig, generate_with_features
 from mlx_sdm.lm.prompt import render_prompt
@@ -166,17 +167,17 @@ def tiny_models(monkeypatch):
 
 
 def test_command_loads_the_model_the_manifest_names(tmp_path, lm, tiny_models, capsys):
-    from mlx_sdm.commands.compress_head import DEFAULT_RANK, main
+    from mlx_sdm.commands.compress_head import DEFAULT_RANK
 
     full_dir, _ = _save(tmp_path / "full", lm, _dense_head(lm))
-    assert main(["--head", str(full_dir), "--rank", "3", "--out", str(tmp_path / "small")]) == 0
+    assert cli(["compress-head", "--head", str(full_dir), "--rank", "3", "--out", str(tmp_path / "small")]) == 0
     assert "rank 3" in capsys.readouterr().out
     assert read_head_manifest(tmp_path / "small")["low_rank"]["rank"] == 3 < DEFAULT_RANK
-    assert main(["--head", str(full_dir), "--out", str(tmp_path / "small")]) == 1  # an existing head needs --force
+    assert cli(["compress-head", "--head", str(full_dir), "--out", str(tmp_path / "small")]) == 1  # an existing head needs --force
     assert "--force" in capsys.readouterr().err
-    assert main(["--head", str(full_dir), "--out", str(tmp_path / "small"), "--force", "--rank", "2"]) == 0
+    assert cli(["compress-head", "--head", str(full_dir), "--out", str(tmp_path / "small"), "--force", "--rank", "2"]) == 0
     assert read_head_manifest(tmp_path / "small")["low_rank"]["rank"] == 2
-    assert main(["--head", str(full_dir), "--out", str(tmp_path / "o"), "--model", "other"]) == 1
+    assert cli(["compress-head", "--head", str(full_dir), "--out", str(tmp_path / "o"), "--model", "other"]) == 1
     assert "head_sha256" in capsys.readouterr().err
     with pytest.raises(OutputError):
         compress_head(full_dir, full_dir / "manifest.json", 2, model=lm.model)
@@ -206,9 +207,8 @@ def default_head(tmp_path, lm, monkeypatch, tiny_models):
 
 
 def _generate(capsys, *args, prompt="hello"):
-    from mlx_sdm.commands import generate as generate_cmd
 
-    assert generate_cmd.main([prompt, "--verifier", "none", "--max-tokens", "3", "--json", *args]) == 0
+    assert cli(["generate", prompt, "--verifier", "none", "--max-tokens", "3", "--json", *args]) == 0
     return json.loads(capsys.readouterr().out)
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from mlx_sdm.network.verdict import status_from_dict
+from mlx_sdm.network.verdict import DocumentVerdict
 from tests.scripts_side import load_script
 
 corpus_plan = load_script("corpus_plan.py")
@@ -116,7 +116,7 @@ def test_corpus_runs_the_chat_turn_resumes_after_a_kill_and_merges_shards(corpus
         for t, step in zip(turns, s.agent_steps()):
             assert t["step_id"] == step.step_id and isinstance(t["correct"], bool)
             fields = {k: v for k, v in t["verdict"].items() if k != "status"}
-            assert status_from_dict(fields).value == t["verdict"]["status"]
+            assert DocumentVerdict.from_dict(fields).status.value == t["verdict"]["status"]
             assert step.token_logprobs is not None and step.auq.p_true_confidence is not None and step.tracer is not None
             assert t["fused_p"] is not None and t["action"]
         assert s.outcome == ("success" if session_success(turns) else "failure")

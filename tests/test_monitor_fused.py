@@ -13,7 +13,7 @@ from mlx_sdm.monitor.forecast.fused import (
     datasets_dir,
 )
 from mlx_sdm.monitor.forecast.fusion import FUSION_FEATURES
-from mlx_sdm.monitor.forecast.verdict_monitor import TurnVerdict
+from mlx_sdm.network.verdict import DocumentVerdict
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.monitor.session_file.records import AUQOutput, TracerOutput
 
@@ -42,7 +42,7 @@ def test_online_fused_forecast_names_the_signal_that_moved_it():
     readings = []
     for verdict in (VERIFIED, VERIFIED, OUT_OF_SCOPE):
         monitor.observe_user(TracerOutput(U=0.0, DoU=0.1))
-        readings.append(monitor.observe_answer(calm, auq, TurnVerdict.from_dict(verdict)))
+        readings.append(monitor.observe_answer(calm, auq, DocumentVerdict.from_dict(verdict) or DocumentVerdict.no_verifier()))
     for r in readings:
         assert 0.0 < r.p < 1.0 and r.signal in FUSION_FEATURES
     assert readings[2].p < readings[1].p
@@ -63,7 +63,7 @@ def test_the_first_answer_s_words_compare_with_the_usual_not_with_an_earlier_tur
         assert "usual" in low and "usual" in high and (low, high) != SIGNAL_WORDS[name]
     monitor = OnlineFusedMonitor(FusedParams.shipped())
     monitor.observe_user(TracerOutput(U=0.0, DoU=0.1))
-    first = monitor.observe_answer(TracerOutput(U=0.0), None, TurnVerdict.from_dict(OUT_OF_SCOPE))
+    first = monitor.observe_answer(TracerOutput(U=0.0), None, DocumentVerdict.from_dict(OUT_OF_SCOPE))
     if first.signal in FIRST_ANSWER_WORDS:
         assert first.message in [w.format(turn=1) for w in FIRST_ANSWER_WORDS[first.signal]]
 
@@ -103,7 +103,7 @@ def test_the_live_forecast_reads_a_verdict_as_the_recorded_sessions_do():
     (not "no verifier"), and a routed task's verdict keeps its route."""
     from mlx_sdm.calibration.row_verdict import Verdict
     from mlx_sdm.monitor.forecast.fused import FusedParams, OnlineFusedMonitor
-    from mlx_sdm.network.verdict import REASON_NOT_A_TASK, DocumentVerdict, VerdictStatus
+    from mlx_sdm.network.verdict import REASON_NOT_A_TASK, VerdictStatus
     from mlx_sdm.turn.monitoring import MonitorConfig, SessionMonitor
 
     everyday = DocumentVerdict(None, task=None, unjudged=REASON_NOT_A_TASK)
@@ -111,9 +111,9 @@ def test_the_live_forecast_reads_a_verdict_as_the_recorded_sessions_do():
                                      reason="out_of_distribution"), task="bbc_topic")
     for verdict in (everyday, routed):
         recorded = {**verdict.to_dict(), "status": verdict.status.value, "task": verdict.task}  # scripts/corpus.py
-        assert TurnVerdict.of(verdict) == TurnVerdict.from_dict(recorded)
-    assert TurnVerdict.of(everyday).status is VerdictStatus.OUT_OF_SCOPE
-    assert TurnVerdict.of(routed).status is VerdictStatus.NOT_VERIFIED  # a task's question the verifier did not place
+        assert DocumentVerdict.from_dict(recorded) == verdict
+    assert everyday.status is VerdictStatus.OUT_OF_SCOPE
+    assert routed.status is VerdictStatus.NOT_VERIFIED  # a task's question the verifier did not place
     live = SessionMonitor("s", MonitorConfig(enable_p_true=False))
     replay = OnlineFusedMonitor(FusedParams.shipped())
     for text, verdict in (("What is the capital of Australia?", everyday), ("Classify this article.", routed)):
@@ -122,5 +122,5 @@ def test_the_live_forecast_reads_a_verdict_as_the_recorded_sessions_do():
                                     tool_calls=[], verdict=verdict)
         replay.observe_user(live.tracer.outputs[-2])
         expected = replay.observe_answer(live.tracer.outputs[-1], reading.auq.to_format(),
-                                         TurnVerdict.from_dict({**verdict.to_dict(), "status": verdict.status.value}))
+                                         DocumentVerdict.from_dict({**verdict.to_dict(), "status": verdict.status.value}))
         assert reading.fused_p == pytest.approx(expected.p)

@@ -15,13 +15,11 @@ from mlx_sdm.monitor.forecast.fusion import (
 from mlx_sdm.monitor.evaluation.heldout import format_heldout, heldout_report, heldout_to_dict
 from mlx_sdm.monitor.forecast.signals import session_signals
 from mlx_sdm.monitor.forecast.verdict_monitor import (
-    TurnVerdict,
     VerdictMonitorParams,
     fit_verdict_params,
     verdict_forecasts,
-    verdict_status,
 )
-from mlx_sdm.network.verdict import VerdictStatus
+from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
 from mlx_sdm.monitor.session_file.records import AUQOutput, Session, SessionStep, TracerOutput, VerifierOutput
 
 
@@ -131,18 +129,26 @@ def test_strongest_signal_names_the_feature_that_moved():
 # ---------------------------------------------------------------------------------------- verdicts
 
 
+def read(data) -> DocumentVerdict:
+    """A recorded verdict as the monitor reads it (nothing recorded: no verifier judged the step)."""
+    return DocumentVerdict.from_dict(data) or DocumentVerdict.no_verifier()
+
+
 def test_verdict_status_and_forecast():
-    assert verdict_status(True, 1, None) is VerdictStatus.VERIFIED
-    assert verdict_status(True, 0, None) is VerdictStatus.NOT_VERIFIED
-    assert verdict_status(False, 1, "below_threshold") is VerdictStatus.NOT_VERIFIED
-    assert verdict_status(False, 1, "out_of_distribution") is VerdictStatus.OUT_OF_SCOPE
-    assert TurnVerdict.from_dict(None).status is VerdictStatus.NO_VERIFIER
-    verified = TurnVerdict.from_dict({"p_lower": 0.96, "admitted": True, "prediction": 1, "q": 30, "d": 0.8})
-    rejected = TurnVerdict.from_dict({"p_lower": 0.9, "admitted": True, "prediction": 0})
-    oos = TurnVerdict.from_dict({"status": "out_of_scope", "admitted": False})
+    def status(admitted, prediction, reason):
+        return read({"admitted": admitted, "prediction": prediction, "reason": reason}).status
+
+    assert status(True, 1, None) is VerdictStatus.VERIFIED
+    assert status(True, 0, None) is VerdictStatus.NOT_VERIFIED
+    assert status(False, 1, "below_threshold") is VerdictStatus.NOT_VERIFIED
+    assert status(False, 1, "out_of_distribution") is VerdictStatus.OUT_OF_SCOPE
+    assert read(None).status is VerdictStatus.NO_VERIFIER and read({"p_lower": None}).status is VerdictStatus.NO_VERIFIER
+    verified = read({"p_lower": 0.96, "admitted": True, "prediction": 1, "q": 30, "d": 0.8})
+    rejected = read({"p_lower": 0.9, "admitted": True, "prediction": 0})
+    oos = read({"status": "out_of_scope", "admitted": False})
     params = VerdictMonitorParams({"verified": 0.5, "not_verified": 0.5, "out_of_scope": 0.2, "none": 0.5})
     assert verdict_forecasts([verified, rejected, oos], params) == pytest.approx([0.96, 0.96 * 0.1, 0.96 * 0.1 * 0.2])
-    assert verdict_forecasts([TurnVerdict.from_dict({"p_lower": 0.96, "admitted": True, "prediction": 1})], params) == \
+    assert verdict_forecasts([read({"p_lower": 0.96, "admitted": True, "prediction": 1})], params) == \
         pytest.approx([0.96])
     fitted = fit_verdict_params([(oos, False), (oos, False), (oos, True), (verified, True)])
     assert fitted.status_rate["out_of_scope"] == pytest.approx(2 / 5) and fitted.status_rate["no_verifier"] == 0.5

@@ -9,7 +9,6 @@ import warnings
 
 import numpy as np
 
-from mlx_sdm.monitor.forecast.verdict_monitor import TurnVerdict
 import pytest
 
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction, UncertaintyLevel
@@ -17,6 +16,7 @@ from mlx_sdm.monitor.forecast.fused import FusedParams, OnlineFusedMonitor, data
 from mlx_sdm.monitor.forecast.policy import PausePolicy, apply_policy
 from mlx_sdm.monitor.evaluation.policy_choice import choose_policy, corpus_signals, threshold_at
 from mlx_sdm.monitor.online.reading import FusedReading, MonitorReading
+from mlx_sdm.network.verdict import DocumentVerdict
 from mlx_sdm.monitor.session_file.reader import read_sessions_jsonl
 from mlx_sdm.monitor.forecast.signals import _turn_labels
 from mlx_sdm.turn.escalation import REASON_DEGENERATE, plan_escalation
@@ -56,7 +56,7 @@ def test_a_degenerate_answer_pauses_the_turn_with_its_reason():
     assert reading.level is UncertaintyLevel.MEDIUM and reading.action is EscalationAction.PAUSE_FOR_HUMAN
     assert "quotes and braces" in reading.degenerate.reason
     assert MonitorReading.from_dict(reading.to_dict()).degenerate == reading.degenerate  # stored and reopened
-    plan = plan_escalation(reading, [], None)
+    plan = plan_escalation(reading, [], DocumentVerdict.no_verifier())
     assert plan.action is EscalationAction.PAUSE_FOR_HUMAN and plan.escalated and not plan.reflect
     assert plan.message.startswith("Paused: the answer is mostly quotes and braces")
     assert REASON_DEGENERATE in plan.review_reasons
@@ -65,7 +65,7 @@ def test_a_degenerate_answer_pauses_the_turn_with_its_reason():
 def test_an_ordinary_answer_stays_low():
     reading = _answer(_monitor(), "1. Keep a regular schedule.\n2. Keep the room dark.\n3. No screens.")
     assert reading.degenerate is None and reading.level is UncertaintyLevel.LOW
-    assert plan_escalation(reading, [], None).action is EscalationAction.PROCEED
+    assert plan_escalation(reading, [], DocumentVerdict.no_verifier()).action is EscalationAction.PROCEED
 
 
 def test_a_long_session_of_ordinary_answers_never_pauses():
@@ -124,7 +124,7 @@ def test_the_policy_never_lowers_what_auq_decided():
     apply_policy(reading, BROKEN, None)
     assert reading.action is EscalationAction.ABORT and reading.level is UncertaintyLevel.CRITICAL
     assert reading.degenerate is not None
-    assert "quotes and braces" in plan_escalation(reading, [], None).message
+    assert "quotes and braces" in plan_escalation(reading, [], DocumentVerdict.no_verifier()).message
 
 
 def test_threshold_at_pauses_at_most_the_rate():
@@ -146,7 +146,7 @@ def _replayed_forecasts(session, params: FusedParams) -> list[float]:
             online.observe_user(step.tracer)
             continue
         verdict = labels.get(step.step_id, {}).get("verdict") or (step.verifier.to_dict() if step.verifier else None)
-        out.append(online.observe_answer(step.tracer, step.auq, TurnVerdict.from_dict(verdict)).p)
+        out.append(online.observe_answer(step.tracer, step.auq, DocumentVerdict.from_dict(verdict) or DocumentVerdict.no_verifier()).p)
     return out
 
 

@@ -131,8 +131,7 @@ def test_step_ids():
 def test_a_routed_verdict_reads_back_with_the_state_the_chat_showed(tmp_path):
     """Out of distribution on a question routed to one of the verifier's tasks is 'not verified' in the chat
     (network/verdict.status_of); the session file keeps the task, so the monitor reads the same state."""
-    from mlx_sdm.monitor.forecast.verdict_monitor import TurnVerdict
-    from mlx_sdm.network.verdict import VerdictStatus
+    from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
 
     path = tmp_path / "routed.jsonl"
     session = _session("r")
@@ -142,7 +141,7 @@ def test_a_routed_verdict_reads_back_with_the_state_the_chat_showed(tmp_path):
         warnings.simplefilter("error", SessionFormatWarning)  # "task" is a known key: no warning
         (back,) = read_sessions_jsonl(path)
     assert back.steps[1].verifier.task == "fever"
-    assert TurnVerdict.from_dict(back.steps[1].verifier.to_dict()).status is VerdictStatus.NOT_VERIFIED
+    assert DocumentVerdict.from_dict(back.steps[1].verifier.to_dict()).status is VerdictStatus.NOT_VERIFIED
     unrouted = VerifierOutput(admitted=False, reason="out_of_distribution", prediction=1)
     assert "task" not in unrouted.to_dict()  # files without a task are written as before
-    assert TurnVerdict.from_dict(unrouted.to_dict()).status is VerdictStatus.OUT_OF_SCOPE
+    assert DocumentVerdict.from_dict(unrouted.to_dict()).status is VerdictStatus.OUT_OF_SCOPE

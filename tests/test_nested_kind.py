@@ -7,10 +7,8 @@ import mlx_sdm  # noqa: F401
 import numpy as np
 import pytest
 
+from mlx_sdm.cli import main as cli
 from mlx_sdm.calibration.nested import NestedSettings, Region, fit_regions, ladder, region_alphas
-from mlx_sdm.commands import report as report_cmd
-from mlx_sdm.commands import train as train_cmd
-from mlx_sdm.commands import verify as verify_cmd
 from tests.test_estimator_commands import _write
 
 
@@ -89,13 +87,13 @@ def test_train_nested_verify_report(tmp_path, capsys):
     t, c = _write(tmp_path / "t.jsonl", rng, 150, "t"), _write(tmp_path / "c.jsonl", rng, 150, "c")
     test = _write(tmp_path / "x.jsonl", rng, 60, "x")
     out = tmp_path / "nested"
-    assert train_cmd.main(["--train", t, "--calibration", c, "--out", str(out), "--estimator", "nested",
+    assert cli(["train", "--train", t, "--calibration", c, "--out", str(out), "--estimator", "nested",
                            "--iterations", "1", "--epochs", "20", "--exemplar-dim", "16", "--quiet"]) == 0
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["estimator"] == "nested" and manifest["nested"]["regions"]
     assert "regions (alpha: q' >=): " in capsys.readouterr().out
     verdicts = tmp_path / "v.jsonl"
-    assert verify_cmd.main(["--estimator", str(out), test, "--out", str(verdicts)]) == 0
+    assert cli(["verify", "--estimator", str(out), test, "--out", str(verdicts)]) == 0
     rows = [json.loads(line) for line in verdicts.read_text().splitlines()]
     ladder_alphas = {0.0, *ladder(0.05)}
     for r in rows:
@@ -105,7 +103,7 @@ def test_train_nested_verify_report(tmp_path, capsys):
     assert any(r["region_alpha_lower"] > 0 for r in rows)
     capsys.readouterr()
     plot = tmp_path / "r.png"
-    assert report_cmd.main(["--estimator", str(out), test, "--plot", str(plot)]) == 0
+    assert cli(["report", "--estimator", str(out), test, "--plot", str(plot)]) == 0
     text = capsys.readouterr().out
     assert "sdm nested region" in text and "admission at every alpha of the ladder" in text
     ladder_lines = [line for line in text.splitlines() if line[:4] in ("0.95", "0.9 ", "0.55")]
@@ -119,9 +117,9 @@ def test_sdmkit_out_implies_nested_and_refuses_other_kinds(tmp_path, capsys):
     rng = np.random.default_rng(6)
     t, c = _write(tmp_path / "t.jsonl", rng, 100, "t"), _write(tmp_path / "c.jsonl", rng, 100, "c")
     common = ["--train", t, "--calibration", c, "--iterations", "1", "--epochs", "3", "--exemplar-dim", "8", "--quiet"]
-    assert train_cmd.main(common + ["--out", str(tmp_path / "a.sdmkitmodel"), "--estimator", "v2"]) == 1
+    assert cli(["train", *common + ["--out", str(tmp_path / "a.sdmkitmodel"), "--estimator", "v2"]]) == 1
     assert "holds the nested kind only" in capsys.readouterr().err and not (tmp_path / "a.sdmkitmodel").exists()
-    assert train_cmd.main(common + ["--out", str(tmp_path / "a.sdmkitmodel")]) == 0
+    assert cli(["train", *common + ["--out", str(tmp_path / "a.sdmkitmodel")]]) == 0
     manifest = json.loads((tmp_path / "a.sdmkitmodel" / "manifest.json").read_text())
     assert manifest["schemaVersion"] == 1 and manifest["metadata"]["mlxSdm"]["config"]["estimator"] == "nested"
 

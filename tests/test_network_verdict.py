@@ -10,7 +10,8 @@ import pytest
 from mlx_sdm.calibration.row_verdict import Verdict
 from mlx_sdm.network.coverage import VerifierCoverage, VerifierTask, read_coverage
 from mlx_sdm.network.lean import Lean, LeanCount, counts_of
-from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, status_from_dict
+from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
+from mlx_sdm.network.verdict_words import verdict_json, verdict_words
 
 TASKS = [{"name": "bbc_topic", "description": "the topic of a BBC news article", "example_prompt": "Classify ..."},
          {"name": "fever", "description": "whether a claim is supported", "example_prompt": "Check ..."}]
@@ -25,21 +26,21 @@ def test_a_lean_is_said_only_where_it_is_measured_to_beat_the_base_rate():
     made = verdict(admitted=False, reason="below_threshold", prediction=0)
     told = DocumentVerdict(made, lean=MEASURED[0])
     assert "it leans toward it being wrong, and that lean is measured: 60 % of the 60 held-out answers it leaned " \
-        "wrong on were wrong, against 22 % of all answers (at least 49 % at 95 % confidence)" in told.explanation()
-    assert told.to_dict()["badge"] == "✘ not verified · leans wrong"
+        "wrong on were wrong, against 22 % of all answers (at least 49 % at 95 % confidence)" in verdict_words(told).sentence
+    assert verdict_words(told).badge == "✘ not verified · leans wrong"
     base_rate = Lean(0, False, 0.88, 0.80, 0.84, 240)
     for lean in (base_rate, None):
         quiet = DocumentVerdict(made, lean=lean)
-        assert "leans toward" not in quiet.explanation() and "cannot tell" in quiet.explanation()
-        assert quiet.to_dict()["badge"] == "? not verified · cannot tell"
-    assert "against 80 % of all answers" in DocumentVerdict(made, lean=base_rate).explanation()
+        assert "leans toward" not in verdict_words(quiet).sentence and "cannot tell" in verdict_words(quiet).sentence
+        assert verdict_words(quiet).badge == "? not verified · cannot tell"
+    assert "against 80 % of all answers" in verdict_words(DocumentVerdict(made, lean=base_rate)).sentence
     # a measured lean toward the other class says nothing about this prediction
-    assert "leans toward" not in DocumentVerdict(made, lean=MEASURED[1]).explanation()
+    assert "leans toward" not in verdict_words(DocumentVerdict(made, lean=MEASURED[1])).sentence
     # nor a measured lean where the nearest known answer disagrees (q = 0: no support for it), e.g. "23 + 19 = 32"
     unsupported = DocumentVerdict(verdict(admitted=False, reason="out_of_distribution", q=0, d=0.2), lean=MEASURED[1],
                                   admits_nothing=True)
-    assert "leans toward" not in unsupported.explanation() and unsupported.to_dict()["badge"].startswith("? ")
-    assert "does not support its lean (q = 0)" in unsupported.explanation() and "base rate" not in unsupported.explanation()
+    assert "leans toward" not in verdict_words(unsupported).sentence and verdict_words(unsupported).badge.startswith("? ")
+    assert "does not support its lean (q = 0)" in verdict_words(unsupported).sentence and "base rate" not in verdict_words(unsupported).sentence
 
 
 def test_the_lean_rule_on_counts():
@@ -76,24 +77,24 @@ def verdict(*, admitted: bool, prediction: int = 1, reason: str | None = None, p
 def test_three_states_and_one_sentence_of_why(made, status, reason, words):
     judged = DocumentVerdict(made, lean=MEASURED[made.prediction])  # a lean measured to beat the base rate
     assert judged.status is status and judged.verified == (status is VerdictStatus.VERIFIED)
-    assert judged.reason == reason and words in judged.explanation()
-    data = judged.to_dict()
-    assert data["status"] == status.value and data["reason"] == reason and data["explanation"] == judged.explanation()
-    assert status_from_dict(data) is status
+    assert judged.reason == reason and words in verdict_words(judged).sentence
+    data = verdict_json(judged)
+    assert data["status"] == status.value and data["reason"] == reason and data["explanation"] == verdict_words(judged).sentence
+    assert DocumentVerdict.from_dict(judged.to_dict()).status is status and "explanation" not in judged.to_dict()
     # an older stored dict without "status" gets the same state by the same rule
-    assert status_from_dict(made.to_dict()) is status
+    assert DocumentVerdict.from_dict(made.to_dict()).status is status
 
 
 def test_out_of_scope_says_what_the_verifier_covers():
     judged = DocumentVerdict(verdict(admitted=False, reason="out_of_distribution", d=0.0),
                              coverage=read_coverage({"tasks": TASKS}))
-    text = judged.explanation()
+    text = verdict_words(judged).sentence
     assert text.startswith("Out of scope:") and "the topic of a BBC news article" in text and "whether a claim" in text
     # other states do not list the tasks
-    assert "covers" not in DocumentVerdict(verdict(admitted=True), coverage=judged.coverage).explanation()
+    assert "covers" not in verdict_words(DocumentVerdict(verdict(admitted=True), coverage=judged.coverage)).sentence
     # a question routed to none of a routing verifier's tasks: out of scope with no estimator numbers
     unrouted = DocumentVerdict(None, coverage=VerifierCoverage(tasks=(VerifierTask("spam"),)), unjudged="not_a_task")
-    assert unrouted.status is VerdictStatus.OUT_OF_SCOPE and "It covers: spam." in unrouted.explanation()
+    assert unrouted.status is VerdictStatus.OUT_OF_SCOPE and "It covers: spam." in verdict_words(unrouted).sentence
     assert DocumentVerdict.from_dict(unrouted.to_dict()).status is VerdictStatus.OUT_OF_SCOPE
 
 
@@ -123,7 +124,7 @@ def test_a_verifier_keeps_its_tasks_through_save_and_load(tmp_path):
 
 
 def test_exemplar_label_words_one_rule_for_server_and_tui():
-    from mlx_sdm.network.verdict import exemplar_label_words
+    from mlx_sdm.network.evidence import exemplar_label_words
     from mlx_sdm.server import verdicts
     from tui.widgets import evidence_panel as evidence
 
@@ -136,7 +137,7 @@ def test_exemplar_label_words_one_rule_for_server_and_tui():
     assert verdicts.exemplar_label_words is exemplar_label_words
     assert EvidenceItem(1, "e", "q", "a", 0, 0, 1.0).label_words == exemplar_label_words(0)
     assert "evidence_of" in vars(evidence)  # the TUI reads exemplars through the one evidence module
-    assert not hasattr(verdicts, "LABEL_WORDS")  # the words live in mlx_sdm/network/verdict.py only
+    assert not hasattr(verdicts, "LABEL_WORDS")  # the words live in mlx_sdm/network/evidence.py only
 
 
 def test_an_answer_unlike_the_built_on_ones_to_a_covered_question_is_not_verified_not_out_of_scope():
@@ -147,13 +148,13 @@ def test_an_answer_unlike_the_built_on_ones_to_a_covered_question_is_not_verifie
     made = verdict(admitted=False, reason="out_of_distribution", d=0.0)
     routed = DocumentVerdict(made, coverage=coverage, task=TASKS[0]["name"])
     assert routed.status is VerdictStatus.NOT_VERIFIED and routed.reason == "out_of_distribution"
-    text = routed.explanation()
+    text = verdict_words(routed).sentence
     assert text.startswith("Not verified:") and TASKS[0]["description"] in text and "It covers" not in text
     data = routed.to_dict()
     assert data["status"] == "not_verified" and data["task"] == TASKS[0]["name"]
     stored = dict(data)
     del stored["status"]  # a row without the status word gets the same state by the same rule
-    assert status_from_dict(stored) is VerdictStatus.NOT_VERIFIED
+    assert DocumentVerdict.from_dict(stored).status is VerdictStatus.NOT_VERIFIED
     # the same verdict on an unrouted question stays out of scope
     assert DocumentVerdict(made, coverage=coverage).status is VerdictStatus.OUT_OF_SCOPE
     # a routed question that the verifier admits is verified as before

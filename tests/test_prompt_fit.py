@@ -190,7 +190,7 @@ def test_the_chat_shows_what_was_cut_under_the_answer():
     from mlx_sdm.turn.answer import GeneratedAnswer
     from mlx_sdm.turn.escalation import TurnStatus
     from mlx_sdm.turn.values import TurnOutcome
-    from tui.screens.chat import answer_notes
+    from tui.widgets.chat_log import answer_notes
 
     lm = tiny_loaded_model()
     fitted = fit_prompt(lm.tokenizer, _conversation(), 200, context=CONTEXT)

@@ -14,8 +14,8 @@ from mlx_sdm.network.verdict import (
     REASON_NO_CHECKABLE_ANSWER,
     DocumentVerdict,
     VerdictStatus,
-    verdict_words,
 )
+from mlx_sdm.network.verdict_words import verdict_words
 from mlx_sdm.network.verifier import DocumentVerifier, FeatureRecipe
 
 LABELS = ("bbc_topic", NO_ANSWER_KIND, OPEN_KIND)
@@ -152,15 +152,17 @@ def test_an_open_question_unlike_all_it_was_built_on_is_out_of_scope_and_a_task_
 
 
 def test_the_monitor_reads_a_verdict_of_a_verifier_that_admits_nothing_as_unjudged():
-    from mlx_sdm.monitor.forecast.verdict_monitor import TurnVerdict
+    from dataclasses import replace
+
+    from mlx_sdm.monitor.forecast.verdict_monitor import forecast_status
 
     route = TaskRoute(None, OPEN_KIND, kind=RouteKind.OPEN_QUESTION, probability=0.8)
     judged = _judged(0.4, False, 1, OPEN_KIND, route)
-    assert TurnVerdict.of(judged).status is VerdictStatus.NOT_VERIFIED
-    judged.admits_nothing = True
+    assert forecast_status(judged) is VerdictStatus.NOT_VERIFIED
+    judged = replace(judged, admits_nothing=True)
     assert judged.status is VerdictStatus.NOT_VERIFIED  # what the user reads is unchanged
     assert "cannot vouch for any answer" in verdict_words(judged).sentence
-    assert TurnVerdict.of(judged).status is VerdictStatus.OUT_OF_SCOPE  # what the fused forecast's rates know it as
+    assert forecast_status(judged) is VerdictStatus.OUT_OF_SCOPE  # what the fused forecast's rates know it as
     assert DocumentVerdict.from_dict(judged.to_dict()).admits_nothing
 
 

@@ -13,7 +13,7 @@ from mlx_sdm.executor.regeneration import REGENERATE_TEMPERATURE, regeneration
 from mlx_sdm.network.verdict import DocumentVerdict
 from mlx_sdm.store.chat_store import ChatStore
 from mlx_sdm.store.migrations import SCHEMA_VERSION
-from mlx_sdm.store.schema import BranchOrigin
+from mlx_sdm.store.records import BranchOrigin
 from mlx_sdm.turn.values import Resampled
 from mlx_sdm.turn.escalation import TurnStatus
 from tests.stored import answer as stored_answer
@@ -27,7 +27,7 @@ def two_turns(store: ChatStore) -> tuple[str, list[int]]:
     ids = []
     for q, a in (("Capital of France?", "Paris."), ("And of Italy?", "Rome.")):
         ids.append(store.add_message(s.id, "user", q))
-        ids.append(store.add_answer(stored_answer(s.id, a, verdict=VERIFIED, state="verified", verifier="v")))
+        ids.append(store.add_turn(s.id, None, stored_answer(a, verdict=VERIFIED, state="verified", verifier="v")).message_id)
     return s.id, ids
 
 
@@ -66,9 +66,9 @@ def test_the_conversation_carries_the_latest_answer_and_a_branch_remaps_what_it_
     again = regeneration(store.messages(parent))
     assert again.replaces == ids[3] and again.attempt == 1
     assert again.messages[-1] == {"role": "user", "content": "And of Italy?"} and len(again.messages) == 3
-    newer = stored_answer(parent, "Rome, of course.", state="verified", verdict=VERIFIED,
+    newer = stored_answer("Rome, of course.", state="verified", verdict=VERIFIED,
                           resampled=Resampled(ids[3], REGENERATE_TEMPERATURE, 1))
-    newer_id = store.add_answer(newer)
+    newer_id = store.add_turn(parent, None, newer).message_id
     records = store.messages(parent)
     assert [m["content"] for m in conversation_from(records)][-2:] == ["And of Italy?", "Rome, of course."]
     assert "Rome." not in [m["content"] for m in conversation_from(records)]
@@ -94,7 +94,7 @@ def test_a_paused_answer_can_be_regenerated(tmp_path):
     store = ChatStore(tmp_path / "chat.db")
     s = store.create_session("paused")
     store.add_message(s.id, "user", "Give me three tips for sleeping better.")
-    paused = store.add_answer(stored_answer(s.id, '" " ""}"}"}', status=TurnStatus.PAUSED))
+    paused = store.add_turn(s.id, None, stored_answer('" " ""}"}"}', status=TurnStatus.PAUSED)).message_id
     again = regeneration(store.messages(s.id))
     assert again.replaces == paused and again.messages[-1]["content"] == "Give me three tips for sleeping better."
 
@@ -108,7 +108,8 @@ def test_the_engine_regenerates_sampled_and_keeps_both_answers(tmp_path):
         s = store.create_session("t")
         first = engine.send(s.id, "Is Paris the capital of France?").result(60)
         second = engine.regenerate(s.id).result(60)
-        assert second.user_message_id == first.user_message_id and second.message_id != first.message_id
+        assert second.question_id is None and first.question_id is not None  # the answer given again has no question of its own
+        assert second.message_id != first.message_id
         answers = [m for m in store.messages(s.id) if m.role == "assistant"]
         assert [a.id for a in answers] == [first.message_id, second.message_id]
         assert answers[0].metadata.replaces is None and answers[0].metadata.temperature is None  # greedy, as before
@@ -118,9 +119,9 @@ def test_the_engine_regenerates_sampled_and_keeps_both_answers(tmp_path):
         assert sum(1 for m in store.messages(s.id) if m.role == "user") == 1  # the question is not repeated
         # the monitor scores both answers under the one turn, and says "turn 1" of the second, as the chat does
         assert [p.turn for p in engine._monitors[s.id].history] == [1, 1]
-        assert "turn 2" not in second.monitor.fused.message
+        assert "turn 2" not in second.outcome.monitor.fused.message
         third = engine.send(s.id, "And of Spain?").result(60)
-        assert [p.turn for p in engine._monitors[s.id].history] == [1, 1, 2] and "turn 3" not in third.monitor.fused.message
+        assert [p.turn for p in engine._monitors[s.id].history] == [1, 1, 2] and "turn 3" not in third.outcome.monitor.fused.message
     finally:
         engine.shutdown()
 
@@ -130,8 +131,7 @@ def test_the_markdown_export_says_which_answer_was_regenerated_and_where_a_branc
 
     store = ChatStore(tmp_path / "chat.db")
     parent, ids = two_turns(store)
-    store.add_answer(stored_answer(parent, "Rome, of course.", state="no_verifier",
-                                   resampled=Resampled(ids[3], 0.7, 1)))
+    store.add_turn(parent, None, stored_answer("Rome, of course.", state="no_verifier", resampled=Resampled(ids[3], 0.7, 1)))
     text = session_to_markdown(store, parent)
     assert "### Assistant (regenerated: sampled at temperature 0.7, seed 1)" in text and text.count("### Assistant") == 3
     branch = store.branch_session(parent, before_message_id=ids[2])

@@ -12,7 +12,7 @@ import pytest
 
 from mlx_sdm.network.coverage import TaskRoute
 from mlx_sdm.network.verifier import DocumentVerifier, FeatureRecipe
-from mlx_sdm.store.schema import TaskScope
+from mlx_sdm.store.records import TaskScope
 from mlx_sdm.store.chat_store import ChatStore
 from tests.stored import answer as stored_answer, judged
 from tests.tiny_verifier import build_tiny_verifier
@@ -24,9 +24,9 @@ def _label(store, text, *, verifier, task, label=1, value=1.0):
     """An answer judged under (verifier, task), queued and labelled with the task it was stored under."""
     s = store.create_session(text)
     store.add_message(s.id, "user", text)
-    mid = store.add_answer(stored_answer(s.id, text, state="not_verified", verdict=judged(),
+    mid = store.add_turn(s.id, None, stored_answer(text, state="not_verified", verdict=judged(),
                                          features=np.full(4, value), feature_model="m", verifier=verifier,
-                                         task=task, review_reasons=["below_threshold"]))
+                                         task=task, review_reasons=["below_threshold"])).message_id
     message = store.message(mid)
     return store.review_queue.record_decision(message.review_id, label, verifier=verifier, task=message.task)
 
@@ -49,8 +49,8 @@ def test_support_points_keep_each_task_of_a_verifier_apart(tmp_path):
     assert _ids(store.review_queue.support_points(verifier=V)) == [a.id, b.id, unrouted.id]  # no task given: every task
     # a decision without a task (the caller did not know it) counts for every task of its verifier only
     s = store.create_session("x")
-    mid = store.add_answer(stored_answer(s.id, "y", state="not_verified", features=np.zeros(4), feature_model="m",
-                                         verifier=V, review_reasons=["below_threshold"]))
+    mid = store.add_turn(s.id, None, stored_answer("y", state="not_verified", features=np.zeros(4), feature_model="m",
+                                         verifier=V, review_reasons=["below_threshold"])).message_id
     unknown = store.review_queue.record_decision(store.message(mid).review_id, 0, verifier=V)
     assert unknown.task is None
     assert _ids(store.review_queue.support_points(verifier=V, task=TaskScope("fever"))) == [a.id, unknown.id]
@@ -152,7 +152,7 @@ def _ask(engine, text):
 
 
 def _review_exemplars(result):
-    return [e["id"] for e in result.verdict.to_dict()["exemplars"] if e["id"].startswith("review-")]
+    return [e["id"] for e in result.outcome.verdict.to_dict()["exemplars"] if e["id"].startswith("review-")]
 
 
 def test_a_label_under_one_task_never_reaches_another_task_of_the_verifier(suite_engine):
@@ -166,26 +166,27 @@ def test_a_label_under_one_task_never_reaches_another_task_of_the_verifier(suite
     first = _ask(engine, TASK_A + claim)
     assert store.message(first.message_id).task == TaskScope("task_a")
     assert store.message(b_before.message_id).task == TaskScope("task_b")
-    result = engine.decide(first.review_id, int(first.verdict.to_dict()["prediction"])).result(60)
+    result = engine.decide(first.review_id, int(first.outcome.verdict.to_dict()["prediction"])).result(60)
     assert result.applied and result.support_size == base + 1 and "task task_a" in result.message
     assert store.review_queue.decision(result.decision_id).task == TaskScope("task_a")
-    assert engine.call(lambda c: c.verifier.estimator.support_size).result(60) == base  # unrouted questions: untouched
+    review = engine._require_review()  # the verifiers the turns are judged by (the review service provides them)
+    assert engine.call(lambda c: review.verifier_for(None).estimator.support_size).result(60) == base  # unrouted: untouched
     assert engine.info().support_size == base + 1  # the status line counts every label of the verifier
 
     support_id = f"review-{first.review_id}-decision-{result.decision_id}"
     assert _review_exemplars(_ask(engine, TASK_A + claim)) == [support_id]  # the same task sees it
     b_after = _ask(engine, TASK_B + claim)
     assert _review_exemplars(b_after) == []
-    assert b_after.verdict.to_dict()["q"] == b_before.verdict.to_dict()["q"]
-    assert b_after.verdict.to_dict()["d"] == pytest.approx(b_before.verdict.to_dict()["d"])
+    assert b_after.outcome.verdict.to_dict()["q"] == b_before.outcome.verdict.to_dict()["q"]
+    assert b_after.outcome.verdict.to_dict()["d"] == pytest.approx(b_before.outcome.verdict.to_dict()["d"])
     assert _review_exemplars(_ask(engine, "Is Paris the capital of France?")) == []
     # had it leaked, B's question would have found it: task A's verifier lists it among B's nearest
     b_features = store.message(b_after.message_id).features
-    leaked = engine.call(lambda c: c.verifier_for("task_a").judge(b_features).to_dict()["exemplars"]).result(60)
+    leaked = engine.call(lambda c: review.verifier_for("task_a").judge(b_features).to_dict()["exemplars"]).result(60)
     assert support_id in [e["id"] for e in leaked]
 
     # a label under task B joins B only; the saved copies are per task
-    decided_b = engine.decide(b_after.review_id, int(b_after.verdict.to_dict()["prediction"])).result(60)
+    decided_b = engine.decide(b_after.review_id, int(b_after.outcome.verdict.to_dict()["prediction"])).result(60)
     assert decided_b.applied and decided_b.support_size == base + 2 and decided_b.saved_to != result.saved_to
     assert DocumentVerifier.load(decided_b.saved_to).estimator.support_size == base + 1
     assert engine.info().support_size == base + 2

@@ -15,6 +15,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from mlx_sdm.cli import main as cli
 from mlx_sdm.usecases import second_look_build
 from mlx_sdm.usecases.build_verifier import BuildVerifierArgs
 from mlx_sdm.usecases.second_look_build import ADMITS_NOTHING, build_second_look, read_rows, rows_path
@@ -169,10 +170,10 @@ def test_the_shipped_default_has_no_second_look():
 
 
 def test_the_command_refuses_what_a_second_look_cannot_build(tmp_path, capsys):
-    assert command.main(["--tasks", "fever", "--second-look", "--out", str(tmp_path / "v"), "--model",
+    assert cli(["build-verifier", "--tasks", "fever", "--second-look", "--out", str(tmp_path / "v"), "--model",
                          str(tmp_path / "none")]) == 1
     assert "give --tasks open_questions" in capsys.readouterr().err
-    assert command.main(["--limit", "4", "--out", str(tmp_path / "v")]) == 2
+    assert cli(["build-verifier", "--limit", "4", "--out", str(tmp_path / "v")]) == 2
     assert "--limit sizes a --second-look build" in capsys.readouterr().err
     args = command.parse_args(["--tasks", "open_questions", "--second-look", "--out", "x"])
     assert args.second_look == 6 and command.parse_args(["--second-look", "3", "--out", "x"]).second_look == 3
@@ -183,13 +184,13 @@ def test_the_command_answers_then_says_when_a_build_is_too_small(tiny_folder, tm
     out = tmp_path / "look"
     argv = ["--model", str(tiny_folder), "--tasks", "open_questions", "--second-look", "2", "--limit", "3",
             "--batch", "3", "--no-plot", "--out", str(out)]
-    assert command.main(argv) == 1
+    assert cli(["build-verifier", *argv]) == 1
     err = capsys.readouterr().err
     assert "answered 3 questions with 2 drawn answers each in" in err and "s per question" in err
     assert "raise --limit" in err and not out.exists()
     cached = list((tmp_path / "look.cache").glob("open_questions-second-look-*.jsonl"))
     assert len(cached) == 1 and len(read_rows(cached[0])) == 3
-    assert command.main(argv) == 1  # the rerun answers nothing
+    assert cli(["build-verifier", *argv]) == 1  # the rerun answers nothing
     assert f"all 3 questions from {cached[0]}" in capsys.readouterr().err
 
 
@@ -265,12 +266,14 @@ def test_a_chat_turn_takes_its_second_look_between_the_answer_and_the_verdict(lo
     drawn for it (the draws equal the chat's: tests/test_second_look_sampling.py); --no-second-look leaves the
     answer token for token and says no judgement was made."""
     from mlx_sdm.network.verdict import REASON_SECOND_LOOK_OFF, VerdictStatus
-    from mlx_sdm.turn.values import AnswerComplete, AnswerVerdict, CheckingAnswers, TurnOptions, TurnRequest
+    from mlx_sdm.network.verdict import DocumentVerdict
+    from mlx_sdm.network.verdict_words import verdict_words
+    from mlx_sdm.turn.values import AnswerComplete, CheckingAnswers, TurnOptions, TurnRequest
 
     options = TurnOptions(max_tokens=12, enable_p_true=False, generate_reflection=False)
     items = list(looking_pipeline.stream(TurnRequest(QUESTION, options)))
     kinds = [type(i) for i in items]
-    assert kinds.index(AnswerComplete) < kinds.index(CheckingAnswers) < kinds.index(AnswerVerdict)
+    assert kinds.index(AnswerComplete) < kinds.index(CheckingAnswers) < kinds.index(DocumentVerdict)
     assert next(i for i in items if isinstance(i, CheckingAnswers)).k == SPEC.k
     outcome = items[-1]
     assert outcome.verdict.task == OPEN_QUESTIONS and outcome.verdict.verdict is not None
@@ -285,7 +288,8 @@ def test_a_chat_turn_takes_its_second_look_between_the_answer_and_the_verdict(lo
                                                                  generate_reflection=False, second_look=False)))
     assert off.text == outcome.text and off.token_ids == outcome.token_ids  # the answer is the plain model's
     assert off.verdict.reason == REASON_SECOND_LOOK_OFF and off.verdict.status is VerdictStatus.NOT_VERIFIED
-    assert off.words.badge == "? not verified · second look off" and "--no-second-look" in off.words.sentence
+    words = verdict_words(off.verdict)
+    assert words.badge == "? not verified · second look off" and "--no-second-look" in words.sentence
 
 
 def test_the_default_verifier_takes_no_second_look():
@@ -323,13 +327,13 @@ def test_a_label_on_a_second_look_answer_is_kept_as_a_training_row(built, tmp_pa
         before = engine.info().support_size
         session = engine.store.create_session("look")
         first = engine.send(session.id, "What is the capital of France?").result(60)
-        assert first.verdict.task == OPEN_QUESTIONS and first.review_id is not None
+        assert first.outcome.verdict.task == OPEN_QUESTIONS and first.review_id is not None
         decided = engine.decide(first.review_id, 1).result(60)
         assert not decided.applied and "second look" in decided.message and "training row" in decided.message
         assert decided.support_size == before == engine.info().support_size
         assert engine.store.review_queue.decision(decided.decision_id).label == 1  # kept for export
         again = engine.send(engine.store.create_session("again").id, "What is the capital of France?").result(60)
-        assert again.verdict.task == OPEN_QUESTIONS and again.verdict.verdict is not None
-        assert again.verdict.verdict.q == first.verdict.verdict.q  # judged by the member as it was built
+        assert again.outcome.verdict.task == OPEN_QUESTIONS and again.outcome.verdict.verdict is not None
+        assert again.outcome.verdict.verdict.q == first.outcome.verdict.verdict.q  # judged by the member as it was built
     finally:
         engine.shutdown()

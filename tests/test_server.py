@@ -23,6 +23,7 @@ uvicorn = pytest.importorskip("uvicorn")
 from mlx_sdm.calibration.row_verdict import Exemplar, Verdict  # noqa: E402
 from mlx_sdm.monitor.online.degenerate import degenerate_answer  # noqa: E402
 from mlx_sdm.network.verdict import DocumentVerdict  # noqa: E402
+from mlx_sdm.network.verdict_words import verdict_words  # noqa: E402
 from mlx_sdm.commands.serve import bind_socket  # noqa: E402
 from mlx_sdm.server import verdicts  # noqa: E402
 from mlx_sdm.server.app import ServerConfig, build_app  # noqa: E402
@@ -314,10 +315,10 @@ def _verdict(prediction: int, admitted: bool, reason: str | None, p_lower: float
 ])
 def test_served_verdict_carries_the_one_rule_and_its_words(verdict, status, code):
     judged = DocumentVerdict(verdict)
-    served = verdicts.from_document(judged, "v")
-    assert (served.status, served.reason_code) == (status, code)
-    assert served.reason == judged.explanation() and served.verified == (status == "verified")
-    assert set(served.to_json()) == VERDICT_KEYS and served.exemplars[0].label_text == "a correct answer to a similar question"
+    served = verdicts.verdict_body(judged, "v")
+    assert (served["status"], served["reason_code"]) == (status, code)
+    assert served["reason"] == verdict_words(judged).sentence and served["verified"] == (status == "verified")
+    assert set(served) == VERDICT_KEYS and served["exemplars"][0]["label_text"] == "a correct answer to a similar question"
     assert judged.to_dict()["status"] == status  # what the store keeps (the turn service records the DocumentVerdict)
 
 

@@ -50,11 +50,11 @@ def test_jsonl_export_reads_back_with_the_session_format(session, tmp_path):
     assert [(st.actor, st.step_type) for st in s.steps] == [("user", None), ("agent", "llm_call"), ("user", None), ("agent", "llm_call")]
     assert [st.step_id for st in s.steps] == ["user_0", "llm_1", "user_2", "llm_3"]
     agent = s.steps[1]
-    assert agent.text == first.text and len(agent.tokens) == len(agent.token_logprobs) == len(first.tokens)
-    assert agent.verifier.p_lower == first.verdict.to_dict()["p_lower"] and agent.verifier.reason == first.verdict.to_dict()["reason"]
-    assert agent.auq.level == "high" and agent.auq.propagated_confidence == pytest.approx(first.monitor.to_dict()["cumulative_confidence"])
-    assert agent.tracer.prefix_risk == pytest.approx(first.monitor.to_dict()["tracer_risk"])
-    assert s.steps[3].auq.propagated_confidence == pytest.approx(second.monitor.to_dict()["cumulative_confidence"])
+    assert agent.text == first.outcome.text and len(agent.tokens) == len(agent.token_logprobs) == len(first.outcome.tokens)
+    assert agent.verifier.p_lower == first.outcome.verdict.to_dict()["p_lower"] and agent.verifier.reason == first.outcome.verdict.to_dict()["reason"]
+    assert agent.auq.level == "high" and agent.auq.propagated_confidence == pytest.approx(first.outcome.monitor.to_dict()["cumulative_confidence"])
+    assert agent.tracer.prefix_risk == pytest.approx(first.outcome.monitor.to_dict()["tracer_risk"])
+    assert s.steps[3].auq.propagated_confidence == pytest.approx(second.outcome.monitor.to_dict()["cumulative_confidence"])
     with pytest.raises(DataError, match="unknown export format"):
         export_session(store, sid, tmp_path / "s.txt", "pdf")
 
@@ -165,8 +165,8 @@ def test_session_outcome_follows_the_verdicts_and_review_labels(tmp_path):
         ids = []
         for status, verdict in answers:
             store.add_message(s.id, "user", "q")
-            ids.append(store.add_answer(stored_answer(s.id, "a", status=status, state=verdict,
-                                                      review_reasons=["below_threshold"] if verdict == "not_verified" else [])))
+            ids.append(store.add_turn(s.id, None, stored_answer("a", status=status, state=verdict,
+                                                      review_reasons=["below_threshold"] if verdict == "not_verified" else [])).message_id)
         return s.id, ids
 
     ok, _ = session(("done", "not_verified"), ("done", "verified"))
@@ -189,15 +189,15 @@ def test_session_outcome_follows_the_verdicts_and_review_labels(tmp_path):
 
 
 def test_the_verdict_line_names_the_state_why_and_the_numbers_once():
-    from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
-    from mlx_sdm.store.export import verdict_line
+    from mlx_sdm.network.verdict import DocumentVerdict
+    from mlx_sdm.network.verdict_words import verdict_line
 
     verified = DocumentVerdict.from_dict({"prediction": 1, "p_lower": 0.998, "admitted": True, "q": 148, "d": 0.833,
                                           "q_bin": 4})
     below = DocumentVerdict.from_dict({"prediction": 1, "p_lower": 0.4, "admitted": False, "reason": "below_threshold",
                                        "q": 3, "d": 0.5, "q_bin": 1})
-    assert verdict_line(VerdictStatus.VERIFIED, verified) == "verdict: VERIFIED · p_lower=0.998 q=148 d=0.833 q_bin=4"
-    assert verdict_line(VerdictStatus.NOT_VERIFIED, below) == (
+    assert verdict_line(verified) == "verdict: VERIFIED · p_lower=0.998 q=148 d=0.833 q_bin=4"
+    assert verdict_line(below) == (
         "verdict: NOT VERIFIED · cannot tell · p_lower=0.400 q=3 d=0.500 q_bin=1")  # its lean was never measured
-    assert verdict_line(VerdictStatus.NO_VERIFIER, None, "verification is off") == "verdict: NO VERIFIER · verification is off"
-    assert verdict_line(None, None) == "verdict: none"
+    assert verdict_line(DocumentVerdict.no_verifier("verification is off")) == "verdict: NO VERIFIER · verification is off"
+    assert verdict_line(None) == "verdict: none"

@@ -34,7 +34,7 @@ def on_item(ref, item):
         print("token", flush=True)
 while True:
     r = engine.send(session.id, f"question {i}", listener=on_item).result()
-    print("stored", r.message_id, r.user_message_id, flush=True)
+    print("stored", r.message_id, r.question_id, flush=True)
     i += 1
 """
 
@@ -84,7 +84,7 @@ def test_kill_mid_turn_loses_nothing_stored(tmp_path):
     try:
         engine.ready.result(60)
         result = engine.send(session_id, "still there?").result(60)
-        assert result.status in {"done", "paused", "aborted"}
+        assert result.outcome.status in {"done", "paused", "aborted"}
         assert store.messages(session_id)[-1].id == result.message_id
     finally:
         engine.shutdown()

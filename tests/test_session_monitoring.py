@@ -92,7 +92,7 @@ def test_critical_abort_plan_and_the_chat_continues():
     m = monitor()
     reading, snap = score(m, answer="no idea", tokens=None, logprobs=None, tool_calls=[], p_true=0.30)  # 0.20
     assert snap["level"] == "critical" and snap["action"] == "abort"
-    plan = plan_escalation(reading, [], None)
+    plan = plan_escalation(reading, [], DocumentVerdict.no_verifier())
     assert plan.status.value == "aborted" and plan.review_reasons == ["escalated_critical"] and "0.200" in plan.explanation
     _, again = score(m, answer="ok", tokens=None, logprobs=None, tool_calls=[], p_true=1.0)
     assert again["cumulative_confidence"] == pytest.approx(0.55 * 0.90 + 0.45 * 0.20)
@@ -116,8 +116,8 @@ def test_replay_rebuilds_the_state_from_stored_messages(tmp_path):
         store.add_message(s.id, "user", q)
         live.observe_user(q)
         reading, snap = score(live, answer="I booked flight 1234 the Paris", tokens=TOKENS, logprobs=LOGPROBS, tool_calls=[], p_true=p)
-        store.add_answer(stored_answer(s.id, "I booked flight 1234 the Paris", tokens=TOKENS, logprobs=LOGPROBS, monitor=reading,
-                                       status="paused" if snap["action"] == "pause_for_human" else "done"))
+        store.add_turn(s.id, None, stored_answer("I booked flight 1234 the Paris", tokens=TOKENS, logprobs=LOGPROBS, monitor=reading,
+                                       status="paused" if snap["action"] == "pause_for_human" else "done")).message_id
     replayed = SessionMonitor(s.id, MonitorConfig())
     replayed.replay(store.messages(s.id))
     assert replayed.history == live.history[:2]
@@ -161,7 +161,7 @@ def test_a_stored_reading_does_not_grow_with_the_session(tmp_path):
         store.add_message(s.id, "user", f"question {i}")
         m.observe_user(f"question {i}")
         reading = m.score_answer(answer=f"answer {i}", tokens=TOKENS, logprobs=LOGPROBS, tool_calls=[], p_true=0.9)
-        store.add_answer(stored_answer(s.id, f"answer {i}", tokens=TOKENS, logprobs=LOGPROBS, monitor=reading))
+        store.add_turn(s.id, None, stored_answer(f"answer {i}", tokens=TOKENS, logprobs=LOGPROBS, monitor=reading)).message_id
     store.close()
     with sqlite3.connect(tmp_path / "c.db") as conn:
         sizes = [n for (n,) in conn.execute("SELECT length(details_json) FROM monitor_snapshots ORDER BY message_id")]

@@ -38,15 +38,15 @@ def test_decision_grows_the_support_set_and_changes_a_near_duplicate_verdict(eng
     first = _ask(engine, "a")
     assert first.review_id is not None and store.review_queue.review_item(first.review_id).reasons[-1] == "escalated_high"
     # the verifier's own prediction as the label: the new point extends the q prefix of a near-duplicate
-    label = int(first.verdict.to_dict()["prediction"])
+    label = int(first.outcome.verdict.to_dict()["prediction"])
     result = engine.decide(first.review_id, label, note="checked").result(60)
     assert result.applied and result.support_size == base_size + 1 == engine.info().support_size
 
     again = _ask(engine, "b")  # the same question in a fresh session: the same (greedy) answer and features
     np.testing.assert_allclose(store.message(again.message_id).features, store.message(first.message_id).features, atol=1e-5)
-    assert again.verdict.to_dict()["q"] > first.verdict.to_dict()["q"]
-    assert again.verdict.to_dict()["d"] != first.verdict.to_dict()["d"]  # the nearest support point is now the answer itself
-    assert f"review-{first.review_id}-decision-{result.decision_id}" in [e["id"] for e in again.verdict.to_dict()["exemplars"]]
+    assert again.outcome.verdict.to_dict()["q"] > first.outcome.verdict.to_dict()["q"]
+    assert again.outcome.verdict.to_dict()["d"] != first.outcome.verdict.to_dict()["d"]  # the nearest support point is now the answer itself
+    assert f"review-{first.review_id}-decision-{result.decision_id}" in [e["id"] for e in again.outcome.verdict.to_dict()["exemplars"]]
 
     # saved atomically beside the store, with the decision ids it holds, and loadable as a verifier
     saved = DocumentVerifier.load(result.saved_to, expect_fingerprint=tiny_loaded_model().fingerprint)
@@ -57,18 +57,18 @@ def test_decision_grows_the_support_set_and_changes_a_near_duplicate_verdict(eng
     undone = engine.undo_decision().result(60)
     assert undone.decision_id == result.decision_id and undone.support_size == base_size
     third = _ask(engine, "c")
-    assert third.verdict.to_dict()["q"] == first.verdict.to_dict()["q"] and third.verdict.to_dict()["d"] == pytest.approx(first.verdict.to_dict()["d"])
+    assert third.outcome.verdict.to_dict()["q"] == first.outcome.verdict.to_dict()["q"] and third.outcome.verdict.to_dict()["d"] == pytest.approx(first.outcome.verdict.to_dict()["d"])
     assert DocumentVerifier.load(undone.saved_to).estimator.support_size == base_size
     assert engine.undo_decision().result(60) is None
 
 
 def test_opposite_label_removes_the_answer_from_its_own_q(engine):
     first = _ask(engine, "a")
-    flipped = 1 - int(first.verdict.to_dict()["prediction"])
+    flipped = 1 - int(first.outcome.verdict.to_dict()["prediction"])
     engine.decide(first.review_id, flipped).result(60)
     again = _ask(engine, "b")
-    assert again.verdict.to_dict()["q"] == 0  # the nearest neighbour now disagrees: q stops at once (Eq. 5)
-    assert again.verdict_status != "verified"
+    assert again.outcome.verdict.to_dict()["q"] == 0  # the nearest neighbour now disagrees: q stops at once (Eq. 5)
+    assert again.outcome.verdict_status != "verified"
 
 
 def test_edited_completion_is_force_decoded_and_superseding_decisions_rebuild(engine):
@@ -85,12 +85,12 @@ def test_edited_completion_is_force_decoded_and_superseding_decisions_rebuild(en
     r2 = engine.decide(first.review_id, 0).result(60)
     assert r2.support_size == base + 1 and [p.label for p in store.review_queue.support_points()] == [0]
     rows = store.review_queue.training_rows()
-    assert rows == [{"prompt": QUESTION, "completion": first.text, "label": 0}]
+    assert rows == [{"prompt": QUESTION, "completion": first.outcome.text, "label": 0}]
 
 
 def test_decisions_survive_a_restart(engine, tmp_path):
     first = _ask(engine, "a")
-    engine.decide(first.review_id, int(first.verdict.to_dict()["prediction"])).result(60)
+    engine.decide(first.review_id, int(first.outcome.verdict.to_dict()["prediction"])).result(60)
     size = engine.info().support_size
     engine.shutdown()
     again = ChatEngine(EngineConfig(max_tokens=10), ChatStore(tmp_path / "chat.db"),
@@ -103,7 +103,7 @@ def test_decisions_survive_a_restart(engine, tmp_path):
 
 def test_a_reviewed_copy_passed_as_the_verifier_is_not_given_its_points_twice(engine, tmp_path):
     first = _ask(engine, "a")
-    result = engine.decide(first.review_id, int(first.verdict.to_dict()["prediction"])).result(60)
+    result = engine.decide(first.review_id, int(first.outcome.verdict.to_dict()["prediction"])).result(60)
     engine.shutdown()
     again = ChatEngine(EngineConfig(max_tokens=10), ChatStore(tmp_path / "chat.db"),
                        components=tiny_components(result.saved_to))
@@ -119,7 +119,7 @@ def test_a_label_joins_only_the_verifier_it_was_given_under(engine, tmp_path):
     from mlx_sdm.executor.review import verifier_key
 
     first = _ask(engine, "under A")
-    label = int(first.verdict.to_dict()["prediction"])
+    label = int(first.outcome.verdict.to_dict()["prediction"])
     assert engine.decide(first.review_id, label).result(60).applied
     base_a = tmp_path / "verifier"
     engine.shutdown()
@@ -139,7 +139,7 @@ def test_a_label_joins_only_the_verifier_it_was_given_under(engine, tmp_path):
         assert b.info().support_size == info.support_size
         # an answer judged under B joins B
         second = b.send(store.create_session("under B").id, QUESTION).result(60)
-        decided = b.decide(second.review_id, int(second.verdict.to_dict()["prediction"])).result(60)
+        decided = b.decide(second.review_id, int(second.outcome.verdict.to_dict()["prediction"])).result(60)
         assert decided.applied and b.info().support_size == info.support_size + 1
         assert [p.decision.id for p in store.review_queue.support_points(verifier=verifier_key(str(other)))] == [decided.decision_id]
     finally:
@@ -163,8 +163,8 @@ def test_the_one_count_includes_the_open_question_member_and_agrees_after_a_deci
     try:
         assert engine.ready.result(120).support_size == own + member
         answer = _ask(engine, "a")
-        assert answer.verdict.task == OPEN_KIND and answer.review_id is not None
-        result = engine.decide(answer.review_id, int(answer.verdict.to_dict()["prediction"])).result(60)
+        assert answer.outcome.verdict.task == OPEN_KIND and answer.review_id is not None
+        result = engine.decide(answer.review_id, int(answer.outcome.verdict.to_dict()["prediction"])).result(60)
         assert result.applied and result.support_size == own + member + 1 == engine.info().support_size
         assert f"support set {own + member + 1} points" in result.message and "open_questions" in result.message
         undone = engine.undo_decision().result(60)
@@ -183,10 +183,10 @@ def test_a_label_on_an_answer_no_verifier_judged_says_it_changes_no_verdict(engi
     store, size = engine.store, engine.info().support_size
     session = store.create_session("haiku")
     store.add_message(session.id, "user", "Write a haiku about autumn.")
-    store.add_answer(stored_answer(session.id, "leaves fall", state="out_of_scope",
+    store.add_turn(session.id, None, stored_answer("leaves fall", state="out_of_scope",
                                    verdict=DocumentVerdict(None, unjudged="no_checkable_answer"),
                                    features=np.ones(2 * tiny_loaded_model().fingerprint["hidden_size"]),
-                                   feature_model=engine.info().feature_model, review_reasons=["no_checkable_answer"]))
+                                   feature_model=engine.info().feature_model, review_reasons=["no_checkable_answer"])).message_id
     item = store.review_queue.review_items(judged=False)[0]
     result = engine.decide(item.id, 1).result(60)
     assert not result.applied and "no checkable answer" in result.message and "changes no verdict" in result.message

@@ -13,12 +13,14 @@ from pathlib import Path
 import numpy as np
 
 from mlx_sdm.store.chat_store import ChatStore
+from mlx_sdm.store.turn_writer import Question, TurnWriter
 from tests.stored import answer as stored_answer, judged, reading
 
 WRITER = r"""
 import sys
 import numpy as np
 from mlx_sdm.store.chat_store import ChatStore
+from mlx_sdm.store.turn_writer import Question
 from tests.stored import answer, judged, reading
 
 store = ChatStore(sys.argv[1])
@@ -26,13 +28,12 @@ session = store.create_session("killed")
 print("session", session.id, flush=True)
 i = 0
 while True:
-    store.add_message(session.id, "user", f"question {i}")
-    mid = store.add_answer(answer(
-        session.id, f"answer {i} " + "x" * 2000, tokens=["a"] * 50, logprobs=[-0.1] * 50,
+    mid = store.add_turn(session.id, Question(f"question {i}"), answer(
+        f"answer {i} " + "x" * 2000, tokens=["a"] * 50, logprobs=[-0.1] * 50,
         features=np.full(256, i, dtype=np.float32), feature_model="m", state="not_verified",
         verdict=judged(), monitor=reading("high"),
         review_reasons=["below_threshold"],
-    ))
+    )).message_id
     print("committed", i, mid, flush=True)
     i += 1
 """
@@ -73,8 +74,10 @@ def test_sigkill_mid_write_loses_nothing_committed(tmp_path):
         assert m.text.startswith(f"answer {i} ") and m.verdict == judged() and m.verdict.reason == "below_threshold"
         assert m.monitor == reading("high") and m.token_count == 50
         np.testing.assert_array_equal(m.features, np.full(256, i, dtype=np.float32))
-    # an answer is never there without its verdict and queue entry (one transaction each)
+    # an answer is never there without its verdict and queue entry, nor a question without its answer (one
+    # transaction each turn)
     assert all(m.verdict is not None and m.review_id is not None for m in answers)
+    assert [m.role for m in store.messages(session_id)] == ["user", "assistant"] * len(answers)
     assert len(store.review_queue.review_items()) == len(answers) >= len(committed)
     # and the store takes new writes
     store.add_message(session_id, "user", "after the crash")
@@ -84,11 +87,11 @@ def test_sigkill_mid_write_loses_nothing_committed(tmp_path):
 PARTIAL_WRITER = r"""
 import sys
 from mlx_sdm.store.chat_store import ChatStore
-from tests.stored import judged, reading
+from mlx_sdm.store.turn_writer import Question, TurnWriter
 
 store = ChatStore(sys.argv[1])
 session = store.create_session()
-user_id, answer_id = store.answers.begin_turn(session.id, "tell me a long story")
+answer_id = TurnWriter(store.answers, session.id, Question("tell me a long story"), partial=True).message_id
 print("session", session.id, answer_id, flush=True)
 text = ""
 i = 0
@@ -137,16 +140,16 @@ def test_a_live_writers_answer_is_not_marked_interrupted_and_finishes_in_place(t
     db = tmp_path / "chat.db"
     writer = ChatStore(db)
     session = writer.create_session()
-    writer.add_message(session.id, "user", "hello")
-    answer_id = writer.answers.begin_answer(session.id)
+    turn = TurnWriter(writer.answers, session.id, Question("hello"), partial=True)
+    answer_id = turn.message_id
     assert writer.answers.update_partial(answer_id, "Hel") and not writer.answers.update_partial(answer_id, "Hell")  # throttled
     assert writer.answers.update_partial(answer_id, "Hello", force=True)
     reader = ChatStore(db)  # another open while this process still writes
     assert reader.messages(session.id)[-1].status == "in_progress" and reader.messages(session.id)[-1].text == "Hello"
-    mid = writer.answers.finish_answer(answer_id, stored_answer(
-        session.id, "Hello there.", tokens=["Hello", " there."], logprobs=[-0.1, -0.2],
+    mid = turn.finish(stored_answer(
+        "Hello there.", tokens=["Hello", " there."], logprobs=[-0.1, -0.2],
         state="not_verified", verdict=judged(p_lower=0.2),
-        review_reasons=["below_threshold"]))
+        review_reasons=["below_threshold"])).message_id
     answer = reader.messages(session.id)[-1]
     assert mid == answer_id and answer.status == "done" and answer.text == "Hello there." and answer.token_count == 2
     assert answer.verdict_status == "not_verified" and answer.review_id is not None
@@ -159,20 +162,18 @@ def test_a_live_writers_answer_is_not_marked_interrupted_and_finishes_in_place(t
 
 
 def test_a_streaming_answer_keeps_answer_tokens_and_ends_done_or_failed(tmp_path):
-    from mlx_sdm.store.partial_answers import StreamingAnswer
     from mlx_sdm.lm.pieces import TokenPiece
 
     store = ChatStore(tmp_path / "chat.db")
     session = store.create_session()
-    store.add_message(session.id, "user", "hi")
-    answer = StreamingAnswer(store.answers, session.id)
+    answer = TurnWriter(store.answers, session.id, Question("hi"), partial=True)
     for piece, phase in (("Hel", "answer"), ("lo", "answer"), ("(thinking)", "reflection")):
         answer.token(TokenPiece(piece, phase=phase))
     assert answer.text == "Hello"
     assert store.message(answer.message_id).text == "Hel" and store.message(answer.message_id).status == "in_progress"
-    assert answer.finish(stored_answer(session.id, "Hello.")) == answer.message_id  # throttled writes: the end is whole
+    assert answer.finish(stored_answer("Hello.")).message_id == answer.message_id  # throttled writes: the end is whole
     assert store.message(answer.message_id).text == "Hello." and store.message(answer.message_id).status == "done"
-    failed = StreamingAnswer(store.answers, session.id)
+    failed = TurnWriter(store.answers, session.id, Question("again"), partial=True)
     failed.token(TokenPiece("Part"))
     failed.fail()
     assert (store.message(failed.message_id).text, store.message(failed.message_id).status) == ("Part", "error")

@@ -17,14 +17,14 @@ def _fill(store):
     b = store.create_session("beta")
     ids = {}
     store.add_message(a.id, "user", "q1")
-    ids["a_ok"] = store.add_answer(stored_answer(a.id, "fine", state="verified", features=np.ones(4), feature_model="m"))
+    ids["a_ok"] = store.add_turn(a.id, None, stored_answer("fine", state="verified", features=np.ones(4), feature_model="m")).message_id
     store.add_message(a.id, "user", "q2")
-    ids["a_ood"] = store.add_answer(stored_answer(a.id, "weird", state="out_of_scope", verdict=judged("out_of_distribution", d=0.0),
-                                                  features=np.full(4, 2.0), feature_model="m", review_reasons=["out_of_distribution"]))
+    ids["a_ood"] = store.add_turn(a.id, None, stored_answer("weird", state="out_of_scope", verdict=judged("out_of_distribution", d=0.0),
+                                                  features=np.full(4, 2.0), feature_model="m", review_reasons=["out_of_distribution"])).message_id
     store.add_message(b.id, "user", "q3")
-    ids["b_low"] = store.add_answer(stored_answer(b.id, "meh", state="not_verified", verdict=judged(),
+    ids["b_low"] = store.add_turn(b.id, None, stored_answer("meh", state="not_verified", verdict=judged(),
                                                   features=np.full(4, 3.0), feature_model="other",
-                                                  review_reasons=["below_threshold", "escalated_high"]))
+                                                  review_reasons=["below_threshold", "escalated_high"])).message_id
     return a, b, ids
 
 
@@ -121,12 +121,11 @@ def test_the_queue_lists_apart_what_no_verifier_judged_and_its_labels_join_no_su
     a, b, ids = _fill(store)
     s = store.create_session("gamma")
     store.add_message(s.id, "user", "Write a haiku.")
-    ids["no_task"] = store.add_answer(stored_answer(
-        s.id, "leaves fall", state="out_of_scope", verdict=DocumentVerdict(None, unjudged="no_checkable_answer"),
-        features=np.full(4, 5.0), feature_model="m", review_reasons=["no_checkable_answer"]))
+    ids["no_task"] = store.add_turn(s.id, None, stored_answer("leaves fall", state="out_of_scope", verdict=DocumentVerdict(None, unjudged="no_checkable_answer"),
+        features=np.full(4, 5.0), feature_model="m", review_reasons=["no_checkable_answer"])).message_id
     store.add_message(s.id, "user", "hello")
-    ids["none"] = store.add_answer(stored_answer(s.id, "hi", state="no_verifier", features=np.full(4, 6.0),
-                                                 feature_model="m", review_reasons=["escalated_high"]))
+    ids["none"] = store.add_turn(s.id, None, stored_answer("hi", state="no_verifier", features=np.full(4, 6.0),
+                                                 feature_model="m", review_reasons=["escalated_high"])).message_id
     judged_ids = [i.message_id for i in store.review_queue.review_items(judged=True)]
     apart = store.review_queue.review_items(judged=False)
     assert judged_ids == [ids["b_low"], ids["a_ood"]]  # out of scope at d = 0 was judged: a label can change it

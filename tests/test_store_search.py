@@ -25,6 +25,7 @@ from mlx_sdm.store.search import (
     split_marks,
 )
 from mlx_sdm.store.chat_store import ChatStore
+from mlx_sdm.store.turn_writer import Question, TurnWriter
 from mlx_sdm.turn.escalation import TurnStatus
 from tests.stored import answer as stored_answer
 
@@ -37,8 +38,9 @@ def turn(store: ChatStore, session_id: str, question: str, answer: str, status: 
          task: str | None = None, day: str | None = None) -> tuple[int, int]:
     """A question and its answer in state ``status`` (None: a cancelled turn, no verdict)."""
     verdict = {VerdictStatus.VERIFIED: VERIFIED, VerdictStatus.NOT_VERIFIED: BELOW}.get(status)
-    ids = store.add_turn(question, stored_answer(session_id, answer, state=status, verdict=verdict, task=task,
-                                                 status=TurnStatus.DONE if status is not None else TurnStatus.CANCELLED))
+    kept = store.add_turn(session_id, Question(question), stored_answer(
+        answer, state=status, verdict=verdict, task=task, status=TurnStatus.DONE if status is not None else TurnStatus.CANCELLED))
+    ids = (kept.question_id, kept.message_id)
     if day is not None:
         with store.db.tx() as conn:
             conn.execute("UPDATE messages SET created_at = ? WHERE id IN (?, ?)", (f"{day}T12:00:00.000000Z", *ids))
@@ -137,12 +139,13 @@ def test_an_older_store_is_indexed_when_it_is_upgraded(tmp_path):
 
 def test_triggers_keep_the_index_in_step_with_streaming_edits_and_deletes(store):
     session = store.create_session("Streaming")
-    _, answer = store.answers.begin_turn(session.id, "Tell me about quokkas")
+    writer = TurnWriter(store.answers, session.id, Question("Tell me about quokkas"), partial=True)
+    answer = writer.message_id
     store.answers.update_partial(answer, "Quokkas are small", force=True)
     assert [h.message_id for h in search_sessions(store, SearchQuery("small"))] == [answer]  # the partial answer
     store.answers.update_partial(answer, "Quokkas are marsupials", force=True)
-    store.answers.finish_answer(answer, stored_answer(session.id, "Quokkas are marsupials of Rottnest Island.",
-                                              state=VerdictStatus.NOT_VERIFIED, verdict=BELOW))
+    writer.finish(stored_answer("Quokkas are marsupials of Rottnest Island.", state=VerdictStatus.NOT_VERIFIED,
+                                verdict=BELOW))
     assert search_sessions(store, SearchQuery("small")) == []  # the old text left the index
     (hit,) = search_sessions(store, SearchQuery("rottnest"))
     assert hit.message_id == answer and hit.status is VerdictStatus.NOT_VERIFIED

@@ -15,6 +15,7 @@ from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
 from mlx_sdm.store.message_meta import MessageMeta
 from mlx_sdm.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from mlx_sdm.store.chat_store import ChatStore
+from mlx_sdm.store.turn_writer import Question
 from tests.stored import answer as stored_answer, judged
 
 VERIFIED_097 = DocumentVerdict.from_dict({"prediction": 1, "p_lower": 0.97, "admitted": True, "q": 5, "d": 0.1})
@@ -38,12 +39,11 @@ def test_session_lifecycle_and_reopen(tmp_path):
     feats = np.arange(6, dtype=np.float32)
     verdict = {"prediction": 1, "p_lower": 0.97, "admitted": True, "q": 5, "d": 0.1, "q_bin": 3, "reason": None,
                "exemplars": [{"id": "t1", "label": 1, "prediction": 1, "distance": 0.2, "text": "x"}], "softmax": [0.03, 0.97]}
-    mid = store.add_answer(stored_answer(
-        a.id, "Yes.", prompt=[{"role": "user", "content": "Is Paris the capital of France?"}],
+    mid = store.add_turn(a.id, None, stored_answer("Yes.", prompt=[{"role": "user", "content": "Is Paris the capital of France?"}],
         tokens=["Yes", "."], logprobs=[-0.5, -1.5], features=feats, feature_model="abc",
         state=VerdictStatus.VERIFIED, verdict=DocumentVerdict.from_dict(verdict), verifier="weights/default",
         monitor=MonitorReading(cumulative_confidence=0.84, tracer_risk=0.7),
-    ))
+    )).message_id
     store.rename_session(a.id, "capitals")
     store.close()
 
@@ -78,7 +78,7 @@ def test_nan_features_are_refused_and_nothing_is_written(tmp_path):
     store = ChatStore(tmp_path / "chat.db")
     s = store.create_session("s")
     with pytest.raises(DataError, match="NaN"):
-        store.add_answer(stored_answer(s.id, "x", features=np.array([1.0, np.nan]), state="not_verified", review_reasons=["below_threshold"]))
+        store.add_turn(s.id, None, stored_answer("x", features=np.array([1.0, np.nan]), state="not_verified", review_reasons=["below_threshold"])).message_id
     assert store.messages(s.id) == [] and store.review_queue.review_items() == []
 
 
@@ -106,8 +106,8 @@ def test_migration_from_v1_keeps_data(tmp_path):
     # the new tables work on the migrated file
     high = MonitorReading(level=UncertaintyLevel.HIGH)
     ood = DocumentVerdict.from_dict({"prediction": 1, "p_lower": 0.1, "admitted": False, "reason": "out_of_distribution"})
-    mid = store.add_answer(stored_answer("s1", "again", state=VerdictStatus.OUT_OF_SCOPE, verdict=ood,
-                                         monitor=high, review_reasons=["out_of_distribution", "escalated_high"]))
+    mid = store.add_turn("s1", None, stored_answer("again", state=VerdictStatus.OUT_OF_SCOPE, verdict=ood,
+                                         monitor=high, review_reasons=["out_of_distribution", "escalated_high"])).message_id
     (item,) = store.review_queue.review_items()
     assert item.message_id == mid and item.reasons == ["out_of_distribution", "escalated_high"]
     assert item.prompt == "hi" and item.monitor == high and item.verdict == ood
@@ -133,25 +133,25 @@ def test_not_a_database_is_a_clear_error(tmp_path):
 
 
 def test_add_turn_writes_question_and_answer_in_one_transaction(tmp_path, monkeypatch):
-    import mlx_sdm.store.chat_store as store_module
+    import mlx_sdm.store.turn_writer as writer_module
 
     store = ChatStore(tmp_path / "turn.db")
     session = store.create_session("t")
-    user_id, answer_id = store.add_turn(
-        "Capital of France?", stored_answer(session.id, "Paris.", state=VerdictStatus.VERIFIED, verdict=VERIFIED_097,
-                                            verifier="v", review_reasons=("below",)),
-        user_metadata=MessageMeta(source="api:test"))
+    kept = store.add_turn(
+        session.id, Question("Capital of France?", source="api:test"),
+        stored_answer("Paris.", state=VerdictStatus.VERIFIED, verdict=VERIFIED_097, verifier="v", review_reasons=("below",)))
+    user_id, answer_id = kept.question_id, kept.message_id
     user, answer = store.messages(session.id)
     assert (user.id, user.role, user.text, user.metadata) == (user_id, "user", "Capital of France?", MessageMeta(source="api:test"))
     assert (answer.id, answer.role, answer.text, answer.verdict_status) == (answer_id, "assistant", "Paris.", "verified")
-    assert answer.review_id is not None
+    assert answer.review_id is not None and answer.review_id == kept.review_id
 
-    def killed_midway(conn, outcome, stamp, *args, **kwargs):  # the answer's write fails after the question's row went in
+    def killed_midway(*args, **kwargs):  # the answer's write fails after the question's row went in
         raise RuntimeError("killed")
 
-    monkeypatch.setattr(store_module, "write_answer", killed_midway)
+    monkeypatch.setattr(writer_module, "write_answer", killed_midway)
     with pytest.raises(RuntimeError):
-        store.add_turn("A second question?", stored_answer(session.id, "lost"))
+        store.add_turn(session.id, Question("A second question?"), stored_answer("lost"))
     assert [m.text for m in ChatStore(tmp_path / "turn.db").messages(session.id)] == ["Capital of France?", "Paris."]
 
 
@@ -166,8 +166,8 @@ def test_an_untitled_session_is_named_after_its_first_user_message(tmp_path):
     assert store.get_session(engine_style.id).title == "What is the capital of Australia?"
 
     server_style = store.create_session()  # the server writes a whole turn at once
-    store.add_turn("Give me three tips for sleeping better tonight\nthanks",
-                   stored_answer(server_style.id, "1. ..."))
+    store.add_turn(server_style.id, Question("Give me three tips for sleeping better tonight\nthanks"),
+                   stored_answer("1. ..."))
     assert store.get_session(server_style.id).title == "Give me three tips for sleeping…"
 
     named = store.create_session("my chat")  # a title given, or a rename, is never replaced
@@ -219,13 +219,13 @@ def test_a_task_question_is_titled_by_its_task_and_document():
 def test_message_meta_is_typed_in_the_store_and_older_rows_still_read(tmp_path):
     store = ChatStore(tmp_path / "meta.db")
     session = store.create_session("t")
-    meta = MessageMeta(finish_reason="length", source="api:chat", verdict_reason="below_threshold", judged_text='{"a": 1}',
+    meta = MessageMeta(finish_reason="length", source="api:chat", judged_text='{"a": 1}',
                        tool_calls=(ToolCall("send", {"to": "x"}),))
-    # the turn's record says all of it: how it ended, who asked, the verdict's reason, the judged span (its
-    # first token; text follows it) and the proposed tool calls
-    store.add_answer(stored_answer(session.id, '{"a": 1} and more', tokens=['{"a": 1}', " and more"], judged_tokens=1,
+    # the turn's record says all of it: how it ended, who asked, the judged span (its first token; text follows
+    # it) and the proposed tool calls; the verdict's reason is the verdict's own
+    store.add_turn(session.id, None, stored_answer('{"a": 1} and more', tokens=['{"a": 1}', " and more"], judged_tokens=1,
                                    finish_reason="length", source="api:chat", verdict=judged("below_threshold"),
-                                   tool_calls=meta.tool_calls))
+                                   tool_calls=meta.tool_calls)).message_id
     store.add_message(session.id, "user", "plain")  # no metadata at all: the column stays NULL
     conn = sqlite3.connect(tmp_path / "meta.db")
     conn.execute("INSERT INTO messages(session_id, role, kind, text, status, created_at, metadata_json) VALUES "
@@ -236,9 +236,45 @@ def test_message_meta_is_typed_in_the_store_and_older_rows_still_read(tmp_path):
     conn.close()
     answer, user, old = store.messages(session.id)
     assert answer.metadata == meta and answer.metadata.tool_calls[0].name == "send"
+    assert answer.verdict is not None and answer.verdict.reason == "below_threshold"
     assert user.metadata == MessageMeta() and stored[1] is None
     assert (old.metadata.finish_reason, old.metadata.reflection, old.metadata.tool_calls) == ("stop", "unsure", ())
     assert old.metadata.extra == {"written_by": "v0.1"}  # a key of another version, kept
     assert MessageMeta.from_dict(old.metadata.to_dict()) == old.metadata and old.metadata.to_dict()["written_by"] == "v0.1"
-    assert answer.to_dict()["metadata"] == {"finish_reason": "length", "source": "api:chat", "verdict_reason": "below_threshold",
+    assert answer.to_dict()["metadata"] == {"finish_reason": "length", "source": "api:chat",
                                             "judged_text": '{"a": 1}', "tool_calls": [{"name": "send", "arguments": {"to": "x"}}]}
+
+
+def test_a_store_written_by_schema_9_migrates_to_one_verdict_value(tmp_path):
+    """tests/fixtures/chat-store-v9 was written by the version before the verdict was one value (schema 9: an
+    answer no verifier judged had no verdict JSON, its why in the message's metadata; every verdict JSON kept its
+    badge and sentence). Opened now, each answer reads back as the same verdict with the same words, the one with
+    no verifier carries its why, no stored JSON keeps words, and the Markdown export is unchanged."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from mlx_sdm.network.verdict_words import verdict_words
+    from mlx_sdm.store.export import session_to_markdown
+
+    fixture = Path(__file__).parent / "fixtures" / "chat-store-v9"
+    shutil.copy(fixture / "chat.db", tmp_path / "chat.db")
+    expected = json.loads((fixture / "expected.json").read_text(encoding="utf-8"))
+    assert expected["schema_version"] == 9
+    with ChatStore(tmp_path / "chat.db") as store:
+        assert store.schema_version == SCHEMA_VERSION
+        for was in expected["answers"]:
+            back = store.answer(was["message_id"])
+            assert back.status.value == was["status"]
+            if was["words"] is None:  # a stopped turn: no verdict, then and now
+                assert back.verdict is None and back.verdict_status is None
+                continue
+            words = verdict_words(back.verdict)
+            assert (words.status.value, words.badge, words.sentence) == tuple(was["words"].values())
+            assert back.verdict_status.value == was["verdict_status"]
+        (no_verifier,) = [a for a in store.answers_of(expected["session_id"]).values()
+                          if a.verdict is not None and a.verdict.status is VerdictStatus.NO_VERIFIER]
+        assert no_verifier.verdict.why == "verification is off (--verifier none)"
+        kept = [json.loads(r[0]) for r in store.db.query("SELECT verdict_json FROM verdicts")]
+        assert len(kept) == 4 and not any({"badge", "explanation"} & set(k) for k in kept)
+        assert session_to_markdown(store, expected["session_id"]) == (fixture / "expected.md").read_text(encoding="utf-8")

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mlx_sdm.cli import main as cli
 from mlx_sdm.usecases.suite_verifier import recipe_documents
 from mlx_sdm.usecases.verifier_recipe import read_recipe, recipe_from_dict
 from mlx_sdm.errors import DataError
@@ -82,9 +83,8 @@ def test_a_missing_or_broken_recipe_is_one_clear_line(tmp_path):
 
 
 def test_the_command_refuses_a_setting_the_recipe_holds(capsys, tmp_path):
-    from mlx_sdm.commands.build_verifier import main
 
-    assert main(["--recipe", str(SUITE), "--tasks", "fever", "--out", str(tmp_path / "v")]) == 2
+    assert cli(["build-verifier", "--recipe", str(SUITE), "--tasks", "fever", "--out", str(tmp_path / "v")]) == 2
     assert "the recipe holds --tasks" in capsys.readouterr().err
     assert not (tmp_path / "v").exists()
 

@@ -9,6 +9,7 @@ import pytest
 from textual.widgets import Input, Select
 
 from mlx_sdm.store.chat_store import ChatStore
+from mlx_sdm.store.turn_writer import Question, TurnWriter
 from tests.stored import answer as stored_answer
 from tests.test_tui_flows import HIGH_EVERYWHERE, SIZE, answers, make_engine, plain, send, wait_until
 from tui.app import SdmChatApp
@@ -30,7 +31,7 @@ async def test_escape_stops_the_answer_and_autoscroll_follows_only_at_the_bottom
     session = store.create_session("Long").id
     for i in range(10):  # enough history to scroll
         store.add_message(session, "user", f"Q{i}?")
-        store.add_answer(stored_answer(session, f"A{i}.\n\nMore.", state="no_verifier"))
+        store.add_turn(session, None, stored_answer(f"A{i}.\n\nMore.", state="no_verifier"))
     # The tiny model never emits end-of-turn and streams thousands of tokens a second on a quiet
     # machine: give it a budget it cannot finish while the test scrolls and presses escape.
     long_answer = 500_000
@@ -65,7 +66,7 @@ async def test_a_reopened_session_shows_an_interrupted_answer_and_says_so(tmp_pa
     db = tmp_path / "chat.db"
     writer = ChatStore(db)
     session = writer.create_session()
-    _, answer_id = writer.answers.begin_turn(session.id, "Tell me a story.")
+    answer_id = TurnWriter(writer.answers, session.id, Question("Tell me a story."), partial=True).message_id
     writer.answers.update_partial(answer_id, "Once upon a time", force=True)
     with writer.db.tx() as conn:  # as a process killed mid-answer leaves it: its writer is gone
         conn.execute("UPDATE messages SET metadata_json = '{\"writer_pid\": -1}' WHERE id = ?", (answer_id,))
@@ -142,7 +143,8 @@ async def test_review_decisions_grow_the_support_set_with_notes_edits_undo_and_f
             await pilot.pause(0.1)
             decided = [i for i in store.review_queue.review_items() if i.id == first.id][0].decision
             assert decided is not None and decided.label == 1
-            assert engine.call(lambda c: decided.support_id in c.verifier.estimator.support_ids).result(30)
+            judging = engine._require_review().verifier_for(None)  # the verifier unrouted answers are judged by
+            assert engine.call(lambda c: decided.support_id in judging.estimator.support_ids).result(30)
             assert f"support set {support + 1} points" in str(review.query_one("#review-status").render())
             # z: undo -> the point leaves the support set, the item is pending again
             await pilot.press("z")
@@ -347,9 +349,9 @@ async def test_the_review_queue_lists_apart_what_no_verifier_judged_and_offers_n
     try:
         session = store.create_session("haiku")
         store.add_message(session.id, "user", "Write a haiku about autumn.")
-        store.add_answer(stored_answer(session.id, "leaves fall", state="out_of_scope",
+        store.add_turn(session.id, None, stored_answer("leaves fall", state="out_of_scope",
                                        verdict=DocumentVerdict(None, unjudged="no_checkable_answer"),
-                                       review_reasons=["no_checkable_answer"]))
+                                       review_reasons=["no_checkable_answer"])).message_id
         app = SdmChatApp(engine=engine, store=store)
         async with app.run_test(size=SIZE) as pilot:
             app.chat.query_one("#prompt").focus()

@@ -4,7 +4,8 @@ from types import SimpleNamespace
 
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction, UncertaintyLevel
 from mlx_sdm.monitor.online.reading import MonitorReading
-from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, verdict_words
+from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
+from mlx_sdm.network.verdict_words import verdict_words
 from tui.format import (
     badge_text,
     decision_label,
@@ -34,8 +35,9 @@ def test_reasons_read_in_plain_words():
 
 
 def words(stored, reason=None):
-    """The words of a verdict as the store reads it back (a stored dict -> DocumentVerdict, the SQLite edge)."""
-    return verdict_words(DocumentVerdict.from_dict(stored), no_verifier_reason=reason)
+    """The words of a verdict as the store reads it back (a stored dict -> DocumentVerdict, the SQLite edge; None:
+    no verifier judged it, ``reason`` says why)."""
+    return verdict_words(DocumentVerdict.from_dict(stored) or DocumentVerdict.no_verifier(reason))
 
 
 def test_three_states_by_the_one_rule():

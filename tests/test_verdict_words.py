@@ -1,4 +1,4 @@
-"""Every sentence a verdict shows is true of the numbers behind it (network/verdict.verdict_words):
+"""Every sentence a verdict shows is true of the numbers behind it (network/verdict_words.verdict_words):
 a property test over many generated verdicts, and the stored form reads back to the same words."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from mlx_sdm.calibration.row_verdict import Exemplar, Verdict
 from mlx_sdm.network.coverage import VerifierCoverage, VerifierTask
 from mlx_sdm.network.lean import Lean
-from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, verdict_words
+from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
+from mlx_sdm.network.verdict_words import verdict_words
 
 COVERAGE = VerifierCoverage(tasks=(VerifierTask("bbc_topic", "Topic of a news article"), VerifierTask("fever")))
 OPENINGS = {VerdictStatus.VERIFIED: "Verified:", VerdictStatus.NOT_VERIFIED: "Not verified:",
@@ -112,8 +113,11 @@ def test_each_sentence_is_true_of_its_numbers(judged: DocumentVerdict):
 
 
 def test_no_verifier_and_unjudged_turns_have_their_own_words():
-    none = verdict_words(None, no_verifier_reason="verification is off (--verifier none)")
+    off = DocumentVerdict.no_verifier("verification is off (--verifier none)")
+    none = verdict_words(off)
     assert none.status is VerdictStatus.NO_VERIFIER and "verification is off" in none.sentence
+    assert DocumentVerdict.from_dict(off.to_dict()) == off  # the stored form keeps why
+    assert verdict_words(DocumentVerdict.no_verifier()).sentence == "No verifier: no verifier fits this model."
     empty = verdict_words(DocumentVerdict(None, unjudged="empty_answer"))
     assert empty.status is VerdictStatus.NOT_VERIFIED and "empty answer" in empty.sentence
     other = verdict_words(DocumentVerdict(None, coverage=COVERAGE, unjudged="not_a_task"))
@@ -135,10 +139,10 @@ def test_the_reported_contradictions_are_gone():
     built on" for an answer that was exactly the task's JSON (d > 0)."""
     agree = [Exemplar(f"e{i}", 1, 1, 1.0 + i) for i in range(5)]
     flipped = DocumentVerdict(Verdict(1, None, False, 12, 0.4, 1, "index_flipped", agree), task="bbc_topic")
-    assert "judged differently" not in flipped.explanation()
+    assert "judged differently" not in verdict_words(flipped).sentence
     misjudged = [Exemplar("m", 0, 1, 0.5)] + agree
     near = DocumentVerdict(Verdict(1, None, False, 0, 0.01, 0, "out_of_distribution", misjudged), task="bbc_topic")
-    assert "unlike" not in near.explanation() and "misjudged" in near.explanation()
+    assert "unlike" not in verdict_words(near).sentence and "misjudged" in verdict_words(near).sentence
     assert near.status is VerdictStatus.NOT_VERIFIED
 
 
@@ -151,19 +155,18 @@ def test_the_monitor_panel_names_what_the_verifier_did_with_the_turn(judged: Doc
     from dataclasses import replace
 
     from mlx_sdm.monitor.forecast.fused import signal_words
-    from mlx_sdm.monitor.forecast.verdict_monitor import TurnVerdict
 
     judged = replace(judged, admits_nothing=admits_nothing and not judged.verdict.admitted)
     shown = judged.status
-    for turn_verdict in (TurnVerdict.of(judged), TurnVerdict.from_dict(judged.to_dict())):
+    for turn_verdict in (judged, DocumentVerdict.from_dict(judged.to_dict())):
         for delta in (-0.4, 0.4):
             words = signal_words("verifier", delta, turn_verdict, 3, first=False)
             assert ("vouched for turn 3" in words) == (shown is VerdictStatus.VERIFIED), (shown, words)
             assert ("could not vouch for turn 3" in words) == (shown is VerdictStatus.NOT_VERIFIED), (shown, words)
             assert ("outside what the verifier covers" in words) == (shown is VerdictStatus.OUT_OF_SCOPE), (shown, words)
-    unjudged = TurnVerdict.of(DocumentVerdict(None, coverage=COVERAGE, unjudged="not_a_task"))
+    unjudged = DocumentVerdict(None, coverage=COVERAGE, unjudged="not_a_task")
     assert "outside what the verifier covers" in signal_words("verifier", -1.0, unjudged, 2, first=True)
-    assert signal_words("verifier", -1.0, TurnVerdict.of(None), 2, first=True) == "no verifier judged turn 2"
+    assert signal_words("verifier", -1.0, DocumentVerdict.no_verifier(), 2, first=True) == "no verifier judged turn 2"
 
 
 def test_the_review_queue_names_a_verifier_that_vouches_for_nothing_as_such():

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from mlx_sdm.commands import train as train_cmd
-from mlx_sdm.commands import verify as verify_cmd
+from mlx_sdm.cli import main as cli
 from tests.tiny_verifier import tiny_documents
+from mlx_sdm.network.verdict_words import verdict_report, verdict_words
 
 
 def save_tiny_folder(path, seed):
@@ -37,7 +37,7 @@ def trained(tmp_path_factory):
     train = write_rows(root / "train.jsonl", rows[0::2])
     cal = write_rows(root / "cal.jsonl", rows[1::2])
     out = root / "verifier"
-    rc = train_cmd.main(["--train", str(train), "--calibration", str(cal), "--out", str(out), "--model", str(model_dir),
+    rc = cli(["train", "--train", str(train), "--calibration", str(cal), "--out", str(out), "--model", str(model_dir),
                          "--iterations", "1", "--epochs", "3", "--batch-size", "8", "--exemplar-dim", "16", "--quiet"])
     assert rc == 0
     return root, model_dir, out, rows
@@ -54,7 +54,7 @@ def test_verify_text_rows_writes_one_verdict_per_row(trained, capsys):
     root, _, out, rows = trained
     inp = write_rows(root / "new.jsonl", [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows[:5]])
     dest = root / "verdicts.jsonl"
-    assert verify_cmd.main(["--estimator", str(out), str(inp), "--out", str(dest), "--explain", "2"]) == 0
+    assert cli(["verify", "--estimator", str(out), str(inp), "--out", str(dest), "--explain", "2"]) == 0
     verdicts = [json.loads(line) for line in dest.read_text().splitlines()]
     assert len(verdicts) == 5
     assert all(set(v) >= {"prediction", "p_lower", "admitted", "q", "d", "reason", "verified", "exemplars"} for v in verdicts)
@@ -66,7 +66,7 @@ def test_verify_with_another_model_is_refused(trained, capsys):
     other = save_tiny_folder(root / "other-model", seed=1)
     inp = write_rows(root / "one.jsonl", [{"prompt": "Q", "completion": '{"correctness": true}'}])
     dest = root / "never.jsonl"
-    assert verify_cmd.main(["--estimator", str(out), str(inp), "--out", str(dest), "--model", str(other)]) == 1
+    assert cli(["verify", "--estimator", str(out), str(inp), "--out", str(dest), "--model", str(other)]) == 1
     assert "built on model" in capsys.readouterr().err and not dest.exists()
 
 
@@ -74,19 +74,18 @@ def test_bad_text_row_is_named_and_nothing_is_written(trained, capsys):
     root, model_dir, _, rows = trained
     bad = write_rows(root / "bad.jsonl", rows[:3] + [{"prompt": "Q", "completion": "", "label": 1}])
     out = root / "not-written"
-    rc = train_cmd.main(["--train", str(bad), "--calibration", str(bad), "--out", str(out), "--model", str(model_dir), "--quiet"])
+    rc = cli(["train", "--train", str(bad), "--calibration", str(bad), "--out", str(out), "--model", str(model_dir), "--quiet"])
     err = capsys.readouterr().err
     assert rc == 1 and "bad.jsonl:4" in err and "completion" in err and not out.exists()
 
 
 def test_generate_json_carries_the_state_by_name_and_formats_verdicts(trained, capsys):
-    from mlx_sdm.commands import generate as generate_cmd
     from mlx_sdm.network.verdict import DocumentVerdict
     from mlx_sdm.usecases.verifiers import model_for_verifier
     from mlx_sdm.network.verifier import DocumentVerifier
 
     root, model_dir, out, _ = trained
-    assert generate_cmd.main(["Paris is the capital of France. Check the claim.", "--model", str(model_dir),
+    assert cli(["generate", "Paris is the capital of France. Check the claim.", "--model", str(model_dir),
                               "--verifier", str(out), "--max-tokens", "8", "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["verifier"] == str(out) and payload["model"] == "tiny-model"
@@ -98,7 +97,7 @@ def test_generate_json_carries_the_state_by_name_and_formats_verdicts(trained, c
     assert payload["judged_text"] + payload["unverified_tail"] == payload["answer"]
     assert len(payload["generation"]["tokens"]) == 8 and payload["generation"]["finish_reason"] == "length"
     # no verifier: unverifiable, with the reason, and no verdict
-    assert generate_cmd.main(["hello", "--model", str(model_dir), "--verifier", "none", "--max-tokens", "2", "--json"]) == 0
+    assert cli(["generate", "hello", "--model", str(model_dir), "--verifier", "none", "--max-tokens", "2", "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["status"] == "no_verifier" and payload["verdict"] is None and "off" in payload["unverifiable_reason"]
     # a real answer's verdict block
@@ -106,13 +105,13 @@ def test_generate_json_carries_the_state_by_name_and_formats_verdicts(trained, c
     verdict = DocumentVerifier.load(out, expect_fingerprint=lm.fingerprint).verify_text(
         lm, "Paris is the capital of France.", '{"correctness": true}', explain=2)
     judged = DocumentVerdict(verdict)
-    text = generate_cmd.format_verdict(judged)
-    assert text.startswith(f"verdict: {judged.status.words.upper()}\n{judged.explanation()}")
+    text = verdict_report(judged)
+    assert text.startswith(f"verdict: {judged.status.words.upper()}\n{verdict_words(judged).sentence}")
     assert "p_lower:" in text and f"q: {verdict.q}" in text
     assert text.count(", id ") == 2 and "nearest exemplars" in text
     assert judged.verified == (verdict.admitted and verdict.prediction == 1)
     other = save_tiny_folder(root / "other-for-generate", seed=2)
-    assert generate_cmd.main(["hello", "--model", str(other), "--verifier", str(out)]) == 1
+    assert cli(["generate", "hello", "--model", str(other), "--verifier", str(out)]) == 1
     assert "built on model" in capsys.readouterr().err
 
 
@@ -120,7 +119,6 @@ def test_generate_decodes_from_a_finetuned_head(trained, capsys):
     """--head DIR: the joint negative+positive heads decide the tokens (positive half pushed to one token)."""
     import mlx.core as mx
 
-    from mlx_sdm.commands import generate as generate_cmd
     from mlx_sdm.lm.loading import load_model
     from mlx_sdm.network.heads import HeadManifest, VocabularyHeads, save_head
 
@@ -137,7 +135,7 @@ def test_generate_decodes_from_a_finetuned_head(trained, capsys):
     assert float(hidden.sum()) > 0.5
     save_head(root / "head", heads, HeadManifest(base_model=dict(lm.fingerprint), verifier={}, data_hash="t", epochs=1,
                                                  best_epoch=1, metrics={}))
-    assert generate_cmd.main(["hello", "--model", str(model_dir), "--verifier", "none", "--head", str(root / "head"),
+    assert cli(["generate", "hello", "--model", str(model_dir), "--verifier", "none", "--head", str(root / "head"),
                               "--max-tokens", "3", "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["generation"]["tokens"] == [target] * 3

@@ -128,7 +128,7 @@ class SdmChatApp(App):
 
     def action_edit_turn(self) -> None:
         if self.screen is self.chat:
-            self.chat.edit_turn()
+            self.chat.branch(edit=True)
 
     def action_review(self) -> None:
         if not isinstance(self.screen, ReviewScreen):

@@ -49,7 +49,6 @@ class UiInfo:
     verifier: str | None
     head: str | None
     support_size: int | None
-    unverifiable_reason: str | None = None
     ready: bool = True
 
 
@@ -120,7 +119,6 @@ class Bridge:
             verifier=Path(info.verifier_path).name if info.verifier_path else None,
             head=Path(info.head_path).name if info.head_path else None,
             support_size=info.support_size,
-            unverifiable_reason=info.unverifiable_reason,
         )
 
     # ----- sessions and coverage -------------------------------------------------------------------

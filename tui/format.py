@@ -7,8 +7,9 @@ from __future__ import annotations
 
 
 from mlx_sdm.monitor.online.reading import MonitorReading
-from mlx_sdm.network.verdict import VerdictStatus, VerdictWords
-from mlx_sdm.store.schema import Decision
+from mlx_sdm.network.verdict import VerdictStatus
+from mlx_sdm.network.verdict_words import VerdictWords
+from mlx_sdm.store.records import Decision
 
 #: A verdict's reason code -> the words the user reads (mlx_sdm.network.verdict reasons).
 REASON_LABELS: dict[str, str] = {
@@ -56,7 +57,7 @@ def format_p(value: float | None) -> str:
 
 def badge_text(words: VerdictWords, *, expanded: bool = False) -> str:
     """The one-line badge under an answer (``▸ ✔ verified · p_lower 0.973``): the badge of
-    :func:`mlx_sdm.network.verdict.verdict_words`, with an arrow when there is evidence to expand."""
+    :func:`mlx_sdm.network.verdict_words.verdict_words`, with an arrow when there is evidence to expand."""
     arrow = "▾" if expanded else "▸"
     return words.badge if words.status is VerdictStatus.NO_VERIFIER else f"{arrow} {words.badge}"
 

@@ -18,8 +18,10 @@ from textual.message import Message
 from mlx_sdm.executor.events import EngineItem, EngineState, PrefillProgress, SupportChange, TurnFailed, TurnRef
 from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.monitor.online.reading import MonitorReading
+from mlx_sdm.network.verdict import DocumentVerdict
 from mlx_sdm.turn.escalation import Escalation
-from mlx_sdm.turn.values import AnswerComplete, AnswerVerdict, CheckingAnswers, TurnOutcome
+from mlx_sdm.store.turn_writer import TurnReceipt
+from mlx_sdm.turn.values import AnswerComplete, CheckingAnswers
 
 
 @dataclass
@@ -49,7 +51,7 @@ class SecondLookStarted(Message):
 @dataclass
 class VerdictReady(Message):
     ref: TurnRef
-    verdict: AnswerVerdict
+    verdict: DocumentVerdict
 
 
 @dataclass
@@ -66,10 +68,11 @@ class Escalated(Message):
 
 @dataclass
 class TurnFinished(Message):
-    """The turn's last item: its one typed record, the object the engine's future resolves to."""
+    """The turn's last item: its receipt (its one typed record and where it is kept), the object the engine's
+    future resolves to."""
 
     ref: TurnRef
-    outcome: TurnOutcome
+    receipt: TurnReceipt
 
 
 @dataclass
@@ -103,8 +106,8 @@ class PrefillProgressed(Message):
 #: The message class of each item type the engine hands its listeners.
 MESSAGE_FOR_ITEM: dict[type, type[Message]] = {
     TokenPiece: TokenArrived, AnswerComplete: AnswerVerifying, CheckingAnswers: SecondLookStarted,
-    AnswerVerdict: VerdictReady, MonitorReading: MonitorRead,
-    Escalation: Escalated, TurnOutcome: TurnFinished, TurnFailed: EngineFailed, SupportChange: SupportChanged,
+    DocumentVerdict: VerdictReady, MonitorReading: MonitorRead,
+    Escalation: Escalated, TurnReceipt: TurnFinished, TurnFailed: EngineFailed, SupportChange: SupportChanged,
     EngineState: EngineStatus, PrefillProgress: PrefillProgressed,
 }
 

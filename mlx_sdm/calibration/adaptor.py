@@ -37,8 +37,8 @@ class ExemplarAdaptor(nn.Module):
         self.g = nn.Linear(input_dim, exemplar_dim)
         self.linear = nn.Linear(exemplar_dim, num_classes)
         self.input_dim, self.exemplar_dim, self.num_classes = input_dim, exemplar_dim, num_classes
-        self._mu = 0.0
-        self._sigma = 1.0
+        self._mu: float | mx.array = 0.0
+        self._sigma: float | mx.array = 1.0
 
     def set_normalization(self, mu, sigma) -> None:
         if is_per_dimension((mu, sigma)):  # held as MLX arrays outside the parameters (leading "_")

@@ -156,7 +156,8 @@ def read_embedding_bundle(path: str | Path, require_label: bool = True, expected
             raise DataError(f"has {len(emb)} numbers but {expected_dim} are expected", path=path, line=number,
                             field="embedding")
     texts = [r.get("document") if isinstance(r.get("document"), str) else None for r in bundle.rows]
-    return LabelledSet([r["id"] for r in bundle.rows], np.stack(bundle.embeddings),
+    embeddings = [e for e in bundle.embeddings if e is not None]  # every row has one (checked above)
+    return LabelledSet([r["id"] for r in bundle.rows], np.stack(embeddings),
                        np.array([r["label"] for r in bundle.rows], np.int64),
                        texts if any(t is not None for t in texts) else None, path)
 

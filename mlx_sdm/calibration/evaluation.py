@@ -128,7 +128,7 @@ def evaluate(estimator, data: LabelledSet, name: str = "test") -> Evaluation:
         if getattr(estimator, "has_logistic_reference", True) else None
     accuracy = float(np.mean(yhat == data.labels))
     paired = None if lr is None else paired_comparison(data.labels, yhat, lr)
-    return Evaluation(name, alpha, c, rows, accuracy, float("nan") if lr is None else paired.accuracy_b,
+    return Evaluation(name, alpha, c, rows, accuracy, float("nan") if paired is None else paired.accuracy_b,
                       data.labels, yhat, a["admitted"], a["p_lower"], sm_max, a["q_bin"], lr,
                       [AgainstProbe(rows[-1].name, accuracy, paired)])
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import mlx.core as mx
 import numpy as np
@@ -168,8 +169,9 @@ class SupportIndex:
         self._centred = self.exemplars - self._centre
         self._sq_np = np.einsum("ij,ij->i", self._centred, self._centred)
         self._max_sq = float(self._sq_np.max()) if len(self._sq_np) else 0.0
-        self._mx = None
-        self._faiss = None
+        #: the MLX copies of the support set: ((centred, its tf32 low part or None), |x|², good per class)
+        self._mx: tuple[tuple[mx.array, mx.array | None], mx.array, mx.array] | None = None
+        self._faiss: Any = None  # a faiss IndexFlatL2 (faiss ships no type stubs)
         if self.backend == "mlx":
             if use_split_tf32(self.backend):
                 hi, lo = split_tf32(self._centred)
@@ -367,7 +369,7 @@ def _mask_pairs_mlx(mask: mx.array) -> tuple[np.ndarray, np.ndarray]:
     """(row, col) of the True entries of a sparse [B, N] MLX mask without copying the block back:
     per row the largest count m, then an argpartition that brings the True entries to the front."""
     counts = mx.sum(mask, axis=1)
-    m = int(mx.max(counts).item())
+    m = int(mx.max(counts).item())  # type: ignore[arg-type]  # .item() of an integer sum is an int
     if m == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     if m >= mask.shape[1]:

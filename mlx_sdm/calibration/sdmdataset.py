@@ -13,7 +13,7 @@ import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import numpy as np
 
@@ -40,7 +40,7 @@ def is_sdmdataset_path(path: str | Path) -> bool:
 
 
 def _fail(root: Path, what: str, *, line: int | None = None, field: str | None = None,
-          fix: str = "re-export the bundle from the app or `sdm dataset`") -> None:
+          fix: str = "re-export the bundle from the app or `sdm dataset`") -> NoReturn:
     raise DataError(f"{what}; not a readable {SUFFIX} bundle ({fix})", path=str(root), line=line, field=field)
 
 
@@ -137,14 +137,15 @@ def read_bundle(path: str | Path) -> DatasetBundle:
         _fail(root, f"{ROWS} has {len(lines)} rows but rowCount is {m['rowCount']}", field="rowCount")
     matrix = _matrix(root, m["matrices"]["embedding"]) if "embedding" in m.get("matrices", {}) else None
     seen: dict[str, int] = {}
-    rows, embeddings = [], []
+    rows: list[dict] = []
+    embeddings: list[np.ndarray | None] = []
     for number, line in enumerate(lines, start=1):
         row = _row(root, line, number, seen)
         ref = row.pop("embeddingRow", None)
         if ref is not None and (matrix is None or ref != sum(e is not None for e in embeddings)):
             _fail(root, f"{ROWS}: embeddingRow {ref!r} out of order (references must count 0, 1, … in row order, "
                   "one per matrix row)", line=number, field="embeddingRow")
-        embeddings.append(None if ref is None else matrix[ref])
+        embeddings.append(None if ref is None or matrix is None else matrix[ref])
         rows.append(row)
     if matrix is not None and sum(e is not None for e in embeddings) != len(matrix):
         _fail(root, f"{EMBEDDINGS} has {len(matrix)} rows but {ROWS} references "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable, cast
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -141,6 +141,12 @@ def stratified_halves(labels: np.ndarray, rng: np.random.Generator) -> tuple[np.
     return rng.permutation(np.concatenate(tr)), rng.permutation(np.concatenate(ca))
 
 
+def _parameters(adaptor: ExemplarAdaptor) -> dict[str, np.ndarray]:
+    """The adaptor's parameters as numpy arrays, by their flat names."""
+    flat = cast(list[tuple[str, Any]], tree_flatten(adaptor.parameters()))  # a list: no destination given
+    return {k: np.array(v) for k, v in flat}
+
+
 def run_iteration(iteration: int, pool_h: np.ndarray, pool_y: np.ndarray, num_classes: int, config,
                   rng: np.random.Generator, progress: ProgressFn | None = None) -> IterationResult:
     """One iteration j of Alg. 1 (``config`` is a :class:`~mlx_sdm.calibration.fit_config.FitConfig`)."""
@@ -161,7 +167,8 @@ def run_iteration(iteration: int, pool_h: np.ndarray, pool_y: np.ndarray, num_cl
     mx_h_tr, mx_y_tr = mx.array(h_tr), mx.array(y_tr.astype(np.int32))
     q_tr = np.full(len(y_tr), SOFTMAX_Q)  # epoch 1 = standard softmax
     d_tr = np.full(len(y_tr), SOFTMAX_D)
-    best_metric, best = -1.0, None
+    best_metric = -1.0
+    best: tuple[int, dict[str, np.ndarray], Reestimate] | None = None
     losses: list[float] = []
     for epoch in range(1, config.epochs + 1):
         order = rng.permutation(len(y_tr))
@@ -180,10 +187,11 @@ def run_iteration(iteration: int, pool_h: np.ndarray, pool_y: np.ndarray, num_cl
         q_tr, d_tr = est.q_tr.astype(np.float64), est.d_tr
         if est.metric >= best_metric:  # ties → later epoch
             best_metric = est.metric
-            best = (epoch, {k: np.array(v) for k, v in tree_flatten(adaptor.parameters())}, est)
+            best = (epoch, _parameters(adaptor), est)
         if progress is not None:
             progress({"iteration": iteration, "iterations": config.iterations, "epoch": epoch,
                       "epochs": config.epochs, "loss": losses[-1], "balanced_q": est.metric})
+    assert best is not None  # every epoch's metric beats -1
     epoch, params, est = best
     if config.estimator == KIND_V2:
         return _finish_v2(iteration, epoch, params, (mu, sigma), tr_idx, ca_idx, est, y_ca, num_classes, config,
@@ -205,6 +213,7 @@ def _finish_v2(iteration, epoch, params, normalization, tr_idx, ca_idx, est: Ree
                losses, start) -> IterationResult:
     """The canonical estimator's end of an iteration: v2 Alg. 1 on the cached calibration (q′, SDM(z′), y);
     no rescaler (W'' = I is stored only to keep one file layout), no offsets."""
+    assert est.q_ca_raw is not None and est.d_ca is not None  # the v2 re-estimation keeps them
     probs = sdm_numpy(est.z_ca, est.q_ca_raw, est.d_ca)
     q_prime = rescaled_similarity_v2(probs, est.yhat_ca, est.q_ca_raw)  # v2 Eq. 8
     thr = find_threshold_v2(q_prime, probs, y_ca, num_classes, config.alpha)

@@ -17,7 +17,6 @@ from mlx_sdm.usecases.build_verifier import (
 from mlx_sdm.usecases.second_look_build import build_second_look
 from mlx_sdm.usecases.second_look_build import describe as describe_second_look
 from mlx_sdm.commands.arguments import CommandParser, non_negative_int, positive_int, whole_number
-from mlx_sdm.errors import MlxSdmError
 from mlx_sdm.network.second_look import DEFAULT_K, SecondLookSpec
 
 DEFAULT_MODEL = "smollm2"
@@ -121,12 +120,8 @@ def run_recipe(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         print(f"mlx-sdm build-verifier: the recipe holds --{given[0].replace('_', '-')}; edit the recipe file "
               "instead", file=sys.stderr)
         return 2
-    try:
-        build_from_recipe(read_recipe(args.recipe), args.out, cache_dir=args.cache_dir, plot_png=not args.no_plot,
-                          say=lambda line: print(line, file=sys.stderr))
-    except MlxSdmError as exc:
-        print(f"mlx-sdm build-verifier: {exc}", file=sys.stderr)
-        return 1
+    build_from_recipe(read_recipe(args.recipe), args.out, cache_dir=args.cache_dir, plot_png=not args.no_plot,
+                      say=lambda line: print(line, file=sys.stderr))
     print(f"wrote {args.out} (recipe.json, report.md, report.json{'' if args.no_plot else ', reliability.png'}); "
           f"try it: mlx-sdm generate --verifier {args.out} --list-tasks")
     return 0
@@ -144,12 +139,8 @@ def parse_args(argv: list[str] | None) -> BuildVerifierArgs:
 
 def run_second_look(args: BuildVerifierArgs) -> int:
     """``--second-look K``: a second-look member for open questions (app/second_look_build.py)."""
-    try:
-        result = build_second_look(args, SecondLookSpec(k=args.second_look),
-                                   log=lambda line: print(line, file=sys.stderr))
-    except MlxSdmError as exc:
-        print(f"mlx-sdm build-verifier: {exc}", file=sys.stderr)
-        return 1
+    result = build_second_look(args, SecondLookSpec(k=args.second_look),
+                               log=lambda line: print(line, file=sys.stderr))
     print(result.report)
     print(describe_second_look(result))
     print(f"wrote {args.out} (report.md, report.json, lean.json{'' if not args.plot else ', reliability.png'})")
@@ -172,11 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.second_look:
         return run_second_look(args)
-    try:
-        result = build_verifier(args, log=lambda line: print(line, file=sys.stderr))
-    except MlxSdmError as exc:
-        print(f"mlx-sdm build-verifier: {exc}", file=sys.stderr)
-        return 1
+    result = build_verifier(args, log=lambda line: print(line, file=sys.stderr))
     print(result.report)
     print(describe(result))
     print(f"wrote {args.out} (report.md, report.json{'' if not args.plot else ', reliability.png'}); "

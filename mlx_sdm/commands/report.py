@@ -86,37 +86,33 @@ def _nested_ladders(args: argparse.Namespace, estimators: list[SDMEstimator], da
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        if args.plot:
-            from mlx_sdm.atomic import check_output_file
+    if args.plot:
+        from mlx_sdm.atomic import check_output_file
 
-            check_output_file(args.plot)
-        estimators, data = _load(args)
-        est = estimators[0]
-        if int(data.labels.max()) >= est.num_classes:
-            line = int((data.labels >= est.num_classes).argmax()) + 1
-            raise MlxSdmError(f"{args.input}:{line}: field 'label': {int(data.labels[line - 1])} is not a class of this "
-                              f"estimator (0..{est.num_classes - 1})")
-        for path, other in zip(args.estimator[1:], estimators[1:]):
-            if other.input_dim != est.input_dim or other.num_classes != est.num_classes:
-                raise MlxSdmError(f"{path}: input_dim {other.input_dim} / {other.num_classes} classes differ from "
-                                  f"{args.estimator[0]} ({est.input_dim} / {est.num_classes}); compare estimators "
-                                  f"trained on the same embeddings and classes")
-        ev = evaluate(est, data, name=args.input)
-        for other in estimators[1:]:
-            add_estimator_row(ev, evaluate(other, data, name=args.input))
-        print(format_table(ev))
-        for path, other in zip(args.estimator, estimators):
-            print()
-            print(f"{path} (estimator kind {other.kind}):")
-            print(format_training(other.manifest))
-        if args.plot:
-            plot([ev], args.plot)
-            print(f"wrote {args.plot}")
-        _nested_ladders(args, estimators, data)
-    except MlxSdmError as exc:
-        print(f"mlx-sdm report: {exc}", file=sys.stderr)
-        return 1
+        check_output_file(args.plot)
+    estimators, data = _load(args)
+    est = estimators[0]
+    if int(data.labels.max()) >= est.num_classes:
+        line = int((data.labels >= est.num_classes).argmax()) + 1
+        raise MlxSdmError(f"{args.input}:{line}: field 'label': {int(data.labels[line - 1])} is not a class of this "
+                          f"estimator (0..{est.num_classes - 1})")
+    for path, other in zip(args.estimator[1:], estimators[1:]):
+        if other.input_dim != est.input_dim or other.num_classes != est.num_classes:
+            raise MlxSdmError(f"{path}: input_dim {other.input_dim} / {other.num_classes} classes differ from "
+                              f"{args.estimator[0]} ({est.input_dim} / {est.num_classes}); compare estimators "
+                              f"trained on the same embeddings and classes")
+    ev = evaluate(est, data, name=args.input)
+    for other in estimators[1:]:
+        add_estimator_row(ev, evaluate(other, data, name=args.input))
+    print(format_table(ev))
+    for path, other in zip(args.estimator, estimators):
+        print()
+        print(f"{path} (estimator kind {other.kind}):")
+        print(format_training(other.manifest))
+    if args.plot:
+        plot([ev], args.plot)
+        print(f"wrote {args.plot}")
+    _nested_ladders(args, estimators, data)
     return 0
 
 

@@ -146,33 +146,29 @@ def train_estimator(train_set: LabelledSet, cal_set: LabelledSet, config: FitCon
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        config = config_from_args(args)
-        from mlx_sdm.atomic import check_output_folder
-        from mlx_sdm.calibration.persistence import MANIFEST
-        from mlx_sdm.usecases.verifiers import is_text_jsonl, train_text_verifier
-        from mlx_sdm.network.verifier import VERIFIER_MANIFEST
+    config = config_from_args(args)
+    from mlx_sdm.atomic import check_output_folder
+    from mlx_sdm.calibration.persistence import MANIFEST
+    from mlx_sdm.usecases.verifiers import is_text_jsonl, train_text_verifier
+    from mlx_sdm.network.verifier import VERIFIER_MANIFEST
 
-        check_output_folder(args.out, force=args.force, artifact_files=(MANIFEST, VERIFIER_MANIFEST))
+    check_output_folder(args.out, force=args.force, artifact_files=(MANIFEST, VERIFIER_MANIFEST))
 
-        if is_text_jsonl(args.train):  # text rows -> document verifier over LM features
-            start = time.time()
-            verifier = train_text_verifier(args.train, args.calibration, args.out, config, model=args.model,
-                                           quantized=args.quantized, progress=not args.quiet)
-            print(format_training(verifier.estimator.manifest))
-            print(f"saved document verifier {args.out} for model {verifier.model_fingerprint.get('name')} "
-                  f"({time.time() - start:.1f} s)")
-            return 0
-        train_set = read_embedding_jsonl(args.train)
-        cal_set = read_embedding_jsonl(args.calibration, expected_dim=train_set.dim,
-                                       expected_by=f"the training file {args.train}")
-        source = {"kind": "embeddings", "train": args.train, "calibration": args.calibration, "dim": train_set.dim}
+    if is_text_jsonl(args.train):  # text rows -> document verifier over LM features
         start = time.time()
-        est = train_estimator(train_set, cal_set, config, source, progress=not args.quiet)
-        est.save(args.out)
-    except MlxSdmError as exc:
-        print(f"mlx-sdm train: {exc}", file=sys.stderr)
-        return 1
+        verifier = train_text_verifier(args.train, args.calibration, args.out, config, model=args.model,
+                                       quantized=args.quantized, progress=not args.quiet)
+        print(format_training(verifier.estimator.manifest))
+        print(f"saved document verifier {args.out} for model {verifier.model_fingerprint.get('name')} "
+              f"({time.time() - start:.1f} s)")
+        return 0
+    train_set = read_embedding_jsonl(args.train)
+    cal_set = read_embedding_jsonl(args.calibration, expected_dim=train_set.dim,
+                                   expected_by=f"the training file {args.train}")
+    source = {"kind": "embeddings", "train": args.train, "calibration": args.calibration, "dim": train_set.dim}
+    start = time.time()
+    est = train_estimator(train_set, cal_set, config, source, progress=not args.quiet)
+    est.save(args.out)
     print(format_training(est.manifest))
     print(f"saved {args.out} ({time.time() - start:.1f} s)")
     return 0

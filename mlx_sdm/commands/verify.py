@@ -11,7 +11,6 @@ from mlx_sdm.atomic import atomic_write_text
 from mlx_sdm.calibration.data import LabelledSet, read_embedding_jsonl
 from mlx_sdm.calibration.estimator import SDMEstimator
 from mlx_sdm.commands.arguments import CommandParser, non_negative_int
-from mlx_sdm.errors import MlxSdmError
 from mlx_sdm.network.verdict import VerdictStatus
 
 DEFAULT_EXPLAIN = 0
@@ -66,28 +65,24 @@ def write_jsonl(path: str, rows: list[dict]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        from mlx_sdm.atomic import check_output_file
-        from mlx_sdm.usecases.verifiers import is_verifier_dir, verify_text_rows
+    from mlx_sdm.atomic import check_output_file
+    from mlx_sdm.usecases.verifiers import is_verifier_dir, verify_text_rows
 
-        check_output_file(args.out)  # before any model work: a folder or an unwritable path is one line
+    check_output_file(args.out)  # before any model work: a folder or an unwritable path is one line
 
-        if is_verifier_dir(args.estimator):  # a document verifier: text rows, force-decoded with its model
-            out = verify_text_rows(args.estimator, args.input, model=args.model, quantized=args.quantized,
-                                   explain=args.explain)
-            write_jsonl(args.out, out)
-            counts = Counter(r["status"] for r in out)
-            states = ", ".join(f"{counts[s.value]} {s.value.replace('_', ' ')}" for s in VerdictStatus if counts[s.value])
-            print(f"{len(out)} rows judged: {states}; wrote {args.out}")
-            return 0
-        est = SDMEstimator.load(args.estimator)
-        rows = read_embedding_jsonl(args.input, require_label=False, expected_dim=est.input_dim,
-                                    expected_by=f"the estimator {args.estimator}")
-        out = verify_rows(est, rows, args.explain)
+    if is_verifier_dir(args.estimator):  # a document verifier: text rows, force-decoded with its model
+        out = verify_text_rows(args.estimator, args.input, model=args.model, quantized=args.quantized,
+                               explain=args.explain)
         write_jsonl(args.out, out)
-    except MlxSdmError as exc:
-        print(f"mlx-sdm verify: {exc}", file=sys.stderr)
-        return 1
+        counts = Counter(r["status"] for r in out)
+        states = ", ".join(f"{counts[s.value]} {s.value.replace('_', ' ')}" for s in VerdictStatus if counts[s.value])
+        print(f"{len(out)} rows judged: {states}; wrote {args.out}")
+        return 0
+    est = SDMEstimator.load(args.estimator)
+    rows = read_embedding_jsonl(args.input, require_label=False, expected_dim=est.input_dim,
+                                expected_by=f"the estimator {args.estimator}")
+    out = verify_rows(est, rows, args.explain)
+    write_jsonl(args.out, out)
     admitted = sum(r["admitted"] for r in out)
     print(f"{len(out)} rows read, {admitted} admitted at p_lower >= alpha' ({admitted / max(len(out), 1):.1%}); "
           f"wrote {args.out}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from mlx_sdm.executor.events import PauseInfo
-from mlx_sdm.store.schema import MessageRecord
+from mlx_sdm.store.records import MessageRecord
 
 #: Answers the model sees again next turn (cancelled, aborted and failed answers are left out).
 ANSWERS_KEPT = {"done", "paused", "resumed"}

@@ -40,9 +40,10 @@ from mlx_sdm.executor.events import (
     prefill_progress,
 )
 from mlx_sdm.executor.review import DecisionResult, ReviewService
-from mlx_sdm.store.schema import MessageRecord
+from mlx_sdm.store.records import MessageRecord
 from mlx_sdm.store.chat_store import ChatStore
-from mlx_sdm.turn.values import TurnComponents, TurnOptions, TurnKind, TurnOutcome, TurnRequest
+from mlx_sdm.store.turn_writer import Question, TurnReceipt
+from mlx_sdm.turn.values import Resampled, TurnComponents, TurnKind, TurnOptions, TurnRequest
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 from mlx_sdm.executor.turn_service import TurnService
 from mlx_sdm.turn.pipeline import PrefillCallback
@@ -125,7 +126,8 @@ class ChatEngine:
         return self._worker.busy
 
     def send(self, session_id: str, text: str, *, listener: Listener | None = None) -> Future:
-        """Start a turn: the user says ``text`` in session ``session_id``. Resolves to its :class:`TurnOutcome`."""
+        """Start a turn: the user says ``text`` in session ``session_id``. Resolves to its :class:`TurnReceipt`
+        (the turn's record and where the store keeps it)."""
         if not text.strip():
             raise DataError("the message is empty; type something to send", field="text")
         started = time.perf_counter()
@@ -133,19 +135,19 @@ class ChatEngine:
 
     def resume(self, session_id: str, guidance: str, *, listener: Listener | None = None) -> Future:
         """Resume a paused turn with the user's guidance: the model answers again, seeing the
-        reflection and the guidance. Resolves to its :class:`TurnOutcome`."""
+        reflection and the guidance. Resolves to its :class:`TurnReceipt`."""
         started = time.perf_counter()
         return self._worker.submit(lambda: self._resume(session_id, guidance, listener, started))
 
     def regenerate(self, session_id: str, *, listener: Listener | None = None) -> Future:
         """Answer the session's last question again, sampled (:mod:`mlx_sdm.executor.regeneration`): a new
-        answer with its own verdict and monitor reading, stored beside the first. Resolves to its :class:`TurnOutcome`."""
+        answer with its own verdict and monitor reading, stored beside the first. Resolves to its :class:`TurnReceipt`."""
         return self._worker.submit(lambda: self._regenerate(session_id, listener))
 
     def stream(self, session_id: str, text: str, *, resume: bool = False) -> Iterator[EngineItem]:
         """A turn as the caller's ``for`` loop sees it: each item as the pipeline yielded it, carried from the
         engine's thread (a :class:`~mlx_sdm.executor.events.PrefillProgress` while a long prompt is read),
-        and last its :class:`TurnOutcome`; a turn that fails raises its error after its items. A ctrl+c
+        and last its :class:`TurnReceipt`; a turn that fails raises its error after its items. A ctrl+c
         (KeyboardInterrupt) while it waits stops the answer at the next token; a second one is raised.
         ``resume``: answer the paused turn with ``text`` as guidance."""
         items: queue.Queue = queue.Queue()
@@ -164,7 +166,7 @@ class ChatEngine:
             if item is None or isinstance(item, TurnFailed):
                 break
             yield item
-            if isinstance(item, TurnOutcome):
+            if isinstance(item, TurnReceipt):
                 break
         future.result()
 
@@ -240,6 +242,7 @@ class ChatEngine:
 
     def _require_service(self) -> TurnService:
         self._require()
+        assert self._service is not None  # built with the components
         return self._service
 
     def _require_review(self) -> ReviewService:
@@ -297,7 +300,7 @@ class ChatEngine:
             self._monitors[session_id] = monitor
         return monitor
 
-    def _resume(self, session_id: str, guidance: str, listener: Listener | None, started: float) -> TurnOutcome:
+    def _resume(self, session_id: str, guidance: str, listener: Listener | None, started: float) -> TurnReceipt:
         if not guidance.strip():
             raise DataError("guidance is empty; tell the model how to go on", field="guidance")
         pause = self.pending_pause(session_id)
@@ -306,7 +309,7 @@ class ChatEngine:
         return self._turn(session_id, guidance, listener, started, guidance_for=pause.message_id)
 
     def _turn(self, session_id: str, text: str, listener: Listener | None, started: float,
-              guidance_for: int | None) -> TurnOutcome:
+              guidance_for: int | None) -> TurnReceipt:
         service = self._require_service()
         turn = next(self._turns)
         self._cancel.clear()
@@ -314,26 +317,22 @@ class ChatEngine:
             self.store.get_session(session_id)
             history = self.store.messages(session_id)  # read once, before this turn writes anything
             monitor = self._monitor_for(session_id, history)
-            if guidance_for is None:
-                user_id = self.store.add_message(session_id, "user", text)
-            else:
-                user_id = self.store.add_guidance(session_id, guidance_for, text)
+            if guidance_for is not None:
                 monitor.resume(text)
+            # the first token's time counts from the call: the time the turn waited for the engine included
             request = TurnRequest(conversation_from(history) + [{"role": "user", "content": text}],
                                   self.config.turn_options(),
-                                  kind=TurnKind.QUESTION if guidance_for is None else TurnKind.GUIDANCE)
-            queued_s = time.perf_counter() - started
+                                  kind=TurnKind.QUESTION if guidance_for is None else TurnKind.GUIDANCE, received=started)
 
             def prefill(done: int, total: int) -> None:
                 if (progress := prefill_progress(done, total)) is not None:
                     self._emit(listener, TurnRef(session_id, turn), progress)
 
-            outcome = self._stream(service, session_id, turn, request, monitor, listener, on_prefill=prefill)
-        if outcome.first_token_s is not None:  # from the call: the time the turn waited for the engine included
-            outcome = replace(outcome, first_token_s=outcome.first_token_s + queued_s)
-        return self._finished(outcome, session_id, turn, user_id, listener)
+            receipt = self._stream(service, TurnRef(session_id, turn), request, Question(text, resumes=guidance_for),
+                                   monitor, listener, on_prefill=prefill)
+        return self._finished(receipt, turn, listener)
 
-    def _regenerate(self, session_id: str, listener: Listener | None) -> TurnOutcome:
+    def _regenerate(self, session_id: str, listener: Listener | None) -> TurnReceipt:
         import mlx.core as mx
 
         from mlx_sdm.executor.regeneration import REGENERATE_TEMPERATURE, regeneration
@@ -346,25 +345,27 @@ class ChatEngine:
             again = regeneration(history)
             monitor = self._monitor_for(session_id, history)
             request = TurnRequest(again.messages, replace(self.config.turn_options(), temperature=REGENERATE_TEMPERATURE),
-                                  kind=TurnKind.AGAIN)
+                                  kind=TurnKind.AGAIN,
+                                  resampled=Resampled(again.replaces, REGENERATE_TEMPERATURE, again.attempt))
             mx.random.seed(again.attempt)
-            outcome = self._stream(service, session_id, turn, request, monitor, listener,
-                                   replaces=again.replaces, seed=again.attempt)
-        return self._finished(outcome, session_id, turn, again.question_id, listener)
+            receipt = self._stream(service, TurnRef(session_id, turn), request, None, monitor, listener)
+        return self._finished(receipt, turn, listener)
 
-    def _stream(self, service: TurnService, session_id: str, turn: int, request: TurnRequest,
-                monitor: SessionMonitor, listener: Listener | None, *, on_prefill: PrefillCallback | None = None,
-                replaces: int | None = None, seed: int | None = None) -> TurnOutcome:
-        """Loop over the turn's stream: every item but the record goes to the listeners as it is; returns the record."""
-        ref = TurnRef(session_id, turn)
-        outcome = None
-        for item in service.stream_turn(session_id, request, stop=self._cancel, monitor=monitor, on_prefill=on_prefill,
-                                        replaces=replaces, seed=seed):
-            if isinstance(item, TurnOutcome):
-                outcome = item
+    def _stream(self, service: TurnService, ref: TurnRef, request: TurnRequest, question: Question | None,
+                monitor: SessionMonitor, listener: Listener | None, *,
+                on_prefill: PrefillCallback | None = None) -> TurnReceipt:
+        """Loop over the turn's stream: every item but the receipt goes to the listeners as it is; returns the
+        receipt (the record and where the store keeps it)."""
+        assert ref.session_id is not None
+        receipt = None
+        for item in service.stream_turn(ref.session_id, request, question, conversation=ref.session_id,
+                                        stop=self._cancel, monitor=monitor, on_prefill=on_prefill):
+            if isinstance(item, TurnReceipt):
+                receipt = item
             else:
                 self._emit(listener, ref, item)
-        return outcome
+        assert receipt is not None  # the turn's stream ends with its receipt
+        return receipt
 
     @contextmanager
     def _reported(self, session_id: str, turn: int, listener: Listener | None) -> Iterator[None]:
@@ -375,8 +376,6 @@ class ChatEngine:
             self._emit(listener, TurnRef(session_id, turn), TurnFailed(str(exc), type(exc).__name__))
             raise
 
-    def _finished(self, outcome: TurnOutcome, session_id: str, turn: int, user_id: int,
-                  listener: Listener | None) -> TurnOutcome:
-        outcome = replace(outcome, turn=turn, user_message_id=user_id)
-        self._emit(listener, TurnRef(session_id, turn), outcome)
-        return outcome
+    def _finished(self, receipt: TurnReceipt, turn: int, listener: Listener | None) -> TurnReceipt:
+        self._emit(listener, TurnRef(receipt.session_id, turn), receipt)
+        return receipt

@@ -9,15 +9,17 @@ The engine calls each listener with a :class:`TurnRef` (where the item belongs) 
     TokenPiece*  (phase "answer")
     AnswerComplete?                the answer is complete and the verifier is reading it (a judged turn only)
     CheckingAnswers?               the second look: the model draws k more answers the verdict reads
-    AnswerVerdict                  a DocumentVerdict (verified / not_verified / out_of_scope) or none (no_verifier)
+    DocumentVerdict                the verdict: verified / not_verified / out_of_scope / no_verifier (with why)
     MonitorReading                 AUQ level + cumulative confidence, TRACER prefix risk, the fused forecast
     Escalation?                    proceed_with_log (MEDIUM), pause_for_human (HIGH / irreversible tool)
                                    or abort (CRITICAL)
     TokenPiece*  (phase "reflection", only on a HIGH pause with reflection generation on)
-    TurnOutcome                    the turn's one record (status done / paused / aborted / cancelled, the
-                                   verdict, the reading, the stored ids): the object the future resolves to
+    TurnReceipt                    the turn's one record (its TurnOutcome: status done / paused / aborted /
+                                   cancelled, the verdict, the reading) and where the store keeps it (the
+                                   session, the answer, its review entry, its question): what the future
+                                   resolves to
 
-A turn that fails ends with :class:`TurnFailed` instead of its ``TurnOutcome``. Outside a turn (``turn``
+A turn that fails ends with :class:`TurnFailed` instead of its ``TurnReceipt``. Outside a turn (``turn``
 0): :class:`SupportChange` follows a review decision or undo; :class:`EngineState` reports loading /
 ready / failed / stopped. A UI re-posts them to its own thread (Textual: ``post_message``); a listener
 must not block.
@@ -28,8 +30,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Union
 
+from mlx_sdm.lm.pieces import TokenPiece
+from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.coverage import VerifierCoverage
-from mlx_sdm.turn.values import TurnItem
+from mlx_sdm.network.verdict import DocumentVerdict
+from mlx_sdm.store.turn_writer import TurnReceipt
+from mlx_sdm.turn.escalation import Escalation
+from mlx_sdm.turn.values import AnswerComplete, CheckingAnswers
 
 
 @dataclass(frozen=True)
@@ -90,8 +97,11 @@ class EngineState:
     message: str = ""
 
 
-#: Everything a listener receives: a turn's items as the pipeline yielded them, and the engine's own.
-EngineItem = Union[TurnItem, PrefillProgress, TurnFailed, SupportChange, EngineState]
+#: A kept turn's items (``TurnService.stream_turn``): the pipeline's as it yielded them, the receipt in place of
+#: the record.
+KeptTurnItem = Union[TokenPiece, AnswerComplete, CheckingAnswers, DocumentVerdict, MonitorReading, Escalation, TurnReceipt]
+#: Everything a listener receives: a kept turn's items, and the engine's own.
+EngineItem = Union[KeptTurnItem, PrefillProgress, TurnFailed, SupportChange, EngineState]
 #: A listener: called on the engine's thread with where the item belongs and the item itself.
 Listener = Callable[[TurnRef, EngineItem], None]
 

@@ -12,7 +12,7 @@ from typing import Sequence
 
 from mlx_sdm.errors import DataError
 from mlx_sdm.executor.conversation import ANSWERS_KEPT, conversation_from
-from mlx_sdm.store.schema import MessageRecord
+from mlx_sdm.store.records import MessageRecord
 
 #: The sampling temperature of a regenerated answer (mlx-lm's usual chat temperature range; the first
 #: answer of every turn is greedy).

@@ -5,8 +5,10 @@ given under (the store keeps that verifier's identity with the decision), never 
 that happens to run on the same model, and only the task of it the question was routed to: a
 verifier built on several tasks (``FeatureRecipe.task_systems``) judges each task with its own
 support set, the base plus that task's labels (built from the base folder when the task is first
-judged); unrouted questions (and a single-task verifier) use ``components.verifier``. Decisions
-stored before tasks were kept (schema < 5) count for every task of their verifier.
+judged); unrouted questions (and a single-task verifier) use the base verifier with its unrouted labels.
+Decisions stored before tasks were kept (schema < 5) count for every task of their verifier. The service is the
+pipeline's :class:`~mlx_sdm.turn.seams.VerifierProvider` (:meth:`ReviewService.verifier_for`): it holds the
+verifiers it builds and rebuilds, and changes nothing in the shared ``TurnComponents``.
 
 Runs on the thread that owns MLX (it re-encodes edited completions and rebuilds the estimator).
 """
@@ -18,25 +20,23 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from mlx_sdm.atomic import atomic_write_text
-from mlx_sdm.errors import DataError
-from mlx_sdm.turn.pipeline import TurnPipeline
+from mlx_sdm.errors import DataError, MlxSdmError
 from mlx_sdm.turn.seams import TurnVerifier
 from mlx_sdm.turn.values import TurnComponents, TurnOptions, TurnRequest, last_user_text, previous_user_text
 from mlx_sdm.store.chat_store import ChatStore
-from mlx_sdm.store.schema import MessageRecord, SupportPoint, TaskScope, support_words
+from mlx_sdm.store.records import MessageRecord, SupportPoint, TaskScope, support_words
 
 if TYPE_CHECKING:
     from mlx_sdm.calibration.estimator import SDMEstimator
+    from mlx_sdm.network.verifier import DocumentVerifier
 
-
-def feature_model_id(fingerprint: dict) -> str:
-    """A short, stable id of the model that computed a feature vector."""
-    return hashlib.sha256(json.dumps(fingerprint, sort_keys=True).encode()).hexdigest()[:16]
+#: The features of an answer made elsewhere, read as the chat reads that turn (``TurnPipeline.judge_text``).
+FeaturesOf = Callable[[TurnRequest, str], "np.ndarray | None"]
 
 
 def verifier_key(path: str | None) -> str | None:
@@ -59,16 +59,16 @@ class ReviewService:
     """Decisions → the loaded verifier's support set (see the module docstring)."""
 
     def __init__(self, store: ChatStore, components: TurnComponents, *, reviewed_dir: str | None = None,
-                 pipeline: TurnPipeline | None = None):
+                 features_of: FeaturesOf | None = None):
         self.store = store
         self.components = components
-        self.feature_model = feature_model_id(components.lm.fingerprint)
+        self.feature_model = components.feature_model
         self.verifier = verifier_key(components.verifier_path) if components.verifier is not None else None
         self._reviewed_dir = reviewed_dir
-        self._pipeline = pipeline  # reads an edited answer as the chat judges that turn (None: edits refused)
+        self._features_of = features_of  # reads an edited answer as the chat judges that turn (None: edits refused)
+        self._base = components.verifier  # the loaded verifier with the unrouted labels (rebuilt by apply_all)
         self._tasks: dict[str, TurnVerifier] = {}  # task -> its DocumentVerifier (the base + that task's labels)
         self._saved_tasks: set[str] = set()
-        components.task_support = self.verifier_for_task
 
     # -- what is loaded -------------------------------------------------------------------------
     @property
@@ -78,7 +78,7 @@ class ReviewService:
         verifier was built with, its members' included (the open-question member's own points), plus every
         active label given under it, whatever task it was given for. It moves by one with every decision
         and undo, wherever the label went; None when no verifier is loaded."""
-        verifier = self.components.verifier
+        verifier = self._base
         if verifier is None:
             return None
         held = int(verifier.estimator.support_size) + sum(int(m.estimator.support_size)
@@ -89,11 +89,6 @@ class ReviewService:
         # from a second look takes none: see joins_support)
         joined = [p for p in self.all_points() if self.joins_support(None if p.decision.task is None else p.decision.task.name)]
         return held - len(self.points()) + len(joined)
-
-    def support_size_for(self, task: str | None) -> int | None:
-        """The size of the one set that judges ``task``'s questions (not the count shown: see support_size)."""
-        verifier = self.verifier_for_task(task)
-        return None if verifier is None else int(_estimator(verifier, task).support_size)
 
     def reviewed_dir(self, task: str | None = None) -> Path | None:
         """Where the reviewed verifier is saved (a task of a multi-task verifier: a sibling per task)."""
@@ -121,46 +116,54 @@ class ReviewService:
         judges from a second look: its support points are [agreement features; states] of an answer and the K
         answers drawn with it, and the drawn answers are not kept with the stored answer, so a label cannot be
         made into such a point (it is kept as a training row)."""
-        verifier = self.components.verifier
+        verifier = self._base
         return verifier is None or task is None or verifier.second_look_spec(task) is None
 
-    def verifier_for_task(self, task: str | None) -> TurnVerifier | None:
-        """The verifier that judges questions routed to ``task``: the base plus that task's labels only
-        (loaded from the base folder when first asked; unrouted: ``components.verifier``)."""
-        components = self.components
-        if task is None or components.verifier is None or components.verifier_path is None:
-            return components.verifier  # no folder to load a clean base from: one support set for all
-        if task not in self._tasks:
-            from mlx_sdm.network.verifier import DocumentVerifier
+    def verifier_for(self, task: str | None) -> TurnVerifier:
+        """The verifier that judges questions routed to ``task`` (:class:`~mlx_sdm.turn.seams.VerifierProvider`):
+        the base plus that task's labels only (loaded from the base folder when first asked; unrouted: the base
+        with the unrouted labels)."""
+        verifier = self._verifier_of(task)
+        if verifier is None:
+            raise MlxSdmError("no verifier is loaded, so none judges a task's questions")
+        return verifier
 
-            verifier = DocumentVerifier.load(components.verifier_path, expect_fingerprint=components.lm.fingerprint)
+    def _verifier_of(self, task: str | None) -> TurnVerifier | None:
+        components = self.components
+        if task is None or self._base is None or components.verifier_path is None:
+            return self._base  # no folder to load a clean base from: one support set for all
+        if task not in self._tasks:
+            verifier = self._load_base()
             if self.joins_support(task):
                 _add_points(_estimator(verifier, task), self.points(task))
             self._tasks[task] = verifier
         return self._tasks[task]
+
+    def _load_base(self) -> DocumentVerifier:
+        """The loaded verifier as its folder holds it (no review labels)."""
+        from mlx_sdm.network.verifier import DocumentVerifier
+
+        assert self.components.verifier_path is not None
+        return DocumentVerifier.load(self.components.verifier_path, expect_fingerprint=self.components.lm.fingerprint)
 
     # -- support set ----------------------------------------------------------------------------
     def apply_all(self, *, save: bool, reload: bool = True) -> None:
         """(Re)build the support sets: the base verifier (reloaded from disk unless ``reload=False``)
         plus every active decision given under it for unrouted questions; each task's own set is
         rebuilt when that task is next judged. Points a verifier already holds are not added twice."""
-        components = self.components
-        if components.verifier is None:
+        if self._base is None:
             return
-        if reload and components.verifier_path is not None:
-            from mlx_sdm.network.verifier import DocumentVerifier
-
-            components.verifier = DocumentVerifier.load(components.verifier_path,
-                                                        expect_fingerprint=components.lm.fingerprint)
+        if reload and self.components.verifier_path is not None:
+            self._base = self._load_base()
         self._tasks.clear()
-        _add_points(components.verifier.estimator, self.points())
+        _add_points(self._base.estimator, self.points())
         if save:
             self.save_all()
 
     def save(self, task: str | None = None) -> str | None:
         """Save the verifier of ``task`` (None: unrouted questions) with its labels, atomically."""
         target = self.reviewed_dir(task)
-        verifier = self.verifier_for_task(task)
+        verifier = self._verifier_of(task)
         if target is None or verifier is None:
             return None
         verifier.save(target)  # atomic (estimator.save writes through atomic_directory)
@@ -188,12 +191,11 @@ class ReviewService:
         message = self.store.message(item.message_id)
         features = None
         if completion is not None:
-            if message.prompt is None or self._pipeline is None:
+            if message.prompt is None or self._features_of is None:
                 raise DataError(f"review entry {review_id} has no stored prompt, so an edited completion cannot be "
                                 "re-encoded; mark it acceptable or unacceptable instead", field="completion")
             # the edit's features as the chat reads that turn (no second look: a label joins no second-look set)
-            features = self._pipeline.judge_text(TurnRequest(message.prompt, TurnOptions(second_look=False)),
-                                                 completion).features
+            features = self._features_of(TurnRequest(message.prompt, TurnOptions(second_look=False)), completion)
         superseded = item.decision is not None
         given_under = verifier_key(message.verifier) or self.verifier
         scope = self._task_of(message, given_under)
@@ -210,7 +212,7 @@ class ReviewService:
         if not item.judged:  # the store keeps it out of every support set (ReviewQueue.support_points)
             return result(False, f"recorded as a training row only: {item.why_a_label_changes_nothing}; "
                                  "the support set is unchanged")
-        if self.components.verifier is None:
+        if self._base is None:
             return result(False, "recorded; no verifier is loaded, so the support set is unchanged")
         if given_under != self.verifier:
             return result(False, "recorded for the verifier that judged this answer; the loaded verifier is another "
@@ -225,7 +227,7 @@ class ReviewService:
         if superseded or scope is None:  # the old label must leave / a label of every task: rebuild
             self.apply_all(save=False)
         else:
-            target = self.verifier_for_task(task)  # built from the store: may hold the new point already
+            target = self.verifier_for(task)  # built from the store: may hold the new point already
             estimator = _estimator(target, task)
             if decision.support_id not in estimator.support_ids:
                 vector = features if features is not None else message.features
@@ -241,7 +243,7 @@ class ReviewService:
         tasks were kept, judged by the loaded verifier) its question routed again; None: not known."""
         if message.task is not None:
             return message.task
-        verifier = self.components.verifier
+        verifier = self._base
         if verifier is None or given_under != self.verifier or message.prompt is None:
             return None
         return TaskScope(verifier.route(last_user_text(message.prompt), previous_user_text(message.prompt)).task)
@@ -253,7 +255,7 @@ class ReviewService:
             return None
         applied, saved = False, None
         task = None if decision.task is None else decision.task.name
-        if self.components.verifier is not None:
+        if self._base is not None:
             self.apply_all(save=False)
             if task is not None:
                 self._saved_tasks.add(task)  # its saved copy must lose the undone point too
@@ -266,7 +268,7 @@ class ReviewService:
 
     def after_delete(self, removed: int) -> None:
         """A deleted session took its decisions with it: rebuild the support sets without them."""
-        if removed and self.components.verifier is not None:
+        if removed and self._base is not None:
             self.apply_all(save=False)
             self.save_all()
 

@@ -4,8 +4,9 @@
 It owns the :class:`~mlx_sdm.turn.pipeline.TurnPipeline`, the
 :class:`~mlx_sdm.executor.review.ReviewService` and the one cached KV prefix (a KV cache can be
 ~100 MB, so one conversation's is kept at a time), and it says once what the store keeps of a turn
-(:meth:`TurnService.keep`): the turn's one record, :class:`~mlx_sdm.turn.values.TurnOutcome`, which
-the store writes as it is and reads back as the same type. A cancelled turn is stored with no verdict.
+(:meth:`TurnService.stream_turn`, the one way a turn is kept): the turn's one record,
+:class:`~mlx_sdm.turn.values.TurnOutcome`, which the store writes as it is, with its question, and reads back as
+the same type. A cancelled turn is stored with no verdict.
 
 Runs on the thread that owns MLX.
 """
@@ -13,18 +14,20 @@ Runs on the thread that owns MLX.
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
 from typing import Iterator
+
+import numpy as np
 
 from mlx_sdm.monitor.session_file.provenance import Provenance, make_provenance
 from mlx_sdm.turn.answer import PrefixCache
-from mlx_sdm.store.partial_answers import StreamingAnswer
+from mlx_sdm.store.turn_writer import Question, TurnReceipt, TurnWriter
 from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.turn.pipeline import PrefillCallback, TurnPipeline
 from mlx_sdm.turn.seams import TurnMonitor
+from mlx_sdm.executor.events import KeptTurnItem
 from mlx_sdm.executor.review import ReviewService
 from mlx_sdm.store.chat_store import ChatStore
-from mlx_sdm.turn.values import ChatMessage, Resampled, TurnComponents, TurnItem, TurnOptions, TurnOutcome, TurnRequest
+from mlx_sdm.turn.values import TurnComponents, TurnItem, TurnOutcome, TurnPlan, TurnRequest
 
 
 class TurnService:
@@ -33,8 +36,8 @@ class TurnService:
     def __init__(self, store: ChatStore, components: TurnComponents, *, reviewed_dir: str | None = None):
         self.store = store
         self.components = components
-        self.pipeline = TurnPipeline(components)
-        self.review = ReviewService(store, components, reviewed_dir=reviewed_dir, pipeline=self.pipeline)
+        self.review = ReviewService(store, components, reviewed_dir=reviewed_dir, features_of=self._features_of)
+        self.pipeline = TurnPipeline(components, verifiers=self.review)  # the review labels join the verdicts
         self._prefix: tuple[str | None, PrefixCache] | None = None  # (the conversation it belongs to, its cache)
         self._provenance: Provenance | None = None
         self._applied: tuple[int, ...] | None = None
@@ -62,65 +65,65 @@ class TurnService:
 
     # ------------------------------------------------------------------ turns
 
-    def stream(self, request: TurnRequest, *, stop: threading.Event | None = None, monitor: TurnMonitor | None = None,
-               conversation: str | None = None, on_prefill: PrefillCallback | None = None) -> Iterator[TurnItem]:
+    def stream(self, request: TurnRequest, *, plan: TurnPlan | None = None, stop: threading.Event | None = None,
+               monitor: TurnMonitor | None = None, conversation: str | None = None,
+               on_prefill: PrefillCallback | None = None) -> Iterator[TurnItem]:
         """One turn through the pipeline (its items, the :class:`TurnOutcome` last), reusing the cached KV
         prefix when it is ``conversation``'s (the server passes None for every request: the pipeline reuses
-        it only when the prompt extends it)."""
+        it only when the prompt extends it) and keeping the one this turn leaves for it."""
         prefix = self._prefix[1] if self._prefix is not None and self._prefix[0] == conversation else None
         self._prefix = None  # one cached conversation at a time
-        for item in self.pipeline.stream(request, stop=stop, monitor=monitor, prefix=prefix, on_prefill=on_prefill):
-            if isinstance(item, TurnOutcome) and item.prefix is not None:
-                self._prefix = (conversation, item.prefix)
-                item = replace(item, prefix=None)  # the service keeps the one cached prefix; the record goes without
-            yield item
 
-    def stream_turn(self, session_id: str, request: TurnRequest, *, stop: threading.Event | None = None,
-                    monitor: TurnMonitor | None = None, on_prefill: PrefillCallback | None = None,
-                    replaces: int | None = None, seed: int | None = None) -> Iterator[TurnItem]:
-        """A chat turn of session ``session_id`` (its user message already stored): the pipeline's items,
-        each answer piece also kept in the store as it streams (a kill keeps the partial text, marked
-        interrupted); then the answer is stored whole with its verdict, monitor reading and review entry in
-        one transaction (status "error" if it fails); the :class:`TurnOutcome` comes last, saying where.
-        ``replaces``/``seed``: a regenerated answer, stored with the answer it takes the place of and the seed
-        it was sampled with (its temperature is the request's)."""
-        streaming = StreamingAnswer(self.store.answers, session_id)
+        def keep(kept: PrefixCache) -> None:
+            self._prefix = (conversation, kept)
+
+        yield from self.pipeline.stream(request, plan=plan, stop=stop, monitor=monitor, prefix=prefix,
+                                        keep_prefix=keep, on_prefill=on_prefill)
+
+    def stream_turn(self, session_id: str, request: TurnRequest, question: Question | None, *, partial: bool = True,
+                    conversation: str | None = None, plan: TurnPlan | None = None, stop: threading.Event | None = None,
+                    monitor: TurnMonitor | None = None,
+                    on_prefill: PrefillCallback | None = None) -> Iterator[KeptTurnItem]:
+        """A turn of session ``session_id``, kept the one way the chat and the server keep one
+        (:class:`~mlx_sdm.store.turn_writer.TurnWriter`): the pipeline's items as they come, and last, in place of
+        the record, the store's :class:`~mlx_sdm.store.turn_writer.TurnReceipt` (the record and where it is kept).
+        ``question``: the message the turn answers, written with its answer (None: the turn answers a stored
+        question again); ``partial``: keep the answer while it streams (the chat: a kill keeps the partial text,
+        marked interrupted; a failed turn is kept with status "error"), else write the question and the answer
+        whole at the end (the server). ``conversation``: whose cached KV prefix the turn may reuse (the chat: its
+        session; the server: None, any request whose prompt extends it)."""
+        writer = TurnWriter(self.store.answers, session_id, question, partial=partial)
         try:
-            for item in self.stream(request, stop=stop, monitor=monitor, conversation=session_id, on_prefill=on_prefill):
+            for item in self.stream(request, plan=plan, stop=stop, monitor=monitor, conversation=conversation,
+                                    on_prefill=on_prefill):
                 if isinstance(item, TurnOutcome):
                     outcome = item
                     continue
                 if isinstance(item, TokenPiece):
-                    streaming.token(item)
+                    writer.token(item)
                 yield item
-            resampled = None if replaces is None else Resampled(replaces, request.options.temperature,
-                                                                     seed if seed is not None else 0)
-            outcome = replace(self.keep(outcome, session_id), resampled=resampled)
-            message_id = streaming.finish(outcome, provenance=self.provenance)
+            receipt = writer.finish(outcome, provenance=self.provenance)
         except BaseException:
-            streaming.fail()
+            writer.fail()
             raise
-        yield replace(outcome, message_id=message_id, review_id=self.store.message(message_id).review_id)
+        yield receipt
 
-    def judge_text(self, messages: list[ChatMessage], completion: str, options: TurnOptions = TurnOptions()) -> TurnOutcome:
-        """A completion made elsewhere judged as the chat judges that turn (``/v1/verify``, ``verify_text``):
-        :meth:`~mlx_sdm.turn.pipeline.TurnPipeline.judge_text`; the store keeps it only when the caller
-        asks (:meth:`keep`)."""
-        return self.pipeline.judge_text(TurnRequest(messages, options), completion)
+    def judge_turn(self, session_id: str, request: TurnRequest, question: Question, completion: str, *,
+                   plan: TurnPlan | None = None) -> TurnReceipt:
+        """A completion made elsewhere (``/v1/verify``) judged as the chat judges that turn
+        (:meth:`~mlx_sdm.turn.pipeline.TurnPipeline.judge_texts`; ``plan``: the request's, already made) and kept
+        with its question the way a served turn is."""
+        (outcome,) = self.pipeline.judge_texts([(request, completion)], plans=None if plan is None else [plan])
+        return self.store.add_turn(session_id, question, outcome, provenance=self.provenance)
+
+    def _features_of(self, request: TurnRequest, completion: str) -> np.ndarray | None:
+        """An answer made elsewhere (an edited one in review) read as the chat reads that turn."""
+        return self.pipeline.judge_text(request, completion).features
 
     def forget(self, session_id: str | None = None) -> None:
         """Drop the cached KV prefix (of ``session_id`` only, when given: a deleted session)."""
         if session_id is None or (self._prefix is not None and self._prefix[0] == session_id):
             self._prefix = None
-
-    # ------------------------------------------------------------------ what the store keeps
-
-    def keep(self, outcome: TurnOutcome, session_id: str, *, source: str | None = None) -> TurnOutcome:
-        """``outcome`` with where it is kept and what its features are of, for the store to write
-        (``source``: who asked, e.g. "api:chat"). The store writes the record itself
-        (:func:`~mlx_sdm.store.answer_rows.write_answer`); nothing is copied into another record."""
-        return replace(outcome, session_id=session_id, source=source,
-                       feature_model=self.review.feature_model if outcome.features is not None else None)
 
     # ------------------------------------------------------------------ review decisions
 

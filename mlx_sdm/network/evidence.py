@@ -8,7 +8,18 @@ import os
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from mlx_sdm.network.verdict import exemplar_label_words
+#: A training exemplar's label in words (docs/method.md § 14: label 1 = the document's answer is correct), the one
+#: rule the server and the TUI's evidence view both say it by.
+EXEMPLAR_LABEL_WORDS = {1: "a correct answer to a similar question", 0: "an incorrect answer to a similar question"}
+
+
+def exemplar_label_words(label: Any) -> str:
+    """A training exemplar's label as a reader says it (any other label: "an example labelled <label>")."""
+    try:
+        return EXEMPLAR_LABEL_WORDS[int(label)]
+    except (TypeError, ValueError, KeyError):
+        return f"an example labelled {label}"
+
 
 #: How a stored exemplar text joins its question and its answer (network/verifier.document_text).
 ANSWER_SEPARATOR = " => "

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable
+from typing import AsyncIterator, Callable, TypeVar
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -28,12 +28,14 @@ from mlx_sdm.errors import DataError, MlxSdmError
 from mlx_sdm.server import sse, wire
 from mlx_sdm.server.auth import authorized
 from mlx_sdm.server.request_log import RequestLogMiddleware
+from mlx_sdm.server.backend import SessionBackend
 from mlx_sdm.server.results import ServedAnswer, ServedToken
 from mlx_sdm.server.worker import ModelWorker, Overloaded
 
 DEFAULT_MAX_BODY_BYTES = 1_000_000  # 1 MB: far above any prompt that fits a local model's context
 SESSION_HEADER = "x-session-id"
 OPEN_PATHS = {"/health"}
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -82,13 +84,13 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def build_app(worker: ModelWorker, config: ServerConfig = ServerConfig()) -> Starlette:
+def build_app(worker: ModelWorker[SessionBackend], config: ServerConfig = ServerConfig()) -> Starlette:
     """The app for a worker whose backend is loaded (``worker.ready`` resolved)."""
     backend = worker.ready.result()
     model_id, created = backend.model_id, backend.created  # immutable facts, safe to read off the worker thread
     known = (model_id,)
 
-    async def run(job: Callable[[Any], Any]) -> Any:
+    async def run(job: Callable[[SessionBackend], T]) -> T:
         return await asyncio.wrap_future(worker.submit(job))
 
     async def models(request: Request) -> Response:
@@ -109,18 +111,18 @@ def build_app(worker: ModelWorker, config: ServerConfig = ServerConfig()) -> Sta
         req = wire.parse_chat_request(body, known_models=known, session_header=request.headers.get(SESSION_HEADER))
         if req.stream:
             return await _stream(worker, req)
-        answer: ServedAnswer = await run(lambda b: b.complete(req, b.prepare(req.messages, req.max_tokens)))
+        answer: ServedAnswer = await run(lambda b: b.complete(req, b.prepare(req)))
         ids = wire.StreamIds(model=model_id)
         return JSONResponse(wire.completion_body(
-            ids, text=answer.text, finish_reason=answer.finish_reason, usage=answer.usage(), verdict=answer.verdict.to_json(),
-            logprobs=answer.logprobs if req.logprobs else None, session_id=answer.session_id, monitor=answer.monitor,
+            ids, text=answer.text, finish_reason=answer.finish_reason, usage=answer.usage(), verdict=answer.verdict_json(),
+            logprobs=list(answer.logprobs) if req.logprobs else None, session_id=answer.session_id, monitor=answer.monitor,
         ))
 
     async def verify(request: Request) -> Response:
         body = await read_body(request, config.max_body_bytes)
         req = wire.parse_verify_request(body, known_models=known, session_header=request.headers.get(SESSION_HEADER))
         answer: ServedAnswer = await run(lambda b: b.verify(req))
-        return JSONResponse({"object": "verification", "model": model_id, "verdict": answer.verdict.to_json(),
+        return JSONResponse({"object": "verification", "model": model_id, "verdict": answer.verdict_json(),
                              "usage": answer.usage(),
                              "session_id": answer.session_id})
 
@@ -155,7 +157,9 @@ def _overloaded(exc: Overloaded) -> wire.ApiError:
                          headers={"Retry-After": str(exc.retry_after)})
 
 
-async def _http_error(request: Request, exc: HTTPException) -> Response:
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own errors (registered for HTTPException only; Starlette types a handler by Exception)."""
+    assert isinstance(exc, HTTPException)
     message = {404: f"no route {request.url.path}; this server has /v1/models, /v1/chat/completions and /v1/verify",
                405: f"{request.method} is not allowed on {request.url.path}"}.get(exc.status_code, str(exc.detail))
     return _error_response(wire.ApiError(exc.status_code, message))
@@ -164,7 +168,7 @@ async def _http_error(request: Request, exc: HTTPException) -> Response:
 # ---------------------------------------------------------------------- streaming
 
 
-async def _stream(worker: ModelWorker, req: wire.ChatRequest) -> Response:
+async def _stream(worker: ModelWorker[SessionBackend], req: wire.ChatRequest) -> Response:
     """Queue the job, wait until the prompt is checked (errors are still plain 4xx answers), then stream.
     A client that goes away stops the generation at the next token; the turn is stored as cancelled."""
     loop = asyncio.get_running_loop()
@@ -177,12 +181,13 @@ async def _stream(worker: ModelWorker, req: wire.ChatRequest) -> Response:
         except RuntimeError:  # the event loop is gone (server shutting down): stop generating
             stop.set()
 
-    def job(backend: Any) -> ServedAnswer:
-        prepared = backend.prepare(req.messages, req.max_tokens)
+    def job(backend: SessionBackend) -> ServedAnswer:
+        prepared = backend.prepare(req)
         put(("start",))
         for item in backend.stream(req, prepared, stop):
             if isinstance(item, ServedToken):
                 put(("token", item))
+        assert isinstance(item, ServedAnswer)  # the stream's last item
         return item
 
     future = worker.submit(job)
@@ -211,7 +216,7 @@ async def _chunks(ids: wire.StreamIds, req: wire.ChatRequest, events: asyncio.Qu
                 error = exc if isinstance(exc, wire.ApiError) else wire.ApiError(500, str(exc), type_="server_error")
                 yield sse.event(error.body())
                 break
-            extra = {"verdict": answer.verdict.to_json(), "monitor": answer.monitor, "session_id": answer.session_id}
+            extra = {"verdict": answer.verdict_json(), "monitor": answer.monitor, "session_id": answer.session_id}
             yield sse.event(wire.chunk_body(ids, delta={}, finish_reason=answer.finish_reason, extra=extra))
             if req.include_usage:
                 yield sse.event(dict(wire.chunk_body(ids, delta={}), choices=[], usage=answer.usage()))

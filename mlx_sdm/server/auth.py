@@ -21,7 +21,7 @@ def is_loopback(host: str) -> bool:
     except ValueError:
         pass
     try:  # a host name: loopback only when every address it resolves to is
-        addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
+        addresses = {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
     except OSError:
         return False
     return bool(addresses) and all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses)

@@ -15,16 +15,19 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 from mlx_sdm.lm.pieces import TokenPiece
-from mlx_sdm.server import verdicts
-from mlx_sdm.server.results import ServedAnswer, ServedToken, ServedVerdict
+from mlx_sdm.server.results import ServedAnswer, ServedToken
 from mlx_sdm.server.wire import ApiError, ChatMessage, ChatRequest, TokenLogprob, VerifyRequest
 
 if TYPE_CHECKING:  # the turn's modules load with the model
-    from mlx_sdm.turn.values import TurnOutcome
+    from mlx_sdm.lm.prompt import FittedPrompt
+    from mlx_sdm.store.chat_store import ChatStore
+    from mlx_sdm.store.turn_writer import Question
+    from mlx_sdm.turn.monitoring import SessionMonitor
+    from mlx_sdm.turn.values import TurnComponents, TurnOptions, TurnPlan, TurnRequest
 
 API_TITLE_PREFIX = "API · "
 
@@ -42,19 +45,21 @@ class BackendConfig:
     second_look: bool = True  # everyday answers judged with more answers drawn (a verifier with the member)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Prepared:
-    """A request checked against the model's context: the conversation and its answer budget."""
+    """A request made a turn, once: its request (the conversation with its options and answer budget) and its plan,
+    routed and rendered into the model's context, which the pipeline streams as it is."""
 
-    messages: list[dict]
-    prompt_tokens: int
-    max_tokens: int
+    request: TurnRequest
+    plan: TurnPlan
+    prompt_tokens: int  # what the model reads of the conversation (the system message the plan adds included)
 
 
 class SessionBackend:
     """Pipeline, review service and store behind the server. Build and call it on the worker thread only."""
 
-    def __init__(self, config: BackendConfig, store: Any, components: Callable[[Any], Any] | None = None):
+    def __init__(self, config: BackendConfig, store: ChatStore,
+                 components: Callable[[BackendConfig], TurnComponents] | None = None):
         from mlx_sdm.usecases.loading import load_components
         from mlx_sdm.executor.turn_service import TurnService
 
@@ -73,7 +78,8 @@ class SessionBackend:
     def verifier_name(self) -> str | None:
         return self.service.verifier_path
 
-    def options(self, max_tokens: int, temperature: float = 0.0, top_logprobs: int = 0, *, monitored: bool = False):
+    def options(self, max_tokens: int, temperature: float = 0.0, top_logprobs: int = 0, *,
+                monitored: bool = False) -> TurnOptions:
         """Turn options of a served answer: P(True) only for a monitored answer, no reflection (nobody is there to
         give guidance: a paused turn is reported in ``monitor``)."""
         from mlx_sdm.turn.values import TurnOptions
@@ -82,7 +88,7 @@ class SessionBackend:
                            enable_p_true=monitored, generate_reflection=False, top_logprobs=top_logprobs,
                            second_look=self.config.second_look)
 
-    def monitor(self) -> Any:
+    def monitor(self) -> SessionMonitor:
         """The chat's session monitor for one request (its reading is of the request's own turn, as ``generate``'s)."""
         from mlx_sdm.turn.monitoring import MonitorConfig, SessionMonitor
 
@@ -90,23 +96,24 @@ class SessionBackend:
 
     # ------------------------------------------------------------------ requests
 
-    def prepare(self, messages: tuple[ChatMessage, ...], max_tokens: int | None) -> Prepared:
-        """Check the prompt (with the system message the pipeline adds) fits the context with the answer
-        budget; a 400 naming the field if not."""
-        from mlx_sdm.lm.prompt import render_prompt
-
-        chat = [{"role": m.role, "content": m.content} for m in messages]
-        ids = render_prompt(self.lm.tokenizer, self.service.pipeline.plan(chat, self.options(1)).messages)
-        room = self.max_context - len(ids)
+    def prepare(self, request: ChatRequest) -> Prepared:
+        """The request's turn, planned once: routed, its prompt (with the system message the plan adds) rendered
+        and checked to fit the context with the answer budget (a 400 naming the field if not), then fitted; the
+        stream reads this plan as it is."""
+        plan, rendered = self._planned(request.messages)
+        room = self.max_context - len(rendered.ids)
         if room < 1:
-            raise ApiError(400, f"messages are {len(ids)} tokens, longer than the model's context of "
+            raise ApiError(400, f"messages are {len(rendered.ids)} tokens, longer than the model's context of "
                            f"{self.max_context} tokens; shorten the conversation", param="messages",
                            code="context_length_exceeded")
-        if max_tokens is not None and max_tokens > room:
-            raise ApiError(400, f"messages ({len(ids)} tokens) plus max_tokens ({max_tokens}) exceed the model's "
-                           f"context of {self.max_context} tokens; ask for at most {room}", param="max_tokens",
-                           code="context_length_exceeded")
-        return Prepared(messages=chat, prompt_tokens=len(ids), max_tokens=min(max_tokens or self.config.max_tokens, room))
+        if request.max_tokens is not None and request.max_tokens > room:
+            raise ApiError(400, f"messages ({len(rendered.ids)} tokens) plus max_tokens ({request.max_tokens}) exceed "
+                           f"the model's context of {self.max_context} tokens; ask for at most {room}",
+                           param="max_tokens", code="context_length_exceeded")
+        options = self.options(min(request.max_tokens or self.config.max_tokens, room), request.temperature,
+                               request.top_logprobs, monitored=True)
+        turn = self._request(request.messages, options, "api:chat")
+        return Prepared(turn, self.service.pipeline.fit(plan, options, rendered), len(rendered.ids))
 
     def complete(self, request: ChatRequest, prepared: Prepared) -> ServedAnswer:
         """:meth:`stream` run to its end: the served answer (its last item)."""
@@ -117,53 +124,62 @@ class SessionBackend:
 
     def stream(self, request: ChatRequest, prepared: Prepared,
                stop: threading.Event | None = None) -> Iterator[ServedToken | ServedAnswer]:
-        """One turn through the turn service: each answer token as it comes, then the answer, judged and
-        stored. Setting ``stop`` (the client went away) ends the answer at the next token."""
+        """One turn through the turn service, kept as the chat keeps one (question and answer in one
+        transaction, at the end): each answer token as it comes, then the answer, judged and stored. Setting
+        ``stop`` (the client went away) ends the answer at the next token."""
+        from mlx_sdm.store.turn_writer import TurnReceipt
         from mlx_sdm.turn.escalation import TurnStatus, monitor_payload
-        from mlx_sdm.turn.values import TurnOutcome, TurnRequest
 
         self.sync_reviews()
-        options = self.options(prepared.max_tokens, request.temperature, request.top_logprobs, monitored=True)
+        session_id, question = self._question(request.conversation, request.messages, "api:chat")
         logprobs: list[TokenLogprob] = []
-        for item in self.service.stream(TurnRequest(prepared.messages, options), stop=stop or threading.Event(),
-                                        monitor=self.monitor()):
-            if isinstance(item, TurnOutcome):
-                outcome = item
+        for item in self.service.stream_turn(session_id, prepared.request, question, partial=False,
+                                             plan=prepared.plan, stop=stop or threading.Event(), monitor=self.monitor()):
+            if isinstance(item, TurnReceipt):
+                receipt = item
             elif isinstance(item, TokenPiece) and item.phase == "answer":
                 served = ServedToken(item, self._logprob(item))
                 if served.logprob is not None:
                     logprobs.append(served.logprob)
                 yield served
+        outcome = receipt.outcome
         cancelled = outcome.status is TurnStatus.CANCELLED
-        verdict = verdicts.cancelled() if cancelled else self._served(outcome.verdict, outcome.unverifiable_reason)
         finish = "cancelled" if cancelled else ("length" if outcome.finish_reason == "length" else "stop")
-        answer = ServedAnswer(text=outcome.text, finish_reason=finish, prompt_tokens=outcome.prompt_tokens,
-                              completion_tokens=len(outcome.tokens), verdict=verdict, logprobs=logprobs,
-                              cached_tokens=outcome.reused_tokens, generation_s=outcome.generation_s,
-                              monitor=None if cancelled else monitor_payload(outcome.monitor, outcome.escalation))
-        self._store_turn(request.conversation, request.messages, answer, outcome, "api:chat")
-        yield answer
+        yield ServedAnswer(text=outcome.text, finish_reason=finish, prompt_tokens=outcome.prompt_tokens,
+                           completion_tokens=len(outcome.tokens), verdict=outcome.verdict, verifier=self.verifier_name,
+                           logprobs=tuple(logprobs), session_id=receipt.session_id, message_id=receipt.message_id,
+                           cached_tokens=outcome.reused_tokens, generation_s=outcome.generation_s,
+                           monitor=None if cancelled else monitor_payload(outcome.monitor, outcome.escalation))
 
     def verify(self, request: VerifyRequest) -> ServedAnswer:
-        """Force-decode an answer made elsewhere through the local model, judge it, store the turn."""
+        """Force-decode an answer made elsewhere through the local model, judge it (planned once), store the turn."""
         self.sync_reviews()
-        prepared = self.prepare(request.messages, None)
+        plan, rendered = self._planned(request.messages)
         completion_tokens = len(self.lm.tokenizer.encode(request.completion, add_special_tokens=False))
-        if prepared.prompt_tokens + completion_tokens + 1 > self.max_context:
-            raise ApiError(400, f"messages ({prepared.prompt_tokens} tokens) plus completion ({completion_tokens} "
+        if len(rendered.ids) + completion_tokens + 1 > self.max_context:
+            raise ApiError(400, f"messages ({len(rendered.ids)} tokens) plus completion ({completion_tokens} "
                            f"tokens) exceed the model's context of {self.max_context} tokens", param="completion",
                            code="context_length_exceeded")
-        verified = self.service.judge_text(prepared.messages, request.completion, self.options(1))
-        answer = ServedAnswer(text=request.completion, finish_reason="stop", prompt_tokens=prepared.prompt_tokens,
-                              completion_tokens=completion_tokens,
-                              verdict=self._served(verified.verdict, verified.unverifiable_reason))
-        self._store_turn(request.conversation, request.messages, answer, verified, "api:verify")
-        return answer
+        session_id, question = self._question(request.conversation, request.messages, "api:verify")
+        turn = self._request(request.messages, self.options(1), "api:verify")
+        receipt = self.service.judge_turn(session_id, turn, question, request.completion, plan=plan)
+        return ServedAnswer(text=request.completion, finish_reason="stop", prompt_tokens=len(rendered.ids),
+                            completion_tokens=completion_tokens, verdict=receipt.outcome.verdict,
+                            verifier=self.verifier_name, session_id=receipt.session_id, message_id=receipt.message_id)
 
-    # ------------------------------------------------------------------ verdicts and review decisions
+    def _planned(self, messages: tuple[ChatMessage, ...]) -> tuple[TurnPlan, FittedPrompt]:
+        """The conversation's plan (routed once) and what the model is asked in it, rendered whole (once)."""
+        pipeline = self.service.pipeline
+        plan = pipeline.plan(_chat(messages), self.options(1))
+        return plan, pipeline.render(plan)
 
-    def _served(self, judged: Any, why: str | None) -> ServedVerdict:
-        return verdicts.from_document(judged, self.verifier_name, why)
+    @staticmethod
+    def _request(messages: tuple[ChatMessage, ...], options: TurnOptions, source: str) -> TurnRequest:
+        from mlx_sdm.turn.values import TurnRequest
+
+        return TurnRequest(_chat(messages), options, source=source)
+
+    # ------------------------------------------------------------------ review decisions
 
     def sync_reviews(self) -> bool:
         """Review decisions made anywhere since the last verdict join the support sets
@@ -185,30 +201,31 @@ class SessionBackend:
                 found = self.store.get_session(conversation).id
             except DataError:
                 title = API_TITLE_PREFIX + conversation
-                found = next((s.id for s in self.store.list_sessions() if s.title == title), None)
-                found = found or self.store.create_session(title, model=self.model_id, verifier=self.verifier_name).id
+                titled = next((s.id for s in self.store.list_sessions() if s.title == title), None)
+                found = titled or self.store.create_session(title, model=self.model_id, verifier=self.verifier_name).id
             self._sessions[conversation] = found
         return self._sessions[conversation]
 
-    def _store_turn(self, conversation: str | None, messages: tuple[ChatMessage, ...], answer: ServedAnswer,
-                    outcome: TurnOutcome, source: str) -> None:
-        """The client's last user message and the turn's record, all in one transaction (a kill between them
-        leaves neither)."""
-        from mlx_sdm.store.message_meta import MessageMeta
+    def _question(self, conversation: str | None, messages: tuple[ChatMessage, ...],
+                  source: str) -> tuple[str, Question]:
+        """The store session of the request and the question its turn answers: the client's last user message."""
+        from mlx_sdm.store.turn_writer import Question
 
-        user_text = next(m.content for m in reversed(messages) if m.role == "user" and m.content.strip())
-        answer.session_id = session_id = self.session_for(conversation, user_text)
-        _, answer.message_id = self.store.add_turn(user_text, self.service.keep(outcome, session_id, source=source),
-                                                   user_metadata=MessageMeta(source=source),
-                                                   provenance=self.service.provenance)
+        text = next(m.content for m in reversed(messages) if m.role == "user" and m.content.strip())
+        return self.session_for(conversation, text), Question(text, source=source)
 
     def _logprob(self, piece: TokenPiece) -> TokenLogprob | None:
         """A token's log-prob and alternatives as OpenAI's logprob entry (the HTTP edge); None for a
         detokenizer tail, which has no token."""
-        if piece.token_id is None:
+        if piece.token_id is None or piece.logprob is None:
             return None
         return TokenLogprob(self._piece(piece.token_id), float(piece.logprob),
                             tuple((self._piece(i), lp) for i, lp in piece.top))
 
     def _piece(self, token_id: int) -> str:
         return self.lm.tokenizer.decode([int(token_id)])
+
+
+def _chat(messages: tuple[ChatMessage, ...]) -> list[dict[str, str]]:
+    """The request's messages in the chat-template shape the turn takes."""
+    return [{"role": m.role, "content": m.content} for m in messages]

@@ -1,12 +1,14 @@
-"""Typed values the backend hands the HTTP layer (no MLX, no HTTP): a streamed token, a served answer and its verdict."""
+"""Typed values the backend hands the HTTP layer (no MLX, no HTTP): a streamed token and a served answer with its
+verdict (the turn's own :class:`~mlx_sdm.network.verdict.DocumentVerdict`, made JSON by :mod:`mlx_sdm.server.verdicts`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from mlx_sdm.lm.pieces import TokenPiece
-from mlx_sdm.network.verdict import VerdictStatus
+from mlx_sdm.network.verdict import DocumentVerdict
+from mlx_sdm.server.verdicts import verdict_body
 from mlx_sdm.server.wire import TokenLogprob, usage_object
 
 
@@ -20,67 +22,25 @@ class ServedToken:
 
 
 @dataclass(frozen=True)
-class ServedExemplar:
-    """One nearest training exemplar behind a verdict."""
-
-    id: str
-    label: int
-    label_text: str  # the label in words ("a correct answer to a similar question")
-    text: str | None
-    distance: float
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "label": self.label, "label_text": self.label_text, "text": self.text,
-                "distance": self.distance}
-
-
-@dataclass(frozen=True)
-class ServedVerdict:
-    """What the verifier says about one answer: ``status`` (a VerdictStatus value), its badge and sentence
-    (network/verdict.verdict_words), the calibrated numbers (None when no verifier judged it) and the
-    nearest exemplars."""
-
-    status: str  # a VerdictStatus value
-    reason: str  # one plain sentence
-    reason_code: str | None  # below_threshold | index_flipped | out_of_distribution | predicted_unacceptable | no_verifier | None
-    p_lower: float | None = None
-    q: int | None = None
-    d: float | None = None
-    q_bin: int | None = None
-    prediction: int | None = None
-    badge: str = ""
-    exemplars: tuple[ServedExemplar, ...] = ()
-    verifier: str | None = None
-    judged: Any = field(default=None, compare=False, repr=False)  # the network layer's DocumentVerdict (None: no verdict)
-
-    @property
-    def verified(self) -> bool:
-        return self.status == VerdictStatus.VERIFIED.value
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "status": self.status, "verified": self.verified, "reason": self.reason, "reason_code": self.reason_code,
-            "badge": self.badge,
-            "p_lower": self.p_lower, "q": self.q, "d": self.d, "q_bin": self.q_bin, "prediction": self.prediction,
-            "exemplars": [e.to_json() for e in self.exemplars], "verifier": self.verifier,
-        }
-
-
-@dataclass
 class ServedAnswer:
-    """One finished (or stopped) completion: its text, tokens, verdict and where it was stored."""
+    """One finished (or stopped) completion, built once it is stored: its text, tokens, verdict and where it is."""
 
     text: str
     finish_reason: str  # stop | length | cancelled
     prompt_tokens: int
     completion_tokens: int
-    verdict: ServedVerdict
-    logprobs: list[TokenLogprob] = field(default_factory=list)
+    verdict: DocumentVerdict | None  # None: the answer was stopped before it was judged
+    verifier: str | None = None  # the folder of the verifier that judged it
+    logprobs: tuple[TokenLogprob, ...] = ()
     session_id: str | None = None
     message_id: int | None = None
     monitor: dict[str, Any] | None = None  # the turn's monitor reading as JSON (turn/escalation.monitor_payload)
     cached_tokens: int = 0  # prompt tokens whose KV cache came from the previous request
     generation_s: float = 0.0  # decoding time (the verdict comes after it; features are from the same pass)
+
+    def verdict_json(self) -> dict[str, Any]:
+        """The answer's ``verdict`` object (:func:`~mlx_sdm.server.verdicts.verdict_body`)."""
+        return verdict_body(self.verdict, self.verifier)
 
     def usage(self) -> dict[str, Any]:
         return usage_object(self.prompt_tokens, self.completion_tokens, self.cached_tokens)

@@ -1,37 +1,36 @@
-"""A verdict as the server sends it: the network layer's :class:`DocumentVerdict` with the one badge and
-sentence (:func:`mlx_sdm.network.verdict.verdict_words`), the numbers and the nearest exemplars, or the
-reason there is no verdict."""
+"""A verdict as the server sends it, at the JSON edge: the turn's :class:`DocumentVerdict` with its badge and
+sentence (:mod:`mlx_sdm.network.verdict_words`), the calibrated numbers (null when no estimator judged the answer),
+the nearest exemplars and the verifier that judged it; or, for an answer stopped before it was finished, the words
+of a stopped answer (nothing was judged)."""
 
 from __future__ import annotations
 
-from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, exemplar_label_words, verdict_words
-from mlx_sdm.server.results import ServedExemplar, ServedVerdict
+from typing import Any
 
+from mlx_sdm.network.evidence import exemplar_label_words
+from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
+from mlx_sdm.network.verdict_words import STOPPED, VerdictWords, verdict_words
+
+#: The reason code of a stopped answer.
 CANCELLED = "cancelled"
 
 
-def from_document(judged: DocumentVerdict | None, verifier: str | None, why: str | None = None) -> ServedVerdict:
-    """``judged`` None: no verifier judged the answer (``why`` says why)."""
-    words = verdict_words(judged, no_verifier_reason=why)
-    verdict = judged.verdict if judged is not None else None
+def verdict_body(verdict: DocumentVerdict | None, verifier: str | None) -> dict[str, Any]:
+    """The ``verdict`` object of a served answer (None: the answer was stopped, nothing was judged);
+    ``verifier``: the folder of the verifier that judged it."""
     if verdict is None:
-        code = judged.reason if judged is not None else VerdictStatus.NO_VERIFIER.value
-        return ServedVerdict(status=words.status.value, reason=words.sentence, reason_code=code, badge=words.badge,
-                             verifier=verifier, judged=judged)
-    exemplars = tuple(
-        ServedExemplar(id=str(e.id), label=int(e.label), label_text=exemplar_label_words(e.label),
-                       text=e.text, distance=float(e.distance))
-        for e in verdict.exemplars
-    )
-    return ServedVerdict(
-        status=words.status.value, reason=words.sentence, reason_code=judged.reason, badge=words.badge,
-        p_lower=None if verdict.p_lower is None else float(verdict.p_lower), q=int(verdict.q), d=float(verdict.d),
-        q_bin=int(verdict.q_bin), prediction=int(verdict.prediction), exemplars=exemplars, verifier=verifier,
-        judged=judged,
-    )
+        return _body(STOPPED, CANCELLED, None, None)
+    judged = verdict.verdict
+    if judged is None:
+        return _body(verdict_words(verdict), verdict.reason, None, verifier)
+    numbers = {"p_lower": None if judged.p_lower is None else float(judged.p_lower), "q": int(judged.q),
+               "d": float(judged.d), "q_bin": int(judged.q_bin), "prediction": int(judged.prediction),
+               "exemplars": [{"id": str(e.id), "label": int(e.label), "label_text": exemplar_label_words(e.label),
+                              "text": e.text, "distance": float(e.distance)} for e in judged.exemplars]}
+    return _body(verdict_words(verdict), verdict.reason, numbers, verifier)
 
 
-def cancelled() -> ServedVerdict:
-    """The answer was stopped before it was finished: nothing was judged."""
-    return ServedVerdict(status=VerdictStatus.NOT_VERIFIED.value, reason_code=CANCELLED, badge="✘ not verified · stopped",
-                         reason="Not verified: the answer was stopped before it was finished.")
+def _body(words: VerdictWords, code: str | None, numbers: dict[str, Any] | None, verifier: str | None) -> dict[str, Any]:
+    numbers = numbers or {"p_lower": None, "q": None, "d": None, "q_bin": None, "prediction": None, "exemplars": []}
+    return {"status": words.status.value, "verified": words.status is VerdictStatus.VERIFIED, "reason": words.sentence,
+            "reason_code": code, "badge": words.badge, **numbers, "verifier": verifier}

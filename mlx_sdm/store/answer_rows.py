@@ -12,9 +12,16 @@ from typing import Any
 import numpy as np
 
 from mlx_sdm.monitor.session_file.provenance import Provenance
-from mlx_sdm.network.verdict import VerdictStatus
 from mlx_sdm.store.message_meta import MessageMeta
-from mlx_sdm.store.schema import dumps_json, features_array, features_blob, loads_json, stored_reading, stored_verdict
+from mlx_sdm.store.records import (
+    dumps_json,
+    features_array,
+    features_blob,
+    inserted_id,
+    loads_json,
+    stored_reading,
+    stored_verdict,
+)
 from mlx_sdm.turn.answer import GeneratedAnswer
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction
 from mlx_sdm.turn.escalation import REFLECTION_PROMPT, Escalation, TurnStatus
@@ -33,8 +40,7 @@ def answer_meta(outcome: TurnOutcome) -> MessageMeta:
     escalation = outcome.escalation
     reflect = escalation.reflect
     return replace(
-        meta, verdict_reason=outcome.verdict_reason,
-        judged_text=outcome.judged_text if outcome.unverified_tail else None,
+        meta, judged_text=outcome.judged_text if outcome.unverified_tail else None,
         explanation=escalation.explanation, tool_calls=tuple(outcome.tool_calls),
         pause_message=escalation.message if outcome.status is TurnStatus.PAUSED else None,
         reflection_prompt=REFLECTION_PROMPT if reflect else None, reflection=outcome.reflection if reflect else None)
@@ -57,41 +63,42 @@ def _answer_columns(outcome: TurnOutcome, stamp: str) -> dict[str, Any]:
             "metadata_json": dumps_json(answer_meta(outcome).to_dict() or None)}
 
 
-def _insert_answer(conn: sqlite3.Connection, outcome: TurnOutcome, stamp: str) -> int:
+def _insert_answer(conn: sqlite3.Connection, session_id: str, outcome: TurnOutcome, stamp: str) -> int:
     """The answer's message row; returns its id."""
-    columns = {"session_id": outcome.session_id, "role": "assistant", "created_at": stamp,
+    columns = {"session_id": session_id, "role": "assistant", "created_at": stamp,
                **_answer_columns(outcome, stamp)}
     cur = conn.execute(f"INSERT INTO messages({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
                        tuple(columns.values()))
-    return int(cur.lastrowid)
+    return inserted_id(cur)
 
 
-def _update_answer(conn: sqlite3.Connection, message_id: int, outcome: TurnOutcome, stamp: str) -> int:
-    """An answer row begun earlier (``begin_answer``) rewritten whole; its creation time stays."""
+def _update_answer(conn: sqlite3.Connection, message_id: int, outcome: TurnOutcome, stamp: str) -> None:
+    """An answer row begun earlier (kept while it streamed) rewritten whole; its creation time stays."""
     columns = _answer_columns(outcome, stamp)
     conn.execute(f"UPDATE messages SET {', '.join(f'{name} = ?' for name in columns)} WHERE id = ?",
                  (*columns.values(), message_id))
-    return message_id
 
 
-def write_answer(conn: sqlite3.Connection, outcome: TurnOutcome, stamp: str, message_id: int | None = None,
-                 provenance: Provenance | None = None) -> int:
-    """Inside a caller's transaction: the answer of session ``outcome.session_id`` (a new row, or the begun
-    row ``message_id``), its verdict, monitor snapshot and review entry (the escalation's review reasons);
-    ``provenance``: the product that answered, kept by the session with its first answer."""
-    if outcome.session_id is None:
-        raise ValueError("a turn is stored in a session: set outcome.session_id first")
-    message_id = _insert_answer(conn, outcome, stamp) if message_id is None else _update_answer(conn, message_id, outcome, stamp)
+def write_answer(conn: sqlite3.Connection, session_id: str, outcome: TurnOutcome, stamp: str,
+                 message_id: int | None = None, provenance: Provenance | None = None) -> tuple[int, int | None]:
+    """Inside a caller's transaction (:class:`~mlx_sdm.store.turn_writer.TurnWriter`): the answer of session
+    ``session_id`` (a new row, or the row ``message_id`` kept while it streamed), its verdict, monitor snapshot and
+    review entry (the escalation's review reasons); ``provenance``: the product that answered, kept by the session
+    with its first answer. Returns (the answer's message id, its review entry's id or None)."""
+    if message_id is None:
+        message_id = _insert_answer(conn, session_id, outcome, stamp)
+    else:
+        _update_answer(conn, message_id, outcome, stamp)
     if provenance is not None:
         conn.execute("UPDATE sessions SET provenance_json = ? WHERE id = ? AND provenance_json IS NULL",
-                     (dumps_json(provenance.to_dict()), outcome.session_id))
+                     (dumps_json(provenance.to_dict()), session_id))
     status = outcome.verdict_status
-    if status is not None:  # the typed verdict becomes its JSON here, and only here
-        verdict = outcome.verdict.to_dict() if outcome.verdict is not None else None
+    if outcome.verdict is not None:  # the typed verdict becomes its JSON here, and only here
+        verdict = outcome.verdict.to_dict()
         conn.execute(
             "INSERT INTO verdicts(message_id, status, p_lower, reason, verdict_json, verifier, task, task_recorded, "
             "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, 1, ?)",
-            (message_id, status.value, (verdict or {}).get("p_lower"), (verdict or {}).get("reason"),
+            (message_id, outcome.verdict.status.value, verdict.get("p_lower"), verdict.get("reason"),
              dumps_json(verdict), outcome.verifier, outcome.task, stamp),
         )
     if status is not None and outcome.monitor is not None:
@@ -104,13 +111,14 @@ def write_answer(conn: sqlite3.Connection, outcome: TurnOutcome, stamp: str, mes
              dumps_json(monitor), stamp),
         )
     reasons = [r for r in dict.fromkeys(outcome.escalation.review_reasons) if r] if status is not None else []
+    review_id = None
     if reasons:
-        conn.execute(
+        review_id = inserted_id(conn.execute(
             "INSERT INTO review_queue(message_id, session_id, reason, created_at) VALUES (?, ?, ?, ?)",
-            (message_id, outcome.session_id, ",".join(reasons), stamp),
-        )
-    conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (stamp, outcome.session_id))
-    return message_id
+            (message_id, session_id, ",".join(reasons), stamp),
+        ))
+    conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (stamp, session_id))
+    return message_id, review_id
 
 
 #: The escalation a stored answer's status says was taken (a logged MEDIUM is not kept apart from PROCEED).
@@ -144,11 +152,9 @@ def outcome_from_row(r: sqlite3.Row) -> TurnOutcome:
              if meta.replaces is not None else None)
     return TurnOutcome(
         status=status, answer=answer, messages=loads_json(r["prompt_json"]) or [],
-        task=r["verdict_task"] if "verdict_task" in keys else None, verdict=verdict,
-        unverifiable_reason=meta.verdict_reason if verdict is None else None, monitor=reading,
+        task=r["verdict_task"] if "verdict_task" in keys else None, verdict=verdict, monitor=reading,
         escalation=escalation, reflection=meta.reflection, tool_calls=tuple(meta.tool_calls),
-        verifier=r["verifier"], resampled=again, source=meta.source, feature_model=r["feature_model"],
-        session_id=r["session_id"], message_id=int(r["id"]), review_id=r["review_id"])
+        verifier=r["verifier"], resampled=again, source=meta.source, feature_model=r["feature_model"])
 
 
 def _judged_tokens(tokens: list[str], judged_text: str | None) -> int:

@@ -1,7 +1,7 @@
 """Branches: a session continued from an earlier turn of another as a new session. The branch gets copies
 of the parent's messages up to that point (text, verdicts and monitor readings, so each answer keeps its
 own badge; the review queue keeps only the parent's entries) and remembers where it came from
-(:class:`~mlx_sdm.store.schema.BranchOrigin`). The parent is never changed: nothing saved is lost. One
+(:class:`~mlx_sdm.store.records.BranchOrigin`). The parent is never changed: nothing saved is lost. One
 transaction. No MLX."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import uuid
 
 from mlx_sdm.errors import DataError
 from mlx_sdm.store.message_meta import MessageMeta
-from mlx_sdm.store.schema import dumps_json, loads_json
+from mlx_sdm.store.records import dumps_json, inserted_id, loads_json
 
 #: The message columns a branch copies (everything but the id and the session).
 MESSAGE_COLUMNS = ("role", "kind", "text", "status", "created_at", "finished_at", "token_count", "logprob_mean",
@@ -48,7 +48,7 @@ def branch_session(conn: sqlite3.Connection, parent_id: str, before_message_id: 
         values["metadata_json"] = _remapped(values["metadata_json"], new_ids)
         cur = conn.execute(f"INSERT INTO messages(session_id, {', '.join(MESSAGE_COLUMNS)}) VALUES (?, {placeholders})",
                            (branch_id, *values.values()))
-        new_ids[r["id"]] = int(cur.lastrowid)
+        new_ids[r["id"]] = inserted_id(cur)
         _copy_row(conn, "verdicts", VERDICT_COLUMNS, r["id"], new_ids[r["id"]])
         _copy_row(conn, "monitor_snapshots", MONITOR_COLUMNS, r["id"], new_ids[r["id"]])
     return branch_id

@@ -20,24 +20,26 @@ from pathlib import Path
 
 from mlx_sdm.errors import DataError
 from mlx_sdm.monitor.session_file.provenance import Provenance
-from mlx_sdm.store.answer_rows import outcome_from_row, write_answer
+from mlx_sdm.store.answer_rows import outcome_from_row
 from mlx_sdm.store.branches import branch_session
 from mlx_sdm.store.database import Database
 from mlx_sdm.store.message_meta import MessageMeta
 from mlx_sdm.store.migrations import SCHEMA_VERSION
 from mlx_sdm.store.partial_answers import PartialAnswers
 from mlx_sdm.store.review_queue import ReviewQueue
-from mlx_sdm.store.schema import (
+from mlx_sdm.store.records import (
     MESSAGE_ROWS,
     MessageRecord,
     SessionInfo,
     dumps_json,
+    inserted_id,
     message_from_row,
     now_iso,
     session_from_row,
 )
+from mlx_sdm.store.turn_writer import Question, TurnReceipt, TurnWriter
 from mlx_sdm.turn.values import TurnOutcome
-from mlx_sdm.store.titles import insert_user_message, placeholder_title, title_from_first_message
+from mlx_sdm.store.titles import placeholder_title, title_from_first_message
 
 
 class ChatStore:
@@ -102,7 +104,7 @@ class ChatStore:
                        title: str | None = None) -> SessionInfo:
         """A new session that continues ``session_id`` from an earlier point: a copy of its messages with ids
         below ``before_message_id`` (None: all), remembering the parent, the last message copied and that
-        turn's number (:class:`~mlx_sdm.store.schema.BranchOrigin`). The parent is unchanged. One transaction."""
+        turn's number (:class:`~mlx_sdm.store.records.BranchOrigin`). The parent is unchanged. One transaction."""
         with self.db.tx() as conn:
             branch_id = branch_session(conn, session_id, before_message_id, now_iso(), title)
         return self.get_session(branch_id)
@@ -155,42 +157,14 @@ class ChatStore:
             conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (stamp, session_id))
             if role == "user" and kind == "chat":
                 title_from_first_message(conn, session_id, text)
-            return int(cur.lastrowid)
+            return inserted_id(cur)
 
-    def add_guidance(self, session_id: str, paused_message_id: int, text: str) -> int:
-        """The user's guidance for a paused answer: stored as a user message, and the paused answer
-        marked "resumed", in one transaction."""
-        stamp = now_iso()
-        with self.db.tx() as conn:
-            row = conn.execute("SELECT status FROM messages WHERE id = ? AND session_id = ?", (paused_message_id, session_id)).fetchone()
-            if row is None or row["status"] != "paused":
-                raise DataError(f"message {paused_message_id} of session {session_id!r} is not a paused answer", field="message")
-            conn.execute("UPDATE messages SET status = 'resumed' WHERE id = ?", (paused_message_id,))
-            cur = conn.execute(
-                "INSERT INTO messages(session_id, role, kind, text, status, created_at, finished_at, metadata_json) "
-                "VALUES (?, 'user', 'guidance', ?, 'done', ?, ?, ?)",
-                (session_id, text, stamp, stamp, dumps_json(MessageMeta(resumes=paused_message_id).to_dict())),
-            )
-            conn.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (stamp, session_id))
-            return int(cur.lastrowid)
-
-    def add_answer(self, outcome: TurnOutcome, *, provenance: Provenance | None = None) -> int:
-        """A turn's answer (in session ``outcome.session_id``) with everything judged about it, in one
-        transaction: the message, its verdict, its monitor reading and (when not verified or escalated) its
-        review-queue entry (:func:`~mlx_sdm.store.answer_rows.write_answer`). Returns its message id."""
-        stamp = now_iso()
-        with self.db.tx() as conn:
-            return write_answer(conn, outcome, stamp, provenance=provenance)
-
-    def add_turn(self, user_text: str, outcome: TurnOutcome, *, user_metadata: MessageMeta = MessageMeta(),
-                 provenance: Provenance | None = None) -> tuple[int, int]:
-        """A whole turn, the user's message and the answer to it (as :meth:`add_answer` writes it), in one
-        transaction: a kill in between leaves neither, never a question without its answer.
-        Returns (user message id, answer message id)."""
-        stamp = now_iso()
-        with self.db.tx() as conn:
-            user_id = insert_user_message(conn, outcome.session_id, user_text, stamp, user_metadata)
-            return user_id, write_answer(conn, outcome, stamp, provenance=provenance)
+    def add_turn(self, session_id: str, question: Question | None, outcome: TurnOutcome, *,
+                 provenance: Provenance | None = None) -> TurnReceipt:
+        """A whole turn, the question and the answer to it with everything judged about it, in one transaction, as
+        the server keeps a turn (:class:`~mlx_sdm.store.turn_writer.TurnWriter`): a kill in between leaves neither,
+        never a question without its answer (``question`` None: an answer given again to a stored question)."""
+        return TurnWriter(self.answers, session_id, question, partial=False).finish(outcome, provenance=provenance)
 
     def messages(self, session_id: str) -> list[MessageRecord]:
         """All messages of a session in order, answers with their verdicts and monitor snapshots."""

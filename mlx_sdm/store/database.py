@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Sequence
 from mlx_sdm.errors import ArtifactError, OutputError
 from mlx_sdm.store.migrations import MIGRATIONS, SCHEMA_VERSION
 from mlx_sdm.store import search_index
-from mlx_sdm.store.schema import now_iso, split_sql
+from mlx_sdm.store.records import now_iso, split_sql
 
 #: How long a writer waits for another process's write lock before giving up (milliseconds).
 BUSY_TIMEOUT_MS = 10_000

@@ -18,27 +18,12 @@ from mlx_sdm.monitor.session_file.records import (
 from mlx_sdm.monitor.session_file.writer import write_session_jsonl, write_sessions_jsonl
 from mlx_sdm.monitor.session_file.provenance import Provenance
 from mlx_sdm.monitor.online.reading import MonitorReading
-from mlx_sdm.network.verdict import ACCEPTABLE, DocumentVerdict, VerdictStatus, exemplar_label_words, verdict_words
+from mlx_sdm.network.verdict import VerdictStatus
+from mlx_sdm.network.verdict_words import exemplar_lines, verdict_line
 from mlx_sdm.store.chat_store import ChatStore
-from mlx_sdm.store.schema import MessageRecord
+from mlx_sdm.store.records import MessageRecord
 
 EXPORT_FORMATS = ("markdown", "jsonl")
-
-
-def verdict_line(status: VerdictStatus | None, verdict: DocumentVerdict | None, reason: str | None = None) -> str:
-    """One line naming the verdict's state and badge, as the plain chat prints it (``reason``: why no
-    verifier judged it, if known), with the numbers when there are any."""
-    if status is None:
-        return "verdict: none"
-    words = verdict_words(verdict, no_verifier_reason=reason)
-    detail = words.short.split(" · ", 1)[-1]  # why (not verified, out of scope), or the badge's p_lower
-    judged = verdict.verdict if verdict is not None else None
-    # p_lower only where there is one: with no calibrated region it has no value, and "n/a" would say nothing
-    p_lower = "" if judged is None or judged.p_lower is None else f"p_lower={_num(judged.p_lower)} "
-    numbers = None if judged is None else f"{p_lower}q={judged.q} d={_num(judged.d)} q_bin={judged.q_bin}"
-    if numbers is not None and detail.startswith("p_lower"):
-        detail = None  # the numbers say it: no second p_lower on the line
-    return " · ".join(part for part in (f"verdict: {words.status.words.upper()}", detail, numbers) if part)
 
 
 def monitor_line(monitor: MonitorReading | None) -> str:
@@ -78,19 +63,12 @@ def _message_markdown(m: MessageRecord) -> list[str]:
     if meta.replaces is not None:  # a regenerated answer: the one before it stays above
         status += f" (regenerated: sampled at temperature {meta.temperature}, seed {meta.seed})"
     out = [f"### Assistant{status}", "", m.text or "_(empty)_", ""]
-    out.append(f"> {verdict_line(m.verdict_status, m.verdict, meta.verdict_reason)}  ")
+    out.append(f"> {verdict_line(m.verdict)}  ")
     out.append(f"> {monitor_line(m.monitor)}")
     out.append("")
-    exemplars = m.verdict.verdict.exemplars if m.verdict is not None and m.verdict.verdict is not None else []
+    exemplars = exemplar_lines(m.verdict)
     if exemplars:
-        out.append("Nearest training exemplars:")
-        out.append("")
-        for e in exemplars:
-            text = (e.text or "").replace("\n", " ")
-            judged = "right" if int(e.prediction) == ACCEPTABLE else "wrong"
-            out.append(f"- {exemplar_label_words(e.label)} (judged {judged}; distance {_num(e.distance)}, id `{e.id}`): "
-                       f"{text}")
-        out.append("")
+        out += ["Nearest training exemplars:", "", *exemplars, ""]
     if meta.reflection_prompt:
         out += ["**Reflection requested** (HIGH uncertainty):", "", f"> {meta.reflection_prompt}", ""]
         if meta.reflection:
@@ -145,7 +123,7 @@ def session_to_format(store: ChatStore, session_id: str) -> Session:
         if tokens is None or logprobs is None or len(tokens) != len(logprobs):
             tokens = logprobs = None
         verifier = None
-        if m.verdict is not None:
+        if m.verdict is not None and m.verdict.status is not VerdictStatus.NO_VERIFIER:
             judged = m.verdict.verdict
             verifier = VerifierOutput(p_lower=judged.p_lower if judged else None,
                                       admitted=bool(judged.admitted) if judged else False, reason=m.verdict.reason,

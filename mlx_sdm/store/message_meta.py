@@ -14,14 +14,15 @@ from mlx_sdm.monitor.session_file.records import ToolCall
 
 @dataclass(frozen=True)
 class MessageMeta:
-    """An answer's: how generation ended, who asked, why there is no verdict (or the verdict's reason
-    code), the judged span when text follows it, the escalation's words and the tool calls proposed.
+    """An answer's: how generation ended, who asked, the judged span when text follows it, the escalation's words and the tool calls proposed.
     A user message's: who asked (``source``) or which paused answer it resumes. An answer being
     written: the process writing it."""
 
     finish_reason: str | None = None  # stop | delimiter | length | cancelled
     source: str | None = None  # who asked: "api:chat" / "api:verify" for the server; None for the chat
-    verdict_reason: str | None = None  # the verdict's reason code, or why no verifier judged it
+    #: written by versions before the verdict carried its own reason (schema < 10): the verdict's reason code, or why
+    #: no verifier judged it (migration 10 moves the why into the verdict); not written any more
+    verdict_reason: str | None = None
     judged_text: str | None = None  # the span the verdict covers, when text follows it (None: the whole answer)
     explanation: str | None = None  # on an abort: why
     pause_message: str | None = None  # on a pause: what the user is told

@@ -155,6 +155,21 @@ MIGRATIONS: tuple[Migration, ...] = (
         ALTER TABLE sessions ADD COLUMN parent_title TEXT;
         """,
     ),
+    Migration(
+        10,
+        "a verdict is one stored value: an answer no verifier judged keeps its verdict JSON with why (before: no JSON, "
+        "the why in the message's metadata), and no verdict JSON keeps the words a person reads (its badge and "
+        "sentence are said from the numbers when shown)",
+        """
+        UPDATE verdicts SET status = 'no_verifier', reason = 'no_verifier', verdict_json = json_object(
+                'status', 'no_verifier', 'verified', json('false'), 'reason', 'no_verifier', 'why',
+                (SELECT json_extract(m.metadata_json, '$.verdict_reason') FROM messages m WHERE m.id = verdicts.message_id))
+            WHERE status IN ('no_verifier', 'unverifiable', 'none') AND verdict_json IS NULL;
+        UPDATE verdicts SET verdict_json = json_remove(verdict_json, '$.badge', '$.explanation')
+            WHERE verdict_json IS NOT NULL AND (json_type(verdict_json, '$.badge') IS NOT NULL
+                                                OR json_type(verdict_json, '$.explanation') IS NOT NULL);
+        """,
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

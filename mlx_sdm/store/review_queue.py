@@ -5,7 +5,6 @@ verifier's support set takes, and training rows."""
 from __future__ import annotations
 
 import json
-import os
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from mlx_sdm.atomic import atomic_write_text
 from mlx_sdm.calibration.sdmdataset import is_sdmdataset_path, write_bundle
 from mlx_sdm.errors import DataError
 from mlx_sdm.store.database import Database
-from mlx_sdm.store.schema import (
+from mlx_sdm.store.records import (
     LABEL_ACCEPTABLE,
     LABEL_UNACCEPTABLE,
     Decision,
@@ -26,6 +25,7 @@ from mlx_sdm.store.schema import (
     decision_from_row,
     features_array,
     features_blob,
+    inserted_id,
     iso_bound,
     now_iso,
     stored_reading,
@@ -138,7 +138,7 @@ class ReviewQueue:
                 (review_id, int(label), note, completion, stamp, features_blob(features), feature_model, verifier,
                  None if task is None else task.name, int(task is not None)),
             )
-            decision_id = int(cur.lastrowid)
+            decision_id = inserted_id(cur)
         return self.decision(decision_id)
 
     def decisions_by_message(self, session_id: str) -> dict[int, Decision]:
@@ -188,7 +188,8 @@ class ReviewQueue:
         for r in rows:
             decision = decision_from_row(r)
             blob, model = (r["features"], r["feature_model"]) if r["features"] is not None else (r["message_features"], r["message_model"])
-            if blob is None or (feature_model is not None and model != feature_model):
+            features = features_array(blob)
+            if features is None or (feature_model is not None and model != feature_model):
                 continue
             if not verifier_judged(VerdictStatus.read(r["verdict_status"]), stored_verdict(r)):
                 continue
@@ -198,7 +199,7 @@ class ReviewQueue:
             if task is not None and decision.task is not None and decision.task != task:
                 continue
             points.append(
-                SupportPoint(decision=decision, features=features_array(blob), label=decision.label, text=decision.completion or r["answer"])
+                SupportPoint(decision=decision, features=features, label=decision.label, text=decision.completion or r["answer"])
             )
         return points
 
@@ -223,7 +224,7 @@ class ReviewQueue:
                 out.append({"prompt": prompt, "completion": r["answer"], "label": int(r["label"])})
         return out
 
-    def export_training_rows(self, path: str | os.PathLike) -> int:
+    def export_training_rows(self, path: str | Path) -> int:
         """Write :meth:`training_rows` as JSONL (atomically), or as a ``.sdmdataset`` bundle when the
         path ends so (rows {id, label, prompt, document}, no embeddings). Returns the number of rows."""
         rows = self.training_rows()

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from mlx_sdm.errors import DataError
 from mlx_sdm.network.verdict import LEGACY_NO_VERIFIER, VerdictStatus
-from mlx_sdm.store.schema import split_sql
+from mlx_sdm.store.records import split_sql
 from mlx_sdm.store.search_index import INDEX_SQL, INDEX_TABLE, index_is_live, require_fts5
 
 if TYPE_CHECKING:
@@ -156,7 +156,9 @@ class SearchHit:
 
 def split_marks(marked: str) -> tuple[str, tuple[tuple[int, int], ...]]:
     """FTS5's snippet (matches between the control marks) as plain text and the matched spans."""
-    plain, marks, start = [], [], None
+    plain: list[str] = []
+    marks: list[tuple[int, int]] = []
+    start: int | None = None
     for piece in re.split(f"([{_OPEN}{_CLOSE}])", marked):
         if piece == _OPEN:
             start = sum(map(len, plain))

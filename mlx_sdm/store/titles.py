@@ -17,7 +17,7 @@ from mlx_sdm.network.encoding import (
     YES_NO,
 )
 from mlx_sdm.store.message_meta import MessageMeta
-from mlx_sdm.store.schema import dumps_json
+from mlx_sdm.store.records import dumps_json, inserted_id
 
 #: The shipped task formats whose instruction a task question starts with.
 TASK_FORMATS = (FACTCHECK, PLAUSIBILITY, TOPIC, YES_NO, MULTIPLE_CHOICE, SPAM, SENTIMENT)
@@ -75,4 +75,4 @@ def insert_user_message(conn: sqlite3.Connection, session_id: str, text: str, st
         (session_id, text, stamp, stamp, dumps_json(metadata.to_dict() or None)),
     )
     title_from_first_message(conn, session_id, text)
-    return int(cur.lastrowid)
+    return inserted_id(cur)

@@ -13,13 +13,19 @@ running sum of the cached positions' final hidden states and the mean over the n
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
 from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.lm.prompt import FittedPrompt
+
+if TYPE_CHECKING:  # MLX types: the UI imports the turn's values without loading MLX
+    from mlx_sdm.lm.features import DocumentFeatures
+    from mlx_sdm.lm.generation import GenerationConfig, GenerationResult, Head
+    from mlx_sdm.lm.loading import LoadedModel
 
 
 @dataclass
@@ -102,13 +108,14 @@ class TopLogprobs:
 
 
 def stream_answer(
-    lm: Any,
+    lm: LoadedModel,
     messages: list[dict],
     *,
+    prompt: FittedPrompt | None = None,
     max_tokens: int,
     temperature: float = 0.0,
-    head: Any | None = None,
-    stop: Any = None,
+    head: Head | None = None,
+    stop: threading.Event | None = None,
     phase: str = "answer",
     features: bool = True,
     keep_cache: bool = False,
@@ -128,11 +135,12 @@ def stream_answer(
     ``top_logprobs``: a recorder of the most likely tokens at each position (the server's ``top_logprobs``).
     ``on_prefill(done, total)``: prompt tokens prefilled so far (mlx-lm's ``prompt_progress_callback``).
     The conversation is fitted into the context left after ``max_tokens`` (``lm.prompt.fit_prompt``; the last
-    ``keep_last`` messages, the caller's own request, are never cut)."""
+    ``keep_last`` messages are never cut), unless ``prompt`` holds it fitted already (the turn's plan)."""
     from mlx_sdm.lm.generation import GenerationConfig
     from mlx_sdm.lm.prompt import fit_prompt, splice_cached
 
-    fitted = fit_prompt(lm.tokenizer, messages, lm.max_context - max_tokens, keep_last=keep_last, context=lm.max_context)
+    fitted = prompt if prompt is not None else fit_prompt(lm.tokenizer, messages, lm.max_context - max_tokens,
+                                                          keep_last=keep_last, context=lm.max_context)
     full_ids = list(fitted.ids)
     if keep_cache and prefix is not None:  # the previous answer in the tokens the cache holds (splice_cached)
         full_ids = splice_cached(lm.tokenizer, prefix.ids, full_ids)
@@ -141,15 +149,13 @@ def stream_answer(
     if top_logprobs is not None and top_logprobs.k > 0:
         sampler = top_logprobs.wrap(sampler)
     extra: dict[str, Any] = {"prompt_cache": start.cache} if start.cache is not None else {}
-    if on_prefill is not None:
-        extra["prompt_progress_callback"] = on_prefill
+    extra.update({"prompt_progress_callback": on_prefill} if on_prefill is not None else {})
     config = GenerationConfig(max_tokens=max_tokens, sampler=sampler, delimiter=delimiter,
                               stop_at_delimiter=stop_at_delimiter, extra=extra)
-    # the chat template is rendered once per turn (full_ids); generation reads the ids (all of them, or only
-    # the tokens after a reused prefix) and left-truncates them to the context
+    # the prompt is rendered once per turn (full_ids); generation reads its ids (after a reused prefix: the new ones)
     streamed = _Streamed([], [], [], None)
     yield from _stream(lm, start.feed, config, head, stop, phase, top_logprobs, streamed)
-    result = streamed.result
+    result = streamed.done
     vector = _feature_vector(result, start) if result.finish_reason != "cancelled" and streamed.ids else None
     cache, cached_tokens, next_prefix = _kept_cache(lm, full_ids, start, streamed.ids, result, vector)
     yield GeneratedAnswer(
@@ -163,7 +169,7 @@ def stream_answer(
     )
 
 
-def generate_answer(lm: Any, messages: list[dict], **kwargs: Any) -> GeneratedAnswer:
+def generate_answer(lm: LoadedModel, messages: list[dict], **kwargs: Any) -> GeneratedAnswer:
     """:func:`stream_answer` to its end: the :class:`GeneratedAnswer` (its last item)."""
     for item in stream_answer(lm, messages, **kwargs):
         pass
@@ -190,12 +196,11 @@ class _Start:
     feed: list[int]
 
     @classmethod
-    def of(cls, lm: Any, full_ids: list[int], max_tokens: int, keep_cache: bool,
+    def of(cls, lm: LoadedModel, full_ids: list[int], max_tokens: int, keep_cache: bool,
            prefix: PrefixCache | None) -> "_Start":
         from mlx_lm.models.cache import make_prompt_cache
 
-        max_context = getattr(lm, "max_context", 2048)
-        if keep_cache and prefix is not None and prefix.usable_for(full_ids) and len(full_ids) + max_tokens < max_context:
+        if keep_cache and prefix is not None and prefix.usable_for(full_ids) and len(full_ids) + max_tokens < lm.max_context:
             return cls(prefix.cache, len(prefix.ids), prefix.hidden_sum, full_ids[len(prefix.ids):])
         return cls(make_prompt_cache(lm.model) if keep_cache else None, 0, None, full_ids)
 
@@ -205,11 +210,17 @@ class _Streamed:
     pieces: list[str]
     ids: list[int]
     logprobs: list[float]
-    result: Any  # mlx_sdm.lm.generation.GenerationResult
+    result: GenerationResult | None
+
+    @property
+    def done(self) -> GenerationResult:
+        """The generation's result, its last item (set once the stream has ended)."""
+        assert self.result is not None
+        return self.result
 
 
-def _stream(lm: Any, prompt: Any, config: Any, head: Any, stop: Any, phase: str, top: TopLogprobs | None,
-            out: _Streamed) -> Iterator[TokenPiece]:
+def _stream(lm: LoadedModel, prompt: list[int], config: GenerationConfig, head: Head | None,
+            stop: threading.Event | None, phase: str, top: TopLogprobs | None, out: _Streamed) -> Iterator[TokenPiece]:
     """Run the generation, yielding each piece (of ``phase``, with its alternatives when ``top`` records
     them) and keeping the token strings, ids and log-probs in ``out``."""
     from mlx_sdm.lm.generation import stream_generate_features
@@ -218,7 +229,8 @@ def _stream(lm: Any, prompt: Any, config: Any, head: Any, stop: Any, phase: str,
         if not isinstance(item, TokenPiece):
             out.result = item
             continue
-        if item.token_id is None:  # the detokenizer's flushed tail belongs to the last token
+        token_id, logprob = item.token_id, item.logprob
+        if token_id is None or logprob is None:  # the detokenizer's flushed tail belongs to the last token
             if out.pieces:
                 out.pieces[-1] += item.text
                 yield replace(item, phase=phase) if phase != item.phase else item
@@ -226,13 +238,13 @@ def _stream(lm: Any, prompt: Any, config: Any, head: Any, stop: Any, phase: str,
         if top is not None:
             item = replace(item, top=top.at(len(out.ids)))
         out.pieces.append(item.text)
-        out.ids.append(item.token_id)
-        out.logprobs.append(float(item.logprob))
+        out.ids.append(token_id)
+        out.logprobs.append(float(logprob))
         yield replace(item, phase=phase) if phase != item.phase else item
     assert out.result is not None
 
 
-def _feature_vector(result: Any, start: _Start) -> np.ndarray:
+def _feature_vector(result: GenerationResult, start: _Start) -> np.ndarray:
     """The document features of the whole conversation: with a reused prefix, the mean part is
     recombined from the cached positions' sum and the fed positions' mean (docs/method.md § 15.3)."""
     vector = np.asarray(result.features.vector, dtype=np.float32).copy()
@@ -244,7 +256,7 @@ def _feature_vector(result: Any, start: _Start) -> np.ndarray:
     return vector
 
 
-def _kept_cache(lm: Any, full_ids: list[int], start: _Start, ids: list[int], result: Any,
+def _kept_cache(lm: LoadedModel, full_ids: list[int], start: _Start, ids: list[int], result: GenerationResult,
                 vector: np.ndarray | None) -> tuple[list | None, list[int], PrefixCache | None]:
     """(the KV cache after the answer, the token ids it holds, what the next turn can reuse)."""
     from mlx_lm.models.cache import can_trim_prompt_cache
@@ -271,9 +283,9 @@ def _kept_cache(lm: Any, full_ids: list[int], start: _Start, ids: list[int], res
     return cache, held[:offset], next_prefix
 
 
-def _judged_tokens(features: Any, generated: int) -> int:
+def _judged_tokens(features: DocumentFeatures, generated: int) -> int:
     """Answer tokens through the delimiter token (h_k predicts token k + 1 = the delimiter, § 15.3)."""
-    kind = getattr(features, "delimiter_kind", None)
+    kind = features.delimiter_kind
     if kind == "json_close":
         return min(generated, int(features.completion_tokens) + 1)
     if kind == "answer_head":  # the verdict reads the answer's first ANSWER_HEAD_TOKENS tokens

@@ -6,7 +6,7 @@ proceed_with_log / pause_for_human / abort); the stored answer's status follows 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction, UncertaintyLevel, UncertaintyPolicy
@@ -76,9 +76,9 @@ def _fmt(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
-def verdict_review_reasons(verdict: DocumentVerdict | None) -> list[str]:
-    """An answer the verifier did not vouch for goes to the review queue under its reason code."""
-    if verdict is None or verdict.status is VerdictStatus.VERIFIED:
+def verdict_review_reasons(verdict: DocumentVerdict) -> list[str]:
+    """An answer a verifier judged and did not vouch for goes to the review queue under its reason code."""
+    if verdict.status in (VerdictStatus.VERIFIED, VerdictStatus.NO_VERIFIER):
         return []
     if verdict.admits_nothing and verdict.status is VerdictStatus.NOT_VERIFIED:
         return [REASON_ADMITS_NOTHING]
@@ -120,15 +120,15 @@ def _policy_reasons(reading: MonitorReading) -> list[str]:
 
 
 def plan_escalation(reading: MonitorReading | None, tool_names: list[str],
-                    verdict: DocumentVerdict | None) -> Escalation:
+                    verdict: DocumentVerdict) -> Escalation:
     """What the turn does with its reading (:data:`LADDER_LINES`; the rules are
     :func:`mlx_sdm.monitor.forecast.policy.apply_policy`, already applied to ``reading.action``): the message
     says why, in words true of the reading's numbers."""
     reasons = verdict_review_reasons(verdict)
     if reading is None:
         return Escalation(review_reasons=reasons, tool_names=tool_names)
-    common = dict(level=reading.level, irreversible=reading.irreversible, tool_names=tool_names,
-                  confidence=reading.cumulative_confidence)
+    common = Escalation(level=reading.level, irreversible=reading.irreversible, tool_names=tool_names,
+                        confidence=reading.cumulative_confidence)
     confidence = _fmt(reading.cumulative_confidence)
     risks, policy = _risks(reading, tool_names), _policy_reasons(reading)
     if reading.action is EscalationAction.ABORT:
@@ -137,8 +137,8 @@ def plan_escalation(reading: MonitorReading | None, tool_names: list[str],
             f"({_fmt(reading.critical_below)}); the answer is kept for review but not used. "
             + (f"Also: {'; '.join(risks)}. " if risks else "") + "Rephrase the question or start a new chat."
         )
-        return Escalation(EscalationAction.ABORT, message=explanation, explanation=explanation,
-                          review_reasons=reasons + [REASON_ESCALATED_CRITICAL] + policy, **common)
+        return replace(common, action=EscalationAction.ABORT, message=explanation, explanation=explanation,
+                       review_reasons=reasons + [REASON_ESCALATED_CRITICAL] + policy)
     if reading.action is EscalationAction.PAUSE_FOR_HUMAN:
         return _pause(reading, risks, reasons, policy, common)
     if reading.action is EscalationAction.PROCEED_WITH_LOG:
@@ -148,12 +148,12 @@ def plan_escalation(reading: MonitorReading | None, tool_names: list[str],
                        "so the turn goes on")
         else:
             message = f"{reading.level.value.upper()} uncertainty logged (cumulative confidence {confidence})"
-        return Escalation(EscalationAction.PROCEED_WITH_LOG, message=message, review_reasons=reasons + policy, **common)
-    return Escalation(review_reasons=reasons, **common)
+        return replace(common, action=EscalationAction.PROCEED_WITH_LOG, message=message, review_reasons=reasons + policy)
+    return replace(common, review_reasons=reasons)
 
 
 def _pause(reading: MonitorReading, risks: list[str], reasons: list[str], policy: list[str],
-           common: dict) -> Escalation:
+           common: Escalation) -> Escalation:
     high = reading.level is UncertaintyLevel.HIGH and not reading.auq_pause_lifted
     why = list(risks)
     if high:
@@ -162,8 +162,8 @@ def _pause(reading: MonitorReading, risks: list[str], reasons: list[str], policy
     auq_reason = ([REASON_ESCALATED_HIGH] if high else []) + \
         ([REASON_ESCALATED_IRREVERSIBLE] if reading.irreversible and not high else [])
     reflect = high and reading.inject_reflection  # § 2.6: HIGH only
-    return Escalation(EscalationAction.PAUSE_FOR_HUMAN, message=message, reflect=reflect,
-                      review_reasons=reasons + auq_reason + policy, **common)
+    return replace(common, action=EscalationAction.PAUSE_FOR_HUMAN, message=message, reflect=reflect,
+                   review_reasons=reasons + auq_reason + policy)
 
 
 def monitor_payload(reading: MonitorReading | None, escalation: Escalation | None = None) -> dict | None:

@@ -22,13 +22,12 @@ from mlx_sdm.monitor.online.auq_escalation import (
     UncertaintyPolicy,
 )
 from mlx_sdm.monitor.forecast.policy import apply_policy
-from mlx_sdm.monitor.forecast.verdict_monitor import TurnVerdict
 from mlx_sdm.monitor.online.reading import HistoryPoint, MonitorReading
 from mlx_sdm.monitor.online.tracer import TracerConfig, TracerMonitor
 from mlx_sdm.network.verdict import ACCEPTABLE, DocumentVerdict
 from mlx_sdm.monitor.session_file.records import SessionStep, ToolCall, TracerOutput
 from mlx_sdm.monitor.online.embedders import Embedder
-from mlx_sdm.turn.seams import AnswerSampler
+from mlx_sdm.turn.seams import AnswerSampler, TurnMonitor
 
 if TYPE_CHECKING:
     from mlx_sdm.lm.generation import Head
@@ -99,7 +98,7 @@ class SessionMonitor:
                 reading = m.monitor
                 if self.fused is not None:
                     self.fused.observe_answer(out, reading.auq.to_format() if reading.auq else None,
-                                              TurnVerdict.of(m.verdict), turn=max(self.turn, 1))
+                                              m.verdict or DocumentVerdict.no_verifier(), turn=max(self.turn, 1))
                 if reading.cumulative_confidence is not None:
                     state.cumulative_confidence = float(reading.cumulative_confidence)
                 state.step_counter += 1
@@ -124,9 +123,9 @@ class SessionMonitor:
         self,
         *,
         answer: str,
-        tokens: list[str] | None,
-        logprobs: list[float] | None,
-        tool_calls: list[ToolCall],
+        tokens: Sequence[str] | None,
+        logprobs: Sequence[float] | None,
+        tool_calls: Sequence[ToolCall],
         p_true: PTrueScorer | None = None,
         verdict: DocumentVerdict | None = None,
         sampler: AnswerSampler | None = None,
@@ -173,7 +172,7 @@ class SessionMonitor:
                                               "reused_tokens": ran.reused_tokens, "cache_restored": ran.cache_restored},
         )
         if self.fused is not None:
-            reading.fused = self.fused.observe_answer(tracer_out, step.to_format(), TurnVerdict.of(verdict),
+            reading.fused = self.fused.observe_answer(tracer_out, step.to_format(), verdict or DocumentVerdict.no_verifier(),
                                                       turn=max(self.turn, 1))
         apply_policy(reading, answer, verdict)  # this turn's own risks: a derailed answer, a verdict that calls it wrong
         self.history.append(HistoryPoint.of(max(self.turn, 1), reading))
@@ -183,7 +182,8 @@ class SessionMonitor:
     def _user_step(self, text: str) -> SessionStep:
         return SessionStep(step_id=f"user_{len(self.tracer.outputs)}", actor="user", step_type=None, text=text)
 
-    def _agent_step(self, text: str, tokens, logprobs, tool_calls: list[ToolCall]) -> SessionStep:
+    def _agent_step(self, text: str, tokens: Sequence[str] | None, logprobs: Sequence[float] | None,
+                    tool_calls: Sequence[ToolCall]) -> SessionStep:
         if tokens is None or logprobs is None or len(tokens) != len(logprobs):
             tokens = logprobs = None
         calls = list(tool_calls)
@@ -243,3 +243,10 @@ class ChatSampler:
 
         return [generate_answer(self.lm, self.messages, max_tokens=self.max_tokens, temperature=self.temperature,
                                 head=self.head, features=False).text for _ in range(n)]
+
+
+if TYPE_CHECKING:
+    def _holds(monitor: SessionMonitor) -> TurnMonitor:
+        """The checker's proof that the real monitor is what :class:`~mlx_sdm.turn.seams.TurnMonitor` says (never
+        called)."""
+        return monitor

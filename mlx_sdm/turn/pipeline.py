@@ -1,6 +1,6 @@
 """One turn, start to end, as a stream: a :class:`TurnRequest` (the conversation so far + options) in;
 out come the answer's :class:`TokenPiece` s as they are generated, then (on a judged turn)
-:class:`AnswerComplete` while the verifier reads it, then its :class:`AnswerVerdict`, the
+:class:`AnswerComplete` while the verifier reads it, then its verdict (a :class:`DocumentVerdict`), the
 :class:`MonitorReading`, the :class:`Escalation`, and last the one finished record,
 :class:`TurnOutcome` (as mlx-lm's ``stream_generate`` yields its responses, the last saying why it stopped).
 
@@ -38,7 +38,7 @@ and the server, and the tests loop over it. The steps:
    covers exactly the text shown; anything after it is ``unverified_tail``.
 2. verify: the verifier's :class:`DocumentVerdict` on that turn's question and answer (verified /
    not verified / out of scope; a question that starts none of a routing verifier's tasks is out of
-   scope with no estimator pass), or the reason there is none (no verifier fits the model).
+   scope with no estimator pass; no verifier, saying why, when none fits the model).
 3. monitor (when the caller passes a session's monitor): AUQ level and cumulative confidence,
    TRACER prefix risk, P(True) reusing the answer's KV cache.
 4. escalate: MEDIUM logs, HIGH pauses (the model states its uncertainty), CRITICAL aborts.
@@ -51,7 +51,7 @@ import threading
 import time
 import warnings
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -66,10 +66,10 @@ from mlx_sdm.network.verdict import (
     DocumentVerdict,
 )
 from mlx_sdm.lm.pieces import TokenPiece
-from mlx_sdm.lm.prompt import FittedPrompt, fit_prompt
+from mlx_sdm.lm.prompt import FittedPrompt, fit_prompt, render_prompt
 from mlx_sdm.turn.answer import GeneratedAnswer, PrefixCache, TopLogprobs, settle_prefix, stream_answer
 from mlx_sdm.turn.escalation import REFLECTION_PROMPT, Escalation, TurnStatus, plan_escalation, verdict_review_reasons
-from mlx_sdm.turn.seams import TurnMonitor
+from mlx_sdm.turn.seams import TurnMonitor, TurnVerifier, VerifierProvider
 from mlx_sdm.monitor.session_file.records import ToolCall
 from mlx_sdm.turn.values import (
     ChatMessage,
@@ -82,7 +82,6 @@ from mlx_sdm.turn.values import (
     TurnPlan,
     TurnKind,
     TurnRequest,
-    AnswerVerdict,
     last_user_text,
     parse_tool_calls,
     previous_user_text,
@@ -101,11 +100,23 @@ PrefillCallback = Callable[[int, int], None]
 FOLLOW_UP_PROMPT_TOKENS = 128
 
 
+class _Timing(NamedTuple):
+    first_token_s: float | None  # from the request (``TurnRequest.received``: the time it waited included)
+    generation_s: float
+
+
 class TurnPipeline:
     """generate → verify → monitor → escalate for one turn (see the module docstring)."""
 
-    def __init__(self, components: TurnComponents):
+    def __init__(self, components: TurnComponents, verifiers: VerifierProvider | None = None):
         self.components = components
+        #: which verifier judges a task's questions (the review service: the base plus that task's labels); None:
+        #: ``components.verifier`` judges every task
+        self.verifiers = verifiers
+
+    def _judging(self, verifier: TurnVerifier, task: str | None) -> TurnVerifier:
+        """The verifier that judges a question routed to ``task`` (``verifier``: the loaded one)."""
+        return verifier if self.verifiers is None else self.verifiers.verifier_for(task)
 
     # -- the plan of a turn -------------------------------------------------------------------------
     def plan(self, messages: list[ChatMessage], options: TurnOptions = TurnOptions()) -> TurnPlan:
@@ -172,10 +183,19 @@ class TurnPipeline:
             return options.system_prompt or None
         return route.system
 
-    def _fit(self, plan: TurnPlan, options: TurnOptions) -> tuple[TurnPlan, FittedPrompt | None]:
-        """The plan with its conversation fitted into the model's context (``lm.prompt.fit_prompt``), leaving
-        room for the answer and the turn's follow-up prompts (P(True), the reflection), and what was cut (None
-        when it fits as it is). What the verifier judges holds the same, fitted, question."""
+    def render(self, plan: TurnPlan) -> FittedPrompt:
+        """What the model is asked in ``plan``, rendered whole, uncut (the server counts it against the context,
+        then hands it to :meth:`fit`, which uses it as it is when it fits)."""
+        lm = self.components.lm
+        ids = render_prompt(lm.tokenizer, plan.messages)
+        return FittedPrompt(tuple(ids), tuple(plan.messages), len(ids), len(ids), context=lm.max_context)
+
+    def fit(self, plan: TurnPlan, options: TurnOptions, rendered: FittedPrompt | None = None) -> TurnPlan:
+        """The plan with its prompt fitted into the model's context (``lm.prompt.fit_prompt``), leaving room for
+        the answer and the turn's follow-up prompts (P(True), the reflection): ``plan.prompt``, the ids the model
+        reads. ``rendered``: the plan's prompt already rendered whole (:meth:`render`), used as it is when it fits,
+        so a prompt is rendered once. A conversation that must be cut is cut here, and what the verifier judges
+        holds the same, fitted, question."""
         lm = self.components.lm
         follow_up = FOLLOW_UP_PROMPT_TOKENS if options.enable_p_true or options.generate_reflection else 0
         budget = lm.max_context - options.max_tokens - follow_up - (
@@ -183,14 +203,16 @@ class TurnPipeline:
         if budget < 1:
             raise DataError(f"max_tokens={options.max_tokens} leaves no room for the prompt in the model's "
                             f"{lm.max_context:,}-token context; ask for fewer.", field="max_tokens")
+        if rendered is not None and not rendered.was_cut and len(rendered.ids) <= budget:
+            return replace(plan, prompt=replace(rendered, budget=budget))
         fitted = fit_prompt(lm.tokenizer, plan.messages, budget, context=lm.max_context)
         if not fitted.was_cut:
-            return plan, None
+            return replace(plan, prompt=fitted)
         warnings.warn(fitted.sentence(), stacklevel=2)  # said once, as the answer starts (generate: a "note:" line)
         seen = list(fitted.messages or ())
         system = [seen[0]] if seen[0].get("role") == "system" else []
         judged = seen if plan.judged_is_generated else system + [seen[-1]]
-        return replace(plan, messages=seen, judged=judged), fitted
+        return replace(plan, messages=seen, judged=judged, prompt=fitted)
 
     # -- a turn the pipeline generates ------------------------------------------------------------
     def run(self, request: TurnRequest, **kwargs) -> TurnOutcome:
@@ -200,44 +222,57 @@ class TurnPipeline:
         assert isinstance(item, TurnOutcome)
         return item
 
-    def stream(self, request: TurnRequest, *, stop: threading.Event | None = None, monitor: TurnMonitor | None = None,
-               prefix: PrefixCache | None = None, on_prefill: PrefillCallback | None = None) -> Iterator[TurnItem]:
-        """One turn, yielded in the order of :data:`~mlx_sdm.turn.values.TurnItem`. ``stop``: set it (e.g.
-        while handling a piece) to end the answer at that token; ``monitor``: the session's
+    def stream(self, request: TurnRequest, *, plan: TurnPlan | None = None, stop: threading.Event | None = None,
+               monitor: TurnMonitor | None = None, prefix: PrefixCache | None = None,
+               keep_prefix: Callable[[PrefixCache], None] | None = None,
+               on_prefill: PrefillCallback | None = None) -> Iterator[TurnItem]:
+        """One turn, yielded in the order of :data:`~mlx_sdm.turn.values.TurnItem`. ``plan``: the request's plan
+        already made and fitted (the server's ``prepare``; None: planned here); ``stop``: set it (e.g. while
+        handling a piece) to end the answer at that token; ``monitor``: the session's
         :class:`~mlx_sdm.turn.monitoring.SessionMonitor` (None = no monitoring, e.g. ``generate``);
-        ``prefix``: this conversation's previous KV cache; ``on_prefill``: a long prompt's progress, as
-        mlx-lm's ``prompt_progress_callback`` (called before the first piece)."""
-        plan, fitted = self._fit(self.plan(request.messages, request.options), request.options)
+        ``prefix``: this conversation's previous KV cache; ``keep_prefix``: called with the KV cache the
+        conversation's next turn can reuse (the record carries no cache); ``on_prefill``: a long prompt's
+        progress, as mlx-lm's ``prompt_progress_callback`` (called before the first piece)."""
+        options = request.options
+        if plan is None or plan.prompt is None:
+            plan = self.fit(plan or self.plan(request.messages, options), options)
         with self._weights(plan.adapted):  # the adapters on for a turn of their tasks, for all it asks of the model
-            yield from self._stream(plan, fitted, request, stop or threading.Event(), monitor, prefix, on_prefill)
+            yield from self._stream(request, plan, stop or threading.Event(), monitor, prefix, keep_prefix, on_prefill)
 
-    def _weights(self, adapted: bool):
+    def _weights(self, adapted: bool) -> contextlib.AbstractContextManager:
         """The model as this turn uses it: its LoRA adapters on (``adapted``) or off; a model with none as it is."""
         adapters = self.components.lm.adapters
         return adapters.use(adapted) if adapters is not None else contextlib.nullcontext()
 
-    def _stream(self, plan: TurnPlan, fitted: FittedPrompt | None, request: TurnRequest, stop: threading.Event,
-                monitor: TurnMonitor | None, prefix: PrefixCache | None,
+    def _stream(self, request: TurnRequest, plan: TurnPlan, stop: threading.Event, monitor: TurnMonitor | None,
+                prefix: PrefixCache | None, keep_prefix: Callable[[PrefixCache], None] | None,
                 on_prefill: PrefillCallback | None) -> Iterator[TurnItem]:
+        if plan.adapted:  # a cached prefix was made by the other weights (and one made now is for none to reuse)
+            prefix, request = None, replace(request, options=replace(request.options, reuse_cache=False))
         options = request.options
-        if plan.adapted:  # a cached prefix was made by the other weights (or is made for none to reuse)
-            prefix, options = None, replace(options, reuse_cache=False)
-        started, first_token_s = time.perf_counter(), None
+        started = time.perf_counter()
+        since, first_token_s = (started if request.received is None else request.received), None
         for item in self._generate(plan, options, stop, prefix, on_prefill):
             if isinstance(item, GeneratedAnswer):
                 gen = item
                 break
             if first_token_s is None:
-                first_token_s = time.perf_counter() - started
+                first_token_s = time.perf_counter() - since
             yield item
-        record = replace(self._record(plan, gen), first_token_s=first_token_s,
-                         generation_s=time.perf_counter() - started, prompt_fit=fitted)
+        timing = _Timing(first_token_s, time.perf_counter() - started)
         if monitor is not None and request.kind is not TurnKind.AGAIN:  # TRACER's user step, after generation
             monitor.observe_user(last_user_text(request.messages), new_turn=request.kind is TurnKind.QUESTION)
         if gen.cancelled:
             gen.release()
-            yield replace(record, status=TurnStatus.CANCELLED)
+            yield self._record(request, plan, gen, TurnStatus.CANCELLED, timing)
             return
+        yield from self._after_answer(request, plan, gen, timing, stop, monitor, keep_prefix)
+
+    def _after_answer(self, request: TurnRequest, plan: TurnPlan, gen: GeneratedAnswer, timing: _Timing,
+                      stop: threading.Event, monitor: TurnMonitor | None,
+                      keep_prefix: Callable[[PrefixCache], None] | None) -> Iterator[TurnItem]:
+        """A generated answer judged, read by the monitor and escalated; the turn's record last."""
+        options = request.options
         if plan.judge:  # the verifier reads the answer now (force-decoding it when the model saw more)
             yield AnswerComplete(len(gen.token_ids))
         features = gen.features if plan.judged_is_generated else None
@@ -246,8 +281,8 @@ class TurnPipeline:
         if spec is not None and gen.text:  # the second look: K more answers from the answer's own prompt cache
             yield CheckingAnswers(spec.k)
             drawn = self._draw_from_cache(spec, gen)
-        verdict, why = self._judge(plan, features, gen.text, options, drawn=drawn, logprobs=gen.logprobs)
-        yield AnswerVerdict(verdict, why)
+        verdict = self._judge(plan, features, gen.text, options, drawn=drawn, logprobs=gen.logprobs)
+        yield verdict
         tool_calls = parse_tool_calls(gen.text)
         reading = None
         if monitor is not None:
@@ -255,7 +290,7 @@ class TurnPipeline:
                                     shared=drawn.texts if drawn is not None else ())
             yield reading
         kept = settle_prefix(gen.prefix) if options.reuse_cache else None
-        gen.release()  # the record goes on without the KV cache (the next turn's is the record's prefix)
+        gen.release()  # the record goes on without the KV cache (the next turn's is handed to keep_prefix)
         escalation = plan_escalation(reading, [c.name for c in tool_calls], verdict)
         if escalation.escalated:
             yield escalation
@@ -267,37 +302,47 @@ class TurnPipeline:
                 else:
                     yield item
             kept = settle_prefix(kept)  # the reflection's tokens leave the cache again
-        yield replace(record, status=escalation.status, verdict=verdict, unverifiable_reason=why, monitor=reading,
-                      tool_calls=tool_calls, escalation=escalation, reflection=reflection, prefix=kept)
+        if kept is not None and keep_prefix is not None:
+            keep_prefix(kept)
+        yield self._record(request, plan, gen, escalation.status, timing, verdict=verdict, monitor=reading,
+                           tool_calls=tool_calls, escalation=escalation, reflection=reflection)
 
-    def _record(self, plan: TurnPlan, answer: GeneratedAnswer) -> TurnOutcome:
-        """The turn's record before it is judged: the answer, what the model saw, where it was routed."""
+    def _record(self, request: TurnRequest, plan: TurnPlan, answer: GeneratedAnswer, status: TurnStatus,
+                timing: _Timing | None = None, **judged: Any) -> TurnOutcome:
+        """The turn's one record, built once: the answer, what the model saw, where it was routed, who asked and
+        whether it was asked again (the request's), how long it took and (``judged``) what was made of it."""
         components = self.components
-        return TurnOutcome(TurnStatus.DONE, answer, messages=plan.messages, task=plan.route.task,
+        prompt = plan.prompt if plan.prompt is not None and plan.prompt.was_cut else None
+        return TurnOutcome(status, answer, messages=plan.messages, task=plan.route.task,
                            decoded_with_head=plan.head is not None,
-                           verifier=components.verifier_path if components.verifier is not None else None)
+                           verifier=components.verifier_path if components.verifier is not None else None,
+                           first_token_s=None if timing is None else timing.first_token_s,
+                           generation_s=0.0 if timing is None else timing.generation_s, prompt_fit=prompt,
+                           source=request.source, resampled=request.resampled,
+                           feature_model=components.feature_model if answer.features is not None else None, **judged)
 
     # -- answers made elsewhere -------------------------------------------------------------------
     def judge_text(self, request: TurnRequest, completion: str) -> TurnOutcome:
         """One answer made elsewhere, judged as the chat judges that turn: :meth:`judge_texts` of one."""
         return self.judge_texts([(request, completion)])[0]
 
-    def judge_texts(self, answers: Sequence[tuple[TurnRequest, str]], *,
+    def judge_texts(self, answers: Sequence[tuple[TurnRequest, str]], *, plans: Sequence[TurnPlan] | None = None,
                     on_progress: Callable[[int], None] | None = None) -> list[TurnOutcome]:
         """Answers made elsewhere (``/v1/verify``, ``mlx-sdm verify``, an edited answer in review), each a
         (conversation with its options, completion), judged as the chat judges that turn: planned as
         :meth:`stream` plans it, the completion force-decoded after exactly what the verifier judges (in
         length-sorted batches, one per judged unit's delimiter), and the verdict made by the same step. Each
         record holds no tokens; its features are those the verdict read, and an answer the verifier does not
-        vouch for goes to review under the verdict's reason. ``on_progress(n)``: n more answers read."""
-        plans = [self.plan(request.messages, request.options) for request, _ in answers]
+        vouch for goes to review under the verdict's reason. ``plans``: the requests' plans already made (the server's
+        ``prepare``; None: planned here). ``on_progress(n)``: n more answers read."""
+        if plans is None:
+            plans = [self.plan(request.messages, request.options) for request, _ in answers]
         features = self._read_texts(plans, [completion for _, completion in answers], on_progress)
         out = []
         for (request, completion), plan, vector in zip(answers, plans, features):
-            verdict, why = self._judge(plan, vector, completion, request.options)
-            record = self._record(plan, GeneratedAnswer(completion, features=vector))
-            out.append(replace(record, verdict=verdict, unverifiable_reason=why,
-                               escalation=Escalation(review_reasons=verdict_review_reasons(verdict))))
+            verdict = self._judge(plan, vector, completion, request.options)
+            out.append(self._record(request, plan, GeneratedAnswer(completion, features=vector), TurnStatus.DONE,
+                                    verdict=verdict, escalation=Escalation(review_reasons=verdict_review_reasons(verdict))))
         return out
 
     def _read_texts(self, plans: Sequence[TurnPlan], completions: Sequence[str],
@@ -323,6 +368,7 @@ class TurnPipeline:
         from mlx_sdm.lm.features import force_decode_batch, force_decode_features
 
         lm = self.components.lm
+        read: list[np.ndarray | None]
         try:
             if len(index) == 1:  # one answer: one unpadded pass, as a generated turn's own features are read
                 read = [force_decode_features(lm, plans[index[0]].judged, completions[index[0]], delimiter=delimiter)]
@@ -343,49 +389,49 @@ class TurnPipeline:
 
     # -- the verdict ------------------------------------------------------------------------------
     def _judge(self, plan: TurnPlan, features: np.ndarray | None, text: str, options: TurnOptions, *,
-               drawn: SampledAnswers | None = None, logprobs: Sequence[float] = ()) -> tuple[DocumentVerdict | None, str | None]:
+               drawn: SampledAnswers | None = None, logprobs: Sequence[float] = ()) -> DocumentVerdict:
         """The verdict on one turn's answer as the verifier was built, from the features of exactly
-        ``plan.judged`` and the answer (None on a generated turn whose model saw more: read them here), or the
-        reason there is none. A question that starts none of a routing verifier's tasks is out of scope with
+        ``plan.judged`` and the answer (None on a generated turn whose model saw more: read them here); with no
+        verifier, the verdict that says why. A question that starts none of a routing verifier's tasks is out of scope with
         no estimator pass; the task's own support set (its review labels) judges a routed question. A member
         that reads a second look judges from the K answers drawn (``drawn``, with the answer's per-token
         ``logprobs``; an answer made elsewhere has neither: they are drawn and read here)."""
-        components = self.components
-        if components.verifier is None:
-            return None, components.unverifiable_reason or "no verifier is loaded"
+        loaded = self.components.verifier
+        if loaded is None:
+            return DocumentVerdict.no_verifier(self.components.unverifiable_reason or "no verifier is loaded")
         route = plan.route
         if not plan.judge:
             why = REASON_NO_CHECKABLE_ANSWER if route.how is RouteKind.NO_CHECKABLE_ANSWER else REASON_NOT_A_TASK
-            return DocumentVerdict(None, coverage=components.verifier.coverage, unjudged=why, route=route), None
+            return DocumentVerdict(None, coverage=loaded.coverage, unjudged=why, route=route)
         if features is None and text.strip():
             features = self._read_texts([plan], [text], None)[0]
-        verifier = components.verifier_for(route.task)
+        verifier = self._judging(loaded, route.task)
         if features is None or not text:
             return DocumentVerdict(None, coverage=verifier.coverage, task=route.task, unjudged=REASON_EMPTY_ANSWER,
-                                   route=route), None
+                                   route=route)
         features = np.asarray(features, dtype=np.float32)
         spec = verifier.second_look_spec(route.task)
         if spec is None:
-            return verifier.judge(features, explain=options.explain, task=route.task, route=route), None
+            return verifier.judge(features, explain=options.explain, task=route.task, route=route)
         if not options.second_look:
             return DocumentVerdict(None, coverage=verifier.coverage, task=route.task, unjudged=REASON_SECOND_LOOK_OFF,
-                                   route=route), None
+                                   route=route)
         if drawn is None:
             drawn, logprobs = self._draw_for_text(plan, text, spec)
         from mlx_sdm.lm.minilm import load_minilm  # the member's sentence embedder (read once per process)
 
         look = spec.look(plan.judged[-1]["content"], text, logprobs, drawn)
         return verifier.judge_second_look(features, look, load_minilm().encode, explain=options.explain,
-                                          task=route.task, route=route), None
+                                          task=route.task, route=route)
 
     # -- the second look --------------------------------------------------------------------------
     def _second_look_spec(self, plan: TurnPlan, options: TurnOptions) -> SecondLookSpec | None:
         """How this turn's judging member draws its second look; None when the turn is not judged, the member
         reads no second look (the shipped default) or the user turned it off."""
-        verifier = self.components.verifier_for(plan.route.task)
-        if not (plan.judge and options.second_look) or verifier is None:
+        loaded = self.components.verifier
+        if not (plan.judge and options.second_look) or loaded is None:
             return None
-        return verifier.second_look_spec(plan.route.task)
+        return self._judging(loaded, plan.route.task).second_look_spec(plan.route.task)
 
     def _draw_from_cache(self, spec: SecondLookSpec, gen: GeneratedAnswer) -> SampledAnswers | None:
         """K answers continuing from the answer's prompt cache, in one batch (no second prefill); None when the
@@ -416,7 +462,8 @@ class TurnPipeline:
         top = TopLogprobs(options.top_logprobs) if options.top_logprobs > 0 else None
         delimiter = self._delimiter_for(plan.route) if plan.judge else "end_of_turn"  # an unjudged answer: whole
         return stream_answer(
-            self.components.lm, plan.messages, max_tokens=options.max_tokens, temperature=options.temperature,
+            self.components.lm, plan.messages, prompt=plan.prompt, max_tokens=options.max_tokens,
+            temperature=options.temperature,
             head=plan.head, stop=stop, features=True, keep_cache=True, delimiter=delimiter,
             prefix=prefix if options.reuse_cache else None,
             stop_at_delimiter=options.stop_at_judged_unit and plan.judge,
@@ -424,7 +471,7 @@ class TurnPipeline:
         )
 
     def _monitor(self, monitor: TurnMonitor, plan: TurnPlan, gen: GeneratedAnswer, tool_calls: tuple[ToolCall, ...],
-                 verdict: DocumentVerdict | None, options: TurnOptions, shared: Sequence[str] = ()) -> MonitorReading:
+                 verdict: DocumentVerdict, options: TurnOptions, shared: Sequence[str] = ()) -> MonitorReading:
         """The session monitor's reading of the answer: P(True) and AUQ's System 2 samples read the answer's KV
         cache (``shared``: the answers the second look drew, which System 2 reads before drawing its own)."""
         lm, messages = self.components.lm, plan.messages

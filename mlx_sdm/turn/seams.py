@@ -1,12 +1,16 @@
 """What a turn asks of the parts it does not own, as :class:`typing.Protocol` s: the verifier that judges
-its answer (:class:`TurnVerifier`, implemented by :class:`~mlx_sdm.network.verifier.DocumentVerifier`) and
-the session monitor that reads it (:class:`TurnMonitor`, implemented by
-:class:`~mlx_sdm.turn.monitoring.SessionMonitor`). The pipeline and the review service call these methods and
-nothing else; a test can pass any object that has them.
+its answer (:class:`TurnVerifier`, implemented by :class:`~mlx_sdm.network.verifier.DocumentVerifier`), which
+verifier judges a question routed to a task (:class:`VerifierProvider`, implemented by
+:class:`~mlx_sdm.executor.review.ReviewService`, whose support sets hold the review labels) and the session
+monitor that reads it (:class:`TurnMonitor`, implemented by :class:`~mlx_sdm.turn.monitoring.SessionMonitor`).
+The pipeline and the review service call these methods and nothing else. The type checker holds each real class
+to its Protocol (tests/test_type_check.py): ``_holds`` below and in ``turn/monitoring.py``, and the turn service,
+which hands its review service to the pipeline, fail it when a class drifts from what the turn asks.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
@@ -20,12 +24,14 @@ if TYPE_CHECKING:  # MLX types: the UI imports the turn's values without loading
     from mlx_sdm.calibration.estimator import SDMEstimator
     from mlx_sdm.monitor.online.p_true import PTrueScorer
     from mlx_sdm.network.second_look import SecondLook, SecondLookSpec
+    from mlx_sdm.network.verifier import DocumentVerifier
 
 
 class JudgedUnit(Protocol):
     """How a verifier reads an answer: where the judged unit ends (``lm.features`` delimiter rules)."""
 
-    delimiter: str
+    @property
+    def delimiter(self) -> str: ...
 
     @property
     def routes_tasks(self) -> bool: ...
@@ -34,9 +40,14 @@ class JudgedUnit(Protocol):
 class TurnVerifier(Protocol):
     """The verifier a turn is judged by (:class:`~mlx_sdm.network.verifier.DocumentVerifier`)."""
 
-    recipe: JudgedUnit
-    estimator: SDMEstimator
-    members: Mapping[str, TurnVerifier]
+    @property
+    def recipe(self) -> JudgedUnit: ...
+
+    @property
+    def estimator(self) -> SDMEstimator: ...
+
+    @property
+    def members(self) -> Mapping[str, TurnVerifier]: ...
 
     @property
     def coverage(self) -> VerifierCoverage: ...
@@ -61,8 +72,15 @@ class TurnVerifier(Protocol):
                           explain: int = 5, *, task: str | None, route: TaskRoute | None = None) -> DocumentVerdict:
         """The verdict on one answer from its states and its second look."""
 
-    def save(self, directory: str) -> None:
+    def save(self, directory: str | Path) -> None:
         """Write the verifier, atomically."""
+
+
+class VerifierProvider(Protocol):
+    """Which verifier judges a question routed to ``task`` (None: unrouted): its support set holds the review labels
+    given under that verifier and that task (:class:`~mlx_sdm.executor.review.ReviewService`)."""
+
+    def verifier_for(self, task: str | None) -> TurnVerifier: ...
 
 
 class AnswerSampler(Protocol):
@@ -83,3 +101,9 @@ class TurnMonitor(Protocol):
                      verdict: DocumentVerdict | None = None,
                      sampler: AnswerSampler | None = None) -> MonitorReading:
         """The reading of one answer."""
+
+
+if TYPE_CHECKING:
+    def _holds(verifier: DocumentVerifier) -> TurnVerifier:
+        """The checker's proof that the real verifier is what :class:`TurnVerifier` says (never called)."""
+        return verifier

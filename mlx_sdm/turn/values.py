@@ -1,6 +1,6 @@
 """The typed turn: what goes into one turn (:class:`TurnRequest` with :class:`TurnOptions`), how it is
 planned (:class:`TurnPlan`), and what streams out of it (:data:`TurnItem`): each
-:class:`~mlx_sdm.lm.pieces.TokenPiece`, the :class:`AnswerVerdict`, the ``MonitorReading``, the
+:class:`~mlx_sdm.lm.pieces.TokenPiece`, the verdict (a ``DocumentVerdict``), the ``MonitorReading``, the
 ``Escalation``, and last the one finished record (:class:`TurnOutcome`). :class:`TurnComponents` is
 everything MLX a turn uses. The pipeline that yields a turn is :mod:`mlx_sdm.turn.pipeline`; every
 front end is a ``for`` loop over it.
@@ -8,11 +8,12 @@ front end is a ``for`` loop over it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from enum import Enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Union
+from typing import TYPE_CHECKING, Any, Mapping, Union
 
 import numpy as np
 
@@ -20,9 +21,9 @@ from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.coverage import TaskInstruction, TaskRoute, VerifierCoverage
 from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.lm.prompt import FittedPrompt
-from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, VerdictWords, verdict_words
+from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
 from mlx_sdm.turn.escalation import REFLECTION_PROMPT, Escalation, TurnStatus
-from mlx_sdm.turn.answer import GeneratedAnswer, PrefixCache
+from mlx_sdm.turn.answer import GeneratedAnswer
 from mlx_sdm.turn.seams import TurnVerifier
 
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
@@ -41,7 +42,9 @@ ChatMessage = dict[str, str]
 
 @dataclass
 class TurnComponents:
-    """Everything MLX a turn uses, built on the thread that owns MLX (``mlx_sdm.usecases.loading``)."""
+    """Everything MLX a turn uses, built on the thread that owns MLX (``mlx_sdm.usecases.loading``). Shared by the
+    turn's parts and never changed by them: which verifier judges a task once review labels joined its support set
+    is the review service's (:class:`~mlx_sdm.turn.seams.VerifierProvider`)."""
 
     lm: LoadedModel
     verifier: TurnVerifier | None = None  # a DocumentVerifier (network/verifier.py)
@@ -56,20 +59,20 @@ class TurnComponents:
     #: under the task's system prompt with the adapters on, also when no verifier routes them
     adapted_tasks: tuple[TaskInstruction, ...] = ()
     embedder: Embedder | None = None  # TRACER sentence embedder; None = lexical fallback
-    #: task name -> the verifier whose support set holds the review labels of that task (set by the review
-    #: service, :class:`~mlx_sdm.executor.review.ReviewService`); None: ``verifier`` judges every task
-    task_support: Callable[[str], TurnVerifier] | None = None
 
     @property
     def coverage(self) -> VerifierCoverage:
         return self.verifier.coverage if self.verifier is not None else VerifierCoverage()
 
-    def verifier_for(self, task: str | None) -> TurnVerifier | None:
-        """The verifier that judges questions routed to ``task``: its support set takes only the review
-        labels given under this verifier and that task (``verifier`` itself for unrouted questions)."""
-        if self.verifier is None or task is None or self.task_support is None:
-            return self.verifier
-        return self.task_support(task)
+    @property
+    def feature_model(self) -> str:
+        """The short id of the model whose hidden states the turn's features are (stored with every vector)."""
+        return feature_model_id(self.lm.fingerprint)
+
+
+def feature_model_id(fingerprint: Mapping[str, Any]) -> str:
+    """A short, stable id of the model that computed a feature vector."""
+    return hashlib.sha256(json.dumps(dict(fingerprint), sort_keys=True).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -99,14 +102,29 @@ class TurnKind(str, Enum):
     GUIDANCE = "guidance"  # the user's guidance for a paused turn: that turn, the guidance a user step
 
 
-@dataclass
+@dataclass(frozen=True)
+class Resampled:
+    """An answer given again to the same question, sampled: the answer (message id) it takes the place of
+    in the conversation, and the temperature and seed it was drawn with."""
+
+    replaces: int
+    temperature: float
+    seed: int
+
+
+@dataclass(frozen=True)
 class TurnRequest:
     """The conversation so far (last message = the user's) and how to answer it. A system message is
-    added in front (the verifier's system prompt) unless the conversation has one."""
+    added in front (the verifier's system prompt) unless the conversation has one. ``source``, ``resampled``
+    and ``received`` go into the turn's record as they are: who asked, whether it is an answer given again,
+    and when the request was made (``time.perf_counter``; the first token's time counts from it)."""
 
     messages: list[ChatMessage]
     options: TurnOptions = field(default_factory=TurnOptions)
     kind: TurnKind = TurnKind.QUESTION
+    source: str | None = None  # who asked: "api:chat" / "api:verify" for the server; None for the chat
+    resampled: Resampled | None = None  # an answer given again, sampled (a regenerated answer)
+    received: float | None = None  # when it was made (None: when the turn starts)
 
 
 @dataclass(frozen=True)
@@ -121,6 +139,8 @@ class TurnPlan:
     #: the model's LoRA adapters are on for this turn (a question of one of the tasks they were trained on);
     #: off, the model is exactly the base (lm/adapters.py)
     adapted: bool = False
+    #: what the model reads, rendered and fitted into its context (``TurnPipeline.fit``; None: not fitted yet)
+    prompt: FittedPrompt | None = field(default=None, repr=False)
 
     @property
     def judged_is_generated(self) -> bool:
@@ -131,7 +151,7 @@ class TurnPlan:
 @dataclass(frozen=True)
 class AnswerComplete:
     """The answer's last token has been generated and the verifier is now judging it: the moment between
-    the last answer :class:`~mlx_sdm.lm.pieces.TokenPiece` and the :class:`AnswerVerdict`, yielded only on a
+    the last answer :class:`~mlx_sdm.lm.pieces.TokenPiece` and the verdict, yielded only on a
     turn the verifier reads (``TurnPlan.judge``), so a UI can say "verifying" exactly while it does."""
 
     tokens: int  # how many tokens the answer has
@@ -147,77 +167,34 @@ class CheckingAnswers:
 
 
 @dataclass(frozen=True)
-class AnswerVerdict:
-    """The verifier's verdict on this turn's answer, or why there is none (no verifier fits the model)."""
-
-    verdict: DocumentVerdict | None
-    unverifiable_reason: str | None = None
-
-    @property
-    def words(self) -> VerdictWords:
-        """The badge and sentence a person reads (network/verdict.verdict_words)."""
-        return verdict_words(self.verdict, no_verifier_reason=self.unverifiable_reason)
-
-    @property
-    def status(self) -> VerdictStatus:
-        return self.words.status
-
-    @property
-    def reason(self) -> str | None:
-        """The verdict's reason code, or why there is no verdict."""
-        return self.verdict.reason if self.verdict is not None else self.unverifiable_reason
-
-
-#: How a turn can end without a verdict: stopped, failed, cut by the app's end, or still being written.
-UNJUDGED_ENDS = frozenset({TurnStatus.CANCELLED, TurnStatus.ERROR, TurnStatus.INTERRUPTED, TurnStatus.IN_PROGRESS})
-
-
-@dataclass(frozen=True)
-class Resampled:
-    """An answer given again to the same question, sampled: the answer (message id) it takes the place of
-    in the conversation, and the temperature and seed it was drawn with."""
-
-    replaces: int
-    temperature: float
-    seed: int
-
-
-@dataclass(frozen=True)
 class TurnOutcome:
-    """The one record of a finished turn, from the pipeline through the turn service and the engine to
-    the screen: everything the turn produced and, once a store keeps it, where. Immutable: the pipeline
-    builds it once, at the turn's end; the turn service and the engine add where it is kept (ids, source,
-    the time it waited in the engine's queue) with :func:`dataclasses.replace`. The answer is the answer
-    stream's own record (:class:`~mlx_sdm.turn.answer.GeneratedAnswer`, its KV cache released), read
-    through it, not copied: ``judged_text`` is what the verdict covers; ``unverified_tail`` any text after
-    it (empty when the answer stopped at the judged unit)."""
+    """The one record of a finished turn, what the turn made of its request, from the pipeline through the turn
+    service and the engine to the screen, and what the store writes and reads back. Built once, at the turn's end,
+    and immutable; where a store keeps it is the store's receipt (:class:`~mlx_sdm.store.turn_writer.TurnReceipt`),
+    and the KV cache the next turn reuses is handed to whoever keeps it (``TurnPipeline.stream``'s
+    ``keep_prefix``), not carried here. The answer is the answer stream's own record
+    (:class:`~mlx_sdm.turn.answer.GeneratedAnswer`, its KV cache released), read through it, not copied:
+    ``judged_text`` is what the verdict covers; ``unverified_tail`` any text after it (empty when the answer
+    stopped at the judged unit)."""
 
     status: TurnStatus
     answer: GeneratedAnswer = field(repr=False)
     messages: list[ChatMessage]  # what the model saw (system prompt included)
     task: str | None = None  # the verifier's task the question was routed to (TaskRoute.task)
     decoded_with_head: bool = False  # this turn decoded with the SDM-network head (a question of its tasks)
-    verdict: DocumentVerdict | None = None
-    unverifiable_reason: str | None = None
+    verdict: DocumentVerdict | None = None  # None: the turn ended before its verdict (stopped, failed)
     monitor: MonitorReading | None = None
     escalation: Escalation = field(default_factory=Escalation)
     reflection: str | None = None  # on a HIGH pause: the model's own statement of its uncertainty
     tool_calls: tuple[ToolCall, ...] = ()
-    first_token_s: float | None = None  # from the request (the engine counts the time it waited in its queue)
+    first_token_s: float | None = None  # from the request (TurnRequest.received: the time it waited included)
     generation_s: float = 0.0
-    prefix: PrefixCache | None = field(default=None, repr=False)  # reusable by this conversation's next turn
     verifier: str | None = None  # the folder of the verifier that judged it (None: no verifier judged it)
     resampled: Resampled | None = None  # an answer given again, sampled (a regenerated answer)
     source: str | None = None  # who asked: "api:chat" / "api:verify" for the server; None for the chat
     feature_model: str | None = None  # the model whose hidden states ``features`` are (a short fingerprint hash)
     #: a conversation longer than the model's context: what the model read of it (None: all of it)
     prompt_fit: FittedPrompt | None = field(default=None, repr=False)
-    # where the turn is kept (set by the turn service and the chat engine; None for a turn no store keeps)
-    session_id: str | None = None
-    turn: int = 0  # the chat engine's turn counter
-    message_id: int | None = None
-    review_id: int | None = None
-    user_message_id: int | None = None
 
     @property
     def text(self) -> str:
@@ -277,14 +254,7 @@ class TurnOutcome:
     def verdict_status(self) -> VerdictStatus | None:
         """verified / not verified / out of scope / no verifier (None: the turn made no verdict: it was
         stopped, failed or cut before its end)."""
-        return None if self.status in UNJUDGED_ENDS else verdict_words(self.verdict).status
-
-    @property
-    def words(self) -> VerdictWords | None:
-        """The badge and sentence a person reads (None: the turn made no verdict, e.g. stopped)."""
-        if self.verdict_status is None:
-            return None
-        return verdict_words(self.verdict, no_verifier_reason=self.verdict_reason)
+        return None if self.verdict is None else self.verdict.status
 
     @property
     def explanation(self) -> str | None:
@@ -296,17 +266,12 @@ class TurnOutcome:
         """What the user sees on a HIGH pause: the model's statement, else the reflection prompt."""
         return (self.reflection or REFLECTION_PROMPT) if self.escalation.reflect else None
 
-    @property
-    def verdict_reason(self) -> str | None:
-        """The verdict's reason code, or why there is no verdict."""
-        return self.verdict.reason if self.verdict is not None else self.unverifiable_reason
-
 
 #: What a turn yields, in this order: TokenPiece* (answer) → AnswerComplete (on a judged turn) → CheckingAnswers
-#: (on a second look) → AnswerVerdict
+#: (on a second look) → DocumentVerdict (the verdict)
 #: → MonitorReading (with a session's monitor) → Escalation (when escalated) → TokenPiece* (reflection, on a
 #: HIGH pause) → TurnOutcome (last). A cancelled turn yields its pieces, then its TurnOutcome.
-TurnItem = Union[TokenPiece, AnswerComplete, CheckingAnswers, AnswerVerdict, MonitorReading, Escalation, TurnOutcome]
+TurnItem = Union[TokenPiece, AnswerComplete, CheckingAnswers, DocumentVerdict, MonitorReading, Escalation, TurnOutcome]
 
 
 def parse_tool_calls(text: str) -> tuple[ToolCall, ...]:

@@ -138,6 +138,7 @@ def verify_text_rows(verifier_dir: str | Path, input_path: str | Path, *, model:
     names its own, out of scope for a question that starts none of a routing verifier's tasks), with the same
     status, badge and sentence."""
     from mlx_sdm.network.encoding import read_text_jsonl
+    from mlx_sdm.network.verdict_words import verdict_json
     from mlx_sdm.progress import progress_bar
     from mlx_sdm.turn.pipeline import TurnPipeline
     from mlx_sdm.turn.values import TurnComponents, TurnOptions, TurnRequest
@@ -155,7 +156,7 @@ def verify_text_rows(verifier_dir: str | Path, input_path: str | Path, *, model:
         outcomes = pipeline.judge_texts(answers, on_progress=bar.update)
     out = []
     for doc, outcome in zip(documents, outcomes):
-        data = outcome.verdict.to_dict()
+        data = verdict_json(outcome.verdict)
         row = {"id": doc.id, **{k: v for k, v in data.items() if k not in ("exemplars", "softmax", "alpha")}}
         if explain > 0:
             row["exemplars"] = data["exemplars"]

@@ -81,6 +81,7 @@ def check40(max_tokens: int, verifier: str | None = None, *, second_look: bool =
     from mlx_sdm.network.tasks.open_questions import everyday_check
     from mlx_sdm.turn.pipeline import TurnPipeline
     from mlx_sdm.turn.values import CheckingAnswers, TurnOptions, TurnRequest
+    from mlx_sdm.network.verdict_words import verdict_words
 
     pipeline = TurnPipeline(load_components(None, verifier=verifier))
     options = TurnOptions(max_tokens=max_tokens, reuse_cache=False, second_look=second_look)
@@ -115,7 +116,7 @@ def check40(max_tokens: int, verifier: str | None = None, *, second_look: bool =
     for item in check.no_checkable_answer:
         got = turn(item["prompt"])
         no_verdict[got.verdict.status.value] += 1
-        print(f"  {item['prompt']!r}: {got.verdict.status.value} ({got.verdict.explanation()[:90]}...)", flush=True)
+        print(f"  {item['prompt']!r}: {got.verdict.status.value} ({verdict_words(got.verdict).sentence[:90]}...)", flush=True)
     print(f"15 prompts with no checkable answer: {dict(no_verdict)}")
     print(f"{len(seconds)} turns, mean {sum(seconds) / len(seconds):.1f} s each; {looked} took a second look")
     return 0

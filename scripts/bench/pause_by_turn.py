@@ -16,7 +16,6 @@ from collections import defaultdict
 from mlx_sdm.monitor.forecast.fused import FusedParams, OnlineFusedMonitor, datasets_dir
 from mlx_sdm.monitor.forecast.policy import PausePolicy, apply_policy
 from mlx_sdm.monitor.forecast.signals import _turn_labels
-from mlx_sdm.monitor.forecast.verdict_monitor import TurnVerdict
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction, UncertaintyLevel
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.monitor.session_file.reader import read_sessions_jsonl
@@ -43,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
             turn += 1
             label = labels.get(step.step_id, {})
             stored = label.get("verdict") or (step.verifier.to_dict() if step.verifier else None)
-            p = online.observe_answer(step.tracer, step.auq, TurnVerdict.from_dict(stored)).p
+            p = online.observe_answer(step.tracer, step.auq, DocumentVerdict.from_dict(stored) or DocumentVerdict.no_verifier()).p
             auq = step.auq
             reading = MonitorReading(level=UncertaintyLevel(auq.level or "low"),
                                      action=EscalationAction(auq.action or "proceed"),

@@ -1,8 +1,6 @@
-"""The chat screen: the conversation (streamed answers with verdict badges), the prompt, the monitor panel.
-
-How a message reads in the log: a stored message becomes a bubble (:func:`stored_bubble`); a finished answer
-shows its turn's record the same way whether it just streamed or was read back from the store
-(:func:`show_outcome` for its badge and monitor line, :func:`answer_notes` for the notes under it).
+"""The chat screen, the turn's controller: it starts a turn, hands each of the engine's items to the message it
+belongs to in the log (:class:`~tui.widgets.chat_log.ChatLog`, which says how a message reads and how the keyboard
+moves through the messages), keeps the status line and the monitor panel, and asks for guidance on a paused turn.
 
 Loading: the screen is up and takes messages while the engine loads the model. A message sent then waits and
 says so, and is answered once the model is loaded; the status line follows the load to its end, and a model or
@@ -34,18 +32,17 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Callable
 
 from textual import events, on
-from textual.actions import SkipAction
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal
 from textual.dom import DOMNode
 from textual.message import Message
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Footer, Header, Input, Static
+from textual.widgets import Footer, Header, Input
 
 from mlx_sdm.errors import DataError
 from mlx_sdm.executor.events import TurnRef
@@ -53,7 +50,7 @@ from mlx_sdm.executor.regeneration import regeneration
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction, UncertaintyLevel
 from mlx_sdm.network.coverage import VerifierCoverage
 from mlx_sdm.network.verdict import OPEN_QUESTIONS
-from mlx_sdm.store.schema import MessageRecord, support_words
+from mlx_sdm.store.records import MessageRecord
 from mlx_sdm.turn.escalation import TurnStatus
 from tui.messages import (
     AnswerVerifying,
@@ -70,34 +67,17 @@ from tui.messages import (
 )
 from tui.screens.clipboard import copy_text
 from tui.screens.prompts import EscalationPrompt
-from tui.screens.turns import Turn, TurnPicker, turns_of
+from tui.screens.turns import Turn, picker_for, turns_of
+from tui.widgets.chat_log import ABORTED_WITHOUT_WHY, STATUS_TEXT, ChatLog, stored_bubble
 from tui.widgets.message import MessageBubble
 from tui.widgets.monitor import MonitorPanel
-from tui.widgets.verdict_badge import ANSWERING, WAITING, VerdictBadge
+from tui.widgets.status_line import StatusLine
+from tui.widgets.verdict_badge import ANSWERING, WAITING
 
 if TYPE_CHECKING:
+    from mlx_sdm.store.turn_writer import TurnReceipt
     from mlx_sdm.turn.values import TurnOutcome
     from tui.bridge import Bridge
-
-#: How a stored answer without a verdict ended (a TurnStatus value, or a state of a row still being written).
-STATUS_TEXT = {
-    TurnStatus.CANCELLED.value: "■ stopped",
-    TurnStatus.PAUSED.value: "‖ paused for guidance",
-    TurnStatus.ABORTED.value: "✘ aborted by the session monitor",
-    TurnStatus.ERROR.value: "✘ failed",
-    "interrupted": "✘ interrupted: the app stopped before this answer was finished",
-    "in_progress": "… still being written (by another process)",
-    TurnStatus.DONE.value: "no verdict",
-}
-
-#: Said under an aborted answer whose escalation gave no reason of its own.
-ABORTED_WITHOUT_WHY = "The session monitor aborted this turn (CRITICAL)."
-
-
-def unverified_note(judged: str) -> str:
-    """Said under an answer whose verdict covers only its first part (the unit the verifier judges)."""
-    return f"The verdict covers only {judged.strip()!r}; the text after it was not checked (unverified)."
-
 
 def coverage_text(coverage: VerifierCoverage) -> str:
     """What the loaded verifier covers: its tasks, one example prompt each."""
@@ -117,48 +97,6 @@ def coverage_text(coverage: VerifierCoverage) -> str:
     return "\n".join(lines)
 
 
-def stored_bubble(record: MessageRecord, turn_number: int, answer: TurnOutcome | None) -> MessageBubble:
-    """The bubble one stored message shows as; ``answer``: the message's turn record when it is an answer
-    (read back from the store as the type the pipeline yielded), whose badge and notes
-    :func:`show_outcome` and :func:`answer_notes` add, as for a live answer."""
-    if record.role == "user":
-        title = None if record.kind == "chat" else f"you · {record.kind}"
-        return MessageBubble("user", record.text, title=title, turn_id=record.id)
-    if answer is None:
-        return MessageBubble("system", record.text, title=f"monitor · {record.kind}", turn_id=record.id)
-    title = f"assistant · turn {turn_number}"
-    if answer.resampled is not None:  # a regenerated answer (the seed is its attempt number)
-        title += f" · answer {answer.resampled.seed + 1} (sampled)"
-    return MessageBubble("assistant", record.text, title=title, turn_id=record.id, number=turn_number)
-
-
-def show_outcome(answer: MessageBubble, outcome: TurnOutcome) -> None:
-    """An answer bubble shows its turn's verdict (or how the turn ended) and monitor line, unless the live
-    stream already set its badge."""
-    if answer.badge is None or not answer.badge.resolved:
-        if outcome.verdict_status is not None:
-            answer.set_verdict(outcome.verdict, reason=outcome.unverifiable_reason)
-        else:
-            answer.set_cancelled(STATUS_TEXT.get(outcome.status.value, outcome.status.value))
-    if outcome.monitor is not None:
-        answer.set_monitor(outcome.monitor)
-
-
-def answer_notes(outcome: TurnOutcome, *, reflection_shown: bool = False) -> Iterator[MessageBubble]:
-    """The notes a finished answer leaves under it, in order, live and reopened alike: the model's
-    reflection on a HIGH pause (unless it was streamed: ``reflection_shown``), why the monitor aborted the
-    turn, and which part of the answer the verdict covers when text follows it; first, when the conversation
-    was longer than the model's context, what the model did not read of it (live turns: the store keeps no cut)."""
-    if outcome.prompt_note:
-        yield MessageBubble("system", outcome.prompt_note, title="context · cut to fit")
-    if outcome.reflection_shown and not reflection_shown:
-        yield MessageBubble("system", outcome.reflection_shown, title="monitor · reflection")
-    if outcome.status is TurnStatus.ABORTED or outcome.explanation:
-        yield MessageBubble("system", outcome.explanation or ABORTED_WITHOUT_WHY, title="monitor · CRITICAL")
-    if outcome.verdict_status is not None and outcome.unverified_tail.strip():
-        yield MessageBubble("system", unverified_note(outcome.judged_text), title="verifier · scope")
-
-
 class ChatScreen(Screen):
     @dataclass
     class CallFailed(Message):
@@ -169,9 +107,8 @@ class ChatScreen(Screen):
         answer: MessageBubble
         error: BaseException
 
-    #: The bindings after ctrl+b are priority bindings: checked before the focused widget's, so up / down move
-    #: between messages rather than scroll the log; each of their actions skips (the key goes on as usual)
-    #: unless a message has focus. "?" is text (f1 is help).
+    #: The keys that move between messages are the log's (:class:`~tui.widgets.chat_log.ChatLog`). "?" is text
+    #: (f1 is help).
     BINDINGS = [
         Binding("escape", "stop", "Stop", show=True),
         Binding("ctrl+t", "toggle_monitor", "Monitor", show=True),
@@ -179,11 +116,6 @@ class ChatScreen(Screen):
         Binding("ctrl+b,f2", "evidence", "Evidence", show=True),  # f2: inside tmux, whose prefix is ctrl+b
         Binding("tab", "focus_stop(1)", "Next", show=False),
         Binding("shift+tab", "focus_stop(-1)", "Previous", show=False),
-        Binding("up", "message_step(-1)", "Previous message", show=False, priority=True),
-        Binding("down", "message_step(1)", "Next message", show=False, priority=True),
-        Binding("home", "message_end(0)", "First message", show=False, priority=True),
-        Binding("end", "message_end(-1)", "Last message", show=False, priority=True),
-        Binding("enter", "message_evidence", "Evidence", show=False, priority=True),
     ]
 
     def __init__(self, *, session_id: str | None = None, show_monitor: bool = True) -> None:
@@ -200,12 +132,16 @@ class ChatScreen(Screen):
     def bridge(self) -> "Bridge":
         return self.app.bridge  # type: ignore[attr-defined]
 
+    @property
+    def chat_log(self) -> ChatLog:
+        return self.query_one("#chat-log", ChatLog)
+
     def compose(self) -> ComposeResult:
         yield Header(icon="◆")
         with Horizontal(id="main"):
-            yield VerticalScroll(id="chat-log")
+            yield ChatLog(id="chat-log")
             yield MonitorPanel(id="monitor")
-        yield Static("", id="status-line")
+        yield StatusLine("", id="status-line")
         yield Input(placeholder="Ask something · enter sends · escape stops · f1 help", id="prompt",
                     select_on_focus=False)  # typing goes on where it was, even after focus left the input
         yield Footer(compact=True)
@@ -220,23 +156,7 @@ class ChatScreen(Screen):
 
     # ----- status and loading --------------------------------------------------------------------
     def refresh_status(self, note: str | None = None) -> None:
-        info = self.bridge.info()
-        if not info.ready:
-            # the screen is up before the model: say so, and that typing works
-            parts = ["loading model… type away: a message is sent when it is ready" if self.bridge.loading
-                     else f"model {info.model}"]
-            if note:
-                parts.append(note)
-            self.query_one("#status-line", Static).update(" · ".join(parts))
-            return
-        parts = [f"model {info.model}", f"verifier {info.verifier or 'none: no verifier judges answers'}"]
-        if info.head:
-            parts.append(f"head {info.head}")
-        if info.support_size is not None:
-            parts.append(support_words(info.support_size))
-        if note:
-            parts.append(note)
-        self.query_one("#status-line", Static).update(" · ".join(parts))
+        self.query_one("#status-line", StatusLine).show(self.bridge.info(), loading=self.bridge.loading, note=note)
 
     def _watch_load(self) -> None:
         """Refresh the status line when loading ends; report a load that failed before the screen existed."""
@@ -274,7 +194,7 @@ class ChatScreen(Screen):
         if self.active is not None:
             self.notify("Stop the running answer first (escape).", severity="warning")
             return
-        log = self.query_one("#chat-log", VerticalScroll)
+        log = self.chat_log
         await log.remove_children()
         self.paused = None
         monitor = self.query_one(MonitorPanel)
@@ -301,13 +221,13 @@ class ChatScreen(Screen):
 
     async def _mount_stored(self, record: MessageRecord, answer: TurnOutcome | None) -> None:
         """One stored message as it looked when it was written; an answer (``answer``: its turn's record, read
-        back from the store) is settled exactly as a live one is (:meth:`_settle`)."""
+        back from the store) is settled exactly as a live one is (:meth:`ChatLog.settle`)."""
         if record.role == "user" and record.kind == "chat":
             self.turn_number += 1
         bubble = stored_bubble(record, self.turn_number, answer)
-        await self._log_mount(bubble)
+        await self.chat_log.add(bubble)
         if answer is not None:
-            await self._settle(bubble, answer)
+            await self.chat_log.settle(bubble, answer)
             if answer.monitor is not None:
                 self.query_one(MonitorPanel).add_turn(self.turn_number, answer.monitor)
 
@@ -320,7 +240,7 @@ class ChatScreen(Screen):
     async def show_coverage(self) -> None:
         """A system note: what the loaded verifier covers (tasks, one example prompt each)."""
         text = coverage_text(self.bridge.coverage())
-        await self._log_mount(MessageBubble("system", text, title="verifier · coverage"))
+        await self.chat_log.add(MessageBubble("system", text, title="verifier · coverage"))
 
     def rename_current(self, title: str) -> None:
         if self.session_id is not None:
@@ -342,8 +262,8 @@ class ChatScreen(Screen):
             self._set_title(self.bridge.store.get_session(self.session_id).title)
         event.input.value = ""
         self.turn_number += 1
-        await self._log_mount(MessageBubble("user", text))
-        self.query_one("#chat-log", VerticalScroll).anchor()  # sending jumps to the bottom and follows the answer
+        await self.chat_log.add(MessageBubble("user", text))
+        self.chat_log.anchor()  # sending jumps to the bottom and follows the answer
         session_id = self.session_id
         await self.start_turn(lambda: self.bridge.engine.send(session_id, text))
 
@@ -352,7 +272,7 @@ class ChatScreen(Screen):
         bubble = MessageBubble("assistant", "", title=title or f"assistant · turn {self.turn_number}", number=self.turn_number)
         self.active = bubble  # before the mount, so nobody sees the answer's bubble without a running turn
         self.reflection_bubble = None
-        await self._log_mount(bubble)
+        await self.chat_log.add(bubble)
         try:
             future = call()
         except Exception as exc:  # the executor refused the turn: say why, keep the UI alive
@@ -367,10 +287,6 @@ class ChatScreen(Screen):
 
         future.add_done_callback(done)
         self._show_turn_started(bubble, loading=self.bridge.loading)
-
-    async def _log_mount(self, widget: Widget) -> None:
-        log = self.query_one("#chat-log", VerticalScroll)
-        await log.mount(widget)
 
     def action_stop(self) -> None:
         if self.focused_message() is not None:  # escape on a message: back to the input
@@ -405,35 +321,22 @@ class ChatScreen(Screen):
         await self.start_turn(lambda: self.bridge.engine.regenerate(session_id),
                               title=f"assistant · turn {self.turn_number} · answer {again.attempt + 1} (sampled)")
 
-    def branch(self) -> None:
-        """Pick a turn; continue from it in a new session."""
-        turns = self._turns_to_act_on("branch")
-        if turns is None:
+    def branch(self, *, edit: bool = False) -> None:
+        """Pick a turn; continue from it in a new session (``edit``: the new session holds the turns before the
+        picked question, and the prompt that question to edit and send)."""
+        turns = self._turns_to_act_on("edit" if edit else "branch")
+        if turns is None or self.session_id is None:
             return
-        parent = self.session_id
+        parent, store = self.session_id, self.bridge.store
 
         async def picked(turn: Turn | None) -> None:
             if turn is None:
                 return
-            made = self.bridge.store.branch_session(parent, before_message_id=turn.next_question_id)
-            await self.open_session(made.id)
-            self.notify(f"A new session, {made.branch.words()}: the original is unchanged.", title="Branched")
-
-        self.app.push_screen(TurnPicker("Branch: continue from which turn?",
-                                        "enter: a new session with the turns up to this one · escape closes", turns),
-                             picked)
-
-    def edit_turn(self) -> None:
-        """Pick a question; a new branch holds the turns before it, and the prompt the question to edit and send."""
-        turns = self._turns_to_act_on("edit")
-        if turns is None:
-            return
-        parent = self.session_id
-
-        async def picked(turn: Turn | None) -> None:
-            if turn is None:
+            if not edit:
+                made = store.branch_session(parent, before_message_id=turn.next_question_id)
+                await self.open_session(made.id)
+                self.notify(f"A new session, {made.branch.words()}: the original is unchanged.", title="Branched")
                 return
-            store = self.bridge.store
             made = store.branch_session(parent, before_message_id=turn.question.id,
                                         title=f"edit of turn {turn.number} · {store.get_session(parent).title}")
             await self.open_session(made.id)
@@ -441,9 +344,7 @@ class ChatScreen(Screen):
             self.notify(f"Edit turn {turn.number} and press enter: it is sent in a new session, {made.branch.words()}; "
                         "the original is unchanged.", title="Edit and resend")
 
-        self.app.push_screen(TurnPicker("Edit and resend which question?",
-                                        "enter: edit it in a new branch (the original stays) · escape closes", turns),
-                             picked)
+        self.app.push_screen(picker_for(turns, edit=edit), picked)
 
     # ----- the engine's items (posted from the engine's thread) ----------------------------------
     def _mine(self, ref: TurnRef) -> bool:
@@ -457,7 +358,7 @@ class ChatScreen(Screen):
         if piece.phase == "reflection":
             if self.reflection_bubble is None:
                 self.reflection_bubble = MessageBubble("system", "", title="monitor · reflection")
-                await self._log_mount(self.reflection_bubble)
+                await self.chat_log.add(self.reflection_bubble)
             await self.reflection_bubble.append(piece.text)
         elif self.active is not None:
             await self.active.append(piece.text)
@@ -473,10 +374,9 @@ class ChatScreen(Screen):
             self.active.badge.set_checking(message.checking.k)
 
     async def on_verdict_ready(self, message: VerdictReady) -> None:
-        answer = message.verdict
         if self._mine(message.ref) and self.active is not None:
             await self.active.finish()
-            self.active.set_verdict(answer.verdict, reason=answer.unverifiable_reason)
+            self.active.set_verdict(message.verdict)
 
     async def on_monitor_read(self, message: MonitorRead) -> None:
         if not self._mine(message.ref):
@@ -505,7 +405,7 @@ class ChatScreen(Screen):
 
     async def on_turn_finished(self, message: TurnFinished) -> None:
         if self._mine(message.ref):
-            await self._finished(message.outcome)
+            await self._finished(message.receipt)
 
     async def on_engine_failed(self, message: EngineFailed) -> None:
         """A turn failed: say why, and end its answer's bubble ("failed")."""
@@ -529,8 +429,8 @@ class ChatScreen(Screen):
         if status.state == "ready" and self.session_id is None and self.bridge.coverage().tasks:
             await self.show_coverage()  # a new chat starts by saying what can be verified
 
-    async def _finished(self, result: TurnOutcome | None) -> None:
-        """The turn's record arrived (None: it failed before it made one; its error was shown)."""
+    async def _finished(self, receipt: TurnReceipt | None) -> None:
+        """The turn's receipt arrived (None: it failed before it made one; its error was shown)."""
         bubble = self.active
         self.active = None
         if self.session_id is not None:  # the store titles a new session after its first question
@@ -540,26 +440,19 @@ class ChatScreen(Screen):
         streamed_reflection = self.reflection_bubble is not None
         if streamed_reflection:
             await self.reflection_bubble.finish()
-        if result is None:
+        if receipt is None:
             if bubble is not None and bubble.badge is not None and not bubble.badge.resolved:
                 bubble.set_cancelled(STATUS_TEXT[TurnStatus.ERROR.value])
         else:
-            await self._settle(bubble, result, reflection_shown=streamed_reflection)
+            result = receipt.outcome
+            await self.chat_log.settle(bubble, result, reflection_shown=streamed_reflection)
             if result.status is TurnStatus.PAUSED:
                 escalation = result.escalation
-                self._ask_guidance(result.session_id, escalation.level.value, escalation.confidence,
+                self._ask_guidance(receipt.session_id, escalation.level.value, escalation.confidence,
                                    result.reflection_shown or "", escalation.irreversible, escalation.message)
             elif result.status is TurnStatus.ABORTED:
                 self.notify(result.explanation or ABORTED_WITHOUT_WHY, title="Turn aborted", severity="error", timeout=8)
         self.refresh_status()
-
-    async def _settle(self, bubble: MessageBubble | None, outcome: TurnOutcome, *, reflection_shown: bool = False) -> None:
-        """A finished answer as the chat shows it, live or reopened alike (:func:`show_outcome`, :func:`answer_notes`):
-        its badge and monitor line, then the notes under it (the reflection, an abort's reason, the verdict's scope)."""
-        if bubble is not None:
-            show_outcome(bubble, outcome)
-        for note in answer_notes(outcome, reflection_shown=reflection_shown):
-            await self._log_mount(note)
 
     def _ask_guidance(
         self, session_id: str, level: str, confidence: float | None, reflection: str, irreversible: bool,
@@ -574,7 +467,7 @@ class ChatScreen(Screen):
             if guidance is None or not guidance.strip() or session_id != self.session_id:
                 self.refresh_status("left paused: a new message moves on; reopening the session asks again")
                 return
-            await self._log_mount(MessageBubble("user", guidance.strip(), title="you · guidance"))
+            await self.chat_log.add(MessageBubble("user", guidance.strip(), title="you · guidance"))
             await self.start_turn(lambda: self.bridge.engine.resume(session_id, guidance.strip()))
 
         self.app.push_screen(EscalationPrompt(level, confidence, reflection, irreversible=irreversible, message=message),
@@ -595,16 +488,9 @@ class ChatScreen(Screen):
         panel = self.query_one(MonitorPanel)
         panel.display = not panel.display
 
-    def _message_to_copy(self) -> MessageBubble | None:
-        """The focused message, else the last answer with text."""
-        focused = self.focused_message()
-        if focused is not None:
-            return focused
-        answers = [b for b in self.query(MessageBubble) if b.role == "assistant" and b.text]
-        return answers[-1] if answers else None
-
     def action_copy(self) -> None:
-        bubble = self._message_to_copy()
+        """Copy the focused message, else the last answer with text."""
+        bubble = self.focused_message() or self.chat_log.last_answer(with_text=True)
         if bubble is None:
             self.notify("Nothing to copy yet.", severity="warning")
             return
@@ -616,24 +502,14 @@ class ChatScreen(Screen):
 
     def focused_message(self) -> MessageBubble | None:
         """The message that has focus, or holds the widget that has it (a badge)."""
-        focused = self.focused
-        if focused is None:
-            return None
-        for node in focused.ancestors_with_self:
-            if isinstance(node, MessageBubble):
-                return node
-        return None
-
-    def message_bubbles(self) -> list[MessageBubble]:
-        """The chat log's messages, first to last."""
-        return list(self.query(MessageBubble))
+        return self.chat_log.focused_message()
 
     def focus_stops(self) -> list[Widget]:
         """What tab walks: the input, the last answer, the monitor panel when it is shown."""
         stops: list[Widget] = [self.query_one("#prompt", Input)]
-        answers = [b for b in self.message_bubbles() if b.role == "assistant"]
-        if answers:
-            stops.append(answers[-1])
+        last = self.chat_log.last_answer()
+        if last is not None:
+            stops.append(last)
         panel = self.query_one("#monitor")
         if panel.display:
             stops.append(panel)
@@ -645,43 +521,13 @@ class ChatScreen(Screen):
         index = stops.index(here) if here in stops else (0 if step > 0 else len(stops))
         stops[(index + step) % len(stops)].focus()
 
-    # ----- moving between messages ----------------------------------------------------------------
-    def action_message_step(self, step: int) -> None:
-        current = self.focused_message()
-        if current is None:
-            raise SkipAction()
-        bubbles = self.message_bubbles()
-        index = max(0, min(len(bubbles) - 1, bubbles.index(current) + step))
-        bubbles[index].focus()
-
-    def action_message_end(self, index: int) -> None:
-        if self.focused_message() is None:
-            raise SkipAction()
-        self.message_bubbles()[index].focus()
-
     # ----- the evidence of the focused answer ------------------------------------------------------
-    def on_verdict_badge_toggled(self, event: VerdictBadge.Toggled) -> None:
-        for bubble in self.query(MessageBubble):
-            if bubble.badge is event.badge:
-                bubble.toggle_evidence(event.expanded)
-                if event.expanded and bubble.evidence is not None:
-                    bubble.evidence.scroll_visible()
-
     def action_evidence(self) -> None:
         """ctrl+b: expand / collapse the evidence of the focused answer, or of the last one."""
-        bubble = self.focused_message()
+        bubble = self.chat_log.evidence_answer(self.focused_message())
         if bubble is None or bubble.badge is None:
-            answers = [b for b in self.query(MessageBubble) if b.badge is not None and b.badge.expandable]
-            bubble = answers[-1] if answers else None
-        if bubble is None or bubble.badge is None or not bubble.badge.expandable:
             self.notify("No verdict with evidence yet.", severity="warning")
             return
-        bubble.badge.action_toggle()
-
-    def action_message_evidence(self) -> None:
-        bubble = self.focused_message()
-        if bubble is None or bubble.badge is None:
-            raise SkipAction()
         bubble.badge.action_toggle()
 
     # ----- the keyboard comes back to the input ---------------------------------------------------

@@ -17,7 +17,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Select, Static
 
-from mlx_sdm.store.schema import ReviewItem, support_words
+from mlx_sdm.store.records import ReviewItem, support_words
 from tui.format import decision_label, monitor_summary, reason_label
 from tui.screens.prompts import EditText, TextPrompt
 from tui.widgets.evidence_panel import evidence_renderable

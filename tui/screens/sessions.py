@@ -10,7 +10,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label, Static
 
-from mlx_sdm.store.schema import SessionInfo
+from mlx_sdm.store.records import SessionInfo
 from tui.format import shorten
 from tui.screens.prompts import Confirm, TextPrompt
 

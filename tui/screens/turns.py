@@ -12,7 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from mlx_sdm.store.schema import MessageRecord
+from mlx_sdm.store.records import MessageRecord
 from tui.format import shorten
 
 
@@ -63,3 +63,12 @@ class TurnPicker(ModalScreen[Turn | None]):
 
     def action_close(self) -> None:
         self.dismiss(None)
+
+
+def picker_for(turns: list[Turn], *, edit: bool) -> TurnPicker:
+    """The picker of the chat's branch (ctrl+f) or, ``edit``, of its edit and resend (ctrl+up)."""
+    if edit:
+        return TurnPicker("Edit and resend which question?",
+                          "enter: edit it in a new branch (the original stays) · escape closes", turns)
+    return TurnPicker("Branch: continue from which turn?",
+                      "enter: a new session with the turns up to this one · escape closes", turns)

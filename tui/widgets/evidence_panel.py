@@ -10,7 +10,8 @@ from rich.text import Text
 from textual.widgets import Static
 
 from mlx_sdm.network.evidence import evidence_of
-from mlx_sdm.network.verdict import DocumentVerdict, verdict_words
+from mlx_sdm.network.verdict import DocumentVerdict
+from mlx_sdm.network.verdict_words import verdict_words
 from tui.format import format_p, shorten
 
 EXEMPLAR_TEXT_WIDTH = 72

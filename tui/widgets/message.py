@@ -77,12 +77,12 @@ class MessageBubble(Vertical, can_focus=True):
         if self.role == "assistant" and self.text and not self.text.strip():
             await self.body.update(EMPTY_ANSWER)
 
-    def set_verdict(self, verdict: DocumentVerdict | None, *, reason: str | None = None) -> None:
-        """The answer's verdict (None: no verifier judged it; ``reason`` says why)."""
+    def set_verdict(self, verdict: DocumentVerdict) -> None:
+        """The answer's verdict; its evidence, when there is a verifier's to show."""
         if self.badge is None:
             return
-        self.badge.set_verdict(verdict, reason=reason)
-        if verdict is not None and self.evidence is not None:
+        self.badge.set_verdict(verdict)
+        if self.badge.expandable and self.evidence is not None:
             self.evidence.show_verdict(verdict)
 
     def set_cancelled(self, text: str) -> None:

@@ -7,7 +7,7 @@ from typing import Sequence
 from textual.binding import Binding
 from textual.widgets import DataTable
 
-from mlx_sdm.store.schema import ReviewItem
+from mlx_sdm.store.records import ReviewItem
 from tui.format import decision_label, format_p, reason_label, shorten
 
 ANSWER_WIDTH = 48

@@ -10,7 +10,8 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus, VerdictWords, verdict_words
+from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
+from mlx_sdm.network.verdict_words import VerdictWords, verdict_words
 from tui.format import PENDING, badge_text
 
 #: The badge's words before the verdict: while tokens stream, then while the verifier reads the finished answer.
@@ -55,7 +56,7 @@ class VerdictBadge(Static, can_focus=True):
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(ANSWERING, id=id, classes=f"badge {PENDING}")
-        self.verdict: DocumentVerdict | None = None  # the verdict behind the words (None: no estimator judgement)
+        self.verdict: DocumentVerdict | None = None  # the verdict behind the words (None: none shown)
 
     @property
     def status(self) -> VerdictStatus | None:
@@ -79,10 +80,10 @@ class VerdictBadge(Static, can_focus=True):
         if not self.resolved and not self.has_class("cancelled"):
             self.update(text)
 
-    def set_verdict(self, verdict: DocumentVerdict | None, *, reason: str | None = None) -> None:
-        """Show the final verdict (None = no verifier judged it; ``reason`` says why)."""
+    def set_verdict(self, verdict: DocumentVerdict) -> None:
+        """Show the final verdict."""
         self.verdict = verdict
-        self.words = verdict_words(verdict, no_verifier_reason=reason)
+        self.words = verdict_words(verdict)
 
     def set_cancelled(self, text: str) -> None:
         """The turn ended without a verdict (stopped or aborted)."""
@@ -104,7 +105,8 @@ class VerdictBadge(Static, can_focus=True):
 
     @property
     def expandable(self) -> bool:
-        return self.resolved and self.verdict is not None
+        """There is evidence behind the verdict shown (a verifier's: not when none judged the answer)."""
+        return self.resolved and self.verdict is not None and self.verdict.status is not VerdictStatus.NO_VERIFIER
 
     def action_toggle(self) -> None:
         if not self.expandable:
@@ -113,7 +115,7 @@ class VerdictBadge(Static, can_focus=True):
         self.post_message(self.Toggled(self, self.expanded))
 
     def action_full(self) -> None:
-        if self.expandable:
+        if self.expandable and self.verdict is not None:
             self.post_message(self.OpenEvidence(self.verdict))  # the app opens the evidence screen
 
     def on_click(self) -> None:

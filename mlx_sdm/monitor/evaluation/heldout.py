@@ -42,9 +42,6 @@ class Interval:
     low: float
     high: float
 
-    def excludes(self, x: float) -> bool:
-        return not (self.low <= x <= self.high)
-
     def to_dict(self) -> dict:
         return {"value": _num(self.value), "low": _num(self.low), "high": _num(self.high)}
 

@@ -31,8 +31,8 @@ from mlx_sdm.monitor.forecast.signals import SessionSignals
 from mlx_sdm.monitor.online.reading import FusedReading
 from mlx_sdm.monitor.online.tracer import TracerConfig
 from mlx_sdm.monitor.session_file.records import AUQOutput, TracerOutput
-from mlx_sdm.monitor.forecast.verdict_monitor import TurnVerdict, VerdictMonitorParams
-from mlx_sdm.network.verdict import VerdictStatus
+from mlx_sdm.monitor.forecast.verdict_monitor import VerdictMonitorParams
+from mlx_sdm.network.verdict import DocumentVerdict, VerdictStatus
 
 PARAMS_FILE = "fused_monitor.json"
 PARAMS_VERSION = 1
@@ -123,7 +123,7 @@ class OnlineFusedMonitor:
         self._agent: list[int] = []
         self._auq: list[float] = []
         self._p_true: list[float] = []
-        self._verdicts: list[TurnVerdict] = []
+        self._verdicts: list[DocumentVerdict] = []
         self._last_features: np.ndarray | None = None
 
     @staticmethod
@@ -133,7 +133,7 @@ class OnlineFusedMonitor:
     def observe_user(self, tracer: TracerOutput | None) -> None:
         self._parts.append(self._tracer_row(tracer))
 
-    def observe_answer(self, tracer: TracerOutput | None, auq: AUQOutput | None, verdict: TurnVerdict,
+    def observe_answer(self, tracer: TracerOutput | None, auq: AUQOutput | None, verdict: DocumentVerdict,
                        turn: int | None = None) -> FusedReading:
         """The answer's TRACER features, AUQ belief (None: AUQ did not score it) and verdict, as the chat
         makes them or a session file records them. ``turn``: the chat's turn number the words name (a turn
@@ -155,10 +155,10 @@ class OnlineFusedMonitor:
         return FusedReading(p, name, delta, signal_words(name, delta, self._verdicts[-1], turn or len(self._agent), first))
 
 
-def signal_words(name: str, delta: float, verdict: TurnVerdict, turn: int, first: bool) -> str:
+def signal_words(name: str, delta: float, verdict: DocumentVerdict, turn: int, first: bool) -> str:
     """The sentence for the signal that moved p_t most at answer ``turn`` (``delta``: its change in logit)."""
     if name == "verifier":
-        return VERIFIER_WORDS[verdict.shown].format(turn=turn)
+        return VERIFIER_WORDS[verdict.status].format(turn=turn)
     phrases = FIRST_ANSWER_WORDS.get(name, SIGNAL_WORDS[name]) if first else SIGNAL_WORDS[name]
     return phrases[0 if delta < 0 else 1].format(turn=turn)
 

@@ -1,7 +1,7 @@
 """Per-step signals of a logged session, in the arrays the fitted monitors read (no fitting here).
 
 For every agent step of a session: the AUQ cumulative confidence ``P_t`` and P(True) ``c_p`` (docs/monitoring.md, AUQ),
-the content surprisal ``U_t`` (docs/monitoring.md, TRACER surprisal), the verifier's :class:`~mlx_sdm.monitor.forecast.verdict_monitor.TurnVerdict`
+the content surprisal ``U_t`` (docs/monitoring.md, TRACER surprisal), the verifier's verdict (:class:`~mlx_sdm.network.verdict.DocumentVerdict`)
 and, where the session carries it, whether that step's answer was right (``metadata["turns"]`` of the
 session corpus, ``scripts/session_corpus.py``). For every step (agent and user) the TRACER components
 ``U, Da, DoA, DoU`` (config-free, so TRACER's weights can be refitted without re-embedding).
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from mlx_sdm.monitor.online.tracer import TracerConfig, prefix_scores, step_risk, tracer_score
-from mlx_sdm.monitor.forecast.verdict_monitor import TurnVerdict
 from mlx_sdm.monitor.session_file.records import Session
+from mlx_sdm.network.verdict import DocumentVerdict
 
 NEUTRAL_CONFIDENCE = 0.5  # AUQ's own missing-signal default (docs/monitoring.md, AUQ System 1 signals) when a step has no AUQ belief
 
@@ -27,7 +27,7 @@ class SessionSignals:
     auq: np.ndarray  # [A] P_t per agent step
     p_true: np.ndarray  # [A] c_p per agent step
     surprisal: np.ndarray  # [A] U_t per agent step
-    verdicts: tuple[TurnVerdict, ...]  # [A]
+    verdicts: tuple[DocumentVerdict, ...]  # [A]
     turn_correct: tuple[bool | None, ...]  # [A] answer right? (None = unknown)
     tracer_parts: np.ndarray  # [N, 4] U, Da, DoA, DoU per step (agent and user)
     agent_index: np.ndarray  # [A] positions of the agent steps among all N steps
@@ -68,7 +68,7 @@ def session_signals(session: Session) -> SessionSignals | None:
         surprisal.append(step.tracer.U)
         label = labels.get(step.step_id, {})
         stored = label.get("verdict") if "verdict" in label else (step.verifier.to_dict() if step.verifier else None)
-        verdicts.append(TurnVerdict.from_dict(stored))
+        verdicts.append(DocumentVerdict.from_dict(stored) or DocumentVerdict.no_verifier())
         correct.append(label.get("correct"))
         index.append(i)
     if not index:

@@ -62,6 +62,13 @@ def loads_json(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
+def inserted_id(cur: sqlite3.Cursor) -> int:
+    """The id of the row an ``INSERT`` just made (sqlite3 types ``lastrowid`` as optional; an insert sets it)."""
+    if cur.lastrowid is None:
+        raise DataError("the store inserted no row", field="id")
+    return int(cur.lastrowid)
+
+
 def features_blob(features: np.ndarray | None) -> bytes | None:
     if features is None:
         return None

@@ -1,0 +1,315 @@
+"""What a person reads of a verdict: the one presentation module of :class:`DocumentVerdict`. Every front end
+says a verdict through it and adds no words of its own: the TUI's badge and evidence view
+(:func:`verdict_words`), ``chat --plain`` (:func:`verdict_lines`) and the Markdown export (:func:`verdict_line`), ``generate``
+(:func:`verdict_report`; ``--json``: :func:`verdict_json`), the server (:func:`verdict_words`,
+:func:`stopped_words`) and ``verify`` on texts (:func:`verdict_json`). Each sentence is true of the numbers
+behind it (docs/method.md, "Reading a verdict"; tests/test_verdict_words.py checks it over generated verdicts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from mlx_sdm.network.coverage import RouteKind
+from mlx_sdm.network.evidence import evidence_of, exemplar_label_words
+from mlx_sdm.network.verdict import (
+    ACCEPTABLE,
+    REASON_EMPTY_ANSWER,
+    REASON_INDEX_FLIPPED,
+    REASON_NO_CHECKABLE_ANSWER,
+    REASON_OUT_OF_DISTRIBUTION,
+    REASON_PREDICTED_UNACCEPTABLE,
+    REASON_SECOND_LOOK_OFF,
+    DocumentVerdict,
+    VerdictStatus,
+    unlike_built_on,
+)
+
+if TYPE_CHECKING:
+    from mlx_sdm.calibration.row_verdict import Verdict
+
+
+@dataclass(frozen=True)
+class VerdictWords:
+    """What a person reads about a verdict: its state, the one-line badge and one plain sentence."""
+
+    status: VerdictStatus
+    badge: str  # e.g. "✔ verified · p_lower 0.973"
+    sentence: str  # opens with the state in words ("Not verified: ...")
+
+    @property
+    def short(self) -> str:
+        """The badge without its mark: "verified · p_lower 0.973"."""
+        return self.badge.split(" ", 1)[1] if " " in self.badge else self.badge
+
+
+def _answer_words(prediction: int) -> str:
+    return "right" if int(prediction) == ACCEPTABLE else "wrong"
+
+
+def _nearest_disagrees(verdict: "Verdict", say_lean: bool) -> str:
+    """q = 0 with d > 0 (Eq. 5): the nearest training answer is not a correctly judged answer with this
+    prediction; say which, from the nearest exemplar when it was kept (this answer's own lean only when it is
+    measured to mean something)."""
+    mine = f"; this one is judged {_answer_words(verdict.prediction)}" if say_lean else ""
+    if verdict.exemplars:
+        nearest = verdict.exemplars[0]
+        if int(nearest.prediction) != int(verdict.prediction):
+            return (f"the most similar known answer was judged differently (it was {exemplar_label_words(nearest.label)}, "
+                    f"judged {_answer_words(nearest.prediction)}{mine})")
+        if int(nearest.label) != int(nearest.prediction):
+            return (f"the verifier misjudged the most similar known answer (it was {exemplar_label_words(nearest.label)}, "
+                    f"judged {_answer_words(nearest.prediction)})")
+    return "the most similar known answer does not match the verifier's judgement of this one (q = 0)"
+
+
+#: What the words say instead of a lean that is no better than the base rate (network/lean.py).
+NO_LEAN = "on questions like this its lean toward right or wrong is no better than the base rate, so it cannot tell"
+
+
+def _no_lean_words(dv: DocumentVerdict) -> str:
+    """Why no lean is said: never measured, measured but without support in this answer's nearest known answers
+    (q = 0), or measured and not above the base rate on every split."""
+    lean = dv.lean
+    if lean is None:
+        return "it cannot tell whether this answer is right (how much its lean means was never measured)"
+    if lean.informative and dv.verdict is not None and lean.judged == int(dv.verdict.prediction):
+        return ("it cannot tell whether this answer is right: the most similar known answer does not support its "
+                "lean (q = 0)")
+    side = "right" if lean.judged == 1 else "wrong"
+    precision = "n/a" if lean.precision is None else f"{100 * lean.precision:.0f} %"
+    return (f"{NO_LEAN}: {precision} of the {lean.leaned} held-out answers it leaned {side} on were {side}, against "
+            f"{100 * lean.base_rate:.0f} % of all answers, a margin that does not hold at 95 % confidence on every "
+            f"held-out and shifted split")
+
+
+def _judged_words(dv: DocumentVerdict, alpha: float) -> tuple[str, str]:
+    """(badge reason, sentence) for a verdict the estimator made; each clause is read off its numbers, and a lean is
+    said only where it is measured to beat the base rate (:attr:`DocumentVerdict.lean_informative`)."""
+    v, reason, lean = dv.verdict, dv.reason, dv.lean_informative
+    assert v is not None
+    if reason is None:
+        return (f"p_lower {v.p_lower:.3f}",
+                f"Verified: calibrated lower probability {v.p_lower:.3f} that this answer is right (at least "
+                f"{alpha:.2f} required); the {v.q} most similar known answers were all correct and judged so.")
+    if reason == REASON_PREDICTED_UNACCEPTABLE:
+        return ("likely wrong",
+                f"Not verified: the verifier is confident this answer is wrong (calibrated lower probability "
+                f"{v.p_lower:.3f} that it is wrong); the {v.q} most similar known answers were all incorrect.")
+    if reason == REASON_OUT_OF_DISTRIBUTION and unlike_built_on(v):
+        far = (f"it is farther from the examples the verifier was built on than its calibration examples are "
+               f"(distance quantile d = {v.d:.3f})")
+        routed = dv.routed_task
+        if routed is not None:
+            return ("answer unlike the task's answers",
+                    f"Not verified: the question is one this verifier covers ({routed.description or routed.name}), "
+                    f"but the answer is unlike the answers it was built on: {far}, so it cannot vouch for it.")
+        return ("unlike what it was built on",
+                f"Out of scope: {far}, so it makes no judgement. {dv.coverage.sentence()}")
+    if reason == REASON_OUT_OF_DISTRIBUTION:
+        return ("nearest known answer disagrees", f"Not verified: {_nearest_disagrees(v, lean)}, so it cannot vouch for it.")
+    if reason == REASON_INDEX_FLIPPED:
+        if not lean:
+            return ("cannot tell", f"Not verified: weighed by similarity (q = {v.q}) and distance (d = {v.d:.3f}), its "
+                                   f"calibrated output does not support its first reading of this answer; {_no_lean_words(dv)}.")
+        return ("its evidence reverses its prediction",
+                f"Not verified: weighed by similarity (q = {v.q}) and distance (d = {v.d:.3f}), the verifier's "
+                f"calibrated output no longer favours its own prediction that the answer is "
+                f"{_answer_words(v.prediction)}, so it cannot vouch for it.")
+    if not lean:
+        return ("cannot tell", f"Not verified: its calibrated confidence (q = {v.q}, d = {v.d:.3f}) does not reach the "
+                               f"{alpha:.2f} it needs to vouch for this answer, and {_no_lean_words(dv)}.")
+    return (f"leans {_answer_words(v.prediction)}",
+            f"Not verified: its calibrated confidence (q = {v.q}, d = {v.d:.3f}) does not reach the {alpha:.2f} it "
+            f"needs to vouch for this answer, but it leans toward it being {_answer_words(v.prediction)}, and that "
+            f"lean is measured: {dv.lean.words()}.")
+
+
+def _region_words(v: "Verdict", alpha: float) -> str:
+    """The nested kind's fallback (docs/estimators.md): where α′ is not met but the answer falls in a
+    region of the α ladder by its DKW-lower estimate, that region's promise, which is prediction-
+    conditional: among the answers of that region the verifier judges as it judged this one, at least
+    a share α are so. Empty for the other kinds and for answers in no region."""
+    region = v.region_alpha_lower
+    if region is None or not 0.0 < region < alpha:
+        return ""
+    judged = _answer_words(v.prediction)
+    return (f" It falls in a region where at least {region * 100:.0f} % of the answers judged {judged} "
+            f"are {judged} (nested region α {region:.2f}, lower estimate), short of the {alpha:.2f} needed to vouch.")
+
+
+def _admits_nothing_words(dv: DocumentVerdict, alpha: float) -> tuple[str, str]:
+    """A verifier whose calibration found no high-probability region (Alg. 3) vouches for no answer: say that first;
+    then which way it leans and on what (the q most similar known answers, Eq. 5) only where that lean is measured
+    to beat the base rate, else that it cannot tell."""
+    v = dv.verdict
+    assert v is not None
+    nothing = (f"on this model the verifier cannot vouch for any answer (in calibration no group of similar answers "
+               f"was at least {alpha * 100:.0f} % right)")
+    if not dv.lean_informative:
+        return ("cannot tell on this model", f"Not verified: {nothing}, and {_no_lean_words(dv)}.")
+    lean = _answer_words(v.prediction)
+    known = "correct" if int(v.prediction) == ACCEPTABLE else "incorrect"
+    evidence = f"; the {v.q} most similar known answers were {known} and judged so"  # q >= 1: lean_informative
+    return (f"leans {lean}", f"Not verified: {nothing}. It leans toward this answer being {lean}, and that lean is "
+                             f"measured: {dv.lean.words()}{evidence}.")
+
+
+def _probability(verdict: DocumentVerdict) -> str:
+    p = None if verdict.route is None else verdict.route.probability
+    return "" if p is None else f", probability {p:.2f}"
+
+
+def _route_words(verdict: DocumentVerdict) -> str:
+    """How a judged question was routed, when not by its task instruction: asked in a person's own words
+    (the router's reading) or an everyday open question."""
+    route = verdict.route
+    if route is None or route.probability is None:
+        return ""
+    if route.how is RouteKind.MEANING and verdict.routed_task is not None:
+        task = verdict.routed_task
+        asked = f", so the model was asked the task's own instruction, “{_clip(route.instruction)}”, with your text" \
+            if route.instruction else ""
+        return (f" The question router read this as the task {task.description or task.name!r} asked in your own words "
+                f"(probability {route.probability:.2f}){asked}.")
+    if route.how is RouteKind.OPEN_QUESTION:
+        read_with = f", read with the question before it (“{_clip(route.asked)}”)" if route.asked else ""
+        return (f" Judged as an everyday question with a short answer{read_with} (question router probability "
+                f"{route.probability:.2f}).")
+    return ""
+
+
+def _clip(text: str, limit: int = 80) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def verdict_words(verdict: DocumentVerdict) -> VerdictWords:
+    """The words of a verdict: its badge and one sentence. The chat, ``generate``, plain chat, the server and
+    export all show these and nothing else."""
+    status = verdict.status
+    if status is VerdictStatus.NO_VERIFIER:
+        return VerdictWords(status, f"· no verifier · {verdict.why}", f"No verifier: {verdict.why}.")
+    if verdict.verdict is None and verdict.unjudged == REASON_EMPTY_ANSWER:
+        return VerdictWords(status, "✘ not verified · empty answer",
+                            "Not verified: the model produced an empty answer; there is nothing to verify.")
+    if verdict.verdict is None and verdict.unjudged == REASON_SECOND_LOOK_OFF:
+        return VerdictWords(status, "? not verified · second look off",
+                            "Not verified: this verifier judges an everyday answer from more answers the model draws to "
+                            "the same question (the second look), which is turned off, so it makes no judgement; "
+                            "without --no-second-look it would.")
+    if verdict.verdict is None and verdict.unjudged == REASON_NO_CHECKABLE_ANSWER:
+        return VerdictWords(status, "○ out of scope · no checkable answer",
+                            "Out of scope: this message has no short answer that can be checked (the question router "
+                            f"reads it as a greeting, a request for writing, advice or a how-to{_probability(verdict)}), "
+                            f"so the verifier makes no judgement. {verdict.coverage.sentence()}")
+    if verdict.verdict is None:
+        routed = verdict.route is not None and verdict.route.probability is not None
+        why = ("the question router reads it as none of the kinds of question the verifier covers" if routed else
+               "this question starts none of the task instructions the verifier was built on")
+        return VerdictWords(status, "○ out of scope · not one of the verifier's tasks",
+                            f"Out of scope: {why}, so it makes no judgement. {verdict.coverage.sentence()}")
+    if verdict.admits_nothing and status is VerdictStatus.NOT_VERIFIED:
+        short, sentence = _admits_nothing_words(verdict, verdict.alpha)
+    else:
+        short, sentence = _judged_words(verdict, verdict.alpha)
+    sentence += _route_words(verdict)
+    if status is VerdictStatus.NOT_VERIFIED:
+        region = _region_words(verdict.verdict, verdict.alpha)
+        if region:
+            short, sentence = f"{short} · region α {verdict.verdict.region_alpha_lower:.2f}", sentence + region
+    return VerdictWords(status, f"{_mark(verdict, status)} {status.words} · {short}", sentence)
+
+
+#: The badge's marks: vouched for, likely wrong (the numbers say so), cannot tell, out of scope.
+MARK_VERIFIED, MARK_WRONG, MARK_CANNOT_TELL, MARK_OUT_OF_SCOPE = "✔", "✘", "?", "○"
+
+
+def _mark(verdict: DocumentVerdict, status: VerdictStatus) -> str:
+    """✘ only where the calibrated numbers call the answer wrong (admitted as wrong, or a lean toward wrong measured
+    to beat the base rate) or the answer is unlike the task's answers; "?" where the verifier cannot tell."""
+    if status is VerdictStatus.VERIFIED:
+        return MARK_VERIFIED
+    if status is VerdictStatus.OUT_OF_SCOPE:
+        return MARK_OUT_OF_SCOPE
+    v = verdict.verdict
+    if v is None or verdict.reason == REASON_PREDICTED_UNACCEPTABLE:
+        return MARK_WRONG  # an empty answer, or admitted as wrong
+    if verdict.reason == REASON_OUT_OF_DISTRIBUTION and unlike_built_on(v):
+        return MARK_WRONG  # a task's question answered unlike any of the task's answers
+    if verdict.lean_informative and int(v.prediction) != ACCEPTABLE:
+        return MARK_WRONG
+    return MARK_CANNOT_TELL
+
+
+def verdict_line(verdict: DocumentVerdict | None) -> str:
+    """One line naming the verdict's state and badge, with the numbers when there are any: what the plain chat
+    prints under an answer and the Markdown export writes (None: the turn made no verdict)."""
+    if verdict is None:
+        return "verdict: none"
+    words = verdict_words(verdict)
+    detail: str | None = words.short.split(" · ", 1)[-1]  # why (not verified, out of scope), or the badge's p_lower
+    judged = verdict.verdict
+    # p_lower only where there is one: with no calibrated region it has no value, and "n/a" would say nothing
+    p_lower = "" if judged is None or judged.p_lower is None else f"p_lower={_num(judged.p_lower)} "
+    numbers = None if judged is None else f"{p_lower}q={judged.q} d={_num(judged.d)} q_bin={judged.q_bin}"
+    if numbers is not None and detail is not None and detail.startswith("p_lower"):
+        detail = None  # the numbers say it: no second p_lower on the line
+    return " · ".join(part for part in (f"verdict: {words.status.words.upper()}", detail, numbers) if part)
+
+
+def verdict_lines(verdict: DocumentVerdict | None) -> list[str]:
+    """What the plain chat prints under an answer: :func:`verdict_line`, then the verdict's sentence."""
+    return [verdict_line(verdict)] + ([] if verdict is None else [verdict_words(verdict).sentence])
+
+
+def exemplar_lines(verdict: DocumentVerdict | None) -> list[str]:
+    """The nearest training exemplars behind a verdict, one Markdown list item each (the export's evidence)."""
+    judged = verdict.verdict if verdict is not None else None
+    out = []
+    for e in judged.exemplars if judged is not None else []:
+        text = (e.text or "").replace("\n", " ")
+        out.append(f"- {exemplar_label_words(e.label)} (judged {_answer_words(e.prediction)}; distance "
+                   f"{_num(e.distance)}, id `{e.id}`): {text}")
+    return out
+
+
+def verdict_report(verdict: DocumentVerdict) -> str:
+    """A verdict as ``generate`` prints it: the state and its one sentence, the numbers, then the nearest
+    exemplars by what tells them apart (network/evidence.py)."""
+    words = verdict_words(verdict)
+    lines = [f"verdict: {words.status.words.upper()}", words.sentence]
+    judged = verdict.verdict
+    if judged is None:
+        return "\n".join(lines)
+    label = {0: "not acceptable", 1: "acceptable"}.get(judged.prediction, str(judged.prediction))
+    p_lower = (f"{judged.p_lower:.4f} (>= alpha' {verdict.alpha})" if judged.p_lower is not None
+               else f"— (below alpha' {verdict.alpha})")
+    lines += [f"prediction: {judged.prediction} ({label})", f"p_lower: {p_lower}",
+              f"q: {judged.q}   d: {judged.d:.4f}   q_bin: {judged.q_bin}"]
+    evidence = evidence_of(judged.exemplars)
+    if evidence.items:
+        lines.append("nearest exemplars" + (f" (each a question starting {evidence.instruction!r}):" if evidence.instruction else ":"))
+        for item in evidence.items:
+            question = item.question if len(item.question) <= 100 else item.question[:97] + "..."
+            lines.append(f"  {item.rank}. {question} => {item.answer}\n     {item.label_words} "
+                         f"(judged {'acceptable' if item.prediction == 1 else 'not acceptable'}, distance "
+                         f"{item.distance:.3f}, id {item.id})")
+    return "\n".join(lines)
+
+
+def verdict_json(verdict: DocumentVerdict) -> dict[str, Any]:
+    """The verdict's stored fields (:meth:`DocumentVerdict.to_dict`) with its words, ``explanation`` (the sentence)
+    and ``badge``: what ``generate --json`` and ``verify`` on texts print."""
+    words = verdict_words(verdict)
+    return {**verdict.to_dict(), "explanation": words.sentence, "badge": words.badge}
+
+
+#: The words of an answer stopped before it was finished: nothing was judged (the server's stopped answer).
+STOPPED = VerdictWords(VerdictStatus.NOT_VERIFIED, "✘ not verified · stopped",
+                       "Not verified: the answer was stopped before it was finished.")
+
+
+def _num(x: Any) -> str:
+    return "n/a" if x is None else f"{float(x):.3f}"

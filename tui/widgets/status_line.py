@@ -1,0 +1,21 @@
+"""The chat's status line: the model, the verifier, the head and the support set's count once the model is loaded
+(before that, that it is loading and that typing works), then what is happening now."""
+
+from __future__ import annotations
+
+from textual.widgets import Static
+
+from mlx_sdm.store.records import support_words
+from tui.bridge import UiInfo
+
+
+class StatusLine(Static):
+    def show(self, info: UiInfo, *, loading: bool, note: str | None = None) -> None:
+        """What is loaded (``info``; ``loading``: the model is still being loaded) and ``note``, one line."""
+        if not info.ready:  # the screen is up before the model: say so, and that typing works
+            parts = ["loading model… type away: a message is sent when it is ready" if loading else f"model {info.model}"]
+        else:
+            parts = [f"model {info.model}", f"verifier {info.verifier or 'none: no verifier judges answers'}"]
+            parts += [f"head {info.head}"] if info.head else []
+            parts += [support_words(info.support_size)] if info.support_size is not None else []
+        self.update(" · ".join(parts + ([note] if note else [])))
