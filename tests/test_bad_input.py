@@ -14,7 +14,6 @@ import pytest
 
 from mlx_sdm.cli import main as cli
 from mlx_sdm.commands import generate as generate_cmd
-from mlx_sdm.commands import train as train_cmd
 from mlx_sdm.commands import verify as verify_cmd
 from mlx_sdm.errors import ArtifactError, DataError, OutputError
 from tests.test_verifier_commands import save_tiny_folder, write_rows
@@ -308,14 +307,13 @@ def test_build_verifier_checks_out_before_any_work_and_leaves_no_cache(tmp_path,
 
 
 def test_finetune_checks_its_outputs_and_resume_before_loading_anything(tmp_path, monkeypatch, capsys):
-    from mlx_sdm.commands import finetune as finetune_cmd
 
     locked = read_only(tmp_path / "locked", monkeypatch)
     missing_model = ["--model", str(tmp_path / "no-model"), "--data", str(tmp_path / "no-data"), "--quiet"]
-    assert finetune_cmd.main([*missing_model, "--adapter-path", str(locked / "head")]) == 1
+    assert cli(["finetune", *missing_model, "--adapter-path", str(locked / "head")]) == 1
     line = one_error_line(capsys.readouterr().err)
     assert f"{locked / 'head'}: no permission to write in {locked}" in line
-    assert finetune_cmd.main([*missing_model, "--adapter-path", str(tmp_path / "head"), "--resume"]) == 1
+    assert cli(["finetune", *missing_model, "--adapter-path", str(tmp_path / "head"), "--resume"]) == 1
     line = one_error_line(capsys.readouterr().err)
     assert f"nothing to resume: no checkpoint at {tmp_path / 'head.checkpoint'}" in line and "drop --resume" in line
 

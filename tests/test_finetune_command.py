@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mlx_sdm.commands import finetune as command
+from mlx_sdm.cli import main as cli_main  # the command's one error handler is cli.main's
 from mlx_sdm.usecases.head_training import build_config, read_config_file
 from mlx_sdm.errors import DataError
 from tests.tiny_verifier import build_tiny_verifier, tiny_documents, tiny_loaded_model
@@ -34,7 +34,7 @@ def tiny_model(monkeypatch):
 def test_unknown_key_and_bad_values_name_the_field(tmp_path, capsys):
     config = tmp_path / "finetune.yaml"
     config.write_text("model: tiny\nlearning_rate: 1e-3\nepoch: 3\n")
-    assert command.main(["--config", str(config)]) == 1
+    assert cli_main(["finetune", "--config", str(config)]) == 1
     err = capsys.readouterr().err
     assert "field 'epoch'" in err and "did you mean 'epochs'" in err and str(config) in err
     config.write_text("batch_size: many\n")
@@ -56,7 +56,7 @@ def test_finetune_writes_a_head_that_generate_can_load(tmp_path, tiny_model, cap
         f"model: tiny\nverifier: {verifier}\ndata: {data}\nepochs: 1\nbatch_size: 8\nlearning_rate: 0.01\n"
         f"adapter_path: {tmp_path / 'head'}\n"
     )
-    assert command.main(["--config", str(config), "--epochs", "2", "--quiet"]) == 0, capsys.readouterr().err
+    assert cli_main(["finetune", "--config", str(config), "--epochs", "2", "--quiet"]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert "untuned" in out and "saved" in out
     manifest = json.loads((tmp_path / "head" / "manifest.json").read_text())
@@ -74,10 +74,10 @@ def test_verifier_for_another_model_and_no_verified_rows(tmp_path, tiny_model, c
     verifier = build_tiny_verifier(tmp_path / "verifier")
     data = write_data(tmp_path / "data")
     base = ["--verifier", str(verifier), "--data", str(data), "--adapter-path", str(tmp_path / "h"), "--quiet"]
-    assert command.main(["--model", "other", *base]) == 1
+    assert cli_main(["finetune", "--model", "other", *base]) == 1
     assert "built on model" in capsys.readouterr().err
     negative = write_data(tmp_path / "neg", only_negative=True)
-    assert command.main(["--model", "tiny", "--verifier", str(verifier), "--data", str(negative), "--quiet"]) == 1
+    assert cli_main(["finetune", "--model", "tiny", "--verifier", str(verifier), "--data", str(negative), "--quiet"]) == 1
     assert "no documents with label 1" in capsys.readouterr().err
 
 

@@ -160,9 +160,10 @@ def test_an_out_of_date_manifest_says_what_to_do(tuned_llama, tmp_path):
 
 
 def _run_cli(argv, capsys) -> tuple[int, str]:
-    from mlx_sdm.commands import finetune
+    """``mlx-sdm finetune ARGV`` through cli.main (its one error handler), in this process."""
+    from mlx_sdm.cli import main
 
-    code = finetune.main(argv)
+    code = main(["finetune", *argv])
     return code, capsys.readouterr().err.strip()
 
 
@@ -300,8 +301,8 @@ def test_reviews_teach_it_the_folders_tasks_on_its_base(tuned_llama, tmp_path, c
     session = store.create_session("reviews")
     for i, text in enumerate(['{"fruit": false}', '{"fruit": false}', '{"fruit": true}', "no idea"]):
         store.add_message(session.id, "user", f"{WORD_INSTRUCTION} WORD: plum r{i}" if i < 3 else "How are you?")
-        store.add_answer(stored_answer(session.id, text, state="not_verified", verdict=judged(),
-                                       review_reasons=["below_threshold"]))
+        store.add_turn(session.id, None, stored_answer(text, state="not_verified", verdict=judged(),
+                                                       review_reasons=["below_threshold"]))
     items = sorted(store.review_queue.review_items(), key=lambda item: item.id)
     store.review_queue.record_decision(items[0].id, 1, completion='{"fruit": true}')  # edited: the gold
     store.review_queue.record_decision(items[1].id, 0)  # rejected yes/no: the other value, and a wrong answer

@@ -9,7 +9,6 @@ import sys
 
 from mlx_sdm.commands.arguments import CommandParser
 from mlx_sdm.commands.chat import default_db_path
-from mlx_sdm.errors import MlxSdmError
 from mlx_sdm.usecases.finetune_plan import TASK_KEYS
 from mlx_sdm.usecases.head_training import CONFIG_KEYS, DEFAULT_ADAPTER_PATH
 from mlx_sdm.network.trainer import FinetuneArgs
@@ -142,19 +141,16 @@ def task_values(args: argparse.Namespace, file_values: dict) -> dict | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        from mlx_sdm.usecases.head_training import build_config, read_config_file, run_finetune
+    from mlx_sdm.usecases.head_training import build_config, read_config_file, run_finetune
 
-        file_values = read_config_file(args.config, CONFIG_KEYS + tuple(TASK_KEYS)) if args.config else {}
-        values = task_values(args, file_values)
-        if values is not None:
-            return run_task(values, args.config or "command line")
-        overrides = {k: v for k, v in vars(args).items() if k != "config" and (k in CONFIG_KEYS or k not in TASK_KEYS)}
-        config = build_config(file_values, overrides, source=args.config or "command line")
+    file_values = read_config_file(args.config, CONFIG_KEYS + tuple(TASK_KEYS)) if args.config else {}
+    values = task_values(args, file_values)
+    if values is not None:
+        return run_task(values, args.config or "command line")
+    overrides = {k: v for k, v in vars(args).items() if k != "config" and (k in CONFIG_KEYS or k not in TASK_KEYS)}
+    config = build_config(file_values, overrides, source=args.config or "command line")
+    try:
         result, head_path = run_finetune(config)
-    except MlxSdmError as exc:
-        print(f"mlx-sdm finetune: {exc}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         print("mlx-sdm finetune: interrupted; re-run with --resume to continue from the last epoch", file=sys.stderr)
         return 130
