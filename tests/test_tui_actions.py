@@ -378,3 +378,37 @@ async def test_the_review_queue_lists_apart_what_no_verifier_judged_and_offers_n
             assert store.review_queue.last_decision() is None and engine.info().support_size == support
     finally:
         engine.shutdown()
+
+
+async def test_the_review_queue_says_what_reviews_of_a_fine_tuned_models_tasks_can_teach_it(store, tmp_path):
+    """With a fine-tuned model loaded, the review footer counts the labelled answers of its tasks and names the
+    command that trains it again on them (finetune --from-reviews); answers to anything else do not count."""
+    from dataclasses import replace
+
+    from mlx_sdm.executor.engine import ChatEngine, EngineConfig
+    from mlx_sdm.network.coverage import TaskInstruction
+    from tests.stored import judged
+    from tests.tiny_verifier import tiny_components
+
+    words = TaskInstruction('Is the following word a fruit? Respond using the following JSON: {"fruit": bool}.',
+                            None, "words")
+    factory = tiny_components(None)
+    engine = ChatEngine(EngineConfig(max_tokens=8, embedder="none", enable_p_true=False), store,
+                        components=lambda config: replace(factory(config), adapted_tasks=(words,)))
+    engine.ready.result(timeout=120)
+    try:
+        session = store.create_session("fruit")
+        for question in (f"{words.instruction} WORD: plum", "How are you?"):
+            store.add_message(session.id, "user", question)
+            store.add_turn(session.id, None, stored_answer('{"fruit": false}', state="not_verified", verdict=judged(),
+                                                           review_reasons=["below_threshold"]))
+        for item in store.review_queue.review_items():
+            store.review_queue.record_decision(item.id, 0)
+        app = SdmChatApp(engine=engine, store=store)
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("ctrl+r")
+            await wait_until(pilot, lambda: isinstance(app.screen, ReviewScreen))
+            footer = " ".join(str(app.screen.query_one("#review-status").render()).split())
+            assert "1 reviewed answer of this model's tasks can teach it: `mlx-sdm finetune --from-reviews" in footer
+    finally:
+        engine.shutdown()

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from textual.message_pump import MessagePump
 
-from mlx_sdm.network.coverage import VerifierCoverage
+from mlx_sdm.network.coverage import TaskInstruction, VerifierCoverage
 from mlx_sdm.executor.events import EngineItem, TurnRef
 from mlx_sdm.executor.review import DecisionResult
 from mlx_sdm.store.chat_store import ChatStore
@@ -50,6 +50,8 @@ class UiInfo:
     head: str | None
     support_size: int | None
     ready: bool = True
+    model_folder: str | None = None  # a fine-tuned model folder (--model DIR)
+    model_tasks: tuple[TaskInstruction, ...] = ()  # ... and the tasks its adapters were trained on
 
 
 class Bridge:
@@ -118,7 +120,7 @@ class Bridge:
             model=info.model_name,
             verifier=Path(info.verifier_path).name if info.verifier_path else None,
             head=Path(info.head_path).name if info.head_path else None,
-            support_size=info.support_size,
+            support_size=info.support_size, model_folder=info.model_folder, model_tasks=info.model_tasks,
         )
 
     # ----- sessions and coverage -------------------------------------------------------------------

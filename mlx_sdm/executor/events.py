@@ -32,7 +32,7 @@ from typing import Callable, Union
 
 from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.monitor.online.reading import MonitorReading
-from mlx_sdm.network.coverage import VerifierCoverage
+from mlx_sdm.network.coverage import TaskInstruction, VerifierCoverage
 from mlx_sdm.network.verdict import DocumentVerdict
 from mlx_sdm.store.turn_writer import TurnReceipt
 from mlx_sdm.turn.escalation import Escalation
@@ -122,6 +122,9 @@ class EngineInfo:
     max_tokens: int
     irreversible_tools: list[str]
     coverage: VerifierCoverage = field(default_factory=VerifierCoverage)  # what the verifier covers
+    #: a fine-tuned model folder (``--model DIR``): where it is and the tasks its adapters were trained on
+    model_folder: str | None = None
+    model_tasks: tuple[TaskInstruction, ...] = ()
 
 
 @dataclass

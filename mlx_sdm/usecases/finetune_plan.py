@@ -324,8 +324,14 @@ def task_args_from(values: dict[str, Any], source: str) -> TaskFinetuneArgs:
     """A task run's arguments from the YAML's values with the flags over them (``None`` flags left out). A
     fine-tuned folder as ``model`` stands for its base model, and its tasks are the run's unless ``task`` names
     others (``--from-reviews --model DIR``: the same tasks again, with what the reviews taught)."""
+    from mlx_sdm.resources import default_model_dir
     from mlx_sdm.usecases.model_folder import is_model_folder, read_model_folder, task_specs
 
+    if values.get("from_reviews") and not values.get("model") and not values.get("task"):
+        values = {**values, "model": default_model_dir()}  # the model the chat loads by default
+        if not is_model_folder(values["model"]):
+            raise DataError("name the fine-tuned model folder whose answers were reviewed (--model DIR), or its "
+                            "tasks (--task FILE ...)", path=source, field="from_reviews")
     if is_model_folder(values.get("model")):
         folder = read_model_folder(str(values["model"]))
         values = {**values, "model": folder.base_model, "quantized": values.get("quantized", folder.quantized)}

@@ -17,6 +17,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, Input, Select, Static
 
+from mlx_sdm.network.coverage import match_instruction
 from mlx_sdm.store.records import ReviewItem, support_words
 from tui.format import decision_label, monitor_summary, reason_label
 from tui.screens.prompts import EditText, TextPrompt
@@ -108,12 +109,31 @@ class ReviewScreen(Screen):
         parts = [f"{pending} pending", support_words(size)]
         if apart:
             parts.append(f"{apart} not judged, listed apart (a label there changes no verdict)")
+        teaching = self._teaching_words()
+        if teaching:
+            parts.append(teaching)
         last = self.bridge.store.review_queue.last_decision()
         if last is not None:
             parts.append(f"last decision: #{last.review_id} {decision_label(last)} (z undoes it)")
         if note:
             parts.append(note)
         self.query_one("#review-status", Static).update(" · ".join(parts))
+
+    def _teaching_words(self) -> str | None:
+        """How many labelled answers of the loaded fine-tuned model's tasks are waiting to teach it, and the
+        command that does (``finetune --from-reviews``); None when the model has no tasks or none is labelled."""
+        info = self.bridge.info()
+        if not info.model_tasks:
+            return None
+        instructions = [t.instruction for t in info.model_tasks]
+        rows = self.bridge.store.review_queue.training_rows()
+        waiting = sum(1 for row in rows if match_instruction(instructions, row["prompt"]) is not None)
+        if not waiting:
+            return None
+        folder = f" --model {info.model_folder}" if info.model_folder else ""
+        answers = "answer" if waiting == 1 else "answers"
+        return (f"{waiting} reviewed {answers} of this model's tasks can teach it: `mlx-sdm finetune --from-reviews"
+                f"{folder} --out NEW` trains it again on them and its task rows (the verifier too)")
 
     def show_current(self) -> None:
         item = self.query_one(ReviewList).current_item
