@@ -151,9 +151,10 @@ def report_text(lm, splits: Sequence[TaskSplit], lora: LoraResult, decode: HeadD
     return "\n".join(lines) + "\n"
 
 
-def estimate(lm, splits: Sequence[TaskSplit], args, dataset) -> str:
+def estimate(lm, splits: Sequence[TaskSplit], args, dataset, *, lora_done: bool = False) -> str:
     """The run's time, projected before it starts from two measured steps on this machine: a batch of answers
-    (the untuned model, greedy) and a forward pass over one training batch (a training step is about three)."""
+    (the untuned model, greedy) and a forward pass over one training batch (a training step is about three).
+    ``lora_done``: a resumed run whose LoRA stage is finished (the estimate is of what is left)."""
     import mlx.core as mx
 
     from mlx_sdm.network.tasks.batched import generate_batch
@@ -173,6 +174,8 @@ def estimate(lm, splits: Sequence[TaskSplit], args, dataset) -> str:
     variants = 2 + (2 if args.baselines else 0)
     head = (2 if args.baselines else 1) * args.head_epochs * 2 * sum(len(s.verifier) for s in splits) if args.head else 0
     rest = (answers * variants + head) * per_answer
+    if lora_done:
+        return f"estimate: LoRA is done (this run's checkpoint); answers, verifiers and the head about {rest / 60:.0f} min"
     low, high = epoch * min(2, args.lora.max_epochs) + rest, epoch * args.lora.max_epochs * len(args.lora.ranks) + rest
     return (f"estimate: LoRA about {epoch / 60:.0f} min an epoch over {len(dataset)} rows (at most "
             f"{args.lora.max_epochs} epochs{' per rank' if len(args.lora.ranks) > 1 else ''}); answers, verifiers and the "

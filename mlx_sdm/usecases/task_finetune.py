@@ -333,7 +333,7 @@ def run_task_finetune(args: TaskFinetuneArgs, *, log: Callable[[str], None] = pr
     clock = read_clock(run)
     dataset = chat_dataset(lora_rows(splits), lm.tokenizer, lm.max_context,
                            {s.task.name: s.task.path or s.task.source for s in splits})  # every row fits, or one error
-    log(estimate(lm, splits, args, dataset))
+    log(estimate(lm, splits, args, dataset, lora_done=run.read_record("lora") is not None))
     lora = with_stage(run, clock, "1 LoRA", lambda: lora_stage(lm, splits, run, dataset))
     adapters = attach_adapters(lm.model, lora.adapters, instructions=tuple(i.instruction for i in instructions))
     lm = replace(lm, adapters=adapters)
