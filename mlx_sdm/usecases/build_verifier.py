@@ -171,10 +171,9 @@ def pool_halves(kept: list[TaskOutcome]) -> tuple[list[AnsweredItem], list[Answe
 
 def fit_task_verifier(lm, kept: list[TaskOutcome], config: FitConfig, *, progress: bool = True,
                       field_name: str = "--per-task",
-                      extra: tuple[list[AnsweredItem], list[AnsweredItem]] = ([], [])) -> DocumentVerifier:
-    """Alg. 1–3 on each task's pool halved into D_tr / D_ca (``extra``: more rows for each half)."""
-    train, calibration = pool_halves(kept)
-    train, calibration = train + extra[0], calibration + extra[1]
+                      halves: tuple[list[AnsweredItem], list[AnsweredItem]] | None = None) -> DocumentVerifier:
+    """Alg. 1–3 on each task's pool halved into D_tr / D_ca (``halves``: those two sets made by the caller)."""
+    train, calibration = halves if halves is not None else pool_halves(kept)
     for name, part in (("training", train), ("calibration", calibration)):
         counts = np.bincount([a.label.label for a in part], minlength=2)
         if counts.min() < MIN_PER_CLASS:

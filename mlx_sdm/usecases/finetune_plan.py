@@ -67,8 +67,10 @@ class TaskFinetuneArgs:
         data["tasks"] = [[name, task_hashes.get(name, "")] for name in self.tasks]
         return data
 
-    def head_identity(self) -> dict[str, Any]:
-        return {key: getattr(self, key) for key in ("head_epochs", "head_learning_rate", "head_rank", "head_rows")}
+    def head_identity(self, verifier_digest: str = "") -> dict[str, Any]:
+        """What a head stage depends on besides the rows: its settings and the verifier that gives it q and d."""
+        keys = ("head_epochs", "head_learning_rate", "head_rank", "head_rows")
+        return {**{key: getattr(self, key) for key in keys}, "verifier": verifier_digest}
 
 
 @dataclass(frozen=True)
@@ -266,7 +268,9 @@ class Variant:
     outcomes: dict[str, Any]  # task name -> build_verifier.TaskOutcome (pool = the verifier rows)
     verifier: Any | None = None  # DocumentVerifier
     why: str | None = None
-    constructed: dict[str, int] = field(default_factory=dict)  # per half, constructed wrong answers added
+    constructed: dict[str, int] = field(default_factory=dict)  # per task and half, constructed wrong answers
+    #: the verifier's rows and labels, hashed: a stage built on this verifier (the head) is rebuilt when they change
+    digest: str = ""
 
 
 @dataclass(frozen=True)

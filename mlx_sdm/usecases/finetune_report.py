@@ -137,9 +137,10 @@ def report_text(lm, splits: Sequence[TaskSplit], lora: LoraResult, decode: HeadD
               f"{r.tokens_per_second:.0f} |" for r in lora.history]
     for v in variants:
         if v.constructed:
-            lines.append(f"\n{v.name}: the model's own wrong answers were too few, so the verifier's "
-                         + ", ".join(f"{half} got {n} constructed wrong answers" for half, n in v.constructed.items())
-                         + " (docs/method.md § 14's encoding).")
+            lines.append(f"\n{v.name}: where fewer than a third of a verifier half's answers were wrong, right answers "
+                         "were replaced by constructed wrong answers to the same questions (docs/method.md § 14's "
+                         "encoding), so the verifier learns what a wrong answer looks like: "
+                         + ", ".join(f"{half} {n}" for half, n in v.constructed.items()) + ".")
     lines += ["", f"Cells: task accuracy / fraction of the rows; strata are the p̂ lower row of Table 1 (admitted: "
                   f"p_lower ≥ α′ = {alpha}); verified = shown to a person as verified (ŷ = 1 and admitted).", "",
               "| task, split (rows) | model | JSON | task accuracy | verified (right) | " + " | ".join(STRATA) + " |",

@@ -21,13 +21,15 @@ then three stages, each a typed step that resumes on its own after ``kill -9`` (
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
+import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from mlx_sdm.calibration.data import MIN_PER_CLASS
 from mlx_sdm.errors import DataError
 from mlx_sdm.network.coverage import TaskInstruction
 from mlx_sdm.network.tasks import Task, TaskItem
@@ -87,17 +89,14 @@ def adapters_on(lm, adapted: bool):
     return contextlib.nullcontext()
 
 
-def constructed_wrong(lm, task: Task, items: Sequence[TaskItem], count: int, seed: int, *, adapted: bool) -> list:
-    """``count`` wrong answers made for ``items`` (§ 14's encoding: another answer value in the task's JSON, by a
-    seeded draw), read with the model's states as AnsweredItems labelled 0. Used only when the model's own wrong
-    answers are too few for a verifier half (its report says how many)."""
+def constructed_wrong(lm, task: Task, items: Sequence[TaskItem], seed: int, *, adapted: bool) -> list:
+    """A wrong answer made for each of ``items``, in order (method § 14's encoding: another of the task's answer
+    values in its JSON, by a seeded draw), read with the model's states as AnsweredItems labelled 0."""
     rng = np.random.default_rng(seed)
     values = list(task.answer_format.answers)
-    chosen = [items[i] for i in rng.permutation(len(items))[:count]]
-    wrong = [rng.choice([v for v in values if v != item.gold]) for item in chosen]
-    wrong = [w.item() if isinstance(w, np.generic) else w for w in wrong]
+    wrong = [rng.choice(np.array([v for v in values if v != item.gold], dtype=object)) for item in items]
     return read_wrong_answers(lm, task, [(replace(item, id=f"{item.id}/constructed"), task.answer_format.completion(w))
-                                         for item, w in zip(chosen, wrong)], adapted=adapted, why="constructed")
+                                         for item, w in zip(items, wrong)], adapted=adapted, why="constructed")
 
 
 def read_wrong_answers(lm, task: Task, pairs: Sequence[tuple[TaskItem, str]], *, adapted: bool,
@@ -117,32 +116,56 @@ def read_wrong_answers(lm, task: Task, pairs: Sequence[tuple[TaskItem, str]], *,
                          task.system) for (item, text), f in zip(pairs, features)]
 
 
+#: The share of a verifier half's rows that are wrong answers, at least: where the model's own wrong answers are
+#: fewer, some of its right answers in that half are replaced by constructed wrong answers to the same questions
+#: (unpaired, as method § 14's encoding is), so the verifier learns what a wrong answer looks like and Alg. 3 has
+#: both classes to calibrate (with one class absent it admits nothing).
+WRONG_SHARE = 1 / 3
+
+
 def fit_variant(lm, variant: Variant, splits: Sequence[TaskSplit], args: TaskFinetuneArgs, *, adapted: bool,
                 known_wrong: Sequence = ()) -> Variant:
-    """The verifier on this variant's own answers to the verifier rows (D_tr → Alg. 1–2, D_ca → Alg. 3). A half
-    whose wrong answers are fewer than the estimator needs gets constructed wrong answers (:func:`constructed_wrong`)
-    up to that number; a task the model never answers in its JSON is left out, as build-verifier leaves it out."""
+    """The verifier on this variant's own answers to the verifier rows (D_tr → Alg. 1–2, D_ca → Alg. 3), each task's
+    halves topped up to :data:`WRONG_SHARE` wrong answers (:func:`with_wrong_share`); ``known_wrong``: answers a
+    person rejected, in D_tr. A task the model never answers in its JSON is left out, as build-verifier leaves it."""
     from mlx_sdm.usecases.build_verifier import fit_task_verifier, pool_halves
 
     kept = [o for o in variant.outcomes.values() if not o.left_out]
     if not kept:
         return replace(variant, verifier=None, why="the model never answered in the task's JSON format")
     constructed: dict[str, int] = {}
-    extra: tuple[list, list] = (list(known_wrong), [])  # a reviewed wrong answer trains; calibration stays unseen
-    for half, (name, answered) in enumerate(zip(("D_tr", "D_ca"), pool_halves(kept))):
-        answered = answered + extra[half]
-        missing = MIN_PER_CLASS - sum(1 for a in answered if not a.label.correct)
-        if missing > 0:  # spread over the kept tasks' rows of this half
-            split = next(s for s in splits if s.task.name == kept[0].task.name)
-            items = list(split.verifier_train if half == 0 else split.calibration)
-            extra[half].extend(constructed_wrong(lm, split.task, items, missing, args.seed + half, adapted=adapted))
-            constructed[name] = missing
+    train, calibration = list(known_wrong), []
+    for outcome in kept:
+        split = next(s for s in splits if s.task.name == outcome.task.name)
+        for half, answered in enumerate(pool_halves([outcome])):
+            topped, made = with_wrong_share(lm, split.task, answered, args.seed + half, adapted=adapted)
+            (train if half == 0 else calibration).extend(topped)
+            if made:
+                constructed[f"{split.task.name} {'D_tr' if half == 0 else 'D_ca'}"] = made
+    digest = hashlib.sha256(json.dumps([[[a.item.id, a.text, a.label.label] for a in half]
+                                        for half in (train, calibration)], default=str).encode()).hexdigest()[:16]
     try:
         verifier = fit_task_verifier(lm, kept, fit_config(args), progress=args.progress, field_name="--verifier-rows",
-                                     extra=extra)
+                                     halves=(train, calibration))
     except DataError as exc:
-        return replace(variant, verifier=None, why=exc.detail, constructed=constructed)
-    return replace(variant, verifier=verifier, why=None, constructed=constructed)
+        return replace(variant, verifier=None, why=exc.detail, constructed=constructed, digest=digest)
+    return replace(variant, verifier=verifier, why=None, constructed=constructed, digest=digest)
+
+
+def with_wrong_share(lm, task: Task, answered: list, seed: int, *, adapted: bool) -> tuple[list, int]:
+    """One task's verifier half with at least :data:`WRONG_SHARE` wrong answers: right answers chosen by a seeded draw
+    are replaced by constructed wrong answers to the same questions. Returns (rows, how many were constructed)."""
+    wrong = sum(1 for a in answered if not a.label.correct)
+    needed = int(np.ceil(WRONG_SHARE * len(answered))) - wrong
+    right = [i for i, a in enumerate(answered) if a.label.correct]
+    if needed <= 0 or not right:
+        return list(answered), 0
+    chosen = sorted(np.random.default_rng(seed).permutation(right)[:needed].tolist())
+    made = constructed_wrong(lm, task, [answered[i].item for i in chosen], seed, adapted=adapted)
+    rows = list(answered)
+    for i, row in zip(chosen, made):
+        rows[i] = row
+    return rows, len(made)
 
 
 # ----------------------------------------------------------------------------------------- stage 2: the head
@@ -175,7 +198,10 @@ def train_head(lm, splits: Sequence[TaskSplit], variant: Variant, run: FinetuneR
     args = run.args
     if variant.verifier is None:
         return None
-    checkpoint = run.work / f"head-{tag}.checkpoint"
+    checkpoint = run.work / f"head-{tag}-{variant.digest}.checkpoint"  # one per verifier: another's is stale
+    for stale in run.work.glob(f"head-{tag}-*.checkpoint"):
+        if stale != checkpoint:
+            shutil.rmtree(stale, ignore_errors=True)
     finetune_args = FinetuneArgs(epochs=args.head_epochs, learning_rate=args.head_learning_rate, seed=args.seed,
                                  checkpoint_path=str(checkpoint), resume=checkpoint.is_dir(), progress=args.progress)
     train = head_documents(lm, splits, "verifier_train", args.head_rows)
@@ -235,11 +261,12 @@ def head_stage(lm, splits: Sequence[TaskSplit], variant: Variant, run: FinetuneR
     from mlx_sdm.network.heads import head_sha256, load_head
 
     record = run.read_record(f"head-{tag}")
-    if record is not None and record.get("settings") != run.args.head_identity():
-        record = None  # made with other head settings: made again
+    settings = run.args.head_identity(variant.digest)
+    if record is not None and record.get("settings") != settings:
+        record = None  # made with other settings or over another verifier: made again
     if record is None:
         decode = train_head(lm, splits, variant, run, adapted=adapted, tag=tag)
-        run.write_record(f"head-{tag}", {"kept": decode is not None, "settings": run.args.head_identity(),
+        run.write_record(f"head-{tag}", {"kept": decode is not None, "settings": settings,
                                           **({"decodes": list(decode.decodes), "path": str(decode.path)} if decode else {})})
         return decode
     if not record.get("kept"):
