@@ -3,6 +3,7 @@ router sends each kind of question (a task's instruction first, then the router'
 each case gets. The shipped router on real prompts is in tests/test_open_verifier_smollm2.py."""
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -233,7 +234,8 @@ def _pipeline(verifier):
     from mlx_sdm.turn.pipeline import TurnPipeline
     from mlx_sdm.turn.values import TurnComponents
 
-    return TurnPipeline(TurnComponents(lm=None, verifier=verifier))
+    # planning reads only whether the model has adapters (the model itself is not called)
+    return TurnPipeline(TurnComponents(lm=SimpleNamespace(adapters=None), verifier=verifier))
 
 
 def test_the_model_is_asked_the_task_question_and_the_verifier_judges_it():
