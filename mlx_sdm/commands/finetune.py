@@ -118,7 +118,7 @@ def add_task_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--target-accuracy", type=float, help="validation accuracy after which no larger rank is tried (default 0.9)")
     t.add_argument("--train-rows", type=int, help="LoRA training rows per task, at most (default 320)")
     t.add_argument("--validation-rows", type=int, help="validation rows per task (default 40)")
-    t.add_argument("--verifier-rows", type=int, help="rows per task the verifier is built and calibrated on (default 300)")
+    t.add_argument("--verifier-rows", type=int, help="rows per task the verifier is calibrated on (D_ca; default 300). It is trained (D_tr) on the model's answers to the LoRA training rows")
     t.add_argument("--eval-rows", type=int, help="held-out and shifted rows per task in the report (default 100)")
     t.add_argument("--no-head", dest="head", action="store_false", default=None, help="skip stage 2 (Alg. 4's head)")
     t.add_argument("--head-rank", type=int, help="rank of the compact head kept in the folder (default 64)")

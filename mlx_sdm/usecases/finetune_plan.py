@@ -80,22 +80,17 @@ class TaskSplit:
     task: Task
     train: tuple[TaskItem, ...]
     validation: tuple[TaskItem, ...]
-    verifier: tuple[TaskItem, ...]  # first half D_tr (Alg. 1–2), second half D_ca (Alg. 3)
+    verifier: tuple[TaskItem, ...]  # D_ca (Alg. 3); D_tr (Alg. 1–2) is the model's answers to ``train``
     held_out: tuple[TaskItem, ...]
     shifted: tuple[TaskItem, ...]
 
     def sizes(self) -> dict[str, int]:
-        half = len(self.verifier) // 2
-        return {"train": len(self.train), "validation": len(self.validation), "verifier_train": half,
-                "calibration": len(self.verifier) - half, "held_out": len(self.held_out), "shifted": len(self.shifted)}
+        return {"train": len(self.train), "validation": len(self.validation), "calibration": len(self.verifier),
+                "held_out": len(self.held_out), "shifted": len(self.shifted)}
 
     @property
     def calibration(self) -> tuple[TaskItem, ...]:
-        return self.verifier[len(self.verifier) // 2:]
-
-    @property
-    def verifier_train(self) -> tuple[TaskItem, ...]:
-        return self.verifier[: len(self.verifier) // 2]
+        return self.verifier
 
 
 # ----------------------------------------------------------------------------------------- the splits
@@ -265,7 +260,8 @@ class Variant:
     built on them (None, with ``why``, when it cannot be built)."""
 
     name: str  # "untuned", "head only", "LoRA", "LoRA + head"
-    outcomes: dict[str, Any]  # task name -> build_verifier.TaskOutcome (pool = the verifier rows)
+    outcomes: dict[str, Any]  # task name -> build_verifier.TaskOutcome (pool = the verifier rows: D_ca)
+    trained: dict[str, list] = field(default_factory=dict)  # task name -> answers to the LoRA training rows: D_tr
     verifier: Any | None = None  # DocumentVerifier
     why: str | None = None
     constructed: dict[str, int] = field(default_factory=dict)  # per task and half, constructed wrong answers

@@ -124,11 +124,12 @@ def report_text(lm, splits: Sequence[TaskSplit], lora: LoraResult, decode: HeadD
              *[f"Reviewed answers of {name}: {len(r.gold)} joined the LoRA training rows (edits, accepted answers and "
                f"the other value of rejected yes/no answers), {len(r.wrong)} rejected ones the verifier's D_tr."
                for name, r in reviewed.items() if r.count],
-             "", "| task | training | validation | verifier D_tr | D_ca | held-out | shifted |", "|---|---|---|---|---|---|---|"]
+             "", "| task | training (LoRA; the verifier's D_tr) | validation | D_ca | held-out | shifted |",
+             "|---|---|---|---|---|---|"]
     for split in splits:
         n = split.sizes()
-        lines.append(f"| {split.task.name} | {n['train']} | {n['validation']} | {n['verifier_train']} | "
-                     f"{n['calibration']} | {n['held_out']} | {n['shifted']} |")
+        lines.append(f"| {split.task.name} | {n['train']} | {n['validation']} | {n['calibration']} | {n['held_out']} | "
+                     f"{n['shifted']} |")
     lines += ["", "| stage | seconds | peak memory (GB) |", "|---|---|---|"]
     lines += [f"| {name} | {clock.seconds[name]:.0f} | {clock.peak_gb.get(name, 0):.2f} |" for name in clock.seconds]
     lines += ["", "LoRA epochs (validation task accuracy after each):", "", "| rank | epoch | loss | validation | "
@@ -171,7 +172,7 @@ def estimate(lm, splits: Sequence[TaskSplit], args, dataset, *, lora_done: bool 
     mx.eval(lm.model(batch))
     step = 3 * (time.perf_counter() - started)
     epoch = len(dataset) // args.lora.batch_size * step
-    answers = sum(len(s.verifier) + len(s.held_out) + len(s.shifted) for s in splits)
+    answers = sum(len(s.train) + len(s.verifier) + len(s.held_out) + len(s.shifted) for s in splits)
     variants = 2 + (2 if args.baselines else 0)
     head = (2 if args.baselines else 1) * args.head_epochs * 2 * sum(len(s.verifier) for s in splits) if args.head else 0
     rest = (answers * variants + head) * per_answer

@@ -3,7 +3,7 @@ verifier that says which answers to trust (docs/finetuning.md, "Your task, one c
 
 The rows of each task (``build-verifier``'s task format, or a shipped task's name) are split, seeded:
 
-    pool (shuffled with --seed) → LoRA training rows │ validation rows │ verifier rows: D_tr ┊ D_ca
+    pool (shuffled with --seed) → LoRA training rows (also D_tr) │ validation rows │ verifier rows (D_ca)
     the task's held-out rows and its shifted rows    → the report only (never trained or calibrated on)
 
 then three stages, each a typed step that resumes on its own after ``kill -9`` (its record in ``DIR/.work``):
@@ -13,9 +13,11 @@ then three stages, each a typed step that resumes on its own after ``kill -9`` (
 2. **The head** (Alg. 4, ``network/trainer.py``): the positive head trained over the *adapted*, frozen base, with
    q and d from a verifier built on the adapted model's own answers (stage 3's code); kept for a task only where
    it adds admitted-and-right answers on D_ca and costs none of its accuracy (the plain model's bar, as now).
-3. **The verifier** (``build_verifier.py``'s own steps): the final model answers the verifier rows itself
-   (adapters on; the head where kept), D_tr → Alg. 1–2, D_ca → Alg. 3, so the promise is about the model
-   that will answer. Then the report (``finetune_report.py``) and the folder's manifest, last.
+3. **The verifier** (``build_verifier.py``'s own steps): the final model answers the rows itself (adapters on;
+   the head where kept). As in the paper's SDM network, D_tr is the set the model was trained on: its answers
+   to the LoRA training rows → Alg. 1–2; the verifier rows, which neither LoRA nor Alg. 1–2 saw, are all D_ca →
+   Alg. 3, so the promise is about the model that will answer, calibrated on rows it never learned from. Then
+   the report (``finetune_report.py``) and the folder's manifest, last.
 """
 
 from __future__ import annotations
@@ -58,16 +60,19 @@ from mlx_sdm.usecases.lora_training import LoraResult, chat_dataset
 
 # ----------------------------------------------------------------------------------------- answers
 def answer_splits(lm, splits: Sequence[TaskSplit], run: FinetuneRun, *, adapted: bool, decode: HeadDecode | None,
-                  parts: Sequence[str] = ("verifier", "held_out", "shifted")) -> dict[str, Any]:
+                  parts: Sequence[str] = ("train", "verifier", "held_out", "shifted")) -> tuple[dict[str, Any],
+                                                                                           dict[str, list]]:
     """Each task's ``parts`` answered greedily by ``lm`` (adapters on when ``adapted``; ``decode``'s head for the
     tasks it decodes), labelled against the gold, cached per chunk in ``DIR/.work/answers`` (a killed run
-    loses at most a chunk). Returns task name -> TaskOutcome."""
-    from mlx_sdm.network.tasks.answers import AnswerSettings
+    loses at most a chunk). Returns (task name -> TaskOutcome of the verifier, held-out and shifted rows, task
+    name -> the answers to the LoRA training rows)."""
+    from mlx_sdm.network.tasks.answers import AnswerSettings, answer_items
     from mlx_sdm.usecases.build_verifier import DEFAULT_MAX_TOKENS, _Progress, answer_task_items
 
     total = sum(len(getattr(s, p)) for s in splits for p in parts)
     progress = _Progress(total, run.args.progress)
     out: dict[str, Any] = {}
+    trained: dict[str, list] = {}
     with adapters_on(lm, adapted):
         for split in splits:
             head = decode.head if decode is not None and split.task.name in decode.decodes else None
@@ -76,8 +81,15 @@ def answer_splits(lm, splits: Sequence[TaskSplit], run: FinetuneRun, *, adapted:
             pick = {p: list(getattr(split, p)) if p in parts else [] for p in ("verifier", "held_out", "shifted")}
             out[split.task.name] = answer_task_items(lm, split.task, pick["verifier"], pick["held_out"],
                                                      pick["shifted"], settings, progress, head=head)
+            if "train" not in parts:
+                continue
+            if out[split.task.name].left_out:  # never answered in its JSON: no verifier to train
+                progress.shrink(len(split.train))
+            else:
+                trained[split.task.name] = answer_items(lm, split.task, list(split.train), settings.for_task(split.task),
+                                                        on_item=progress, head=head)
     progress.bar.close()
-    return out
+    return out, trained
 
 
 def adapters_on(lm, adapted: bool):
@@ -125,10 +137,11 @@ WRONG_SHARE = 1 / 3
 
 def fit_variant(lm, variant: Variant, splits: Sequence[TaskSplit], args: TaskFinetuneArgs, *, adapted: bool,
                 known_wrong: Sequence = ()) -> Variant:
-    """The verifier on this variant's own answers to the verifier rows (D_tr → Alg. 1–2, D_ca → Alg. 3), each task's
-    halves topped up to :data:`WRONG_SHARE` wrong answers (:func:`with_wrong_share`); ``known_wrong``: answers a
-    person rejected, in D_tr. A task the model never answers in its JSON is left out, as build-verifier leaves it."""
-    from mlx_sdm.usecases.build_verifier import fit_task_verifier, pool_halves
+    """The verifier on this variant's own answers: D_tr its answers to the LoRA training rows (``variant.trained``)
+    plus ``known_wrong`` (answers a person rejected) → Alg. 1–2; D_ca its answers to the verifier rows → Alg. 3.
+    Each task's part of either set is topped up to :data:`WRONG_SHARE` wrong answers (:func:`with_wrong_share`).
+    A task the model never answers in its JSON is left out, as build-verifier leaves it."""
+    from mlx_sdm.usecases.build_verifier import fit_task_verifier
 
     kept = [o for o in variant.outcomes.values() if not o.left_out]
     if not kept:
@@ -137,7 +150,7 @@ def fit_variant(lm, variant: Variant, splits: Sequence[TaskSplit], args: TaskFin
     train, calibration = list(known_wrong), []
     for outcome in kept:
         split = next(s for s in splits if s.task.name == outcome.task.name)
-        for half, answered in enumerate(pool_halves([outcome])):
+        for half, answered in enumerate((variant.trained.get(outcome.task.name, []), outcome.pool)):
             topped, made = with_wrong_share(lm, split.task, answered, args.seed + half, adapted=adapted)
             (train if half == 0 else calibration).extend(topped)
             if made:
@@ -170,7 +183,7 @@ def with_wrong_share(lm, task: Task, answered: list, seed: int, *, adapted: bool
 
 # ----------------------------------------------------------------------------------------- stage 2: the head
 def head_documents(lm, splits: Sequence[TaskSplit], part: str, rows: int) -> list:
-    """FinetuneDocuments of each task's first ``rows`` ``part`` rows ("verifier_train" or "calibration"): the gold
+    """FinetuneDocuments of each task's first ``rows`` ``part`` rows ("train" or "calibration"): the gold
     answer as the completion (y = 1: its tokens are Alg. 4's targets), the task's system prompt and its parser."""
     from mlx_sdm.network.data import FinetuneDocument
     from mlx_sdm.network.encoding import parse_answer
@@ -204,7 +217,7 @@ def train_head(lm, splits: Sequence[TaskSplit], variant: Variant, run: FinetuneR
             shutil.rmtree(stale, ignore_errors=True)
     finetune_args = FinetuneArgs(epochs=args.head_epochs, learning_rate=args.head_learning_rate, seed=args.seed,
                                  checkpoint_path=str(checkpoint), resume=checkpoint.is_dir(), progress=args.progress)
-    train = head_documents(lm, splits, "verifier_train", args.head_rows)
+    train = head_documents(lm, splits, "train", args.head_rows)
     calibration = head_documents(lm, splits, "calibration", args.head_rows)
     scorer = LMScorer.from_verifier(lm, variant.verifier)
     with adapters_on(lm, adapted):
@@ -414,10 +427,11 @@ def _validation_answers(lm, splits: Sequence[TaskSplit], run: FinetuneRun) -> di
 def variant_stage(lm, splits: Sequence[TaskSplit], run: FinetuneRun, name: str, *, adapted: bool,
                   decode: HeadDecode | None = None, reviewed: dict[str, ReviewedRows] | None = None) -> Variant:
     """A variant's answers (cached) and the verifier on them (answers a person rejected in review among its D_tr)."""
-    outcomes = answer_splits(lm, splits, run, adapted=adapted, decode=decode)
+    outcomes, trained = answer_splits(lm, splits, run, adapted=adapted, decode=decode)
     wrong = [a for s in splits for a in read_wrong_answers(lm, s.task, (reviewed or {}).get(
         s.task.name, ReviewedRows()).wrong, adapted=adapted, why="rejected in review")]
-    return fit_variant(lm, Variant(name, outcomes), splits, run.args, adapted=adapted, known_wrong=wrong)
+    return fit_variant(lm, Variant(name, outcomes, trained=trained), splits, run.args, adapted=adapted,
+                       known_wrong=wrong)
 
 
 def baseline_stage(lm, splits: Sequence[TaskSplit], run: FinetuneRun,
@@ -429,7 +443,7 @@ def baseline_stage(lm, splits: Sequence[TaskSplit], run: FinetuneRun,
     if run.args.head and untuned.verifier is not None:
         decode = head_stage(lm, splits, untuned, run, adapted=False, tag="untuned")
         if decode is not None:
-            alone = answer_splits(lm, splits, run, adapted=False, decode=decode, parts=("held_out", "shifted"))
+            alone, _ = answer_splits(lm, splits, run, adapted=False, decode=decode, parts=("held_out", "shifted"))
             out.append(Variant("head only", alone, untuned.verifier, None))
         else:
             out.append(Variant("head only", untuned.outcomes, untuned.verifier,
