@@ -26,13 +26,16 @@ Your task, one command (--task FILE.jsonl ... --out DIR):
   FILE holds one row per question: {{"prompt": "...", "answer": {{"field": value}}}} (+ "id", "split":
   "shifted", "system" on the first row), every prompt starting with the task's instruction and asking for
   that JSON; a shipped task's name (bbc_topic, fever, ...) works too. The rows are split, seeded: LoRA
-  training rows, validation rows, verifier rows (half to train it, half to calibrate it); the task's
-  held-out and shifted rows are kept for the report. Then, resumable after any stop (rerun the command):
+  training rows (the tuned model's answers to them also train the verifier), validation rows, calibration
+  rows (never trained on); the task's held-out and shifted rows are kept for the report. Then, resumable
+  after any stop (rerun the command):
     1. LoRA with mlx-lm's tuner on the gold answers (loss on the answer tokens only); the epochs and the
        rank are chosen on the validation rows' accuracy;
     2. Alg. 4's positive head over the adapted model (kept for a task only where it adds answers the
        verifier admits and that are right, at no cost in accuracy);
     3. the verifier built on the tuned model's own answers, so its promise is about that model.
+  Time: a few hundred short rows of the embedded 135M model take tens of minutes on 2 cores; the command
+  prints its estimate first (docs/finetuning.md has measured runs).
   DIR then holds adapters/ (mlx-lm's format), head/, verifier/, report.md and mlx-sdm-model.json:
   mlx-sdm chat --model DIR / serve --model DIR / generate --model DIR "..." use it; its adapters answer
   the questions of its tasks, every other turn is the plain model's.
@@ -74,33 +77,36 @@ examples:
 def build_parser() -> argparse.ArgumentParser:
     p = CommandParser(
         prog="mlx-sdm finetune",
-        description="Fine-tune the positive vocabulary head of an SDM network (verified generation).",
+        description="Teach a model your task and build the verifier that says which of its answers to trust: "
+                    "--task FILE.jsonl --out DIR (LoRA, Alg. 4's head, the verifier, into one folder). With "
+                    "--config FILE.yaml and data:, Alg. 4 alone on the positive vocabulary head.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--config", "-c", metavar="FILE.yaml", help="YAML file with the keys below; flags override it")
     p.add_argument("--model", help="'smollm2' (embedded, default), a local mlx-lm folder, a .gguf file or a hub id")
     p.add_argument("--quantized", action="store_true", default=None, help="load the frozen base 4-bit")
-    p.add_argument("--verifier", metavar="DIR", help="document verifier built on this model (default: the shipped SmolLM2 one)")
-    p.add_argument("--data", metavar="PATH", help="folder with train.jsonl + valid.jsonl, a BIG-bench task.json, or a "
-                   "verifier recipe (a recipe.json, or a verifier folder holding one, e.g. smollm2-suite)")
-    p.add_argument("--train-size", type=int, help="with a task.json: training documents (default: half of the rest)")
-    p.add_argument("--calibration-size", type=int, help="with a task.json: calibration documents")
-    p.add_argument("--test-size", type=int, help="with a task.json: documents held out first, never used (default 0)")
-    p.add_argument("--epochs", type=int, help=f"epochs; the best is kept (default {DEFAULT_EPOCHS}, as in the paper)")
-    p.add_argument("--batch-size", type=int, help=f"target tokens per mini-batch (default {DEFAULT_BATCH_SIZE})")
-    p.add_argument("--learning-rate", type=float, help=f"Adam learning rate (default {DEFAULT_LEARNING_RATE:g})")
-    p.add_argument("--warmup-epochs", type=int,
-                   help="first epochs trained with q=e-2, d=1 (plain joint softmax) instead of the verifier's q, d "
-                        "(default 0, the paper's; use 1 when the untuned model's answers are all out of distribution)")
-    p.add_argument("--seed", type=int, help=f"seed of the token shuffling (default {DEFAULT_SEED})")
-    p.add_argument("--steps-per-report", type=int, help="mini-batches between loss reports (default 10)")
-    p.add_argument("--adapter-path", metavar="DIR", help=f"where the positive head is written (default {DEFAULT_ADAPTER_PATH})")
-    p.add_argument("--resume", action="store_true", default=None, help="continue from the last per-epoch checkpoint")
-    p.add_argument("--resume-adapter-file", metavar="DIR", help="start from this trained head instead of the untuned one")
-    p.add_argument("--no-compile", dest="compile", action="store_false", default=None, help="do not mx.compile the step")
+    p.add_argument("--seed", type=int, help=f"seed: of the row split and the draws with --task (default 0); of the token shuffling with --config (default {DEFAULT_SEED})")
     p.add_argument("--quiet", dest="progress", action="store_false", default=None, help="no progress bars")
     add_task_arguments(p)
+    alone = p.add_argument_group("Alg. 4 alone (--config FILE.yaml with data:, no --task)")
+    alone.add_argument("--verifier", metavar="DIR", help="document verifier built on this model (default: the shipped SmolLM2 one)")
+    alone.add_argument("--data", metavar="PATH", help="folder with train.jsonl + valid.jsonl, a BIG-bench task.json, or a "
+                   "verifier recipe (a recipe.json, or a verifier folder holding one, e.g. smollm2-suite)")
+    alone.add_argument("--train-size", type=int, help="with a task.json: training documents (default: half of the rest)")
+    alone.add_argument("--calibration-size", type=int, help="with a task.json: calibration documents")
+    alone.add_argument("--test-size", type=int, help="with a task.json: documents held out first, never used (default 0)")
+    alone.add_argument("--epochs", type=int, help=f"epochs; the best is kept (default {DEFAULT_EPOCHS}, as in the paper)")
+    alone.add_argument("--batch-size", type=int, help=f"target tokens per mini-batch (default {DEFAULT_BATCH_SIZE})")
+    alone.add_argument("--learning-rate", type=float, help=f"Adam learning rate (default {DEFAULT_LEARNING_RATE:g})")
+    alone.add_argument("--warmup-epochs", type=int,
+                   help="first epochs trained with q=e-2, d=1 (plain joint softmax) instead of the verifier's q, d "
+                        "(default 0, the paper's; use 1 when the untuned model's answers are all out of distribution)")
+    alone.add_argument("--steps-per-report", type=int, help="mini-batches between loss reports (default 10)")
+    alone.add_argument("--adapter-path", metavar="DIR", help=f"where the positive head is written (default {DEFAULT_ADAPTER_PATH})")
+    alone.add_argument("--resume", action="store_true", default=None, help="continue from the last per-epoch checkpoint")
+    alone.add_argument("--resume-adapter-file", metavar="DIR", help="start from this trained head instead of the untuned one")
+    alone.add_argument("--no-compile", dest="compile", action="store_false", default=None, help="do not mx.compile the step")
     return p
 
 
@@ -122,7 +128,7 @@ def add_task_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--eval-rows", type=int, help="held-out and shifted rows per task in the report (default 100)")
     t.add_argument("--no-head", dest="head", action="store_false", default=None, help="skip stage 2 (Alg. 4's head)")
     t.add_argument("--head-rank", type=int, help="rank of the compact head kept in the folder (default 64)")
-    t.add_argument("--head-rows", type=int, help="rows per task of each verifier half that Alg. 4 reads (default 60)")
+    t.add_argument("--head-rows", type=int, help="rows per task of the training and the calibration rows that Alg. 4 reads (default 60)")
     t.add_argument("--no-baselines", dest="baselines", action="store_false", default=None,
                    help="leave the untuned model and the head alone out of the report (faster)")
     t.add_argument("--from-reviews", nargs="?", const=str(default_db_path()), metavar="DB",
