@@ -213,8 +213,8 @@ def _plain_turn(engine, session_id: str, text: str, *, resume: bool, out, prefil
                 out(item.text, end="")
             elif isinstance(item, CheckingAnswers):
                 out(f"\n  (checking {item.k} more answers: the verifier's second look)", end="")
-            elif isinstance(item, Escalation) and item.action is EscalationAction.PROCEED_WITH_LOG:
-                logged.append(item.message)
+            elif isinstance(item, Escalation) and item.action is EscalationAction.PROCEED_WITH_LOG and item.unusual:
+                logged.append(item.message)  # a log line only when it departs from the usual (Escalation.unusual)
             elif isinstance(item, TurnReceipt):
                 result = item
         except KeyboardInterrupt:  # ctrl+c stops the answer (kept, "cancelled"); the chat goes on
@@ -281,13 +281,16 @@ def run_plain(config, store, *, session_id: str | None, title: str | None, stdin
 
 
 def _input_lines(stdin, out, prompt: bool, paused) -> Iterator[str]:
-    """Input lines without their newline, each after its prompt ("you> ", or "guidance> " while paused)."""
+    """Input lines without their newline, each after its prompt ("you> ", or "guidance> " while paused); piped
+    input (no prompt) is echoed after the same prompt, so the transcript shows who said what."""
     while True:
         if prompt:
             out("guidance> " if paused() else "you> ", end="")
         line = stdin.readline()
         if not line:
             return
+        if not prompt:
+            out(("guidance> " if paused() else "you> ") + line.rstrip("\n"))
         yield line.rstrip("\n")
 
 
@@ -332,7 +335,10 @@ def _open_plain_session(store, info, session_id: str | None, title: str | None, 
 
 
 def _print_turn(receipt: TurnReceipt, out, logged: list[str], timing: bool) -> bool:
-    """The lines after an answer: verdict and why, unverified text, monitor, escalation. True when paused."""
+    """The lines after an answer: the verdict's one line, unverified text, then what departs from the usual turn
+    (:attr:`Escalation.unusual`): the monitor's reading, an escalation and the answer's place in the review queue.
+    On an ordinary turn none of those is printed (each answer is still monitored and, unless verified, queued for
+    review: ``mlx-sdm chat``'s monitor panel and ctrl+r show them). True when paused."""
     from mlx_sdm.turn.escalation import TurnStatus
     from mlx_sdm.network.verdict_words import verdict_lines
     from mlx_sdm.store.export import monitor_line
@@ -345,7 +351,9 @@ def _print_turn(receipt: TurnReceipt, out, logged: list[str], timing: bool) -> b
         out(f"[{line}]")
     if result.unverified_tail.strip():
         out(f"[unverified: the verdict covers only {result.judged_text.strip()!r}; the rest was not checked]")
-    out(f"[{monitor_line(result.monitor)}]")
+    unusual = result.escalation is not None and result.escalation.unusual
+    if unusual:
+        out(f"[{monitor_line(result.monitor)}]")
     for message in logged:
         out(f"[{message}]")
     if timing:
@@ -358,7 +366,7 @@ def _print_turn(receipt: TurnReceipt, out, logged: list[str], timing: bool) -> b
         out(f"[ABORTED: {result.explanation}]")
     elif result.status is TurnStatus.CANCELLED:
         out("[stopped]")
-    if receipt.review_id is not None:
+    if receipt.review_id is not None and unusual:  # an ordinary unverified answer is queued too, without a line
         out(f"[queued for review as #{receipt.review_id}]")
     return result.status is TurnStatus.PAUSED
 
