@@ -9,7 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
-from mlx_sdm.monitor.online.auq_escalation import EscalationAction, UncertaintyLevel, UncertaintyPolicy
+from mlx_sdm.monitor.online.auq_escalation import (
+    EscalationAction,
+    UncertaintyLevel,
+    UncertaintyPolicy,
+    departs_from_usual,
+)
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.verdict import REASON_ADMITS_NOTHING, DocumentVerdict, VerdictStatus
 
@@ -74,16 +79,8 @@ class Escalation:
     @property
     def unusual(self) -> bool:
         """The turn departs from what is usual, so its monitor reading, its log line and its place in the review
-        queue are news worth a line under the answer (``chat --plain``, ``generate``). The rule: a turn that goes
-        on at LOW or MEDIUM is usual; MEDIUM's log ("MEDIUM uncertainty logged") is what the shipped 135M model's
-        everyday turns get (16 of 16 turns of the session in issue 41), so a line saying it on every turn carries
-        no information. Unusual: a pause (a derailed, looping answer; a verdict confident the answer is wrong;
-        HIGH; an irreversible tool call), an abort (CRITICAL), and a log above MEDIUM (a HIGH that the verifier's
-        vouching let go on). The reading and the queue entry are kept either way (the monitor panel, ctrl+r)."""
-        if self.action in (EscalationAction.PAUSE_FOR_HUMAN, EscalationAction.ABORT):
-            return True
-        return self.action is EscalationAction.PROCEED_WITH_LOG and self.level not in (UncertaintyLevel.LOW,
-                                                                                         UncertaintyLevel.MEDIUM)
+        queue are news worth a line under the answer (the rule: :func:`departs_from_usual`)."""
+        return departs_from_usual(self.action, self.level)
 
 
 def _fmt(x: float | None) -> str:

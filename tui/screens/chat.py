@@ -113,7 +113,8 @@ class ChatScreen(Screen):
         Binding("escape", "stop", "Stop", show=True),
         Binding("ctrl+t", "toggle_monitor", "Monitor", show=True),
         Binding("ctrl+y", "copy", "Copy", show=True),
-        Binding("ctrl+b,f2", "evidence", "Evidence", show=True),  # f2: inside tmux, whose prefix is ctrl+b
+        # priority: the evidence wherever the focus is in the chat (the input, a message, the monitor panel)
+        Binding("ctrl+b,f2", "evidence", "Evidence", show=True, priority=True),  # f2: inside tmux (prefix ctrl+b)
         Binding("tab", "focus_stop(1)", "Next", show=False),
         Binding("shift+tab", "focus_stop(-1)", "Previous", show=False),
     ]
