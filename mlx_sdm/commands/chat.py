@@ -97,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-second-look", action="store_true", help=NO_SECOND_LOOK_HELP)
     parser.add_argument("--plain", action="store_true", help="line-mode chat (the default when stdin/stdout is not a terminal)")
     parser.add_argument("--list", action="store_true", help="list the sessions in the store and exit")
+    parser.add_argument("--list-tasks", action="store_true",
+                        help="list what the verifier covers, with an example prompt each, and exit (f3 in the chat)")
     parser.add_argument("--export", metavar="PATH", default=None,
                         help="write the --session to PATH (.md = Markdown, .jsonl = session JSONL) and exit; "
                              "without --session, every session goes to one session JSONL for `mlx-sdm eval-monitor`")
@@ -122,6 +124,10 @@ def engine_config(args: argparse.Namespace):
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.list_tasks:
+        from mlx_sdm.commands.generate import list_tasks
+
+        return list_tasks(args.verifier, command="chat")
     from mlx_sdm.store.chat_store import ChatStore
 
     try:

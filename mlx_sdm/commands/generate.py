@@ -147,8 +147,9 @@ def _print_report(components, outcome, *, explain: bool = False) -> None:
         print(f"({len(outcome.tokens)} tokens, {rate:.1f} tokens/s, finish: {outcome.finish_reason})")
 
 
-def list_tasks(verifier: str | None) -> int:
-    """``--list-tasks``: what the verifier (default: the shipped one) covers, read from its verifier.json."""
+def list_tasks(verifier: str | None, command: str = "generate") -> int:
+    """``--list-tasks`` (``generate``'s and ``chat``'s): what the verifier (default: the shipped one) covers, read from
+    its verifier.json."""
     from pathlib import Path
 
     from mlx_sdm.usecases.loading import verification_off
@@ -156,14 +157,14 @@ def list_tasks(verifier: str | None) -> int:
     from mlx_sdm.resources import default_verifier_dir, resolve_artifact
 
     if verification_off(verifier):
-        print(f"mlx-sdm generate: --verifier {verifier} turns verification off, so there are no tasks to list; "
+        print(f"mlx-sdm {command}: --verifier {verifier} turns verification off, so there are no tasks to list; "
               "drop --verifier to list the default verifier's tasks, or pass --verifier DIR", file=sys.stderr)
         return 2
     folder = resolve_artifact(verifier) if verifier else default_verifier_dir()
     try:
         manifest = json.loads((Path(folder) / "verifier.json").read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
-        print(f"mlx-sdm generate: {folder}: cannot read verifier.json ({exc}); pass --verifier DIR", file=sys.stderr)
+        print(f"mlx-sdm {command}: {folder}: cannot read verifier.json ({exc}); pass --verifier DIR", file=sys.stderr)
         return 1
     coverage = read_coverage(manifest)
     print(f"verifier {folder}: {coverage.sentence()}")
