@@ -1,6 +1,6 @@
 """How an answer is decoded: greedy (the default: task and everyday turns, whose verdicts are calibrated on greedy
 answers, token for token as plain mlx-lm) or sampled with a repetition penalty, through mlx-lm's own
-``make_sampler`` and ``make_logits_processors`` (issue 41: no loops).
+``make_sampler`` and ``make_logits_processors``, so that writing turns do not loop.
 
 - :data:`WRITING`: a turn with no checkable answer (a poem, a note, advice: nothing the verifier judges) is decoded
   with the sampling the SmolLM2-Instruct model card recommends (temperature 0.2, top_p 0.9) plus mlx-lm's repetition

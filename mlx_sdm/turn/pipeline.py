@@ -471,7 +471,7 @@ class TurnPipeline:
             yield from stream
             return
         held: list[TokenPiece] = []
-        holding = True  # the answer so far is the previous answer's beginning
+        so_far: str | None = ""  # the answer's text while it is the previous answer's beginning (None: it departed)
         for item in stream:
             if isinstance(item, GeneratedAnswer):
                 if item.cancelled or item.text.strip() != previous:
@@ -480,10 +480,15 @@ class TurnPipeline:
                     return
                 item.release()  # the repeat: its cache is dropped, the retry prefills afresh
                 break
-            if holding and previous.startswith("".join(p.text for p in [*held, item]).strip()):
-                held.append(item)
-                continue
-            holding = False
+            if so_far is not None:
+                so_far += item.text
+                if not so_far.strip():  # leading blanks: nothing to compare yet
+                    yield item
+                    continue
+                if previous.startswith(so_far.strip()):
+                    held.append(item)
+                    continue
+                so_far = None
             yield from held
             held = []
             yield item

@@ -97,7 +97,7 @@ def coverage_text(coverage: VerifierCoverage) -> str:
     return "\n".join(lines)
 
 
-#: At most this many lines greet a new chat (issue 41: the task list is behind f3 and ``mlx-sdm chat --list-tasks``).
+#: At most this many lines greet a new chat (the task list is behind f3 and ``mlx-sdm chat --list-tasks``).
 WELCOME_LINES = 5
 
 

@@ -3,7 +3,7 @@ with sparklines over turns (docs/monitoring.md, AUQ propagation; TRACER weights)
 
 The fused forecast (``fused_p``, "ok%") is not a column here: it forecasts the whole session's success and falls with
 the session's length, so on an ordinary chat it reads "ok 4%" or "ok 0%" where nothing is wrong, and a reader takes it
-for this answer's chance of being right (issue 41). It is kept with each reading (the store, ``generate --explain``,
+for this answer's chance of being right. It is kept with each reading (the store, ``generate --explain``,
 the JSON's ``fused_p`` and ``fused_message``)."""
 
 from __future__ import annotations

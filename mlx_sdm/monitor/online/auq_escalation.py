@@ -39,7 +39,7 @@ def departs_from_usual(action: EscalationAction, level: UncertaintyLevel) -> boo
     ``chat --plain``'s monitor, log and "queued for review" lines, ``generate``'s escalation line).
 
     The rule: a turn that goes on at LOW or MEDIUM is usual. MEDIUM's log is what the shipped 135M model's everyday
-    turns get (16 of 16 turns of the 27-turn session in issue 41 printed "MEDIUM uncertainty logged"), so a line
+    turns get (16 of 16 turns of a 27-turn everyday session printed "MEDIUM uncertainty logged"), so a line
     saying it on every turn carries no information. A turn departs from the usual when it pauses (a derailed,
     looping answer; a verdict confident the answer is wrong; HIGH; an irreversible tool call), aborts (CRITICAL), or
     goes on with a log above MEDIUM (a HIGH let go because the verifier vouches for the answer). The reading is
