@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
                 side = "right" if judged else "wrong"
                 print(f"  {task:22s} leans {side:5s}: {'informative' if lean.informative else 'base rate  '} "
                       f"precision {lean.precision if lean.precision is not None else float('nan'):.3f} "
-                      f"(lower {lean.lower:.3f}) vs base {lean.base_rate:.3f}, n {lean.leaned}")
+                      f"(lower {lean.lower:.3f}, lowest split {lean.min_lower:.3f}) vs base {lean.base_rate:.3f}, "
+                      f"n {lean.leaned}" + (": a word on the badge" if lean.shown else ""))
     return 0
 
 

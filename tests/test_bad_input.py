@@ -471,13 +471,18 @@ def test_history_search_bad_input_is_one_line(tmp_path, capsys):
 
 
 def test_generate_prints_the_monitor_reading_and_json_carries_it(text_verifier, capsys):
-    """After the verdict, ``generate`` prints the session monitor's reading as the chat's panel shows it
-    (AUQ level, P, R, the fused forecast's ok% and its sentence); ``--json`` carries it as "monitor"."""
+    """With ``--explain``, after the verdict's line and evidence, ``generate`` prints the session monitor's reading as
+    the chat's panel shows it (AUQ level, P, R, the fused forecast's ok% and its sentence); ``--json`` carries it as
+    "monitor". Without it, an ordinary turn prints the line alone (what is usual is not said)."""
     _, model_dir, out, _ = text_verifier
     args = ["Is Paris the capital of France?", "--model", str(model_dir), "--verifier", str(out), "--max-tokens", "4"]
     assert cli(["generate", *args]) == 0
+    quiet = capsys.readouterr().out
+    assert "monitor: AUQ " not in quiet and "q: " not in quiet and quiet.count("verdict: ") == 1
+    assert cli(["generate", *args, "--explain", "2"]) == 0
     printed = capsys.readouterr().out
     report = printed[printed.index("verdict:"):]
+    assert "evidence: " in report
     line = next(l for l in report.splitlines() if l.startswith("monitor: AUQ "))
     assert " · P " in line and " · R " in line and " · ok " in line
     assert cli(["generate", "--json", *args]) == 0

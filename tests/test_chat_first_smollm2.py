@@ -1,5 +1,6 @@
 """A chat first, on the real embedded SmolLM2 with the shipped default verifier and head: everyday
-questions are answered exactly as plain mlx-lm answers them (greedy; the SDM-network head is used only
+questions are answered exactly as plain mlx-lm answers them (greedy; a writing turn with no checkable answer as
+mlx-lm samples it with the model card's settings and its repetition penalty; the SDM-network head is used only
 on turns routed to one of its tasks, and mlx-sdm adds no system prompt of its own), none degenerate; a task question asked as turn 2, 3 or 5
 gets the same answer and verdict as asked alone; a follow-up is answered in words, not in a task's JSON."""
 
@@ -78,15 +79,24 @@ def test_everyday_prompts_are_answered_exactly_as_without_the_head(pipelines):
         got = answers[prompt] = _ask(default, messages, MAX_TOKENS if prompt in compared else PREFIX_TOKENS)
         assert not DEGENERATE.match(got.text), (prompt, got.text)
         assert got.verdict is not None and got.task in (None, "open_questions"), prompt
+    import mlx.core as mx
     from mlx_lm import stream_generate
 
+    from mlx_sdm.lm.decoding import WRITING
+
     lm = default.components.lm
-    for prompt in compared:  # the same tokens as --head none and as plain mlx-lm, greedy
+    for prompt in compared:  # the same tokens as --head none and as plain mlx-lm
         messages = [{"role": "user", "content": prompt}]
-        ours = answers[prompt]  # the default pipeline's answer above (greedy, no cache reuse: asking again repeats it)
+        ours = answers[prompt]  # the default pipeline's answer above (no cache reuse: asking again repeats it)
         assert not any(m["role"] == "system" for m in ours.messages), "no system prompt of mlx-sdm's own"
         text = lm.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        mlx_lm = [r.token for r in stream_generate(lm.model, lm.tokenizer, text, max_tokens=MAX_TOKENS)]
+        # a writing turn (no checkable answer): mlx-lm with the model card's sampling and its repetition penalty,
+        # from the same seed (lm/decoding.py); a judged everyday turn: greedy
+        writing = default.plan(messages).route.how.value == "no_checkable_answer"
+        settings = {"sampler": WRITING.sampler(), "logits_processors": WRITING.logits_processors()} if writing else {}
+        if writing:
+            mx.random.seed(WRITING.seed)
+        mlx_lm = [r.token for r in stream_generate(lm.model, lm.tokenizer, text, max_tokens=MAX_TOKENS, **settings)]
         mlx_lm = mlx_lm[:-1] if mlx_lm and mlx_lm[-1] in lm.tokenizer.eos_token_ids else mlx_lm
         assert ours.token_ids == _ask(plain, messages).token_ids == mlx_lm, prompt
 

@@ -21,13 +21,18 @@ MEASURED = {c: Lean(c, True, 0.6, 0.22, 0.49, 60) for c in (0, 1)}
 
 
 def test_a_lean_is_said_only_where_it_is_measured_to_beat_the_base_rate():
-    """The same verdict with a measured lean says which way it leans and how often that was right; with a lean no
-    better than the base rate (or never measured) it says it cannot tell, under a "?" badge, not "✘"."""
+    """The same verdict with a measured lean says in its evidence which way it leans and how often that was right;
+    with a lean no better than the base rate (or never measured) it says it cannot tell, under a "?" badge, not "✘".
+    A lean that beats the base rate but is right less than 4 times in 5 (60 %) is not a word on the badge."""
     made = verdict(admitted=False, reason="below_threshold", prediction=0)
     told = DocumentVerdict(made, lean=MEASURED[0])
     assert "it leans toward it being wrong, and that lean is measured: 60 % of the 60 held-out answers it leaned " \
         "wrong on were wrong, against 22 % of all answers (at least 49 % at 95 % confidence)" in verdict_words(told).sentence
-    assert verdict_words(told).badge == "✘ not verified · leans wrong"
+    assert verdict_words(told).badge == "? not verified · cannot tell" and not told.lean_shown
+    assert verdict_words(told).line == "Not verified: the verifier cannot tell whether this answer is right; check it yourself."
+    strong = DocumentVerdict(made, lean=Lean(0, True, 0.95, 0.40, 0.86, 200, ("held_out", "shifted"), 0.83))
+    assert strong.lean_shown and verdict_words(strong).badge == "✘ not verified · leans wrong"
+    assert verdict_words(strong).line.startswith("Likely wrong:") and "4 times in 5" in verdict_words(strong).line
     base_rate = Lean(0, False, 0.88, 0.80, 0.84, 240)
     for lean in (base_rate, None):
         quiet = DocumentVerdict(made, lean=lean)
@@ -41,6 +46,28 @@ def test_a_lean_is_said_only_where_it_is_measured_to_beat_the_base_rate():
                                   admits_nothing=True)
     assert "leans toward" not in verdict_words(unsupported).sentence and verdict_words(unsupported).badge.startswith("? ")
     assert "does not support its lean (q = 0)" in verdict_words(unsupported).sentence and "base rate" not in verdict_words(unsupported).sentence
+
+
+def test_a_lean_is_a_word_on_the_badge_only_where_its_lower_bound_is_at_least_080_on_every_split():
+    """The badge rule (network/lean.py, LEAN_SHOWN_PRECISION): BBC topic's lean toward right beats the base rate on
+    both splits (23 of 24 held out, 19 of 24 shifted) but its shifted lower bound is 0.61, so it is not shown; a lean
+    above 0.80 on both splits is. Of the shipped verifier's leans (weights/, measured by scripts/write_leans.py from
+    its reports), none is a word on the badge; a lean.json without ``min_lower`` shows none."""
+    from mlx_sdm.network.lean import load_leans
+    from mlx_sdm.resources import default_verifier_dir
+
+    bbc = [LeanCount("held_out", 1, 24, 23, 24, 40), LeanCount("shifted", 1, 24, 19, 24, 40)]
+    lean = Lean.measure(bbc)
+    assert lean.informative and lean.min_lower == pytest.approx(0.611, abs=1e-3) and not lean.shown
+    sure = Lean.measure([LeanCount("held_out", 1, 100, 97, 50, 200), LeanCount("shifted", 1, 100, 95, 50, 200)])
+    assert sure.min_lower >= 0.80 and sure.shown and Lean.from_dict(sure.to_dict()) == sure
+    old = {k: v for k, v in sure.to_dict().items() if k != "min_lower"}
+    assert not Lean.from_dict(old).shown
+    folder = default_verifier_dir()
+    shipped = [load_leans(folder), load_leans(folder / "members" / "open_questions")]
+    leans = [lean for by_task in shipped for by_class in by_task.values() for lean in by_class.values()]
+    assert len(leans) == 16 and all(lean.min_lower is not None for lean in leans)
+    assert not any(lean.shown for lean in leans)
 
 
 def test_the_lean_rule_on_counts():

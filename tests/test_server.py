@@ -37,7 +37,7 @@ API_KEY = "test-key"
 MODEL = "tiny-llama-0"
 MAX_BODY = 20_000
 QUESTION = [{"role": "user", "content": "Paris is the capital of France. Is this claim true or false?"}]
-VERDICT_KEYS = {"status", "verified", "reason", "reason_code", "badge", "p_lower", "q", "d", "q_bin", "prediction", "exemplars",
+VERDICT_KEYS = {"status", "verified", "reason", "explanation", "reason_code", "badge", "p_lower", "q", "d", "q_bin", "prediction", "exemplars",
                 "verifier"}
 
 
@@ -317,7 +317,9 @@ def test_served_verdict_carries_the_one_rule_and_its_words(verdict, status, code
     judged = DocumentVerdict(verdict)
     served = verdicts.verdict_body(judged, "v")
     assert (served["status"], served["reason_code"]) == (status, code)
-    assert served["reason"] == verdict_words(judged).sentence and served["verified"] == (status == "verified")
+    words = verdict_words(judged)
+    assert served["reason"] == words.line and served["explanation"] == words.sentence
+    assert served["verified"] == (status == "verified") and len(served["reason"].split()) <= 20
     assert set(served) == VERDICT_KEYS and served["exemplars"][0]["label_text"] == "a correct answer to a similar question"
     assert judged.to_dict()["status"] == status  # what the store keeps (the turn service records the DocumentVerdict)
 

@@ -38,7 +38,8 @@ def test_markdown_export(session, tmp_path):
     assert text == session_to_markdown(store, sid)
     assert text.startswith("# export me\n") and "### You\n\nIs Paris the capital of France?" in text
     assert "### You (guidance to resume)\n\nAnswer in one word." in text
-    assert any(f"verdict: {state}" in text for state in ("NOT VERIFIED", "OUT OF SCOPE", "VERIFIED"))
+    assert any(f"verdict: {state}" in text for state in ("Not verified", "Likely wrong:", "Out of scope:", "Verified:"))
+    assert "Evidence: " in text and "q_bin=" not in text
     assert "monitor: AUQ HIGH" in text and "NOT confident" in text and "Nearest training exemplars:" in text
 
 
@@ -102,6 +103,28 @@ def test_plain_chat_prints_answer_then_verdict_and_monitor(tmp_path):
     assert s.title == "plain test" and [m.kind for m in store.messages(s.id)] == ["chat", "chat", "guidance", "chat"]
 
 
+def test_plain_chat_says_nothing_that_is_the_usual_and_echoes_piped_input(tmp_path):
+    """An ordinary turn (MEDIUM, the level the shipped model's everyday turns get) prints the answer and the verdict's
+    one line: no monitor line, no "uncertainty logged", no "queued for review" (Escalation.unusual); the answer is
+    still monitored and, unless verified, in the review queue. Piped input is echoed as "you> ..."."""
+    path = build_tiny_verifier(tmp_path / "verifier")
+    store = ChatStore(tmp_path / "chat.db")
+    config = EngineConfig(max_tokens=6, auq_thresholds=(1.0, 0.0001, 0.0))  # every turn MEDIUM: logged, goes on
+    stdin, stdout = io.StringIO("Is Paris the capital of France?\nAnd of Italy?\n"), io.StringIO()
+    rc = chat_cmd.run_plain(config, store, session_id=None, title=None, stdin=stdin, stdout=stdout,
+                            components=tiny_components(path))
+    out = stdout.getvalue()
+    assert rc == 0 and "you> Is Paris the capital of France?\n" in out and "you> And of Italy?\n" in out
+    assert "[monitor:" not in out and "logged" not in out and "queued for review" not in out, out
+    verdicts = [line for line in out.splitlines() if line.startswith("[verdict: ")]
+    assert len(verdicts) == 2 and all(len(v.split()) <= 22 and "q=" not in v and "p_lower" not in v for v in verdicts)
+    (s,) = store.list_sessions()
+    answers = [m for m in store.messages(s.id) if m.role == "assistant"]
+    assert all(a.monitor is not None and a.monitor.level.value == "medium" for a in answers)
+    unverified = [a for a in answers if a.verdict is not None and not a.verdict.verified]
+    assert len(store.review_queue.review_items(session_id=s.id)) == len(unverified)
+
+
 def test_ctrl_c_in_plain_chat_stops_the_answer_and_the_chat_goes_on(tmp_path):
     """ctrl+c while an answer streams stops that answer (kept as stopped); the next line is a new question."""
     path = build_tiny_verifier(tmp_path / "verifier")
@@ -112,7 +135,7 @@ def test_ctrl_c_in_plain_chat_stops_the_answer_and_the_chat_goes_on(tmp_path):
         interrupted = False
 
         def write(self, text):
-            if not self.interrupted and self.getvalue().count("[session ") and not text.startswith("["):
+            if not self.interrupted and self.getvalue().count("[session ") and not text.startswith(("[", "you> ")):
                 self.interrupted = True
                 raise KeyboardInterrupt  # what a terminal's ctrl+c raises in the main thread
             return super().write(text)
@@ -188,7 +211,9 @@ def test_session_outcome_follows_the_verdicts_and_review_labels(tmp_path):
     assert session_to_format(store, bad).outcome == "success"
 
 
-def test_the_verdict_line_names_the_state_why_and_the_numbers_once():
+def test_the_verdict_line_is_the_short_line_with_no_numbers():
+    """The plain chat's and the export's verdict line is the verdict's one short line (network/verdict_words): at most
+    20 words, no q, d, p_lower or q_bin; the numbers are the evidence's."""
     from mlx_sdm.network.verdict import DocumentVerdict
     from mlx_sdm.network.verdict_words import verdict_line
 
@@ -196,8 +221,9 @@ def test_the_verdict_line_names_the_state_why_and_the_numbers_once():
                                           "q_bin": 4})
     below = DocumentVerdict.from_dict({"prediction": 1, "p_lower": 0.4, "admitted": False, "reason": "below_threshold",
                                        "q": 3, "d": 0.5, "q_bin": 1})
-    assert verdict_line(verified) == "verdict: VERIFIED · p_lower=0.998 q=148 d=0.833 q_bin=4"
-    assert verdict_line(below) == (
-        "verdict: NOT VERIFIED · cannot tell · p_lower=0.400 q=3 d=0.500 q_bin=1")  # its lean was never measured
-    assert verdict_line(DocumentVerdict.no_verifier("verification is off")) == "verdict: NO VERIFIER · verification is off"
+    assert verdict_line(verified) == "verdict: Verified: answers like this are right at least 95 % of the time."
+    assert verdict_line(below) == (  # its lean was never measured
+        "verdict: Not verified: the verifier cannot tell whether this answer is right; check it yourself.")
+    assert verdict_line(DocumentVerdict.no_verifier("verification is off")) == (
+        "verdict: No verifier: verification is off; nothing was checked.")
     assert verdict_line(None) == "verdict: none"

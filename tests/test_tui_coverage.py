@@ -1,5 +1,6 @@
-"""The chat says what the loaded verifier covers (its tasks, one example prompt each, insertable from
-the command palette); without recorded tasks it says so."""
+"""A new chat greets in at most five lines; f3 (and ``mlx-sdm chat --list-tasks``) says what the loaded verifier
+covers (its tasks, one example prompt each, insertable from the command palette); without recorded tasks it says
+so."""
 
 from __future__ import annotations
 
@@ -38,12 +39,17 @@ def coverage_bubbles(app):
     return [b for b in app.chat.query(MessageBubble) if b.role == "system" and "coverage" in b.heading]
 
 
-def test_a_new_chat_lists_the_tasks_and_the_palette_inserts_an_example(tmp_path):
+def test_a_new_chat_greets_in_five_lines_f3_lists_the_tasks_and_the_palette_inserts_an_example(tmp_path):
     engine, store = make(tmp_path, TASKS)
 
     async def go():
         app = SdmChatApp(engine=engine, store=store)
         async with app.run_test(size=(110, 36)) as pilot:
+            await pilot.pause()
+            (welcome,) = [b for b in app.chat.query(MessageBubble) if b.role == "system"]
+            assert len(welcome.text.splitlines()) <= 5 and "f3" in welcome.text and "1 task" in welcome.text
+            assert coverage_bubbles(app) == [] and TASKS[0]["example_prompt"] not in welcome.text
+            await pilot.press("f3")  # the task list, behind a key
             await pilot.pause()
             (bubble,) = coverage_bubbles(app)
             assert "whether a claim about a capital city is true" in bubble.text and TASKS[0]["example_prompt"] in bubble.text
@@ -79,3 +85,14 @@ def test_unknown_coverage_is_said_plainly(tmp_path):
     finally:
         engine.shutdown()
         store.close()
+
+
+def test_chat_list_tasks_prints_what_the_verifier_covers(tmp_path, capsys):
+    from mlx_sdm.commands import chat as chat_cmd
+
+    verifier = build_tiny_verifier(tmp_path / "verifier")
+    manifest = json.loads((verifier / "verifier.json").read_text())
+    (verifier / "verifier.json").write_text(json.dumps({**manifest, "tasks": TASKS}))
+    assert chat_cmd.main(["--list-tasks", "--verifier", str(verifier)]) == 0
+    out = capsys.readouterr().out
+    assert "- capitals: whether a claim about a capital city is true" in out and TASKS[0]["example_prompt"] in out

@@ -52,12 +52,19 @@ def test_three_states_by_the_one_rule():
 
 
 def test_badge_text():
-    assert badge_text(words(VERIFIED)) == "▸ ✔ verified · p_lower 0.973"
-    assert badge_text(words(VERIFIED), expanded=True) == "▾ ✔ verified · p_lower 0.973"
+    """The badge holds no numbers; a lean is a word on it only where a person acting on it is right at least 4 times
+    in 5 (network/lean.py: the lowest split's lower bound at least 0.80); a lean that only beats the base rate (the
+    shipped open-question member's 60 % "leans right") stays in the evidence."""
+    assert badge_text(words(VERIFIED)) == "▸ ✔ verified"
+    assert badge_text(words(VERIFIED), expanded=True) == "▾ ✔ verified"
     assert badge_text(words(BELOW)) == "▸ ? not verified · cannot tell"  # no measured lean: it cannot tell
     measured = {**BELOW, "lean": {"judged": BELOW.get("prediction", 1), "informative": True, "precision": 0.6,
-                                  "base_rate": 0.22, "lower": 0.49, "leaned": 60}}
-    assert badge_text(words(measured)) == f"▸ ? not verified · leans {'right' if measured['lean']['judged'] else 'wrong'}"
+                                  "base_rate": 0.22, "lower": 0.49, "leaned": 60, "min_lower": 0.16}}
+    assert badge_text(words(measured)) == "▸ ? not verified · cannot tell"
+    assert "60 % of the 60 held-out answers" in words(measured).sentence  # the evidence keeps the measurement
+    strong = {**BELOW, "lean": {**measured["lean"], "precision": 0.95, "lower": 0.86, "min_lower": 0.82}}
+    assert badge_text(words(strong)) == "▸ ? not verified · leans right"
+    assert words(strong).line.startswith("Not verified, but likely right:")
     # out of scope is neutral: no red cross
     assert badge_text(words(OOD)) == "▸ ○ out of scope · unlike what it was built on"
     assert badge_text(words(NOT_A_TASK)) == "▸ ○ out of scope · not one of the verifier's tasks"

@@ -1,5 +1,6 @@
 """Every sentence a verdict shows is true of the numbers behind it (network/verdict_words.verdict_words):
-a property test over many generated verdicts, and the stored form reads back to the same words."""
+a property test over many generated verdicts, and the stored form reads back to the same words. Its short line is
+at most 20 words with none of the estimator's terms, and its badge holds no numbers."""
 
 from __future__ import annotations
 
@@ -21,7 +22,12 @@ MARKS = {VerdictStatus.VERIFIED: "✔", VerdictStatus.NOT_VERIFIED: ("✘", "?")
          VerdictStatus.NO_VERIFIER: "·"}
 leans = st.one_of(st.none(), st.builds(Lean, judged=st.integers(0, 1), informative=st.booleans(),
                                        precision=st.floats(0, 1), base_rate=st.floats(0, 1), lower=st.floats(0, 1),
-                                       leaned=st.integers(1, 500)))
+                                       leaned=st.integers(1, 500),
+                                       min_lower=st.one_of(st.none(), st.floats(0, 1))))
+#: The estimator's terms, none of which the short line or the badge says.
+JARGON = re.compile(r"\b(q|d|p|p_lower|q_bin|bin|alpha|α′?)\b\s*=|p_lower|q_bin|support set|\bα|quantile|calibrat")
+LINE_OPENINGS = {VerdictStatus.VERIFIED: ("Verified:",), VerdictStatus.NOT_VERIFIED: ("Not verified", "Likely wrong:"),
+                 VerdictStatus.OUT_OF_SCOPE: ("Out of scope:",), VerdictStatus.NO_VERIFIER: ("No verifier:",)}
 
 exemplars = st.lists(st.builds(Exemplar, id=st.text(min_size=1, max_size=8), label=st.integers(0, 1),
                                prediction=st.integers(0, 1), distance=st.floats(0, 50), text=st.none()), max_size=5)
@@ -62,18 +68,27 @@ def test_each_sentence_is_true_of_its_numbers(judged: DocumentVerdict):
     sentence, badge = words.sentence, words.badge
     assert words.status is judged.status
     assert sentence.startswith(OPENINGS[judged.status]) and badge.startswith(MARKS[judged.status])
-    # a lean is said only where it is measured to beat the base rate, toward the verifier's own prediction
+    # the short line: at most 20 words, no jargon, no numbers but the promise it keeps; the badge: no numbers
+    line = words.line
+    assert len(line.split()) <= 20 and line.startswith(LINE_OPENINGS[judged.status]), line
+    assert not JARGON.search(line) and not JARGON.search(badge) and not numbers_in(line + badge), (line, badge)
+    # a lean is said in the sentence only where it is measured to beat the base rate, toward the verifier's own
+    # prediction; on the badge and the line only where a person acting on it is right at least 4 times in 5
     informative = judged.lean is not None and judged.lean.informative and judged.lean.judged == v.prediction and v.q > 0
-    if "leans toward" in sentence or "leans right" in badge or "leans wrong" in badge:
+    shown = informative and judged.lean.min_lower is not None and judged.lean.min_lower >= 0.80
+    assert shown == judged.lean_shown
+    if "leans toward" in sentence:
         assert informative, (sentence, judged.lean)
+    if "leans right" in badge or "leans wrong" in badge or "leans" in line:
+        assert shown, (badge, line, judged.lean)
     if "cannot tell" in badge:
-        assert not informative and badge.startswith("?")
+        assert not shown and badge.startswith("?")
     if "no better than the base rate" in sentence:  # said only of a lean measured so
         assert judged.lean is not None and not (judged.lean.informative and judged.lean.judged == v.prediction)
     # ✘ only where the numbers call the answer wrong (admitted wrong, a measured lean toward wrong) or it is unlike
     # the task's answers; "?" where the verifier cannot tell
     if judged.status is VerdictStatus.NOT_VERIFIED:
-        wrong = (v.admitted and v.prediction == 0) or (informative and v.prediction == 0) or \
+        wrong = (v.admitted and v.prediction == 0) or (shown and v.prediction == 0) or \
             (judged.reason == "out_of_distribution" and v.d <= 0.0)
         assert badge.startswith("✘") == wrong, (badge, judged)
     assert judged.status.words in badge
@@ -96,16 +111,16 @@ def test_each_sentence_is_true_of_its_numbers(judged: DocumentVerdict):
     if "were all incorrect" in sentence:
         assert v.admitted and v.prediction == 0 and v.q >= 1
     if v.admitted and v.prediction == 1:
-        assert judged.status is VerdictStatus.VERIFIED and f"{v.p_lower:.3f}" in badge
+        assert judged.status is VerdictStatus.VERIFIED and f"{v.p_lower:.3f}" in sentence and badge == "✔ verified"
+        assert line == f"Verified: answers like this are right at least {100 * judged.alpha:.0f} % of the time."
     assert ("It covers" in sentence) == (judged.status is VerdictStatus.OUT_OF_SCOPE)
     # a nested region is named only when α′ is not met and the answer is in one, with its own α and ŷ
     region = v.region_alpha_lower
     in_region = judged.status is VerdictStatus.NOT_VERIFIED and region is not None and 0 < region < judged.alpha
-    assert ("falls in a region" in sentence) == in_region and ("region α" in badge) == in_region
+    assert ("falls in a region" in sentence) == in_region and "region" not in badge
     if in_region:
         side = "right" if v.prediction == 1 else "wrong"
         assert f"at least {region * 100:.0f} % of the answers judged {side} are {side}" in sentence
-        assert f"region α {region:.2f}" in badge
     # the stored form reads back to the same words
     again = DocumentVerdict.from_dict(judged.to_dict(), COVERAGE)
     assert verdict_words(again) == words
@@ -129,7 +144,7 @@ def test_a_nested_region_below_alpha_prime_is_said_in_words():
     v = Verdict(1, None, False, 7, 0.4, 1, "below_threshold", [], region_alpha=0.9, region_alpha_lower=0.9)
     words = verdict_words(DocumentVerdict(v, task="bbc_topic"))
     assert words.status is VerdictStatus.NOT_VERIFIED
-    assert "at least 90 % of the answers judged right are right" in words.sentence and "region α 0.90" in words.badge
+    assert "at least 90 % of the answers judged right are right" in words.sentence and "region" not in words.badge
     none = Verdict(1, None, False, 7, 0.4, 1, "below_threshold", [], region_alpha=0.0, region_alpha_lower=0.0)
     assert "region" not in verdict_words(DocumentVerdict(none, task="bbc_topic")).sentence
 

@@ -94,6 +94,7 @@ def test_generate_json_carries_the_state_by_name_and_formats_verdicts(trained, c
     assert payload["verdict"]["verified"] == (payload["status"] == "verified")
     assert payload["verdict"]["explanation"].startswith(payload["status"].replace("_", " ").capitalize())
     assert "reason" in payload["verdict"] and payload["unverifiable_reason"] is None
+    assert payload["verdict"]["line"].startswith(("Verified:", "Not verified", "Likely wrong:", "Out of scope:"))
     assert payload["judged_text"] + payload["unverified_tail"] == payload["answer"]
     assert len(payload["generation"]["tokens"]) == 8 and payload["generation"]["finish_reason"] == "length"
     # no verifier: unverifiable, with the reason, and no verdict
@@ -105,8 +106,9 @@ def test_generate_json_carries_the_state_by_name_and_formats_verdicts(trained, c
     verdict = DocumentVerifier.load(out, expect_fingerprint=lm.fingerprint).verify_text(
         lm, "Paris is the capital of France.", '{"correctness": true}', explain=2)
     judged = DocumentVerdict(verdict)
-    text = verdict_report(judged)
-    assert text.startswith(f"verdict: {judged.status.words.upper()}\n{verdict_words(judged).sentence}")
+    assert verdict_report(judged) == f"verdict: {verdict_words(judged).line}"  # the line alone; --explain: the evidence
+    text = verdict_report(judged, explain=True)
+    assert text.startswith(f"verdict: {verdict_words(judged).line}\nevidence: {verdict_words(judged).sentence}")
     assert "p_lower:" in text and f"q: {verdict.q}" in text
     assert text.count(", id ") == 2 and "nearest exemplars" in text
     assert judged.verified == (verdict.admitted and verdict.prediction == 1)

@@ -45,6 +45,7 @@ class SdmChatApp(App):
         Binding("ctrl+r", "review", "Review"),
         Binding("ctrl+s", "export", "Export"),
         Binding("f2", "change_theme", "Theme", show=False),
+        Binding("f3", "tasks", "Tasks", show=False),  # what the verifier covers, one example each
         Binding("f12", "screenshot", "Screenshot", show=False, priority=True),  # priority: modal screens too
         Binding("ctrl+g", "regenerate", "Regenerate", show=False),  # on the chat screen (ChatScreen.regenerate)
         Binding("ctrl+f", "branch", "Branch", show=False),
@@ -177,6 +178,10 @@ class SdmChatApp(App):
 
         self.push_screen(EvidenceScreen(message.verdict))
 
+    def action_tasks(self) -> None:
+        """f3: the task list a new chat no longer opens with."""
+        self.show_coverage()
+
     def show_coverage(self) -> None:
         """What the loaded verifier covers, with one example prompt per task, in the chat."""
         self._pop_to_chat()
@@ -252,7 +257,7 @@ class SdmChatApp(App):
         yield SystemCommand("Show copied text", "The last copied message as selectable text, and its file", self.action_show_copied)
         for what in self.bridge.switchable():
             yield SystemCommand(f"Switch {what}", f"Load another {what} (on the engine thread)", lambda w=what: self._switch(w))
-        yield SystemCommand("What the verifier covers", "The tasks the loaded verifier can judge, with examples",
+        yield SystemCommand("What the verifier covers", "The tasks the loaded verifier can judge, with examples (f3)",
                             self.show_coverage)
         for task in self.bridge.coverage().tasks:
             if task.example_prompt:

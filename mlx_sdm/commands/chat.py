@@ -97,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-second-look", action="store_true", help=NO_SECOND_LOOK_HELP)
     parser.add_argument("--plain", action="store_true", help="line-mode chat (the default when stdin/stdout is not a terminal)")
     parser.add_argument("--list", action="store_true", help="list the sessions in the store and exit")
+    parser.add_argument("--list-tasks", action="store_true",
+                        help="list what the verifier covers, with an example prompt each, and exit (f3 in the chat)")
     parser.add_argument("--export", metavar="PATH", default=None,
                         help="write the --session to PATH (.md = Markdown, .jsonl = session JSONL) and exit; "
                              "without --session, every session goes to one session JSONL for `mlx-sdm eval-monitor`")
@@ -122,6 +124,10 @@ def engine_config(args: argparse.Namespace):
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.list_tasks:
+        from mlx_sdm.commands.generate import list_tasks
+
+        return list_tasks(args.verifier, command="chat")
     from mlx_sdm.store.chat_store import ChatStore
 
     try:
@@ -213,8 +219,8 @@ def _plain_turn(engine, session_id: str, text: str, *, resume: bool, out, prefil
                 out(item.text, end="")
             elif isinstance(item, CheckingAnswers):
                 out(f"\n  (checking {item.k} more answers: the verifier's second look)", end="")
-            elif isinstance(item, Escalation) and item.action is EscalationAction.PROCEED_WITH_LOG:
-                logged.append(item.message)
+            elif isinstance(item, Escalation) and item.action is EscalationAction.PROCEED_WITH_LOG and item.unusual:
+                logged.append(item.message)  # a log line only when it departs from the usual (Escalation.unusual)
             elif isinstance(item, TurnReceipt):
                 result = item
         except KeyboardInterrupt:  # ctrl+c stops the answer (kept, "cancelled"); the chat goes on
@@ -281,13 +287,16 @@ def run_plain(config, store, *, session_id: str | None, title: str | None, stdin
 
 
 def _input_lines(stdin, out, prompt: bool, paused) -> Iterator[str]:
-    """Input lines without their newline, each after its prompt ("you> ", or "guidance> " while paused)."""
+    """Input lines without their newline, each after its prompt ("you> ", or "guidance> " while paused); piped
+    input (no prompt) is echoed after the same prompt, so the transcript shows who said what."""
     while True:
         if prompt:
             out("guidance> " if paused() else "you> ", end="")
         line = stdin.readline()
         if not line:
             return
+        if not prompt:
+            out(("guidance> " if paused() else "you> ") + line.rstrip("\n"))
         yield line.rstrip("\n")
 
 
@@ -332,7 +341,10 @@ def _open_plain_session(store, info, session_id: str | None, title: str | None, 
 
 
 def _print_turn(receipt: TurnReceipt, out, logged: list[str], timing: bool) -> bool:
-    """The lines after an answer: verdict and why, unverified text, monitor, escalation. True when paused."""
+    """The lines after an answer: the verdict's one line, unverified text, then what departs from the usual turn
+    (:attr:`Escalation.unusual`): the monitor's reading, an escalation and the answer's place in the review queue.
+    On an ordinary turn none of those is printed (each answer is still monitored and, unless verified, queued for
+    review: ``mlx-sdm chat``'s monitor panel and ctrl+r show them). True when paused."""
     from mlx_sdm.turn.escalation import TurnStatus
     from mlx_sdm.network.verdict_words import verdict_lines
     from mlx_sdm.store.export import monitor_line
@@ -345,7 +357,9 @@ def _print_turn(receipt: TurnReceipt, out, logged: list[str], timing: bool) -> b
         out(f"[{line}]")
     if result.unverified_tail.strip():
         out(f"[unverified: the verdict covers only {result.judged_text.strip()!r}; the rest was not checked]")
-    out(f"[{monitor_line(result.monitor)}]")
+    unusual = result.escalation is not None and result.escalation.unusual
+    if unusual:
+        out(f"[{monitor_line(result.monitor)}]")
     for message in logged:
         out(f"[{message}]")
     if timing:
@@ -358,7 +372,7 @@ def _print_turn(receipt: TurnReceipt, out, logged: list[str], timing: bool) -> b
         out(f"[ABORTED: {result.explanation}]")
     elif result.status is TurnStatus.CANCELLED:
         out("[stopped]")
-    if receipt.review_id is not None:
+    if receipt.review_id is not None and unusual:  # an ordinary unverified answer is queued too, without a line
         out(f"[queued for review as #{receipt.review_id}]")
     return result.status is TurnStatus.PAUSED
 

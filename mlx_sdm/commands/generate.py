@@ -1,7 +1,8 @@
-"""``mlx-sdm generate "PROMPT"``: answer one prompt with the local LM, then print the verifier's
-verdict in words (verified / not verified / out of scope), p_lower, q, d and the nearest training
-exemplars (docs/method.md § 15.7), then the session monitor's reading of the answer (AUQ level, the fused
-forecast p_t as the chat's monitor panel shows it, and the sentence saying what moved it; docs/monitoring.md).
+"""``mlx-sdm generate "PROMPT"``: answer one prompt with the local LM, then print the verifier's verdict in its one
+short line (verified / not verified / out of scope, and what to do with the answer); with ``--explain`` the evidence
+under it: why in full, p_lower, q, d and the nearest training exemplars (docs/method.md § 15.7), then the session
+monitor's reading of the answer (AUQ level, the fused forecast p_t as the chat's monitor panel shows it, and the
+sentence saying what moved it; docs/monitoring.md). An escalation is printed with or without it.
 One :class:`~mlx_sdm.turn.pipeline.TurnPipeline` turn, without a store, read by a fresh session monitor
 configured as the chat's (so a looping answer carries the chat's warning here too)."""
 
@@ -14,6 +15,7 @@ import threading
 import warnings
 
 from mlx_sdm.commands.arguments import NO_SECOND_LOOK_HELP, CommandParser, non_negative_int, positive_int
+from mlx_sdm.monitor.online.auq_escalation import EscalationAction
 from mlx_sdm.network.verdict import VerdictStatus
 from mlx_sdm.network.verdict_words import verdict_json, verdict_report
 from mlx_sdm.turn.escalation import monitor_payload
@@ -25,7 +27,9 @@ DEFAULT_MODEL = "smollm2"
 EPILOG = """
 The answer streams as it is generated; the verifier then reads the final hidden states captured
 during that same pass ([mean(h); h_delimiter], no second forward pass). For a verifier built on JSON
-answers the answer ends at the JSON unit, so the verdict covers exactly the text printed. It reports:
+answers the answer ends at the JSON unit, so the verdict covers exactly the text printed. It prints the
+verdict's one short line ("verdict: Verified: answers like this are right at least 95 % of the time."), the
+same line the chat, the server's "reason" and the export say; with --explain, the evidence under it:
   verdict   VERIFIED: the verifier predicts "acceptable" (class 1) AND admits it (p_lower >= alpha' = 0.95,
             Eq. 28); NOT VERIFIED: the question is in scope but the verifier cannot vouch for the answer
             (below alpha', similar answers judged differently, or likely wrong); OUT OF SCOPE: the question
@@ -34,10 +38,11 @@ answers the answer ends at the JSON unit, so the verdict covers exactly the text
   q, d      similarity (nearest training exemplars that agree) and distance quantile
   exemplars the nearest training documents with their labels
   monitor   the session monitor's reading, as the chat's monitor panel shows it for a first turn: AUQ level,
-            cumulative confidence P, TRACER risk R, the fused forecast "ok N%" and what moved it most; an
-            escalation (a degenerate, looping answer; HIGH uncertainty) is printed as the chat says it
---json prints one object ("head": the SDM-network head folder decoded with, or null); its "verdict" carries "status" (verified, not_verified, out_of_scope; no_verifier without one), "badge"
-beside "reason" and "explanation" (null when no verifier fits the model: see "unverifiable_reason");
+            cumulative confidence P, TRACER risk R, the fused forecast "ok N%" and what moved it most
+An escalation (a degenerate, looping answer; HIGH uncertainty) is printed as the chat says it, with or
+without --explain.
+--json prints one object ("head": the SDM-network head folder decoded with, or null); its "verdict" carries "status" (verified, not_verified, out_of_scope; no_verifier without one), "badge",
+"line" (the short line) and "explanation" (the evidence's sentence) beside the numbers (null when no verifier fits the model: see "unverifiable_reason");
 its "monitor" carries "level", "action", "cumulative_confidence", "tracer_risk", "fused_p", "fused_message"
 and "escalation" (the message, or null).
 
@@ -70,8 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="answer length limit, at least 1 (default %(default)s)")
     p.add_argument("--system", default=None, help="system prompt for every turn (default: a task question gets its task's, the one the verifier was "
                         "built with; any other question gets none from mlx-sdm, as plain mlx-lm)")
-    p.add_argument("--explain", type=non_negative_int, default=DEFAULT_EXPLAIN, metavar="K",
-                   help="nearest exemplars to show, 0 or more (default %(default)s)")
+    p.add_argument("--explain", type=non_negative_int, default=None, metavar="K",
+                   help="print the evidence under the verdict's line (why, the numbers, the monitor's reading) with the "
+                        f"K nearest exemplars, 0 or more (without it: the line alone; --json keeps {DEFAULT_EXPLAIN})")
     p.add_argument("--no-second-look", action="store_true", help=NO_SECOND_LOOK_HELP)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     return p
@@ -118,24 +124,32 @@ def _payload(args, components, outcome) -> dict:
     }
 
 
-def _print_report(components, outcome) -> None:
+def _print_report(components, outcome, *, explain: bool = False) -> None:
+    """The verdict's line; with ``explain`` the evidence and the monitor's reading; an escalation always (what
+    departs from the usual turn is said, the usual is not)."""
     print()
     print("-" * 60)
     if outcome.prompt_note:
         print(f"note: {outcome.prompt_note}")
-    print(verdict_report(outcome.verdict))
+    print(verdict_report(outcome.verdict, explain=explain))
     if outcome.verdict.judged:
         if outcome.unverified_tail.strip():
             print(f"note: the verdict covers {outcome.judged_text.strip()!r} only; the rest was not checked")
-    print(format_monitor(outcome.monitor, outcome.escalation))
-    if outcome.decoded_with_head:
-        print(f"decoded with the SDM-network head {components.head_path} (the question is one of its tasks)")
-    rate = len(outcome.tokens) / outcome.generation_s if outcome.generation_s else 0.0
-    print(f"({len(outcome.tokens)} tokens, {rate:.1f} tokens/s, finish: {outcome.finish_reason})")
+    escalated = outcome.escalation is not None and outcome.escalation.escalated and outcome.escalation.message
+    if explain:
+        print(format_monitor(outcome.monitor, outcome.escalation))
+    elif escalated and outcome.escalation.action is not EscalationAction.PROCEED_WITH_LOG:
+        print(outcome.escalation.message)
+    if explain:
+        if outcome.decoded_with_head:
+            print(f"decoded with the SDM-network head {components.head_path} (the question is one of its tasks)")
+        rate = len(outcome.tokens) / outcome.generation_s if outcome.generation_s else 0.0
+        print(f"({len(outcome.tokens)} tokens, {rate:.1f} tokens/s, finish: {outcome.finish_reason})")
 
 
-def list_tasks(verifier: str | None) -> int:
-    """``--list-tasks``: what the verifier (default: the shipped one) covers, read from its verifier.json."""
+def list_tasks(verifier: str | None, command: str = "generate") -> int:
+    """``--list-tasks`` (``generate``'s and ``chat``'s): what the verifier (default: the shipped one) covers, read from
+    its verifier.json."""
     from pathlib import Path
 
     from mlx_sdm.usecases.loading import verification_off
@@ -143,14 +157,14 @@ def list_tasks(verifier: str | None) -> int:
     from mlx_sdm.resources import default_verifier_dir, resolve_artifact
 
     if verification_off(verifier):
-        print(f"mlx-sdm generate: --verifier {verifier} turns verification off, so there are no tasks to list; "
+        print(f"mlx-sdm {command}: --verifier {verifier} turns verification off, so there are no tasks to list; "
               "drop --verifier to list the default verifier's tasks, or pass --verifier DIR", file=sys.stderr)
         return 2
     folder = resolve_artifact(verifier) if verifier else default_verifier_dir()
     try:
         manifest = json.loads((Path(folder) / "verifier.json").read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
-        print(f"mlx-sdm generate: {folder}: cannot read verifier.json ({exc}); pass --verifier DIR", file=sys.stderr)
+        print(f"mlx-sdm {command}: {folder}: cannot read verifier.json ({exc}); pass --verifier DIR", file=sys.stderr)
         return 1
     coverage = read_coverage(manifest)
     print(f"verifier {folder}: {coverage.sentence()}")
@@ -181,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         components = load_components(args.model, verifier=args.verifier, head=args.head, quantized=args.quantized)
         # the monitor as the chat configures it (P(True) reuses the answer's KV cache: the question alone is
         # prefilled); no reflection is generated, so what is printed is the answer alone
-        options = TurnOptions(max_tokens=args.max_tokens, system_prompt=args.system, explain=args.explain,
+        options = TurnOptions(max_tokens=args.max_tokens, system_prompt=args.system, explain=DEFAULT_EXPLAIN if args.explain is None else args.explain,
                               enable_p_true=True, reuse_cache=False, generate_reflection=False,
                               second_look=not args.no_second_look)
         monitor = SessionMonitor("generate", MonitorConfig(), embedder=components.embedder)
@@ -206,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(_payload(args, components, outcome)))
     else:
-        _print_report(components, outcome)
+        _print_report(components, outcome, explain=args.explain is not None)
     return 0
 
 

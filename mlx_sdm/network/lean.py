@@ -10,7 +10,12 @@ The rule: the lean toward class c is **informative** when, on every evaluated sp
 shifted where there is one), the one-sided 95 % Clopper–Pearson lower bound of its precision is above the base
 rate of c on that split. Only then, and only for an answer whose nearest known answers support its prediction
 (q >= 1, Eq. 5; :attr:`DocumentVerdict.lean_informative`), do the verdict's words say which way it leans, with
-the measured precision.
+the measured precision, and those words stay in the evidence (the evidence view, ``--explain``, the JSON).
+
+A lean is a *word on the badge* ("leans right", "leans wrong") only under a stricter rule: besides being
+informative, a person acting on it must be right at least 4 times in 5, the one-sided 95 % lower bound of its
+precision at least :data:`LEAN_SHOWN_PRECISION` (0.80) on every split (:attr:`Lean.shown`; ``min_lower`` keeps the
+lowest split's bound). A lean measured before ``min_lower`` was kept is never a word on the badge.
 
 The counts are measured when a verifier is built (``build-verifier`` and ``--recipe`` builds write
 ``lean.json`` beside the estimator) from the same held-out rows as its Table 1 report.
@@ -31,6 +36,11 @@ LEAN_FORMAT_VERSION = 1
 LEAN_CONFIDENCE = 0.95
 #: The task key of a single-task verifier (no task routing).
 ANY_TASK = "*"
+#: A lean is a word on the badge ("leans right", "leans wrong") only where a person acting on it is right at least
+#: 4 times in 5: the one-sided 95 % lower bound of its precision is at least this on every evaluated split (held out
+#: and shifted), besides beating the base rate there (:attr:`Lean.shown`). Below it the lean's numbers stay in the
+#: evidence and the badge says "not verified".
+LEAN_SHOWN_PRECISION = 0.80
 
 
 @dataclass(frozen=True)
@@ -79,6 +89,16 @@ class Lean:
     lower: float
     leaned: int
     splits: tuple[str, ...] = ()
+    #: the lowest of the splits' lower bounds (:attr:`LeanCount.lower`); None: not measured (a lean.json written
+    #: before it was kept), and then the lean is never a word on the badge
+    min_lower: float | None = None
+
+    @property
+    def shown(self) -> bool:
+        """The lean is worth a word on the badge: it beats the base rate on every split and its precision's lower
+        bound is at least :data:`LEAN_SHOWN_PRECISION` on every split (a person acting on it is right at least 4
+        times in 5)."""
+        return self.informative and self.min_lower is not None and self.min_lower >= LEAN_SHOWN_PRECISION
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "splits": list(self.splits)}
@@ -87,9 +107,10 @@ class Lean:
     def from_dict(cls, data: Mapping[str, Any] | None) -> "Lean | None":
         if not data:
             return None
-        precision = data.get("precision")
+        precision, min_lower = data.get("precision"), data.get("min_lower")
         return cls(int(data["judged"]), bool(data["informative"]), None if precision is None else float(precision),
-                   float(data["base_rate"]), float(data["lower"]), int(data["leaned"]), tuple(data.get("splits") or ()))
+                   float(data["base_rate"]), float(data["lower"]), int(data["leaned"]), tuple(data.get("splits") or ()),
+                   None if min_lower is None else float(min_lower))
 
     @classmethod
     def measure(cls, counts: Sequence[LeanCount]) -> "Lean":
@@ -98,7 +119,7 @@ class Lean:
             raise ValueError("a lean needs at least one evaluated split")
         first = counts[0]
         return cls(first.judged, all(c.beats_base_rate for c in counts), first.precision, first.base_rate, first.lower,
-                   first.leaned, tuple(c.split for c in counts))
+                   first.leaned, tuple(c.split for c in counts), min(c.lower for c in counts))
 
     def words(self) -> str:
         """The measured lean in words ("60 % of the 60 held-out answers it leaned right on were right, against 22 % of

@@ -155,6 +155,12 @@ class DocumentVerdict:
                 and self.lean.judged == int(self.verdict.prediction) and int(self.verdict.q) > 0)
 
     @property
+    def lean_shown(self) -> bool:
+        """Its lean is a word on the badge: :attr:`lean_informative`, and a person acting on it is right at least 4
+        times in 5 (:attr:`Lean.shown`, network/lean.py). Otherwise the lean's numbers stay in the evidence."""
+        return self.lean_informative and self.lean is not None and self.lean.shown
+
+    @property
     def open_question(self) -> bool:
         """Judged as an everyday open question (d = 0 then means a question unlike those it was built on)."""
         return self.task == OPEN_QUESTIONS

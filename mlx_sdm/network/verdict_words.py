@@ -1,9 +1,19 @@
 """What a person reads of a verdict: the one presentation module of :class:`DocumentVerdict`. Every front end
-says a verdict through it and adds no words of its own: the TUI's badge and evidence view
-(:func:`verdict_words`), ``chat --plain`` (:func:`verdict_lines`) and the Markdown export (:func:`verdict_line`), ``generate``
-(:func:`verdict_report`; ``--json``: :func:`verdict_json`), the server (:func:`verdict_words`,
-:func:`stopped_words`) and ``verify`` on texts (:func:`verdict_json`). Each sentence is true of the numbers
-behind it (docs/method.md, "Reading a verdict"; tests/test_verdict_words.py checks it over generated verdicts).
+says a verdict through it and adds no words of its own. Each verdict has three things to read:
+
+- the **badge** (the TUI's line under an answer): a mark, the state and a few words of why, no numbers;
+- the **line** (:attr:`VerdictWords.line`): one short sentence, at most about 20 words, free of the estimator's terms,
+  saying what a person can do with the answer. It is the same everywhere a verdict is said in one line: the TUI
+  evidence's first line, ``chat --plain`` (:func:`verdict_lines`), the Markdown export (:func:`verdict_line`),
+  ``generate`` (:func:`verdict_report`), the server's ``verdict.reason`` (:func:`verdict_words`, :data:`STOPPED`);
+- the **sentence** (:attr:`VerdictWords.sentence`): the evidence, why in full with its numbers (q, d, p_lower, the
+  lean's measurement, the router's reading): behind the evidence view (``ctrl+b``/``v``), ``generate --explain``, and
+  the JSON's ``explanation``.
+
+A lean ("leans right", "leans wrong") is a word on the badge and in the line only where
+:attr:`DocumentVerdict.lean_shown` (network/lean.py: right at least 4 times in 5); a lean that only beats the base
+rate is said in the sentence alone. Each sentence is true of the numbers behind it (docs/method.md, "Reading a
+verdict"; tests/test_verdict_words.py checks it over generated verdicts).
 """
 
 from __future__ import annotations
@@ -32,15 +42,16 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class VerdictWords:
-    """What a person reads about a verdict: its state, the one-line badge and one plain sentence."""
+    """What a person reads about a verdict: its state, the badge, the one short line and the evidence's sentence."""
 
     status: VerdictStatus
-    badge: str  # e.g. "✔ verified · p_lower 0.973"
-    sentence: str  # opens with the state in words ("Not verified: ...")
+    badge: str  # e.g. "✔ verified", "? not verified · cannot tell": no numbers
+    line: str  # the one short line (<= about 20 words, no jargon): "Verified: answers like this are right ..."
+    sentence: str  # the evidence: why in full, with the numbers; opens with the state in words ("Not verified: ...")
 
     @property
     def short(self) -> str:
-        """The badge without its mark: "verified · p_lower 0.973"."""
+        """The badge without its mark: "verified", "not verified · cannot tell"."""
         return self.badge.split(" ", 1)[1] if " " in self.badge else self.badge
 
 
@@ -90,7 +101,7 @@ def _judged_words(dv: DocumentVerdict, alpha: float) -> tuple[str, str]:
     v, reason, lean = dv.verdict, dv.reason, dv.lean_informative
     assert v is not None
     if reason is None:
-        return (f"p_lower {v.p_lower:.3f}",
+        return ("",
                 f"Verified: calibrated lower probability {v.p_lower:.3f} that this answer is right (at least "
                 f"{alpha:.2f} required); the {v.q} most similar known answers were all correct and judged so.")
     if reason == REASON_PREDICTED_UNACCEPTABLE:
@@ -120,10 +131,17 @@ def _judged_words(dv: DocumentVerdict, alpha: float) -> tuple[str, str]:
     if not lean:
         return ("cannot tell", f"Not verified: its calibrated confidence (q = {v.q}, d = {v.d:.3f}) does not reach the "
                                f"{alpha:.2f} it needs to vouch for this answer, and {_no_lean_words(dv)}.")
-    return (f"leans {_answer_words(v.prediction)}",
+    return (_lean_badge(dv),
             f"Not verified: its calibrated confidence (q = {v.q}, d = {v.d:.3f}) does not reach the {alpha:.2f} it "
             f"needs to vouch for this answer, but it leans toward it being {_answer_words(v.prediction)}, and that "
             f"lean is measured: {dv.lean.words()}.")
+
+
+def _lean_badge(dv: DocumentVerdict) -> str:
+    """The badge's words for a lean the sentence says: the lean itself only where it is a word on the badge
+    (:attr:`DocumentVerdict.lean_shown`: right at least 4 times in 5), else "cannot tell"."""
+    assert dv.verdict is not None
+    return f"leans {_answer_words(dv.verdict.prediction)}" if dv.lean_shown else "cannot tell"
 
 
 def _region_words(v: "Verdict", alpha: float) -> str:
@@ -152,7 +170,7 @@ def _admits_nothing_words(dv: DocumentVerdict, alpha: float) -> tuple[str, str]:
     lean = _answer_words(v.prediction)
     known = "correct" if int(v.prediction) == ACCEPTABLE else "incorrect"
     evidence = f"; the {v.q} most similar known answers were {known} and judged so"  # q >= 1: lean_informative
-    return (f"leans {lean}", f"Not verified: {nothing}. It leans toward this answer being {lean}, and that lean is "
+    return (_lean_badge(dv), f"Not verified: {nothing}. It leans toward this answer being {lean}, and that lean is "
                              f"measured: {dv.lean.words()}{evidence}.")
 
 
@@ -185,22 +203,32 @@ def _clip(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+#: The short lines of the verdicts no estimator made (:attr:`VerdictWords.line`).
+LINE_EMPTY = "Not verified: the model gave an empty answer."
+LINE_SECOND_LOOK_OFF = "Not verified: checking this needs the second look, which --no-second-look turned off."
+LINE_NO_CHECKABLE_ANSWER = "Out of scope: this message has no short answer that can be checked, so nothing was checked."
+LINE_NOT_A_TASK = "Out of scope: the verifier does not check this kind of question, so nothing was checked."
+#: The short line of an answer the verifier cannot tell about: what a person can do with it.
+LINE_CANNOT_TELL = "Not verified: the verifier cannot tell whether this answer is right; check it yourself."
+
+
 def verdict_words(verdict: DocumentVerdict) -> VerdictWords:
-    """The words of a verdict: its badge and one sentence. The chat, ``generate``, plain chat, the server and
-    export all show these and nothing else."""
+    """The words of a verdict: its badge, its short line and the evidence's sentence. The chat, ``generate``, plain
+    chat, the server and export all show these and nothing else."""
     status = verdict.status
     if status is VerdictStatus.NO_VERIFIER:
-        return VerdictWords(status, f"· no verifier · {verdict.why}", f"No verifier: {verdict.why}.")
+        return VerdictWords(status, f"· no verifier · {verdict.why}", f"No verifier: {verdict.why}; nothing was checked.",
+                            f"No verifier: {verdict.why}.")
     if verdict.verdict is None and verdict.unjudged == REASON_EMPTY_ANSWER:
-        return VerdictWords(status, "✘ not verified · empty answer",
+        return VerdictWords(status, "✘ not verified · empty answer", LINE_EMPTY,
                             "Not verified: the model produced an empty answer; there is nothing to verify.")
     if verdict.verdict is None and verdict.unjudged == REASON_SECOND_LOOK_OFF:
-        return VerdictWords(status, "? not verified · second look off",
+        return VerdictWords(status, "? not verified · second look off", LINE_SECOND_LOOK_OFF,
                             "Not verified: this verifier judges an everyday answer from more answers the model draws to "
                             "the same question (the second look), which is turned off, so it makes no judgement; "
                             "without --no-second-look it would.")
     if verdict.verdict is None and verdict.unjudged == REASON_NO_CHECKABLE_ANSWER:
-        return VerdictWords(status, "○ out of scope · no checkable answer",
+        return VerdictWords(status, "○ out of scope · no checkable answer", LINE_NO_CHECKABLE_ANSWER,
                             "Out of scope: this message has no short answer that can be checked (the question router "
                             f"reads it as a greeting, a request for writing, advice or a how-to{_probability(verdict)}), "
                             f"so the verifier makes no judgement. {verdict.coverage.sentence()}")
@@ -208,7 +236,7 @@ def verdict_words(verdict: DocumentVerdict) -> VerdictWords:
         routed = verdict.route is not None and verdict.route.probability is not None
         why = ("the question router reads it as none of the kinds of question the verifier covers" if routed else
                "this question starts none of the task instructions the verifier was built on")
-        return VerdictWords(status, "○ out of scope · not one of the verifier's tasks",
+        return VerdictWords(status, "○ out of scope · not one of the verifier's tasks", LINE_NOT_A_TASK,
                             f"Out of scope: {why}, so it makes no judgement. {verdict.coverage.sentence()}")
     if verdict.admits_nothing and status is VerdictStatus.NOT_VERIFIED:
         short, sentence = _admits_nothing_words(verdict, verdict.alpha)
@@ -216,10 +244,31 @@ def verdict_words(verdict: DocumentVerdict) -> VerdictWords:
         short, sentence = _judged_words(verdict, verdict.alpha)
     sentence += _route_words(verdict)
     if status is VerdictStatus.NOT_VERIFIED:
-        region = _region_words(verdict.verdict, verdict.alpha)
-        if region:
-            short, sentence = f"{short} · region α {verdict.verdict.region_alpha_lower:.2f}", sentence + region
-    return VerdictWords(status, f"{_mark(verdict, status)} {status.words} · {short}", sentence)
+        sentence += _region_words(verdict.verdict, verdict.alpha)
+    badge = f"{_mark(verdict, status)} {status.words}" + (f" · {short}" if short else "")
+    return VerdictWords(status, badge, _judged_line(verdict, status), sentence)
+
+
+def _judged_line(dv: DocumentVerdict, status: VerdictStatus) -> str:
+    """The short line of a verdict the estimator made: what a person can do with the answer, read off the same
+    state and reason as the sentence, with no numbers but the promise it keeps (α′, the 4-in-5 of a shown lean)."""
+    v = dv.verdict
+    assert v is not None
+    if status is VerdictStatus.VERIFIED:
+        return f"Verified: answers like this are right at least {100 * dv.alpha:.0f} % of the time."
+    if status is VerdictStatus.OUT_OF_SCOPE:
+        return "Out of scope: this is unlike anything the verifier was built on, so nothing was checked."
+    if dv.reason == REASON_PREDICTED_UNACCEPTABLE:
+        return "Likely wrong: the verifier is confident this answer is wrong; do not rely on it."
+    if dv.reason == REASON_OUT_OF_DISTRIBUTION and unlike_built_on(v):
+        return "Not verified: this answer is unlike the answers the verifier knows for this task; check it yourself."
+    if dv.lean_shown and int(v.prediction) == ACCEPTABLE:
+        return "Not verified, but likely right: when the verifier leans right like this, it is right at least 4 times in 5."
+    if dv.lean_shown:
+        return "Likely wrong: when the verifier leans wrong like this, it is right at least 4 times in 5; check it."
+    if dv.admits_nothing:
+        return "Not verified: on this model the verifier cannot check answers like this; check it yourself."
+    return LINE_CANNOT_TELL
 
 
 #: The badge's marks: vouched for, likely wrong (the numbers say so), cannot tell, out of scope.
@@ -227,8 +276,9 @@ MARK_VERIFIED, MARK_WRONG, MARK_CANNOT_TELL, MARK_OUT_OF_SCOPE = "✔", "✘", "
 
 
 def _mark(verdict: DocumentVerdict, status: VerdictStatus) -> str:
-    """✘ only where the calibrated numbers call the answer wrong (admitted as wrong, or a lean toward wrong measured
-    to beat the base rate) or the answer is unlike the task's answers; "?" where the verifier cannot tell."""
+    """✘ only where the calibrated numbers call the answer wrong (admitted as wrong, or a lean toward wrong that is a
+    word on the badge: :attr:`DocumentVerdict.lean_shown`) or the answer is unlike the task's answers; "?" where the
+    verifier cannot tell."""
     if status is VerdictStatus.VERIFIED:
         return MARK_VERIFIED
     if status is VerdictStatus.OUT_OF_SCOPE:
@@ -238,30 +288,23 @@ def _mark(verdict: DocumentVerdict, status: VerdictStatus) -> str:
         return MARK_WRONG  # an empty answer, or admitted as wrong
     if verdict.reason == REASON_OUT_OF_DISTRIBUTION and unlike_built_on(v):
         return MARK_WRONG  # a task's question answered unlike any of the task's answers
-    if verdict.lean_informative and int(v.prediction) != ACCEPTABLE:
+    if verdict.lean_shown and int(v.prediction) != ACCEPTABLE:
         return MARK_WRONG
     return MARK_CANNOT_TELL
 
 
 def verdict_line(verdict: DocumentVerdict | None) -> str:
-    """One line naming the verdict's state and badge, with the numbers when there are any: what the plain chat
-    prints under an answer and the Markdown export writes (None: the turn made no verdict)."""
+    """The verdict in one line, ``verdict: `` and its short line (:attr:`VerdictWords.line`): what the plain chat prints
+    under an answer and the Markdown export writes (None: the turn made no verdict). The numbers are not on it: they
+    are the evidence's (:func:`verdict_report` with ``explain``, :func:`verdict_json`, the export's exemplars)."""
     if verdict is None:
         return "verdict: none"
-    words = verdict_words(verdict)
-    detail: str | None = words.short.split(" · ", 1)[-1]  # why (not verified, out of scope), or the badge's p_lower
-    judged = verdict.verdict
-    # p_lower only where there is one: with no calibrated region it has no value, and "n/a" would say nothing
-    p_lower = "" if judged is None or judged.p_lower is None else f"p_lower={_num(judged.p_lower)} "
-    numbers = None if judged is None else f"{p_lower}q={judged.q} d={_num(judged.d)} q_bin={judged.q_bin}"
-    if numbers is not None and detail is not None and detail.startswith("p_lower"):
-        detail = None  # the numbers say it: no second p_lower on the line
-    return " · ".join(part for part in (f"verdict: {words.status.words.upper()}", detail, numbers) if part)
+    return f"verdict: {verdict_words(verdict).line}"
 
 
 def verdict_lines(verdict: DocumentVerdict | None) -> list[str]:
-    """What the plain chat prints under an answer: :func:`verdict_line`, then the verdict's sentence."""
-    return [verdict_line(verdict)] + ([] if verdict is None else [verdict_words(verdict).sentence])
+    """What the plain chat prints under an answer: :func:`verdict_line`, one line."""
+    return [verdict_line(verdict)]
 
 
 def exemplar_lines(verdict: DocumentVerdict | None) -> list[str]:
@@ -275,11 +318,15 @@ def exemplar_lines(verdict: DocumentVerdict | None) -> list[str]:
     return out
 
 
-def verdict_report(verdict: DocumentVerdict) -> str:
-    """A verdict as ``generate`` prints it: the state and its one sentence, the numbers, then the nearest
-    exemplars by what tells them apart (network/evidence.py)."""
+def verdict_report(verdict: DocumentVerdict, *, explain: bool = False) -> str:
+    """A verdict as ``generate`` prints it: its one line (:func:`verdict_line`); with ``explain`` (``--explain``) the
+    evidence under it: the sentence of why, the numbers, then the nearest exemplars by what tells them apart
+    (network/evidence.py)."""
+    lines = [verdict_line(verdict)]
+    if not explain:
+        return "\n".join(lines)
     words = verdict_words(verdict)
-    lines = [f"verdict: {words.status.words.upper()}", words.sentence]
+    lines.append(f"evidence: {words.sentence}")
     judged = verdict.verdict
     if judged is None:
         return "\n".join(lines)
@@ -300,14 +347,16 @@ def verdict_report(verdict: DocumentVerdict) -> str:
 
 
 def verdict_json(verdict: DocumentVerdict) -> dict[str, Any]:
-    """The verdict's stored fields (:meth:`DocumentVerdict.to_dict`) with its words, ``explanation`` (the sentence)
-    and ``badge``: what ``generate --json`` and ``verify`` on texts print."""
+    """The verdict's stored fields (:meth:`DocumentVerdict.to_dict`) with its words: ``line`` (the short line),
+    ``explanation`` (the evidence's sentence, with its numbers) and ``badge``: what ``generate --json`` and ``verify``
+    on texts print."""
     words = verdict_words(verdict)
-    return {**verdict.to_dict(), "explanation": words.sentence, "badge": words.badge}
+    return {**verdict.to_dict(), "line": words.line, "explanation": words.sentence, "badge": words.badge}
 
 
 #: The words of an answer stopped before it was finished: nothing was judged (the server's stopped answer).
 STOPPED = VerdictWords(VerdictStatus.NOT_VERIFIED, "✘ not verified · stopped",
+                       "Not verified: the answer was stopped before it was finished.",
                        "Not verified: the answer was stopped before it was finished.")
 
 

@@ -1,5 +1,5 @@
-"""A verdict as the server sends it, at the JSON edge: the turn's :class:`DocumentVerdict` with its badge and
-sentence (:mod:`mlx_sdm.network.verdict_words`), the calibrated numbers (null when no estimator judged the answer),
+"""A verdict as the server sends it, at the JSON edge: the turn's :class:`DocumentVerdict` with its badge, its short
+line as ``reason`` and the evidence's sentence as ``explanation`` (:mod:`mlx_sdm.network.verdict_words`), the calibrated numbers (null when no estimator judged the answer),
 the nearest exemplars and the verifier that judged it; or, for an answer stopped before it was finished, the words
 of a stopped answer (nothing was judged)."""
 
@@ -32,5 +32,5 @@ def verdict_body(verdict: DocumentVerdict | None, verifier: str | None) -> dict[
 
 def _body(words: VerdictWords, code: str | None, numbers: dict[str, Any] | None, verifier: str | None) -> dict[str, Any]:
     numbers = numbers or {"p_lower": None, "q": None, "d": None, "q_bin": None, "prediction": None, "exemplars": []}
-    return {"status": words.status.value, "verified": words.status is VerdictStatus.VERIFIED, "reason": words.sentence,
-            "reason_code": code, "badge": words.badge, **numbers, "verifier": verifier}
+    return {"status": words.status.value, "verified": words.status is VerdictStatus.VERIFIED, "reason": words.line,
+            "explanation": words.sentence, "reason_code": code, "badge": words.badge, **numbers, "verifier": verifier}

@@ -19,7 +19,7 @@ from mlx_sdm.monitor.session_file.writer import write_session_jsonl, write_sessi
 from mlx_sdm.monitor.session_file.provenance import Provenance
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.verdict import VerdictStatus
-from mlx_sdm.network.verdict_words import exemplar_lines, verdict_line
+from mlx_sdm.network.verdict_words import exemplar_lines, verdict_line, verdict_words
 from mlx_sdm.store.chat_store import ChatStore
 from mlx_sdm.store.records import MessageRecord
 
@@ -66,6 +66,8 @@ def _message_markdown(m: MessageRecord) -> list[str]:
     out.append(f"> {verdict_line(m.verdict)}  ")
     out.append(f"> {monitor_line(m.monitor)}")
     out.append("")
+    if m.verdict is not None and m.verdict.judged:  # the evidence behind the line: why in full, with its numbers
+        out += [f"Evidence: {verdict_words(m.verdict).sentence}", ""]
     exemplars = exemplar_lines(m.verdict)
     if exemplars:
         out += ["Nearest training exemplars:", "", *exemplars, ""]

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
+from mlx_sdm.lm.decoding import Decoding
 from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.lm.prompt import FittedPrompt
 
@@ -125,6 +126,7 @@ def stream_answer(
     top_logprobs: TopLogprobs | None = None,
     on_prefill: Callable[[int, int], None] | None = None,
     keep_last: int = 0,
+    decoding: Decoding | None = None,
 ) -> Iterator[TokenPiece | GeneratedAnswer]:
     """Stream one answer: its :class:`TokenPiece` s (of ``phase``), then the :class:`GeneratedAnswer`.
     ``stop`` (a ``threading.Event``) set while a piece is handled ends generation at that token (the stop key).
@@ -135,7 +137,8 @@ def stream_answer(
     ``top_logprobs``: a recorder of the most likely tokens at each position (the server's ``top_logprobs``).
     ``on_prefill(done, total)``: prompt tokens prefilled so far (mlx-lm's ``prompt_progress_callback``).
     The conversation is fitted into the context left after ``max_tokens`` (``lm.prompt.fit_prompt``; the last
-    ``keep_last`` messages are never cut), unless ``prompt`` holds it fitted already (the turn's plan)."""
+    ``keep_last`` messages are never cut), unless ``prompt`` holds it fitted already (the turn's plan). ``decoding``:
+    mlx-lm's sampler and logits processors (``lm.decoding``), in place of greedy or ``temperature``."""
     from mlx_sdm.lm.generation import GenerationConfig
     from mlx_sdm.lm.prompt import fit_prompt, splice_cached
 
@@ -145,10 +148,8 @@ def stream_answer(
     if keep_cache and prefix is not None:  # the previous answer in the tokens the cache holds (splice_cached)
         full_ids = splice_cached(lm.tokenizer, prefix.ids, full_ids)
     start = _Start.of(lm, full_ids, max_tokens, keep_cache, prefix)
-    sampler = _sampler(temperature)
-    if top_logprobs is not None and top_logprobs.k > 0:
-        sampler = top_logprobs.wrap(sampler)
-    extra: dict[str, Any] = {"prompt_cache": start.cache} if start.cache is not None else {}
+    sampler, extra = _decode_with(decoding, temperature, top_logprobs)
+    extra.update({"prompt_cache": start.cache} if start.cache is not None else {})
     extra.update({"prompt_progress_callback": on_prefill} if on_prefill is not None else {})
     config = GenerationConfig(max_tokens=max_tokens, sampler=sampler, delimiter=delimiter,
                               stop_at_delimiter=stop_at_delimiter, extra=extra)
@@ -175,6 +176,21 @@ def generate_answer(lm: LoadedModel, messages: list[dict], **kwargs: Any) -> Gen
         pass
     assert isinstance(item, GeneratedAnswer)
     return item
+
+
+def _decode_with(decoding: Decoding | None, temperature: float,
+                 top_logprobs: TopLogprobs | None) -> tuple[Any, dict[str, Any]]:
+    """The sampler (None: greedy) and mlx-lm's ``generate_step`` keywords of this decoding (its logits processors);
+    a decoding with a seed seeds MLX's generator, so the same conversation gets the same sampled answer."""
+    sampler = _sampler(temperature) if decoding is None else decoding.sampler()
+    if decoding is not None and decoding.seed is not None:
+        import mlx.core as mx
+
+        mx.random.seed(decoding.seed)
+    if top_logprobs is not None and top_logprobs.k > 0:
+        sampler = top_logprobs.wrap(sampler)
+    processors = decoding.logits_processors() if decoding is not None else []
+    return sampler, ({"logits_processors": processors} if processors else {})
 
 
 def _sampler(temperature: float) -> Any:

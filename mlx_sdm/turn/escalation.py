@@ -9,7 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
-from mlx_sdm.monitor.online.auq_escalation import EscalationAction, UncertaintyLevel, UncertaintyPolicy
+from mlx_sdm.monitor.online.auq_escalation import (
+    EscalationAction,
+    UncertaintyLevel,
+    UncertaintyPolicy,
+    departs_from_usual,
+)
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.verdict import REASON_ADMITS_NOTHING, DocumentVerdict, VerdictStatus
 
@@ -70,6 +75,12 @@ class Escalation:
     def escalated(self) -> bool:
         """Something to tell the user (logged, paused or aborted)."""
         return self.action is not EscalationAction.PROCEED
+
+    @property
+    def unusual(self) -> bool:
+        """The turn departs from what is usual, so its monitor reading, its log line and its place in the review
+        queue are news worth a line under the answer (the rule: :func:`departs_from_usual`)."""
+        return departs_from_usual(self.action, self.level)
 
 
 def _fmt(x: float | None) -> str:

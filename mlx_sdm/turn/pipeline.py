@@ -65,6 +65,7 @@ from mlx_sdm.network.verdict import (
     REASON_SECOND_LOOK_OFF,
     DocumentVerdict,
 )
+from mlx_sdm.lm.decoding import NO_REPEAT, WRITING, Decoding
 from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.lm.prompt import FittedPrompt, fit_prompt, render_prompt
 from mlx_sdm.turn.answer import GeneratedAnswer, PrefixCache, TopLogprobs, settle_prefix, stream_answer
@@ -252,7 +253,7 @@ class TurnPipeline:
         options = request.options
         started = time.perf_counter()
         since, first_token_s = (started if request.received is None else request.received), None
-        for item in self._generate(plan, options, stop, prefix, on_prefill):
+        for item in self._answer_once_more_if_repeated(request, plan, options, stop, prefix, on_prefill):
             if isinstance(item, GeneratedAnswer):
                 gen = item
                 break
@@ -457,8 +458,54 @@ class TurnPipeline:
         return sample_after_answer(lm, list(prompt.ids), answer_ids, **spec.sampling())
 
     # -- steps ----------------------------------------------------------------------------------
+    def _answer_once_more_if_repeated(self, request: TurnRequest, plan: TurnPlan, options: TurnOptions,
+                                      stop: threading.Event, prefix: PrefixCache | None,
+                                      on_prefill: PrefillCallback | None) -> Iterator[TokenPiece | GeneratedAnswer]:
+        """The answer's stream; a follow-up never returns the previous answer verbatim. While the answer is still the
+        previous assistant answer's beginning its pieces are held back (flushed once it departs from it); an answer
+        that ends as that answer word for word is dropped unseen and asked once more, from a fresh prefill, with
+        :data:`~mlx_sdm.lm.decoding.NO_REPEAT` (mlx-lm's repetition penalty over a context that holds it)."""
+        previous = _previous_answer(request.messages)
+        stream = self._generate(plan, options, stop, prefix, on_prefill)
+        if not previous:
+            yield from stream
+            return
+        held: list[TokenPiece] = []
+        so_far: str | None = ""  # the answer's text while it is the previous answer's beginning (None: it departed)
+        for item in stream:
+            if isinstance(item, GeneratedAnswer):
+                if item.cancelled or item.text.strip() != previous:
+                    yield from held
+                    yield item
+                    return
+                item.release()  # the repeat: its cache is dropped, the retry prefills afresh
+                break
+            if so_far is not None:
+                so_far += item.text
+                if not so_far.strip():  # leading blanks: nothing to compare yet
+                    yield item
+                    continue
+                if previous.startswith(so_far.strip()):
+                    held.append(item)
+                    continue
+                so_far = None
+            yield from held
+            held = []
+            yield item
+        yield from self._generate(plan, options, stop, None, on_prefill, decoding=NO_REPEAT)
+
+    def _decoding(self, plan: TurnPlan, options: TurnOptions) -> Decoding | None:
+        """:data:`~mlx_sdm.lm.decoding.WRITING` for a writing turn: one the router reads as having no checkable
+        answer, or out of the loaded verifier's scope (nothing is judged, so no verdict is calibrated on greedy
+        answers); None (greedy, or ``options.temperature``: a regenerated answer) for task and everyday turns."""
+        if options.temperature > 0 or plan.judge or self.components.verifier is None:
+            return None
+        writing = plan.route.how in (RouteKind.NO_CHECKABLE_ANSWER, RouteKind.NOT_COVERED)
+        return WRITING if writing else None
+
     def _generate(self, plan: TurnPlan, options: TurnOptions, stop: threading.Event, prefix: PrefixCache | None,
-                  on_prefill: PrefillCallback | None) -> Iterator[TokenPiece | GeneratedAnswer]:
+                  on_prefill: PrefillCallback | None, *,
+                  decoding: Decoding | None = None) -> Iterator[TokenPiece | GeneratedAnswer]:
         top = TopLogprobs(options.top_logprobs) if options.top_logprobs > 0 else None
         delimiter = self._delimiter_for(plan.route) if plan.judge else "end_of_turn"  # an unjudged answer: whole
         return stream_answer(
@@ -467,7 +514,7 @@ class TurnPipeline:
             head=plan.head, stop=stop, features=True, keep_cache=True, delimiter=delimiter,
             prefix=prefix if options.reuse_cache else None,
             stop_at_delimiter=options.stop_at_judged_unit and plan.judge,
-            top_logprobs=top, on_prefill=on_prefill,
+            top_logprobs=top, on_prefill=on_prefill, decoding=decoding or self._decoding(plan, options),
         )
 
     def _monitor(self, monitor: TurnMonitor, plan: TurnPlan, gen: GeneratedAnswer, tool_calls: tuple[ToolCall, ...],
@@ -500,3 +547,11 @@ class TurnPipeline:
                              temperature=options.temperature, head=None, stop=stop, phase="reflection",
                              features=False, keep_cache=prefix is not None, prefix=prefix,
                              delimiter=delimiter, keep_last=2)
+
+
+def _previous_answer(messages: Sequence[ChatMessage]) -> str:
+    """The last assistant answer before this turn's question, stripped ("" on a first turn)."""
+    for message in reversed(list(messages)[:-1]):
+        if message.get("role") == "assistant":
+            return str(message.get("content") or "").strip()
+    return ""

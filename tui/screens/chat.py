@@ -97,6 +97,24 @@ def coverage_text(coverage: VerifierCoverage) -> str:
     return "\n".join(lines)
 
 
+#: At most this many lines greet a new chat (the task list is behind f3 and ``mlx-sdm chat --list-tasks``).
+WELCOME_LINES = 5
+
+
+def welcome_text(coverage: VerifierCoverage) -> str:
+    """What a new chat opens with, in at most :data:`WELCOME_LINES` short lines: what the badges mean and where the
+    task list is (f3, ``--list-tasks``); the list itself is :func:`coverage_text`."""
+    everyday = any(task.name == OPEN_QUESTIONS for task in coverage.tasks)
+    tasks = [task for task in coverage.tasks if task.name != OPEN_QUESTIONS]
+    checks = (f"{len(tasks)} task{'s' if len(tasks) != 1 else ''}" + (" and everyday questions with a short answer"
+                                                                        if everyday else ""))
+    return "\n".join([
+        "Ask anything. Under each answer a badge says whether it was checked: ✔ verified, ✘ or ? not verified,",
+        "○ out of scope (nothing to check). ctrl+b shows why, and the numbers behind it.",
+        f"This verifier checks {checks}: f3 lists them with an example each.",
+    ])
+
+
 class ChatScreen(Screen):
     @dataclass
     class CallFailed(Message):
@@ -113,7 +131,8 @@ class ChatScreen(Screen):
         Binding("escape", "stop", "Stop", show=True),
         Binding("ctrl+t", "toggle_monitor", "Monitor", show=True),
         Binding("ctrl+y", "copy", "Copy", show=True),
-        Binding("ctrl+b,f2", "evidence", "Evidence", show=True),  # f2: inside tmux, whose prefix is ctrl+b
+        # priority: the evidence wherever the focus is in the chat (the input, a message, the monitor panel)
+        Binding("ctrl+b,f2", "evidence", "Evidence", show=True, priority=True),  # f2: inside tmux (prefix ctrl+b)
         Binding("tab", "focus_stop(1)", "Next", show=False),
         Binding("shift+tab", "focus_stop(-1)", "Previous", show=False),
     ]
@@ -205,7 +224,7 @@ class ChatScreen(Screen):
             self._set_title("New chat")
             log.anchor()
             if self.bridge.coverage().tasks:
-                await self.show_coverage()
+                await self.show_welcome()
             return
         store = self.bridge.store
         self._set_title(store.get_session(session_id).title)
@@ -238,9 +257,13 @@ class ChatScreen(Screen):
         prompt.focus()
 
     async def show_coverage(self) -> None:
-        """A system note: what the loaded verifier covers (tasks, one example prompt each)."""
+        """A system note: what the loaded verifier covers (tasks, one example prompt each): f3, the palette."""
         text = coverage_text(self.bridge.coverage())
         await self.chat_log.add(MessageBubble("system", text, title="verifier · coverage"))
+
+    async def show_welcome(self) -> None:
+        """A new chat's few lines (:func:`welcome_text`); the task list is behind f3."""
+        await self.chat_log.add(MessageBubble("system", welcome_text(self.bridge.coverage()), title="verifier · welcome"))
 
     def rename_current(self, title: str) -> None:
         if self.session_id is not None:
@@ -427,7 +450,7 @@ class ChatScreen(Screen):
         if status.state == "ready" and self.active is not None:  # sent while loading: answered now
             self._show_turn_started(self.active, loading=False)
         if status.state == "ready" and self.session_id is None and self.bridge.coverage().tasks:
-            await self.show_coverage()  # a new chat starts by saying what can be verified
+            await self.show_welcome()  # a new chat starts by saying, in a few lines, what can be verified
 
     async def _finished(self, receipt: TurnReceipt | None) -> None:
         """The turn's receipt arrived (None: it failed before it made one; its error was shown)."""

@@ -100,6 +100,9 @@ class ChatLog(VerticalScroll):
         Binding("home", "message_end(0)", "First message", show=False, priority=True),
         Binding("end", "message_end(-1)", "Last message", show=False, priority=True),
         Binding("enter", "message_evidence", "Evidence", show=False, priority=True),
+        # v on a focused message or its badge: the full evidence screen (Tab focuses the message, not the badge, and
+        # a character typed on a message goes to the input, so without this v would be typed there)
+        Binding("v", "message_full_evidence", "Full evidence", show=False, priority=True),
     ]
 
     async def add(self, widget: Widget) -> None:
@@ -156,6 +159,12 @@ class ChatLog(VerticalScroll):
         if bubble is None or bubble.badge is None:
             raise SkipAction()
         bubble.badge.action_toggle()
+
+    def action_message_full_evidence(self) -> None:
+        bubble = self.focused_message()
+        if bubble is None or bubble.badge is None or not bubble.badge.expandable:
+            raise SkipAction()  # the input (or nothing with evidence) has the keyboard: v is text
+        bubble.badge.action_full()
 
     def _scroll_or_skip(self, scroll: Callable[[], None]) -> None:
         """No message has the keyboard: the log scrolls when it has it itself, else the key goes on."""

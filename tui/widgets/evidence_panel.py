@@ -1,4 +1,4 @@
-"""The evidence behind a verdict in words: the state and why, the nearest training exemplars (text, label in
+"""The evidence behind a verdict in words: its one short line, then why in full with its numbers, the nearest training exemplars (text, label in
 words); the raw numbers (the prediction, p_lower, q, d, ⌊q̃⌋, softmax) only in the full-screen view (``v``)."""
 
 from __future__ import annotations
@@ -20,16 +20,18 @@ INLINE_ID_WIDTH = 24
 
 
 def evidence_renderable(verdict: DocumentVerdict, *, text_width: int = EXEMPLAR_TEXT_WIDTH, raw: bool = False) -> Group:
-    """A Rich renderable for a verdict: the state and its sentence (``verdict_words``), the shared
+    """A Rich renderable for a verdict: its short line, then the evidence's sentence (``verdict_words``), the shared
     instruction once, each exemplar by what tells it apart (question, answer, label in words); ``raw``: then the
     numbers for those who want them (else a hint where to find them)."""
     words = verdict_words(verdict)
     judged = verdict.verdict  # None: no estimator judgement (not one of the verifier's tasks, an empty answer)
-    state, _, rest = words.sentence.partition(":")
+    state, _, rest = words.line.partition(":")
     head = Text()
     head.append(state + ":", style="bold")
     head.append(rest)
     parts: list[Any] = [head]
+    if words.sentence != words.line:  # the evidence: why in full, with the numbers and the lean's measurement
+        parts.append(Text(words.sentence))
     evidence = evidence_of(judged.exemplars if judged is not None else [])
     whole_ids = text_width > EXEMPLAR_TEXT_WIDTH
     if evidence.items:

@@ -10,6 +10,7 @@ from textual.reactive import reactive
 from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
+from mlx_sdm.monitor.online.auq_escalation import departs_from_usual
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.verdict import DocumentVerdict
 from tui.format import LEVELS, monitor_summary
@@ -90,11 +91,17 @@ class MessageBubble(Vertical, can_focus=True):
             self.badge.set_cancelled(text)
 
     def set_monitor(self, reading: MonitorReading) -> None:
-        """The session monitor's reading for this turn (shown in one line under the badge)."""
+        """The session monitor's reading for this turn (one line under the badge, only on a turn that departs from
+        the usual: :func:`~mlx_sdm.monitor.online.auq_escalation.departs_from_usual`)."""
         self.reading = reading
 
     def watch_reading(self, reading: MonitorReading | None) -> None:
         if reading is None:
+            return
+        usual = not departs_from_usual(reading.action, reading.level)
+        for widget in self.query(".monitor-line"):
+            widget.display = not usual  # an ordinary turn's reading is the panel's (ctrl+t), not a line here
+        if usual:
             return
         line = f"{monitor_summary(reading)} · {reading.action.value.replace('_', ' ')}"
         if reading.degenerate is not None:  # this turn's own risk (mlx_sdm.monitor.forecast.policy)

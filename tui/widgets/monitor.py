@@ -1,13 +1,16 @@
 """The session monitor panel: per turn the AUQ level, cumulative confidence P_t and TRACER risk R_t,
-with sparklines over turns (docs/monitoring.md, AUQ propagation; TRACER weights)."""
+with sparklines over turns (docs/monitoring.md, AUQ propagation; TRACER weights).
+
+The fused forecast (``fused_p``, "ok%") is not a column here: it forecasts the whole session's success and falls with
+the session's length, so on an ordinary chat it reads "ok 4%" or "ok 0%" where nothing is wrong, and a reader takes it
+for this answer's chance of being right. It is kept with each reading (the store, ``generate --explain``,
+the JSON's ``fused_p`` and ``fused_message``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rich.console import Group
 from rich.table import Table
-from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.reactive import reactive
@@ -72,7 +75,6 @@ class MonitorPanel(VerticalScroll, can_focus=True):  # a tab stop of the chat (i
         table.add_column("AUQ")
         table.add_column("P", justify="right")
         table.add_column("R", justify="right")
-        table.add_column("ok%", justify="right")  # the fused forecast: chance the session succeeds
         for r in self.rows:
             level = str(r.level or "").lower()
             table.add_row(
@@ -80,14 +82,5 @@ class MonitorPanel(VerticalScroll, can_focus=True):  # a tab stop of the chat (i
                 f"[{LEVEL_STYLES.get(level, 'dim')}]{level_label(r.level)}[/]",
                 format_p(r.confidence),
                 format_risk(r.risk),
-                _percent(r.fused_p),
             )
-        latest = next((r for r in reversed(self.rows) if r.fused_p is not None), None)
-        body = table
-        if latest is not None and latest.fused_message:  # the signal that moved the fused forecast most
-            body = Group(table, Text(f"ok {_percent(latest.fused_p)}: {latest.fused_message}", style="dim"))
-        self.query_one("#monitor-table", Static).update(body)
-
-
-def _percent(p: float | None) -> str:
-    return "—" if p is None else f"{100 * float(p):.0f}%"
+        self.query_one("#monitor-table", Static).update(table)

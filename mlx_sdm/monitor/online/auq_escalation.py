@@ -34,6 +34,21 @@ class EscalationAction(str, enum.Enum):
     ABORT = "abort"
 
 
+def departs_from_usual(action: EscalationAction, level: UncertaintyLevel) -> bool:
+    """Whether a turn's monitor reading is news worth a line a person reads under the answer (the chat's monitor line,
+    ``chat --plain``'s monitor, log and "queued for review" lines, ``generate``'s escalation line).
+
+    The rule: a turn that goes on at LOW or MEDIUM is usual. MEDIUM's log is what the shipped 135M model's everyday
+    turns get (16 of 16 turns of a 27-turn everyday session printed "MEDIUM uncertainty logged"), so a line
+    saying it on every turn carries no information. A turn departs from the usual when it pauses (a derailed,
+    looping answer; a verdict confident the answer is wrong; HIGH; an irreversible tool call), aborts (CRITICAL), or
+    goes on with a log above MEDIUM (a HIGH let go because the verifier vouches for the answer). The reading is
+    stored and shown in the monitor panel (ctrl+t) either way."""
+    if action in (EscalationAction.PAUSE_FOR_HUMAN, EscalationAction.ABORT):
+        return True
+    return action is EscalationAction.PROCEED_WITH_LOG and level not in (UncertaintyLevel.LOW, UncertaintyLevel.MEDIUM)
+
+
 class SessionStatus(str, enum.Enum):
     RUNNING = "running"
     WAITING_FOR_HUMAN = "waiting_for_human"
