@@ -172,16 +172,17 @@ def estimate(lm, splits: Sequence[TaskSplit], args, dataset, *, lora_done: bool 
     mx.eval(lm.model(batch))
     step = 3 * (time.perf_counter() - started)
     epoch = len(dataset) // args.lora.batch_size * step
+    later = "answers, verifiers and the head" if args.head else "answers and verifiers"
     answers = sum(len(s.train) + len(s.verifier) + len(s.held_out) + len(s.shifted) for s in splits)
     variants = 2 + (2 if args.baselines else 0)
     head = (2 if args.baselines else 1) * args.head_epochs * 2 * sum(len(s.verifier) for s in splits) if args.head else 0
     rest = (answers * variants + head) * per_answer
     if lora_done:
-        return f"estimate: LoRA is done (this run's checkpoint); answers, verifiers and the head about {rest / 60:.0f} min"
+        return f"estimate: LoRA is done (this run's checkpoint); {later} about {rest / 60:.0f} min"
     low, high = epoch * min(2, args.lora.max_epochs) + rest, epoch * args.lora.max_epochs * len(args.lora.ranks) + rest
     return (f"estimate: LoRA about {epoch / 60:.0f} min an epoch over {len(dataset)} rows (at most "
-            f"{args.lora.max_epochs} epochs{' per rank' if len(args.lora.ranks) > 1 else ''}); answers, verifiers and the "
-            f"head about {rest / 60:.0f} min; in all about {low / 60:.0f}–{high / 60:.0f} min")
+            f"{args.lora.max_epochs} epochs{' per rank' if len(args.lora.ranks) > 1 else ''}); {later} about "
+            f"{rest / 60:.0f} min; in all about {low / 60:.0f}–{high / 60:.0f} min")
 
 
 # ----------------------------------------------------------------------------------------- the folder
