@@ -18,8 +18,10 @@
 #      "branched from" column;
 #   8. search (ctrl+p → Search sessions…): "Australia" finds the question in the original and in both
 #      branches; enter opens a hit's session;
-#   9. a 30-turn everyday session in a new chat (scripts/everyday_session.py's messages): every turn answered
-#      and judged, at most one pause.
+#   9. a 30-turn everyday session in a new chat (scripts/everyday_session.py's messages): every turn answered,
+#      and (issue 41) no pause, no line of raw numbers in any turn's lines on the screen (q=, d=, p_lower, bin,
+#      ⌊q̃⌋, support set: those stay in the evidence, collapsed, and the status line), no answer that repeats an
+#      earlier one verbatim and none that loops (the monitor's loop rule), read back from the session's store.
 # Step 1 also regenerates its answer (ctrl+g): a second, sampled answer appears under the first ("answer 2
 # (sampled)"), each with its own badge.
 # Then it exports the session (ctrl+s) and quits (ctrl+q). Exit status 0 when every step was seen.
@@ -33,7 +35,8 @@
 # Environment: PYTHON (default .venv/bin/python), E2E_OUT (default a new temp dir), E2E_SIZE (the
 # terminal, default 120x50), LOAD_TIMEOUT and
 # ANSWER_TIMEOUT (s, default 300 each), CHAT_ARGS (extra `mlx-sdm chat` arguments, default
-# "--max-tokens 64"), GUIDANCE (the reply when the session monitor pauses a turn at HIGH).
+# "--max-tokens 64"), GUIDANCE (the reply when the session monitor pauses a turn at HIGH), E2E_TURNS (the long
+# session's turns, default 30: fewer for a quick check) and E2E_SESSION_ONLY=1 (step 9 alone, in the first chat).
 set -u
 cd "$(dirname "$0")/.."
 SVG_DIR=${E2E_SVG:-}
@@ -188,6 +191,8 @@ fi
 sleep 1
 save "00-ready"
 
+E2E_TURNS=${E2E_TURNS:-30}
+if [ "${E2E_SESSION_ONLY:-0}" != 1 ]; then  # steps 1-8 (E2E_SESSION_ONLY=1: step 9 alone)
 echo "e2e: -- step 1: an everyday question"
 if ask 1 "$QUESTION"; then
     show_turn 1
@@ -390,18 +395,52 @@ else
 fi
 back_to_chat || fail "8: back to the chat"
 
-echo "e2e: -- step 9: a 30-turn everyday session (scripts/everyday_session.py's messages) in a new chat"
-tmux send-keys -t "$SESSION" C-n; sleep 1
+fi  # steps 1-8
+
+echo "e2e: -- step 9: a $E2E_TURNS-turn everyday session (scripts/everyday_session.py's messages) in a new chat"
+[ "${E2E_SESSION_ONLY:-0}" = 1 ] || { tmux send-keys -t "$SESSION" C-n; sleep 1; }
 PAUSES=0; PAUSED_TURNS=""
+RAW_LINES=""
+# the estimator's numbers and terms, which a turn's lines must not show outside its (collapsed) evidence
+RAW='(\bq=|\bd=|p_lower|q_bin|⌊q̃⌋|\bbin\b|support set|\bAUQ\b)'
 n=0
 while IFS= read -r message; do
     n=$((n + 1))
     ask "$n" "$message" || break
     echo "e2e:   turn $n: $(turn_badge "$n")"
-done < <($PYTHON scripts/everyday_session.py --print-turns)
+    raw=$(turn_block "$n" | grep -v "^model [^·]* · verifier" | grep -E "$RAW" | head -2)  # not the status line
+    [ -n "$raw" ] && RAW_LINES="$RAW_LINES
+turn $n: $raw"
+done < <($PYTHON scripts/everyday_session.py --print-turns | head -n "$E2E_TURNS")
 save "09-long-session"
-check "9: all 30 turns answered" "$([ "$n" -eq 30 ] && echo 1)"
-check "9: at most one pause in 30 turns (paused:${PAUSED_TURNS:- none})" "$([ "$PAUSES" -le 1 ] && echo 1)"
+check "9: all $E2E_TURNS turns answered" "$([ "$n" -eq "$E2E_TURNS" ] && echo 1)"
+check "9: no pause in $E2E_TURNS turns (paused:${PAUSED_TURNS:- none})" "$([ "$PAUSES" -eq 0 ] && echo 1)"
+check "9: no line of raw numbers in a turn's lines${RAW_LINES:+:$RAW_LINES}" "$([ -z "$RAW_LINES" ] && echo 1)"
+# the answers as stored (whole, not as wrapped on the screen): none repeats an earlier one, none loops
+answers_check=$(PYTHONPATH="${PYTHONPATH:-}:." $PYTHON - "$E2E_OUT/store/chat.db" "$E2E_TURNS" <<'PY'
+import sqlite3, sys
+from mlx_sdm.monitor.online.degenerate import degenerate_answer
+db, turns = sys.argv[1], int(sys.argv[2])
+rows = sqlite3.connect(db).execute(
+    "SELECT session_id, text, status FROM messages WHERE role = 'assistant' AND kind = 'chat' ORDER BY id").fetchall()
+last = rows[-1][0] if rows else None
+answers = [(t, s) for sid, t, s in rows if sid == last]
+seen, bad = set(), []
+for i, (text, status) in enumerate(answers, 1):
+    key = " ".join(text.split())
+    if key and key in seen:
+        bad.append(f"turn {i} repeats an earlier answer verbatim: {key[:60]!r}")
+    seen.add(key)
+    found = degenerate_answer(text)
+    if found is not None and found.kind != "quotes_braces":
+        bad.append(f"turn {i} loops: {found.reason}")
+    if status == "paused":
+        bad.append(f"turn {i} is paused")
+print(f"{len(answers)} answers read back;" + ("".join(" " + b + ";" for b in bad) or " none repeated, none loops"))
+PY
+)
+echo "e2e:   $answers_check"
+check "9: no answer repeated verbatim, no loop (the store)" "$(echo "$answers_check" | grep -q 'none repeated, none loops' && echo 1)"
 
 tmux send-keys -t "$SESSION" C-s  # Markdown and session JSONL under <store dir>/exports
 sleep 1.5

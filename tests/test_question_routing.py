@@ -320,3 +320,35 @@ def test_the_pipeline_routes_a_follow_up_from_the_conversation_and_judges_it_wit
     assert plan.route.open_question and plan.judge
     assert plan.messages == conversation  # the model answers the conversation as plain mlx-lm would
     assert plan.judged == [{"role": "user", "content": f"{previous} When did he write it?"}]
+
+
+#: The issue's own everyday wordings of "what is this article about" (HELD_OUT_TOPIC_PHRASINGS[:3]), never trained on.
+ISSUE_TOPIC_PHRASINGS = 3
+
+
+def test_a_pasted_articles_topic_asked_in_unseen_everyday_words_reaches_the_topic_task():
+    """The shipped router (the suite verifier's ``route``): of four held-out articles asked in each of the issue's
+    three wordings (none among the router's training phrasings), at least three reach bbc_topic, asked as the task's
+    own prompt with the article; the same requests with no article reach no task. The whole table (eight wordings):
+    scripts/bench/article_topic_routing.py, docs/chat.md."""
+    from mlx_sdm.network.encoding import TOPIC
+    from mlx_sdm.network.tasks.router_data import (
+        HELD_OUT_TOPIC_PHRASINGS,
+        TASK_PHRASINGS,
+        held_out_topic_articles,
+    )
+    from mlx_sdm.network.verifier import DEFAULT_VERIFIER_DIR, DocumentVerifier
+
+    assert not set(HELD_OUT_TOPIC_PHRASINGS) & set(TASK_PHRASINGS["bbc_topic"])  # never trained on
+    verifier = DocumentVerifier.load(DEFAULT_VERIFIER_DIR)
+    articles = held_out_topic_articles()
+    assert len(articles) == 4
+    for phrasing in HELD_OUT_TOPIC_PHRASINGS[:ISSUE_TOPIC_PHRASINGS]:
+        routes = [verifier.route(phrasing.format(x=payload)) for payload, _ in articles]
+        reached = [r for r in routes if r.task == "bbc_topic"]
+        assert len(reached) >= 3, (phrasing, [r.how for r in routes])
+        for (payload, _), route in zip(articles, routes):
+            if route.task == "bbc_topic":
+                assert route.asked == TOPIC.user_message(payload)  # the task's own prompt with the article
+        bare = verifier.route(phrasing.format(x="").strip())
+        assert bare.task is None, phrasing

@@ -12,26 +12,54 @@ from mlx_sdm.store.records import MessageRecord
 ANSWERS_KEPT = {"done", "paused", "resumed"}
 
 
-def conversation_from(records: Sequence[MessageRecord]) -> list[dict[str, str]]:
+def conversation_from(records: Sequence[MessageRecord], guidance: str | None = None) -> list[dict[str, str]]:
     """The chat so far (without a system prompt; the pipeline adds the verifier's): user messages and
     guidance, kept answers, and a HIGH pause's reflection prompt and the model's reflection. An answer that a
-    regenerated one replaces is left out: the model sees the latest answer to each question."""
+    regenerated one replaces is left out: the model sees the latest answer to each question.
+
+    A paused answer that derailed (the monitor found a loop, runs of quotes and braces: :func:`looped`) is left out
+    with its reflection, so the model never reads it again to repeat it, and the guidance given for it becomes part
+    of the question it answers: the next user message is joined to the one before it. ``guidance``: this turn's
+    guidance for the paused turn, added as that next message (else the caller adds this turn's message)."""
     replaced = {m.metadata.replaces for m in records
                 if m.role == "assistant" and m.status in ANSWERS_KEPT and m.metadata.replaces is not None}
     messages: list[dict[str, str]] = []
+    join_next = False  # a derailed answer was left out: the next user message joins the question before it
     for m in records:
         if m.id in replaced:
             continue
         if m.role == "user":
-            messages.append({"role": "user", "content": m.text})
+            join_next = _add_user(messages, m.text, join_next)
         elif m.role == "assistant" and m.kind == "chat" and m.status in ANSWERS_KEPT:
+            if looped(m):
+                join_next = bool(messages) and messages[-1]["role"] == "user"
+                continue
+            join_next = False
             messages.append({"role": "assistant", "content": m.text})
             meta = m.metadata
             if meta.reflection_prompt:
                 messages.append({"role": "system", "content": meta.reflection_prompt})
                 if meta.reflection:
                     messages.append({"role": "assistant", "content": meta.reflection})
+    if guidance is not None:
+        _add_user(messages, guidance, join_next)
     return messages
+
+
+def looped(record: MessageRecord) -> bool:
+    """A paused (or since resumed) answer the monitor found derailed: a loop, the same word or character over and
+    over, runs of quotes and braces (``MonitorReading.degenerate``)."""
+    return record.status in ("paused", "resumed") and record.monitor is not None \
+        and record.monitor.degenerate is not None
+
+
+def _add_user(messages: list[dict[str, str]], text: str, join: bool) -> bool:
+    """Add a user message, joined to the user message before it when ``join``; False (what ``join_next`` becomes)."""
+    if join and messages and messages[-1]["role"] == "user":
+        messages[-1] = {"role": "user", "content": f"{messages[-1]['content'].rstrip()}\n\n{text.strip()}"}
+    else:
+        messages.append({"role": "user", "content": text})
+    return False
 
 
 def pending_pause(records: Sequence[MessageRecord]) -> PauseInfo | None:

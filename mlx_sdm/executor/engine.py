@@ -321,8 +321,12 @@ class ChatEngine:
             monitor = self._monitor_for(session_id, history)
             if guidance_for is not None:
                 monitor.resume(text)
+            # guidance for a paused turn is part of the next prompt (joined to its question when the paused answer
+            # derailed, which the model then does not read again: conversation_from)
+            messages = (conversation_from(history, guidance=text) if guidance_for is not None
+                        else conversation_from(history) + [{"role": "user", "content": text}])
             # the first token's time counts from the call: the time the turn waited for the engine included
-            request = TurnRequest(conversation_from(history) + [{"role": "user", "content": text}],
+            request = TurnRequest(messages,
                                   self.config.turn_options(),
                                   kind=TurnKind.QUESTION if guidance_for is None else TurnKind.GUIDANCE, received=started)
 

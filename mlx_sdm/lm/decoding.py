@@ -6,6 +6,9 @@ answers, token for token as plain mlx-lm) or sampled with a repetition penalty, 
   with the sampling the SmolLM2-Instruct model card recommends (temperature 0.2, top_p 0.9) plus mlx-lm's repetition
   penalty, from a fixed seed so the same conversation gets the same answer. Greedy decoding loops on such requests
   (a poem looped until the monitor paused it).
+- :data:`LOOP_RETRY`: a writing turn whose answer still starts to loop (the monitor's loop rule,
+  ``monitor/online/degenerate.py``, trips on it while it streams) is stopped there and goes on once from the text
+  already shown with a stronger repetition penalty over a longer context and another seed, before any pause.
 - :data:`NO_REPEAT`: the one retry of a follow-up whose answer came out as the previous answer word for word: greedy,
   with a repetition penalty over a context long enough to hold the previous answer in the prompt.
 """
@@ -49,3 +52,5 @@ class Decoding:
 WRITING = Decoding(temperature=0.2, top_p=0.9, repetition_penalty=1.1, seed=0)
 #: A follow-up that returned the previous answer verbatim is asked once more with this (greedy, penalised repeats).
 NO_REPEAT = Decoding(repetition_penalty=1.3, repetition_context_size=512)
+#: A writing turn's loop, stopped as it starts, goes on once with this (the card's sampling, a stronger penalty).
+LOOP_RETRY = Decoding(temperature=0.2, top_p=0.9, repetition_penalty=1.3, repetition_context_size=256, seed=1)

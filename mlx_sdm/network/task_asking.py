@@ -53,6 +53,14 @@ def payload_of(message: str) -> str:
     return text
 
 
+def is_bare_request(message: str) -> bool:
+    """The message is one short request clause and nothing else ("Can you tell me what this is about?"): at most
+    ``MAX_REQUEST_WORDS`` words, no sentence end or line break before its last character. It carries no document,
+    so a task whose prompts label a document (an ARTICLE, an EMAIL) is not asked with it (``DocumentVerifier.route``)."""
+    text = message.strip()
+    return 0 < _words(text) <= MAX_REQUEST_WORDS and not re.search(r"[.?!:\n]", text[:-1])
+
+
 def document_label(instruction: str, example_prompt: str) -> str | None:
     """The label a task's prompts put before the payload ("ARTICLE", "EMAIL"), read from one of its prompts
     (the verifier's ``tasks[].example_prompt``); None when the prompt has none after the instruction."""

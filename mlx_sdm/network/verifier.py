@@ -50,7 +50,7 @@ from mlx_sdm.network.coverage import (
 from mlx_sdm.network.second_look import SECOND_LOOK_KEY, SECOND_LOOK_LAYOUT, Embed, SecondLook, SecondLookSpec, \
     second_look_inputs
 from mlx_sdm.network.question_router import NO_ANSWER_KIND, OPEN_KIND, QuestionRouter
-from mlx_sdm.network.task_asking import document_label, payload_of, task_question
+from mlx_sdm.network.task_asking import document_label, is_bare_request, payload_of, task_question
 
 VERIFIER_FORMAT_VERSION = 1
 VERIFIER_MANIFEST = "verifier.json"
@@ -205,9 +205,12 @@ class DocumentVerifier:
                              asked=guess.read_as)
         for (prefix, system), name in zip(recipe.task_systems, recipe.task_names):
             if name == guess.kind:
+                label = self._document_label(name, prefix)
+                if label is not None and is_bare_request(prompt):  # "What is this article about?" with no article
+                    return TaskRoute(route.system, kind=RouteKind.NO_CHECKABLE_ANSWER, probability=guess.probability)
                 return TaskRoute(system, name if len(recipe.task_systems) > 1 else None, prefix,
                                  kind=RouteKind.MEANING, probability=guess.probability,
-                                 asked=task_question(prefix, self._document_label(name, prefix), payload_of(prompt)))
+                                 asked=task_question(prefix, label, payload_of(prompt)))
         return TaskRoute(route.system, probability=guess.probability)  # a task this verifier does not cover
 
     def _document_label(self, name: str | None, instruction: str) -> str | None:

@@ -101,12 +101,14 @@ def verdict_review_reasons(verdict: DocumentVerdict) -> list[str]:
 _DEFAULTS = UncertaintyPolicy()
 LADDER_LINES = (
     f"AUQ level (the session's cumulative confidence P): LOW (P >= {_DEFAULTS.low_threshold:.2f}) shows the answer; "
-    f"MEDIUM (P >= {_DEFAULTS.medium_threshold:.2f}) logs it under the answer; HIGH (P >= {_DEFAULTS.high_threshold:.2f}) "
+    f"MEDIUM (P >= {_DEFAULTS.medium_threshold:.2f}) shows it and logs the turn (the usual for everyday turns, so "
+    f"it is stored, not said under the answer); HIGH (P >= {_DEFAULTS.high_threshold:.2f}) "
     "pauses the turn for your guidance, after the model says what it is not sure of; CRITICAL (below "
     f"{_DEFAULTS.high_threshold:.2f}) withholds the answer and keeps it for review.",
     "A turn also pauses when its answer derailed (a loop, runs of quotes and braces), when the verifier is confident "
     "it is wrong, or before an irreversible tool call. An answer the verifier vouches for is never paused by the AUQ "
-    "level alone, and a long session never pauses a turn by itself: the fused forecast (ok%) is a reading only.",
+    "level alone, and a long session never pauses a turn by itself: the forecast of the whole session's success is "
+    "stored with each reading and pauses nothing. A line under an answer says only what departs from the usual.",
 )
 
 

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, NamedTuple, Sequence
 import numpy as np
 
 from mlx_sdm.errors import DataError
+from mlx_sdm.monitor.online.degenerate import DegenerateAnswer, degenerate_answer
 from mlx_sdm.monitor.online.reading import MonitorReading
 from mlx_sdm.network.coverage import RouteKind, TaskRoute, match_instruction
 from mlx_sdm.network.verdict import (
@@ -65,7 +66,7 @@ from mlx_sdm.network.verdict import (
     REASON_SECOND_LOOK_OFF,
     DocumentVerdict,
 )
-from mlx_sdm.lm.decoding import NO_REPEAT, WRITING, Decoding
+from mlx_sdm.lm.decoding import LOOP_RETRY, NO_REPEAT, WRITING, Decoding
 from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.lm.prompt import FittedPrompt, fit_prompt, render_prompt
 from mlx_sdm.turn.answer import GeneratedAnswer, PrefixCache, TopLogprobs, settle_prefix, stream_answer
@@ -466,7 +467,7 @@ class TurnPipeline:
         that ends as that answer word for word is dropped unseen and asked once more, from a fresh prefill, with
         :data:`~mlx_sdm.lm.decoding.NO_REPEAT` (mlx-lm's repetition penalty over a context that holds it)."""
         previous = _previous_answer(request.messages)
-        stream = self._generate(plan, options, stop, prefix, on_prefill)
+        stream = self._without_loops(plan, options, stop, prefix, on_prefill)
         if not previous:
             yield from stream
             return
@@ -493,6 +494,54 @@ class TurnPipeline:
             held = []
             yield item
         yield from self._generate(plan, options, stop, None, on_prefill, decoding=NO_REPEAT)
+
+    def _without_loops(self, plan: TurnPlan, options: TurnOptions, stop: threading.Event,
+                       prefix: PrefixCache | None,
+                       on_prefill: PrefillCallback | None) -> Iterator[TokenPiece | GeneratedAnswer]:
+        """The answer's stream; a writing turn (:data:`~mlx_sdm.lm.decoding.WRITING`) whose answer still starts to loop
+        is stopped as the loop starts and goes on once, before any pause. Its last ``LOOP_WINDOW`` pieces are held
+        back while it streams; when the monitor's loop rule (:func:`loop_in`) trips on the text so far, generation
+        stops at that token, the held-back pieces (the loop) are dropped unseen, and the answer goes on from the text
+        already shown with :data:`~mlx_sdm.lm.decoding.LOOP_RETRY` (a stronger repetition penalty, another seed). The
+        retry is not stopped again: if it loops too, the monitor pauses the turn as before. Other turns stream as
+        they come (task and everyday turns keep greedy decoding: their verdicts are calibrated on it)."""
+        if self._decoding(plan, options) is not WRITING:
+            yield from self._generate(plan, options, stop, prefix, on_prefill)
+            return
+        looping = _LoopStop(stop)
+        shown: list[TokenPiece] = []
+        held: list[TokenPiece] = []
+        text = ""
+        for item in self._generate(plan, options, looping, prefix, on_prefill):
+            if isinstance(item, GeneratedAnswer):
+                if not looping.looped:
+                    yield from held
+                    yield item
+                    return
+                first = item
+                break
+            if looping.looped:
+                continue  # the token generation stopped at (it belongs to the loop)
+            held.append(item)
+            text += item.text
+            if loop_in(text) is not None:
+                looping.set()
+                continue
+            if len(held) > LOOP_WINDOW:
+                shown.append(held.pop(0))
+                yield shown[-1]
+        first.release()  # the loop: its cache is dropped, the answer goes on from a fresh prefill
+        shown_ids = [p.token_id for p in shown if p.token_id is not None]
+        base = plan.prompt if plan.prompt is not None else fit_prompt(
+            self.components.lm.tokenizer, plan.messages, self.components.lm.max_context - options.max_tokens,
+            context=self.components.lm.max_context)
+        going_on = replace(plan, prompt=replace(base, ids=tuple(base.ids) + tuple(shown_ids)))
+        more = replace(options, max_tokens=max(1, options.max_tokens - len(shown_ids)))
+        for item in self._generate(going_on, more, stop, None, on_prefill, decoding=LOOP_RETRY):
+            if isinstance(item, GeneratedAnswer):
+                yield _joined(shown, item, first)
+                return
+            yield item
 
     def _decoding(self, plan: TurnPlan, options: TurnOptions) -> Decoding | None:
         """:data:`~mlx_sdm.lm.decoding.WRITING` for a writing turn: one the router reads as having no checkable
@@ -547,6 +596,43 @@ class TurnPipeline:
                              temperature=options.temperature, head=None, stop=stop, phase="reflection",
                              features=False, keep_cache=prefix is not None, prefix=prefix,
                              delimiter=delimiter, keep_last=2)
+
+
+#: Pieces of a writing turn's answer held back while it streams, so a loop that starts is dropped before it is
+#: shown (the loop rule needs 3 repeats of at least 10 words and marks in all, or one word 6 times).
+LOOP_WINDOW = 48
+
+
+def loop_in(text: str) -> DegenerateAnswer | None:
+    """The monitor's loop rule (a group of words, one word or one character over and over) on an answer so far;
+    None while it does not loop. The quotes-and-braces rule is left to the monitor: a writing turn may hold code."""
+    found = degenerate_answer(text)
+    return found if found is not None and found.kind != "quotes_braces" else None
+
+
+class _LoopStop(threading.Event):
+    """The stop a writing turn's generation reads: the user's stop key, or a loop found (:meth:`set`)."""
+
+    def __init__(self, user: threading.Event | None):
+        super().__init__()
+        self.user = user
+
+    @property
+    def looped(self) -> bool:
+        return super().is_set()
+
+    def is_set(self) -> bool:
+        return self.looped or (self.user is not None and self.user.is_set())
+
+
+def _joined(shown: list[TokenPiece], rest: GeneratedAnswer, first: GeneratedAnswer) -> GeneratedAnswer:
+    """One answer of the pieces shown before a loop was stopped and the answer that went on from them."""
+    pieces = [p for p in shown if p.token_id is not None]
+    return replace(rest, text="".join(p.text for p in shown) + rest.text, tokens=[p.text for p in pieces] + rest.tokens,
+                   token_ids=[int(p.token_id) for p in pieces if p.token_id is not None] + rest.token_ids,
+                   logprobs=[float(p.logprob or 0.0) for p in pieces] + rest.logprobs,
+                   prompt_tokens=first.prompt_tokens, reused_tokens=first.reused_tokens, prompt_fit=first.prompt_fit,
+                   judged_tokens=len(pieces) + rest.judged_tokens)
 
 
 def _previous_answer(messages: Sequence[ChatMessage]) -> str:

@@ -13,16 +13,18 @@ from mlx_sdm.turn.escalation import ladder_words
 HELP_TEXT = f"""\
 # mlx-sdm chat
 
-A question that starts one of the verifier's task instructions (the command palette inserts them) is
-answered and judged as that task alone, with the SDM-network head when one was trained on it; every other
-question is answered by the plain model with the whole conversation. The badge under each answer says
-**verified** (the verifier vouches for it: calibrated `p_lower` ≥ α′ = 0.95), **not verified** (one of its
-tasks, but it cannot vouch for the answer; the sentence says why, from the numbers), **out of scope** (not
-one of the verifier's tasks; it says what it covers instead), or **no verifier** (none fits this model).
-Click the badge, or focus it and press enter, to see the evidence in words: why, and the
-nearest training exemplars with their labels; `v` on the badge adds the raw numbers (q, d, ⌊q̃⌋, p_lower).
+A question that starts one of the verifier's task instructions (the command palette inserts them), or asks
+for one in your own words (the topic of a pasted article, whether an e-mail is spam), is answered and judged
+as that task alone; every other question is answered by the plain model with the whole conversation. The
+badge under each answer says **verified** (answers like this are right at least 95 % of the time), **not
+verified** with a word on why (likely wrong, cannot tell, unlike the task's answers), **out of scope** (no
+checkable answer, or not one of the verifier's tasks), or **no verifier**; it holds no numbers. `ctrl+b`
+(wherever the focus is), a click on the badge, or enter on a focused answer expands the evidence in words:
+the verdict's one short line, why (with its numbers), and the nearest training exemplars with their labels.
+`v` on a focused answer (tab focuses it) or on its badge opens the evidence full screen with the raw
+numbers (the prediction, p_lower, q, d, ⌊q̃⌋).
 
-The session monitor scores each turn (AUQ level and cumulative confidence P, TRACER risk R).
+The session monitor scores each turn (AUQ level and cumulative confidence P, TRACER risk R: the panel, ctrl+t).
 {ladder_words()}
 
 | key | chat |
@@ -31,7 +33,7 @@ The session monitor scores each turn (AUQ level and cumulative confidence P, TRA
 | escape | stop the answer being generated; on a message, back to the input |
 | tab / shift+tab | move between the input, the last answer and the monitor panel |
 | up / down | on a message: the previous / next message (home / end: the first / last) |
-| ctrl+b or f2 | expand / collapse the evidence of the focused answer (else the last; f2 inside tmux, whose prefix is ctrl+b); enter on a focused answer does too; `v` on a badge opens it full screen |
+| ctrl+b or f2 | expand / collapse the evidence of the focused answer (else the last; f2 inside tmux, whose prefix is ctrl+b); enter on a focused answer does too; `v` on a focused answer or its badge opens it full screen with the raw numbers |
 | ctrl+t | show / hide the session monitor panel |
 | ctrl+o | sessions: open, rename (r), delete (d), new (n) |
 | ctrl+n | new chat |
@@ -41,6 +43,7 @@ The session monitor scores each turn (AUQ level and cumulative confidence P, TRA
 | ctrl+g | regenerate the last answer (sampled; both answers stay, each with its own verdict) |
 | ctrl+up | edit and resend a question (in a new branch; the original stays) |
 | ctrl+f | branch: continue from an earlier turn in a new session |
+| f3 | what the verifier covers: its tasks, one example prompt each (also `mlx-sdm chat --list-tasks`) |
 | ctrl+p | command palette (also: switch model / verifier / head, theme) |
 | f12 | save an SVG screenshot (in `<store dir>/screenshots`, or `$MLX_SDM_SCREENSHOT_DIR`) |
 | f1 | this help (a key typed on a message, `?` too, goes into the input) |

@@ -39,6 +39,12 @@ TASK_PHRASINGS = {
     "bbc_topic": ("What is this article about? {x}", "What topic is this news story? {x}",
                   "Is this article about business, entertainment, politics, sports or tech? {x}",
                   "Tell me the topic of this news article: {x}", "Which section of the newspaper is this from? {x}",
+                  # everyday wordings, asked before or after the article (issue 41: "Can you tell me what this is
+                  # about?" went out of scope); HELD_OUT_TOPIC_PHRASINGS measures others, never trained on
+                  "What's this article about? {x}", "Tell me what this story is about.\n\n{x}",
+                  "Any idea what this news is about? {x}", "Read this and tell me its topic: {x}",
+                  "{x}\n\nWhat is this article about?", "{x}\n\nWhat's the topic of this?",
+                  "{x}\n\nCan you say what this story covers?",
                   "Please classify the topic of the following news article. {x}",
                   "Can you tell me what kind of news this is?\n\n{x}"),
     "fever": ("Is this claim true? {x}", "True or false: {x}", "Fact check this: {x}",
@@ -61,6 +67,19 @@ TASK_PHRASINGS = {
                   "Classify this tweet's sentiment: {x}", "Is the tone of this tweet happy or unhappy? {x}",
                   "Does this tweet sound positive or negative? {x}"),
 }
+
+#: Everyday ways to ask what a pasted article is about, never trained on (the measurement of
+#: ``scripts/bench/article_topic_routing.py``, written before it was run): the first three are issue 41's own words.
+HELD_OUT_TOPIC_PHRASINGS = (
+    "what is this about? {x}",
+    "Can you tell me what this is about?\n\n{x}",
+    "{x}\n\nWhat kind of news is this?",
+    "{x}\n\nWhat is this about?",
+    "Hey, what's this piece about? {x}",
+    "Could you tell me what sort of article this is? {x}",
+    "{x}\n\nwhat's this one about?",
+    "What's the subject here?\n\n{x}",
+)
 
 _TOPICS = ("the sea", "autumn", "my cat", "friendship", "the moon", "a rainy day", "coffee", "winter", "the city",
            "mountains", "a lost dog", "the stars", "summer holidays", "my grandmother", "robots", "the forest",
@@ -187,8 +206,15 @@ def _task_prompts(task, per_task: int, rng: np.random.Generator) -> list[RoutedP
     return out
 
 
+#: Requests for an article's topic with no article (a follow-up, "What is this about?", asks about the turn before):
+#: no task payload, so no task (the request clauses of the topic task's phrasings above).
+BARE_TOPIC_REQUESTS = ("What's this article about?", "Tell me what this story is about.", "Any idea what this news is about?",
+                       "What is this article about?", "What's the topic of this?", "Can you say what this story covers?",
+                       "What is this article about?", "What topic is this news story?")
+
+
 def _no_answer_prompts() -> list[RoutedPrompt]:
-    out = []
+    out = [RoutedPrompt(p, NO_CHECKABLE_ANSWER, False) for p in dict.fromkeys(BARE_TOPIC_REQUESTS)]
     for kind, templates in NO_ANSWER_TEMPLATES.items():
         for j, template in enumerate(templates):
             held = j == len(templates) - 1
@@ -243,6 +269,28 @@ def _follow_up_prompts(previous: list[str], rng: np.random.Generator) -> list[Ro
             out += [RoutedPrompt(follow_up, label, held, FOLLOW_UP_WEIGHT, previous=previous[int(i)])
                     for i in rng.choice(len(previous), size=FOLLOW_UP_PAIRS, replace=False)]
     return out
+
+
+#: The topics of the four articles pasted with HELD_OUT_TOPIC_PHRASINGS.
+HELD_OUT_ARTICLE_TOPICS = ("business", "sport", "entertainment", "politics")
+
+
+def held_out_topic_articles() -> list[tuple[str, str]]:
+    """(payload, gold topic) of four held-out BBC articles as a person pastes them (``task_payload``): the first
+    article of the task's held-out split of each of ``HELD_OUT_ARTICLE_TOPICS`` whose words are in none of the
+    router's prompts."""
+    from mlx_sdm.network.tasks.registry import load_task
+
+    task = load_task("bbc_topic")
+    trained = " ".join(p.prompt for p in router_prompts() if p.label == task.name)
+    out: dict[str, tuple[str, str]] = {}
+    for item in task.split("held_out"):
+        gold = str(item.gold)
+        payload = task_payload(task.name, item.document, item.prompt)
+        topic = next((t for t in HELD_OUT_ARTICLE_TOPICS if gold.startswith(t)), None)
+        if topic is not None and topic not in out and payload[:80] not in trained:
+            out[topic] = (payload, gold)
+    return [out[t] for t in HELD_OUT_ARTICLE_TOPICS]
 
 
 def held_out_wordings() -> set[tuple[str, ...]]:
