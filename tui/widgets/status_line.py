@@ -1,11 +1,11 @@
-"""The chat's status line: the model, the verifier, the head and the support set's count once the model is loaded
-(before that, that it is loading and that typing works), then what is happening now."""
+"""The chat's status line: the model, the verifier and the head once the model is loaded (before that, that it is
+loading and that typing works), then what is happening now. The support set's count is the review screen's: it
+means something to whoever labels answers, nothing to whoever chats."""
 
 from __future__ import annotations
 
 from textual.widgets import Static
 
-from mlx_sdm.store.records import support_words
 from tui.bridge import UiInfo
 
 
@@ -17,5 +17,4 @@ class StatusLine(Static):
         else:
             parts = [f"model {info.model}", f"verifier {info.verifier or 'none: no verifier judges answers'}"]
             parts += [f"head {info.head}"] if info.head else []
-            parts += [support_words(info.support_size)] if info.support_size is not None else []
         self.update(" · ".join(parts + ([note] if note else [])))
