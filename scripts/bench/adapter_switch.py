@@ -67,9 +67,12 @@ class Chat:
     def turn(self, messages):
         from mlx_sdm.turn.values import TurnRequest
 
-        outcome = self.pipeline.run(TurnRequest(list(messages), self.options), prefix=self.prefix)
-        self.prefix = outcome.prefix
-        return outcome
+        prefix, self.prefix = self.prefix, None
+
+        def keep(kept) -> None:
+            self.prefix = kept
+
+        return self.pipeline.run(TurnRequest(list(messages), self.options), prefix=prefix, keep_prefix=keep)
 
 
 if __name__ == "__main__":
