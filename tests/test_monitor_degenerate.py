@@ -74,3 +74,11 @@ def test_a_round_trip_through_a_dict():
     found = degenerate_answer(BROKEN[0])
     assert DegenerateAnswer.from_dict(found.to_dict()) == found
     assert DegenerateAnswer.from_dict(None) is None
+
+
+def test_a_long_sentence_said_three_times_in_a_row_is_a_loop_and_a_refrain_once_more_is_not():
+    """SmolLM2's looping poem (a 22-token sentence over and over) is a loop; a line said twice is a refrain."""
+    sentence = "The ocean is a place where humanity's capacity for love can be seen as the greatest gift of all. "
+    found = degenerate_answer("The sea is a place of endless beauty. " + sentence * 3)
+    assert found is not None and found.kind == "loop"
+    assert degenerate_answer("The sea is a place of endless beauty. " + sentence * 2) is None

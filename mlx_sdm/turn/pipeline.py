@@ -511,7 +511,7 @@ class TurnPipeline:
         looping = _LoopStop(stop)
         shown: list[TokenPiece] = []
         held: list[TokenPiece] = []
-        text = ""
+        text, pieces = "", 0
         for item in self._generate(plan, options, looping, prefix, on_prefill):
             if isinstance(item, GeneratedAnswer):
                 if not looping.looped:
@@ -524,7 +524,8 @@ class TurnPipeline:
                 continue  # the token generation stopped at (it belongs to the loop)
             held.append(item)
             text += item.text
-            if loop_in(text) is not None:
+            pieces += 1
+            if pieces % LOOP_CHECK_EVERY == 0 and loop_in(text) is not None:
                 looping.set()
                 continue
             if len(held) > LOOP_WINDOW:
@@ -601,6 +602,9 @@ class TurnPipeline:
 #: Pieces of a writing turn's answer held back while it streams, so a loop that starts is dropped before it is
 #: shown (the loop rule needs 3 repeats of at least 10 words and marks in all, or one word 6 times).
 LOOP_WINDOW = 48
+#: The loop rule reads the text so far every this many pieces (it costs milliseconds a call on a long answer; a loop
+#: is still found well inside the held-back window).
+LOOP_CHECK_EVERY = 4
 
 
 def loop_in(text: str) -> DegenerateAnswer | None:

@@ -31,8 +31,10 @@ QUOTE_BRACE_SHARE = 0.7
 #: Or when it holds a run of at least this many quote/brace characters with only spaces between.
 QUOTE_BRACE_RUN = 12
 #: A loop: an n-gram (n <= MAX_NGRAM words and punctuation) repeated back to back at least
-#: MIN_REPEATS times, covering at least MIN_LOOP_TOKENS tokens; one word needs MIN_WORD_REPEATS.
-MAX_NGRAM = 12
+#: MIN_REPEATS times, covering at least MIN_LOOP_TOKENS tokens; one word needs MIN_WORD_REPEATS. MAX_NGRAM holds a
+#: long sentence: SmolLM2's looping poems repeat a 22-token sentence ("The ocean is a place where humanity's
+#: capacity for love can be seen as the greatest gift of all."), which a 12-token bound let through.
+MAX_NGRAM = 48
 MIN_REPEATS = 3
 MIN_LOOP_TOKENS = 10
 MIN_WORD_REPEATS = 6
