@@ -67,7 +67,7 @@ def test_the_line_mode_chat_verifies_the_readme_article(smollm2_shared, tmp_path
     monkeypatch.setattr("sys.stdin", io.StringIO(ARTICLE + "\n\n"))
     assert chat.main(["--plain", "--db", str(tmp_path / "chat.db"), "--embedder", "none"]) == 0
     out = capsys.readouterr().out
-    assert '{"topic": "sports"}' in out and "VERIFIED" in out and "NOT VERIFIED" not in out
+    assert '{"topic": "sports"}' in out and "[verdict: Verified:" in out and "Not verified" not in out
 
 
 def test_a_message_with_no_checkable_answer_is_out_of_scope_with_what_is_covered(smollm2_shared, capsys):

@@ -64,7 +64,8 @@ def test_verify_rows_the_server_and_the_chat_agree(suite, smollm2_shared, tmp_pa
         status, reply, _ = server.raw("/verify", json.dumps({"messages": messages, "completion": completion}).encode())
         served = reply["verdict"]
         assert status == 200 and row["status"] == chat.status.value == served["status"], (prompt[:60], completion)
-        assert row["explanation"] == served["reason"] and row["badge"] == served["badge"]
+        assert row["line"] == served["reason"] and row["explanation"] == served["explanation"]
+        assert row["badge"] == served["badge"]
         if row["p_lower"] is not None:
             assert abs(row["p_lower"] - served["p_lower"]) < 1e-4
         statuses.add(row["status"])

@@ -29,16 +29,17 @@ def test_piped_chat_answers_with_verdict_and_monitor_lines(tmp_path):
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("[session ") and "model smollm2" in lines[0]
     verdict = next(i for i, line in enumerate(lines) if line.startswith("[verdict: "))
-    after = lines[verdict + 1:]
-    if "UNVERIFIABLE" not in lines[verdict]:  # a verdict comes with one plain sentence of why
-        assert after[0].startswith(("[Verified:", "[Not verified:", "[Out of scope:")), after[0]
-        after = after[1:]
-    assert after[0].startswith("[monitor: AUQ ")
-    assert any(word in lines[verdict] for word in ("VERIFIED", "NOT VERIFIED", "OUT OF SCOPE", "UNVERIFIABLE"))
+    # the verdict is one short line saying what to do with the answer; an ordinary turn adds no monitor line
+    assert lines[verdict].startswith(("[verdict: Verified:", "[verdict: Not verified:", "[verdict: Out of scope:",
+                                      "[verdict: Likely wrong:", "[verdict: No verifier")), lines[verdict]
+    assert len(lines[verdict].split()) <= 24 and "q =" not in lines[verdict] and "p_lower" not in lines[verdict]
+    after = [line for line in lines[verdict + 1:] if line.strip() and line.strip() != "you>"]
+    assert not after or after[0].startswith("[monitor: "), after  # only a turn that departs from the usual
     store = ChatStore(db)
     (session,) = store.list_sessions()
     user, answer = store.messages(session.id)[:2]
     assert user.text == "What is the capital of France?" and answer.role == "assistant" and answer.text.strip()
     start = 2 if lines[1].startswith("[It covers") else 1  # a verifier that lists its tasks announces them
-    assert "\n".join(lines[start:verdict]).strip() == answer.text.strip()  # the answer, then its verdict
+    assert lines[start] == "you> What is the capital of France?"  # piped input is echoed, so a transcript reads
+    assert "\n".join(lines[start + 1:verdict]).strip() == answer.text.strip()  # the answer, then its verdict
     assert answer.monitor.auq.p_true_ran and answer.token_count <= 12

@@ -4,6 +4,8 @@ means something to whoever labels answers, nothing to whoever chats."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from textual.widgets import Static
 
 from tui.bridge import UiInfo
@@ -15,6 +17,10 @@ class StatusLine(Static):
         if not info.ready:  # the screen is up before the model: say so, and that typing works
             parts = ["loading model… type away: a message is sent when it is ready" if loading else f"model {info.model}"]
         else:
-            parts = [f"model {info.model}", f"verifier {info.verifier or 'none: no verifier judges answers'}"]
+            if info.model_folder:  # a fine-tuned folder: its name says what the verifier and adapters are for
+                parts = [f"model {Path(info.model_folder).name} ({info.model}, tuned for {', '.join(t.name or 'a task' for t in info.model_tasks)})",
+                         "its own verifier"]
+            else:
+                parts = [f"model {info.model}", f"verifier {info.verifier or 'none: no verifier judges answers'}"]
             parts += [f"head {info.head}"] if info.head else []
         self.update(" · ".join(parts + ([note] if note else [])))

@@ -39,8 +39,8 @@ TASK_PHRASINGS = {
     "bbc_topic": ("What is this article about? {x}", "What topic is this news story? {x}",
                   "Is this article about business, entertainment, politics, sports or tech? {x}",
                   "Tell me the topic of this news article: {x}", "Which section of the newspaper is this from? {x}",
-                  # everyday wordings, asked before or after the article (issue 41: "Can you tell me what this is
-                  # about?" went out of scope); HELD_OUT_TOPIC_PHRASINGS measures others, never trained on
+                  # everyday wordings, asked before or after the article ("Can you tell me what this is about?"
+                  # went out of scope before them); HELD_OUT_TOPIC_PHRASINGS measures others, never trained on
                   "What's this article about? {x}", "Tell me what this story is about.\n\n{x}",
                   "Any idea what this news is about? {x}", "Read this and tell me its topic: {x}",
                   "{x}\n\nWhat is this article about?", "{x}\n\nWhat's the topic of this?",
@@ -69,7 +69,8 @@ TASK_PHRASINGS = {
 }
 
 #: Everyday ways to ask what a pasted article is about, never trained on (the measurement of
-#: ``scripts/bench/article_topic_routing.py``, written before it was run): the first three are issue 41's own words.
+#: ``scripts/bench/article_topic_routing.py``, written before it was run): the first three are the wordings users
+#: were seen to type.
 HELD_OUT_TOPIC_PHRASINGS = (
     "what is this about? {x}",
     "Can you tell me what this is about?\n\n{x}",
