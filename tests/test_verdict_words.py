@@ -197,3 +197,22 @@ def test_the_review_queue_names_a_verifier_that_vouches_for_nothing_as_such():
     assert "cannot vouch for any answer" in verdict_words(nothing).sentence
     assert verdict_words(nothing).badge == "? not verified · cannot tell on this model"  # its lean was never measured
     assert verdict_review_reasons(DocumentVerdict(v, task="bbc_topic")) == ["index_flipped"]
+
+
+def test_a_transcript_says_a_standing_line_once_then_its_badge():
+    """A line true of every answer of its kind on this model (the verifier admits nothing; none of its tasks; no
+    checkable answer; no verifier) is said in full the first time, then as its state "(as above)"; a line about this
+    answer (verified, cannot tell) is said in full each time. A new transcript says it in full again."""
+    from mlx_sdm.network.verdict_words import LINE_ADMITS_NOTHING, TranscriptVerdicts
+
+    v = Verdict(prediction=1, p_lower=None, admitted=False, q=3, d=0.4, q_bin=0, reason="below_threshold")
+    nothing = DocumentVerdict(v, task="open_questions", admits_nothing=True)
+    judged = DocumentVerdict(v, task="bbc_topic", admits_nothing=False)
+    off = DocumentVerdict.no_verifier("verification is off (--verifier none)")
+    transcript = TranscriptVerdicts()
+    lines = [transcript.line(d) for d in (nothing, judged, nothing, judged, off, off, nothing)]
+    assert lines[0] == f"verdict: {LINE_ADMITS_NOTHING}" and verdict_words(nothing).standing
+    assert lines[2] == lines[6] == "verdict: Not verified (as above)"
+    assert lines[1] == lines[3] == f"verdict: {verdict_words(judged).line}" and not verdict_words(judged).standing
+    assert lines[4].startswith("verdict: No verifier:") and lines[5] == "verdict: No verifier (as above)"
+    assert TranscriptVerdicts().line(nothing) == lines[0]

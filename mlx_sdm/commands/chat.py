@@ -19,6 +19,7 @@ from mlx_sdm.errors import MlxSdmError
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS, MAX_TEMPERATURE
 
 if TYPE_CHECKING:
+    from mlx_sdm.network.verdict_words import TranscriptVerdicts
     from mlx_sdm.store.turn_writer import TurnReceipt
     from mlx_sdm.turn.values import TurnOutcome
 from mlx_sdm.turn.escalation import ladder_words
@@ -238,6 +239,7 @@ def run_plain(config, store, *, session_id: str | None, title: str | None, stdin
     from mlx_sdm.usecases.loading import chat_components
     from mlx_sdm.usecases.prefill_progress import PrefillBar
     from mlx_sdm.executor.engine import ChatEngine
+    from mlx_sdm.network.verdict_words import TranscriptVerdicts
 
     def out(text: str = "", end: str = "\n") -> None:
         stdout.write(text + end)
@@ -256,6 +258,7 @@ def run_plain(config, store, *, session_id: str | None, title: str | None, stdin
             print(f"mlx-sdm chat: error: {exc}", file=sys.stderr)
             return 2
         session_id = _open_plain_session(store, info, session_id, title, out, created)
+        verdicts = TranscriptVerdicts()
         paused = engine.pending_pause(session_id) is not None
         for number, text in enumerate(_input_lines(stdin, out, prompt, lambda: paused), start=1):
             if not _is_utf8(text):
@@ -267,6 +270,7 @@ def run_plain(config, store, *, session_id: str | None, title: str | None, stdin
                     break
                 if command == "new":
                     session_id, paused = _new_plain_session(store, info, text[4:].strip() or None, out, created), False
+                    verdicts = TranscriptVerdicts()
                 continue
             was_paused, paused = paused, False
             if not text.strip():
@@ -279,7 +283,7 @@ def run_plain(config, store, *, session_id: str | None, title: str | None, stdin
             except MlxSdmError as exc:
                 out(f"\n[error: {exc}]")
                 continue
-            paused = _print_turn(result, out, logged, timing)
+            paused = _print_turn(result, out, logged, timing, verdicts)
         return 0
     finally:
         engine.shutdown(wait=True, timeout=10)
@@ -340,21 +344,19 @@ def _open_plain_session(store, info, session_id: str | None, title: str | None, 
     return session_id
 
 
-def _print_turn(receipt: TurnReceipt, out, logged: list[str], timing: bool) -> bool:
+def _print_turn(receipt: TurnReceipt, out, logged: list[str], timing: bool, verdicts: TranscriptVerdicts) -> bool:
     """The lines after an answer: the verdict's one line, unverified text, then what departs from the usual turn
     (:attr:`Escalation.unusual`): the monitor's reading, an escalation and the answer's place in the review queue.
     On an ordinary turn none of those is printed (each answer is still monitored and, unless verified, queued for
     review: ``mlx-sdm chat``'s monitor panel and ctrl+r show them). True when paused."""
     from mlx_sdm.turn.escalation import TurnStatus
-    from mlx_sdm.network.verdict_words import verdict_lines
     from mlx_sdm.store.export import monitor_line
 
     result = receipt.outcome
     out()
     if result.prompt_note:
         out(f"[note: {result.prompt_note}]")
-    for line in verdict_lines(result.verdict):
-        out(f"[{line}]")
+    out(f"[{verdicts.line(result.verdict)}]")
     if result.unverified_tail.strip():
         out(f"[unverified: the verdict covers only {result.judged_text.strip()!r}; the rest was not checked]")
     unusual = result.escalation is not None and result.escalation.unusual

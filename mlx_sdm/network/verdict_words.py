@@ -4,7 +4,7 @@ says a verdict through it and adds no words of its own. Each verdict has three t
 - the **badge** (the TUI's line under an answer): a mark, the state and a few words of why, no numbers;
 - the **line** (:attr:`VerdictWords.line`): one short sentence, at most about 20 words, free of the estimator's terms,
   saying what a person can do with the answer. It is the same everywhere a verdict is said in one line: the TUI
-  evidence's first line, ``chat --plain`` (:func:`verdict_lines`), the Markdown export (:func:`verdict_line`),
+  evidence's first line, ``chat --plain`` (:class:`TranscriptVerdicts`), the Markdown export (:func:`verdict_line`),
   ``generate`` (:func:`verdict_report`), the server's ``verdict.reason`` (:func:`verdict_words`, :data:`STOPPED`);
 - the **sentence** (:attr:`VerdictWords.sentence`): the evidence, why in full with its numbers (q, d, p_lower, the
   lean's measurement, the router's reading): behind the evidence view (``ctrl+b``/``v``), ``generate --explain``, and
@@ -48,6 +48,10 @@ class VerdictWords:
     badge: str  # e.g. "✔ verified", "? not verified · cannot tell": no numbers
     line: str  # the one short line (<= about 20 words, no jargon): "Verified: answers like this are right ..."
     sentence: str  # the evidence: why in full, with the numbers; opens with the state in words ("Not verified: ...")
+    #: the line says something of the verifier on this model, the same for every answer of its kind (no verifier,
+    #: none of its tasks, no checkable answer, a verifier that admits nothing, the second look off), not of this
+    #: answer: a transcript says it once and then shows the badge (:class:`TranscriptVerdicts`)
+    standing: bool = False
 
     @property
     def short(self) -> str:
@@ -208,6 +212,8 @@ LINE_EMPTY = "Not verified: the model gave an empty answer."
 LINE_SECOND_LOOK_OFF = "Not verified: checking this needs the second look, which --no-second-look turned off."
 LINE_NO_CHECKABLE_ANSWER = "Out of scope: this message has no short answer that can be checked, so nothing was checked."
 LINE_NOT_A_TASK = "Out of scope: the verifier does not check this kind of question, so nothing was checked."
+#: The short line of a verifier whose calibration admits no answer at all (the same for each of its answers).
+LINE_ADMITS_NOTHING = "Not verified: on this model the verifier cannot check answers like this; check it yourself."
 #: The short line of an answer the verifier cannot tell about: what a person can do with it.
 LINE_CANNOT_TELL = "Not verified: the verifier cannot tell whether this answer is right; check it yourself."
 
@@ -218,7 +224,7 @@ def verdict_words(verdict: DocumentVerdict) -> VerdictWords:
     status = verdict.status
     if status is VerdictStatus.NO_VERIFIER:
         return VerdictWords(status, f"· no verifier · {verdict.why}", f"No verifier: {verdict.why}; nothing was checked.",
-                            f"No verifier: {verdict.why}.")
+                            f"No verifier: {verdict.why}.", standing=True)
     if verdict.verdict is None and verdict.unjudged == REASON_EMPTY_ANSWER:
         return VerdictWords(status, "✘ not verified · empty answer", LINE_EMPTY,
                             "Not verified: the model produced an empty answer; there is nothing to verify.")
@@ -226,18 +232,19 @@ def verdict_words(verdict: DocumentVerdict) -> VerdictWords:
         return VerdictWords(status, "? not verified · second look off", LINE_SECOND_LOOK_OFF,
                             "Not verified: this verifier judges an everyday answer from more answers the model draws to "
                             "the same question (the second look), which is turned off, so it makes no judgement; "
-                            "without --no-second-look it would.")
+                            "without --no-second-look it would.", standing=True)
     if verdict.verdict is None and verdict.unjudged == REASON_NO_CHECKABLE_ANSWER:
         return VerdictWords(status, "○ out of scope · no checkable answer", LINE_NO_CHECKABLE_ANSWER,
                             "Out of scope: this message has no short answer that can be checked (the question router "
                             f"reads it as a greeting, a request for writing, advice or a how-to{_probability(verdict)}), "
-                            f"so the verifier makes no judgement. {verdict.coverage.sentence()}")
+                            f"so the verifier makes no judgement. {verdict.coverage.sentence()}", standing=True)
     if verdict.verdict is None:
         routed = verdict.route is not None and verdict.route.probability is not None
         why = ("the question router reads it as none of the kinds of question the verifier covers" if routed else
                "this question starts none of the task instructions the verifier was built on")
         return VerdictWords(status, "○ out of scope · not one of the verifier's tasks", LINE_NOT_A_TASK,
-                            f"Out of scope: {why}, so it makes no judgement. {verdict.coverage.sentence()}")
+                            f"Out of scope: {why}, so it makes no judgement. {verdict.coverage.sentence()}",
+                            standing=True)
     if verdict.admits_nothing and status is VerdictStatus.NOT_VERIFIED:
         short, sentence = _admits_nothing_words(verdict, verdict.alpha)
     else:
@@ -246,7 +253,8 @@ def verdict_words(verdict: DocumentVerdict) -> VerdictWords:
     if status is VerdictStatus.NOT_VERIFIED:
         sentence += _region_words(verdict.verdict, verdict.alpha)
     badge = f"{_mark(verdict, status)} {status.words}" + (f" · {short}" if short else "")
-    return VerdictWords(status, badge, _judged_line(verdict, status), sentence)
+    line = _judged_line(verdict, status)
+    return VerdictWords(status, badge, line, sentence, standing=line == LINE_ADMITS_NOTHING)
 
 
 def _judged_line(dv: DocumentVerdict, status: VerdictStatus) -> str:
@@ -267,7 +275,7 @@ def _judged_line(dv: DocumentVerdict, status: VerdictStatus) -> str:
     if dv.lean_shown:
         return "Likely wrong: when the verifier leans wrong like this, it is right at least 4 times in 5; check it."
     if dv.admits_nothing:
-        return "Not verified: on this model the verifier cannot check answers like this; check it yourself."
+        return LINE_ADMITS_NOTHING
     return LINE_CANNOT_TELL
 
 
@@ -302,9 +310,23 @@ def verdict_line(verdict: DocumentVerdict | None) -> str:
     return f"verdict: {verdict_words(verdict).line}"
 
 
-def verdict_lines(verdict: DocumentVerdict | None) -> list[str]:
-    """What the plain chat prints under an answer: :func:`verdict_line`, one line."""
-    return [verdict_line(verdict)]
+class TranscriptVerdicts:
+    """The verdict lines of one transcript (a plain chat session), in order: each answer's :func:`verdict_line`,
+    except that a standing line (:attr:`VerdictWords.standing`: true of every answer of its kind on this model, such
+    as "the verifier cannot check answers like this") is said in full once and then as its state, "Not verified (as
+    above)", so a line that carries no news about this answer does not repeat over a session."""
+
+    def __init__(self) -> None:
+        self._said: set[str] = set()
+
+    def line(self, verdict: DocumentVerdict | None) -> str:
+        if verdict is None:
+            return verdict_line(None)
+        words = verdict_words(verdict)
+        if words.standing and words.line in self._said:
+            return f"verdict: {words.line.partition(':')[0]} (as above)"
+        self._said.add(words.line)
+        return f"verdict: {words.line}"
 
 
 def exemplar_lines(verdict: DocumentVerdict | None) -> list[str]:
