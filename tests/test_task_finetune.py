@@ -60,7 +60,8 @@ def test_a_training_row_is_the_turns_prompt_then_the_answer(smollm2):
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_three_stages_on_a_tiny_model_and_the_folder_loads_back(tmp_path, family):
+def test_three_stages_on_a_tiny_model_and_the_folder_loads_back(tmp_path, family, monkeypatch):
+    from mlx_sdm.usecases import task_finetune
     from mlx_sdm.turn.pipeline import TurnPipeline
     from mlx_sdm.turn.values import TurnRequest
     from mlx_sdm.usecases.loading import load_components
@@ -69,6 +70,8 @@ def test_three_stages_on_a_tiny_model_and_the_folder_loads_back(tmp_path, family
 
     base = save_tiny_family(tmp_path / "base", family)
     task = write_word_task(tmp_path / "words.jsonl", rows=120, shifted=20)
+    if family == "llama":  # the wrong-answer share chosen on D_ca (its halves are small here: the path, not the choice)
+        monkeypatch.setattr(task_finetune, "CHOICE_MIN_ROWS", 10)
     outcome = run_task_finetune(tiny_args(task, tmp_path / "tuned", base), log=lambda line: None)
     folder = read_model_folder(tmp_path / "tuned")
     assert folder.fingerprint["architecture"] == family and [t.name for t in folder.tasks] == ["words"]
@@ -76,6 +79,13 @@ def test_three_stages_on_a_tiny_model_and_the_folder_loads_back(tmp_path, family
     report = (tmp_path / "tuned" / "report.md").read_text()
     assert "| words held-out (" in report and "MiniLM + logistic regression" in report and "untuned" in report
     assert outcome.lora.history and outcome.lora.rank == 8
+    choice = outcome.final.wrong_share
+    assert choice is not None and choice.share in task_finetune.WRONG_SHARES
+    if family == "llama":
+        assert [s for s, _ in choice.tried] == list(task_finetune.WRONG_SHARES)
+        assert "the share of wrong answers was chosen on D_ca alone" in report
+    else:
+        assert choice.tried == () and choice.share == task_finetune.WRONG_SHARES[0]
 
     components = load_components(str(tmp_path / "tuned"))
     pipeline = TurnPipeline(components)
@@ -84,6 +94,21 @@ def test_three_stages_on_a_tiny_model_and_the_folder_loads_back(tmp_path, family
     turn = pipeline.run(TurnRequest(question))
     assert components.lm.adapters.active is False  # the turn put the base model back
     assert turn.answer.text
+
+
+def test_the_wrong_answer_share_is_the_one_that_verifies_most_with_the_promise_kept():
+    """pick_share: the most right answers verified on the held-back half of D_ca; a share that broke the promise
+    there (None) or could not be fitted counts as none; a tie goes to the larger share; none verifying any keeps
+    the largest."""
+    from mlx_sdm.usecases.task_finetune import WRONG_SHARES, pick_share
+
+    third, quarter, fifth = WRONG_SHARES
+    assert pick_share([(third, 37), (quarter, 32), (fifth, 0)]).share == third
+    assert pick_share([(third, 12), (quarter, 20), (fifth, None)]).share == quarter
+    assert pick_share([(third, 12), (quarter, 20), (fifth, 20)]).share == quarter
+    assert pick_share([(third, None), (quarter, None), (fifth, 3)]).share == fifth
+    assert pick_share([(third, 0), (quarter, None), (fifth, 0)]).share == third
+    assert pick_share([(third, 5)]).tried == ((third, 5),)
 
 
 @pytest.fixture(scope="module")

@@ -265,6 +265,7 @@ class Variant:
     verifier: Any | None = None  # DocumentVerifier
     why: str | None = None
     constructed: dict[str, int] = field(default_factory=dict)  # per task and half, constructed wrong answers
+    wrong_share: Any | None = None  # task_finetune.ShareChoice: the share of wrong answers the verifier was fitted at
     #: the verifier's rows and labels, hashed: a stage built on this verifier (the head) is rebuilt when they change
     digest: str = ""
 

@@ -113,6 +113,31 @@ def score_line(s: SplitScore) -> str:
             f"| {cells} |{note}")
 
 
+def share_words(share: float) -> str:
+    """1/3 → "a third", 1/4 → "a quarter", 1/5 → "a fifth"; another share as a percentage."""
+    named = {3: "a third", 4: "a quarter", 5: "a fifth"}
+    n = round(1 / share) if share else 0
+    return named[n] if n in named and abs(share - 1 / n) < 1e-9 else f"{share:.0%}"
+
+
+def wrong_share_lines(v: Variant) -> list[str]:
+    """What the report says of a variant's constructed wrong answers and of the share chosen for them."""
+    choice = v.wrong_share
+    share = choice.share if choice is not None else 1 / 3
+    lines = []
+    if v.constructed:
+        lines.append(f"\n{v.name}: where fewer than {share_words(share)} of a verifier half's answers were wrong, "
+                     "right answers were replaced by constructed wrong answers to the same questions (docs/method.md "
+                     "§ 14's encoding), so the verifier learns what a wrong answer looks like: "
+                     + ", ".join(f"{half} {n}" for half, n in v.constructed.items()) + ".")
+    if choice is not None and len(choice.tried) > 1:
+        lines.append(("" if lines else "\n") + f"{v.name}: the share of wrong answers was chosen on D_ca alone: "
+                     "fitted on half of it at each share, judged on the other half (a third wrong), right answers "
+                     "verified there: " + ", ".join(f"{share_words(s)} {'-' if n is None else n}" for s, n in choice.tried)
+                     + f" ('-': not fitted, or an admitted stratum below α′); chosen: {share_words(share)}.")
+    return lines
+
+
 def report_text(lm, splits: Sequence[TaskSplit], lora: LoraResult, decode: HeadDecode | None,
                 scores: list[SplitScore], run: FinetuneRun, clock: StageClock, alpha: float,
                 variants: Sequence[Variant], reviewed: dict[str, ReviewedRows]) -> str:
@@ -137,11 +162,7 @@ def report_text(lm, splits: Sequence[TaskSplit], lora: LoraResult, decode: HeadD
     lines += [f"| {r.rank} | {r.epoch} | {r.train_loss:.3f} | {r.validation.accuracy:.3f} | {r.seconds:.0f} | "
               f"{r.tokens_per_second:.0f} |" for r in lora.history]
     for v in variants:
-        if v.constructed:
-            lines.append(f"\n{v.name}: where fewer than a third of a verifier half's answers were wrong, right answers "
-                         "were replaced by constructed wrong answers to the same questions (docs/method.md § 14's "
-                         "encoding), so the verifier learns what a wrong answer looks like: "
-                         + ", ".join(f"{half} {n}" for half, n in v.constructed.items()) + ".")
+        lines += wrong_share_lines(v)
     lines += ["", f"Cells: task accuracy / fraction of the rows; strata are the p̂ lower row of Table 1 (admitted: "
                   f"p_lower ≥ α′ = {alpha}); verified = shown to a person as verified (ŷ = 1 and admitted).", "",
               "| task, split (rows) | model | JSON | task accuracy | verified (right) | " + " | ".join(STRATA) + " |",
@@ -201,7 +222,9 @@ def save_verifier(lm, final: Variant, decode: HeadDecode | None, run: FinetuneRu
     verifier.info = {"built_by": "mlx-sdm finetune", "seed": run.args.seed,
                      "adapters": {"sha256": lm.adapters.sha256, "rank": lora.rank, "epoch": lora.epoch},
                      "head": {"sha256": decode.sha256, "decodes": list(decode.decodes)} if decode else None,
-                     "constructed_wrong_answers": dict(final.constructed)}
+                     "constructed_wrong_answers": dict(final.constructed),
+                     "wrong_share": None if final.wrong_share is None else {
+                         "share": final.wrong_share.share, "tried": [list(t) for t in final.wrong_share.tried]}}
     try:
         base = DocumentVerifier.load(default_verifier_dir(), expect_fingerprint=lm.fingerprint)
     except ArtifactError:

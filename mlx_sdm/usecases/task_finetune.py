@@ -128,57 +128,133 @@ def read_wrong_answers(lm, task: Task, pairs: Sequence[tuple[TaskItem, str]], *,
                          task.system) for (item, text), f in zip(pairs, features)]
 
 
-#: The share of a verifier half's rows that are wrong answers, at least: where the model's own wrong answers are
-#: fewer, some of its right answers in that half are replaced by constructed wrong answers to the same questions
-#: (unpaired, as method § 14's encoding is), so the verifier learns what a wrong answer looks like and Alg. 3 has
-#: both classes to calibrate (with one class absent it admits nothing).
-WRONG_SHARE = 1 / 3
+#: The shares of wrong answers tried for each verifier half, at least, largest first: where the model's own wrong
+#: answers are fewer, some of its right answers in that half are replaced by constructed wrong answers to the same
+#: questions (unpaired, as method § 14's encoding is), so the verifier learns what a wrong answer looks like and
+#: Alg. 3 has both classes to calibrate (with one class absent it admits nothing). Which share is measured, on D_ca
+#: only (:func:`choose_wrong_share`): too many constructed answers crowd the right ones out of the admitted region
+#: (a run of mail triage verified 30 % of its held-out rows at a third and 48 % at a fifth), too few leave Alg. 3
+#: without the wrong class (a tenth: nothing admitted).
+WRONG_SHARES = (1 / 3, 1 / 4, 1 / 5)
+#: The share of wrong answers in the held-back half of D_ca that judges every candidate share (the same rows for
+#: each, so the counts compare).
+JUDGING_SHARE = 1 / 3
+#: The fewest D_ca rows of each task for the choice to be made: fewer, and a half holds too few wrong answers to
+#: tell the shares apart (a third of 50 is 17), so the largest share is kept without trying the others.
+CHOICE_MIN_ROWS = 100
+
+
+@dataclass(frozen=True)
+class ShareChoice:
+    """The wrong-answer share the verifier was fitted at, and each candidate's count of right answers it verified
+    on the held-back half of D_ca (None: that candidate could not be fitted, or admitted a stratum below α′)."""
+
+    share: float
+    tried: tuple[tuple[float, int | None], ...] = ()
+
+
+class WrongAnswers:
+    """Constructed wrong answers, made once per question (by a seeded draw of another answer value) and reused by
+    every candidate fit, so trying a share costs a fit, not another pass of the model."""
+
+    def __init__(self, lm, *, adapted: bool, seed: int):
+        self.lm, self.adapted, self.seed = lm, adapted, seed
+        self._made: dict[tuple[str, str], Any] = {}
+
+    def topped(self, task: Task, answered: list, share: float, seed: int) -> tuple[list, int]:
+        """``answered`` with at least ``share`` wrong answers: right answers chosen by a seeded draw (a smaller
+        share's choice is a prefix of a larger's) replaced by constructed wrong answers to the same questions.
+        Returns (rows, how many were constructed)."""
+        wrong = sum(1 for a in answered if not a.label.correct)
+        needed = int(np.ceil(share * len(answered))) - wrong
+        right = [i for i, a in enumerate(answered) if a.label.correct]
+        if needed <= 0 or not right:
+            return list(answered), 0
+        chosen = np.random.default_rng(seed).permutation(right)[:needed].tolist()
+        missing = [answered[i].item for i in chosen if (task.name, answered[i].item.id) not in self._made]
+        for item, row in zip(missing, constructed_wrong(self.lm, task, missing, self.seed, adapted=self.adapted)):
+            self._made[(task.name, item.id)] = row
+        rows = list(answered)
+        for i in chosen:
+            rows[i] = self._made[(task.name, answered[i].item.id)]
+        return rows, len(chosen)
 
 
 def fit_variant(lm, variant: Variant, splits: Sequence[TaskSplit], args: TaskFinetuneArgs, *, adapted: bool,
                 known_wrong: Sequence = ()) -> Variant:
     """The verifier on this variant's own answers: D_tr its answers to the LoRA training rows (``variant.trained``)
     plus ``known_wrong`` (answers a person rejected) → Alg. 1–2; D_ca its answers to the verifier rows → Alg. 3.
-    Each task's part of either set is topped up to :data:`WRONG_SHARE` wrong answers (:func:`with_wrong_share`).
+    Each task's part of either set is topped up to the wrong-answer share :func:`choose_wrong_share` picks on D_ca.
     A task the model never answers in its JSON is left out, as build-verifier leaves it."""
     from mlx_sdm.usecases.build_verifier import fit_task_verifier
 
     kept = [o for o in variant.outcomes.values() if not o.left_out]
     if not kept:
         return replace(variant, verifier=None, why="the model never answered in the task's JSON format")
+    tasks = {s.task.name: s.task for s in splits}
+    halves = [(tasks[o.task.name], variant.trained.get(o.task.name, []), o.pool) for o in kept]
+    bank = WrongAnswers(lm, adapted=adapted, seed=args.seed)
+    choice = choose_wrong_share(lm, kept, halves, bank, args, known_wrong)
     constructed: dict[str, int] = {}
     train, calibration = list(known_wrong), []
-    for outcome in kept:
-        split = next(s for s in splits if s.task.name == outcome.task.name)
-        for half, answered in enumerate((variant.trained.get(outcome.task.name, []), outcome.pool)):
-            topped, made = with_wrong_share(lm, split.task, answered, args.seed + half, adapted=adapted)
-            (train if half == 0 else calibration).extend(topped)
+    for task, trained, pool in halves:
+        for half, (answered, into) in enumerate(((trained, train), (pool, calibration))):
+            topped, made = bank.topped(task, answered, choice.share, args.seed + half)
+            into.extend(topped)
             if made:
-                constructed[f"{split.task.name} {'D_tr' if half == 0 else 'D_ca'}"] = made
+                constructed[f"{task.name} {'D_tr' if half == 0 else 'D_ca'}"] = made
     digest = hashlib.sha256(json.dumps([[[a.item.id, a.text, a.label.label] for a in half]
                                         for half in (train, calibration)], default=str).encode()).hexdigest()[:16]
     try:
         verifier = fit_task_verifier(lm, kept, fit_config(args), progress=args.progress, field_name="--verifier-rows",
                                      halves=(train, calibration))
     except DataError as exc:
-        return replace(variant, verifier=None, why=exc.detail, constructed=constructed, digest=digest)
-    return replace(variant, verifier=verifier, why=None, constructed=constructed, digest=digest)
+        return replace(variant, verifier=None, why=exc.detail, constructed=constructed, digest=digest,
+                       wrong_share=choice)
+    return replace(variant, verifier=verifier, why=None, constructed=constructed, digest=digest, wrong_share=choice)
 
 
-def with_wrong_share(lm, task: Task, answered: list, seed: int, *, adapted: bool) -> tuple[list, int]:
-    """One task's verifier half with at least :data:`WRONG_SHARE` wrong answers: right answers chosen by a seeded draw
-    are replaced by constructed wrong answers to the same questions. Returns (rows, how many were constructed)."""
-    wrong = sum(1 for a in answered if not a.label.correct)
-    needed = int(np.ceil(WRONG_SHARE * len(answered))) - wrong
-    right = [i for i, a in enumerate(answered) if a.label.correct]
-    if needed <= 0 or not right:
-        return list(answered), 0
-    chosen = sorted(np.random.default_rng(seed).permutation(right)[:needed].tolist())
-    made = constructed_wrong(lm, task, [answered[i].item for i in chosen], seed, adapted=adapted)
-    rows = list(answered)
-    for i, row in zip(chosen, made):
-        rows[i] = row
-    return rows, len(made)
+def choose_wrong_share(lm, kept: list, halves: list, bank: WrongAnswers, args: TaskFinetuneArgs,
+                       known_wrong: Sequence = ()) -> ShareChoice:
+    """The wrong-answer share, chosen on calibration rows only (never the held-out ones): each task's D_ca is
+    halved by a seeded draw; for each share of :data:`WRONG_SHARES` a verifier fitted on D_tr and the first half
+    (both at that share) judges the second half (at :data:`JUDGING_SHARE`, the same rows for every share). The
+    share that verifies the most right answers there, with every admitted stratum of Table 1 at least α′, is
+    chosen (:func:`pick_share`). With fewer than :data:`CHOICE_MIN_ROWS` D_ca rows in a task, the largest."""
+    from mlx_sdm.calibration.evaluation import evaluate, table_row
+    from mlx_sdm.usecases.build_verifier import _labelled, fit_task_verifier
+
+    if min(len(pool) for _, _, pool in halves) < CHOICE_MIN_ROWS:
+        return ShareChoice(WRONG_SHARES[0])
+    tried: list[tuple[float, int | None]] = []
+    for share in WRONG_SHARES:
+        train, first, second = list(known_wrong), [], []
+        for task, trained, pool in halves:
+            order = np.random.default_rng(args.seed + 2).permutation(len(pool))
+            a, b = [pool[i] for i in sorted(order[: len(pool) // 2])], [pool[i] for i in sorted(order[len(pool) // 2:])]
+            train += bank.topped(task, trained, share, args.seed)[0]
+            first += bank.topped(task, a, share, args.seed + 1)[0]
+            second += bank.topped(task, b, JUDGING_SHARE, args.seed + 3)[0]
+        try:
+            verifier = fit_task_verifier(lm, kept, fit_config(args), progress=False, field_name="--verifier-rows",
+                                         halves=(train, first))
+        except DataError:
+            tried.append((share, None))
+            continue
+        ev = evaluate(verifier.estimator, _labelled([a.document() for a in second], second), "D_ca, held back")
+        kept_promise = table_row("p̂ lower", ev.labels, ev.predictions, ev.admitted, 2).calibrated(
+            verifier.estimator.alpha)
+        shown = ev.admitted & (ev.predictions == 1) & (ev.labels == 1)
+        tried.append((share, int(shown.sum()) if kept_promise else None))
+    return pick_share(tried)
+
+
+def pick_share(tried: Sequence[tuple[float, int | None]]) -> ShareChoice:
+    """The share whose verifier verified the most right answers on the held-back half (None: not fitted, or a
+    stratum admitted below α′, counts as none); a tie goes to the larger share, and none verifying any keeps
+    :data:`WRONG_SHARES`' first (the largest)."""
+    best = max(tried, key=lambda t: (t[1] or 0, t[0]))
+    return ShareChoice(best[0] if best[1] else WRONG_SHARES[0], tuple(tried))
 
 
 # ----------------------------------------------------------------------------------------- stage 2: the head
