@@ -248,6 +248,27 @@ def test_the_model_is_asked_the_task_question_and_the_verifier_judges_it():
     assert plan.messages == asked and plan.judged == asked and plan.judge  # the task alone, as its own prompt
 
 
+def test_a_turn_after_a_task_turn_is_asked_without_the_tasks_json_exchange():
+    """A task turn is answered alone; an everyday turn after it is asked the conversation without that exchange
+    (its JSON made SmolLM2 answer every later question in JSON), and without a copied JSON answer either; other
+    exchanges, and this turn's question, stay."""
+    from mlx_sdm.turn.values import is_task_answer, without_task_exchanges
+
+    verifier = _verifier(guesses={"What is the capital of Peru?": RouteGuess(OPEN_KIND, 0.9)})
+    conversation = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"},
+                    {"role": "user", "content": INSTRUCTION + " ARTICLE: Arsenal won."},
+                    {"role": "assistant", "content": '{"topic": "sports"}'},
+                    {"role": "user", "content": "What is the boiling point of water?"},
+                    {"role": "assistant", "content": '{"topic": "cooking"}}'},
+                    {"role": "user", "content": "What is the capital of Peru?"}]
+    plan = _pipeline(verifier).plan(conversation)
+    assert plan.messages == [conversation[0], conversation[1], conversation[-1]]
+    assert is_task_answer(' {"queue": "billing"}\n') and not is_task_answer('Sure: {"a": 1}')
+    assert not is_task_answer("{}") and not is_task_answer('{"a": 1} and more') and not is_task_answer("{oops")
+    assert without_task_exchanges([{"role": "user", "content": "Give me JSON"}]) == [
+        {"role": "user", "content": "Give me JSON"}]  # this turn's question stays whatever it is
+
+
 # -- a follow-up is read with the question it leans on (network/question_router.py) --------------------------------
 @pytest.mark.parametrize("question, leans", [
     ("When did he write it?", True), ("And Germany?", True), ("What about Spain?", True), ("Where is its capital?", True),

@@ -87,6 +87,7 @@ from mlx_sdm.turn.values import (
     last_user_text,
     parse_tool_calls,
     previous_user_text,
+    without_task_exchanges,
 )
 
 if TYPE_CHECKING:
@@ -132,9 +133,9 @@ class TurnPipeline:
         if route.matched:  # a task question is answered as that task alone, as the verifier was built
             seen = ours + [question]
         elif messages and messages[0].get("role") == "system":  # the caller's own system prompt
-            seen = list(messages)
-        else:
-            seen = ours + list(messages)
+            seen = without_task_exchanges(list(messages))
+        else:  # and any other turn without the task turns' JSON exchanges
+            seen = ours + without_task_exchanges(list(messages))
         judged = ([seen[0]] if seen and seen[0].get("role") == "system" else []) + [question]
         judge = self.components.verifier is not None and route.how is not RouteKind.NO_CHECKABLE_ANSWER and (
             route.matched or route.open_question or not self._routes_tasks())

@@ -295,6 +295,41 @@ def last_user_text(messages: list[ChatMessage]) -> str:
     return ""
 
 
+def is_task_answer(text: str) -> bool:
+    """An answer that is one JSON object and nothing else (stray closing braces aside): how a task turn answers."""
+    stripped = text.strip()
+    if not stripped.startswith("{"):
+        return False
+    try:
+        value, end = json.JSONDecoder().raw_decode(stripped)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(value, dict) and bool(value) and not stripped[end:].strip(" \n}")
+
+
+def without_task_exchanges(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """The conversation a turn that is not a task's is asked with: earlier exchanges whose answer is a task's
+    answer alone (:func:`is_task_answer`) are left out, with the question that asked them. A task turn is answered
+    alone, as its verifier was built; its JSON left in a later turn's history makes a small model answer everything
+    in that JSON (SmolLM2-135M answered the 11 everyday turns after one topic question as ``{"topic": ...}``). The
+    last user message (this turn's question) is always kept."""
+    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+    last = users[-1] if users else -1
+    out: list[ChatMessage] = []
+    skip = False
+    for i, m in enumerate(messages):
+        if skip:
+            skip = False
+            continue
+        following = messages[i + 1] if i + 1 < len(messages) else None
+        if m.get("role") == "user" and i != last and following is not None and following.get("role") == "assistant" \
+                and isinstance(following.get("content"), str) and is_task_answer(following["content"]):
+            skip = True
+            continue
+        out.append(m)
+    return out
+
+
 def previous_user_text(messages: list[ChatMessage]) -> str | None:
     """The user message before this turn's question (the one a follow-up leans on); None on a first turn."""
     users = [m.get("content", "") for m in messages if m.get("role") == "user"]
