@@ -263,6 +263,10 @@ def test_a_turn_after_a_task_turn_is_asked_without_the_tasks_json_exchange():
                     {"role": "user", "content": "What is the capital of Peru?"}]
     plan = _pipeline(verifier).plan(conversation)
     assert plan.messages == [conversation[0], conversation[1], conversation[-1]]
+    leaning = conversation[:4] + [{"role": "user", "content": "Why did you pick that topic?"}]
+    assert without_task_exchanges(leaning) == leaning  # a follow-up that leans on the task turn sees it
+    assert without_task_exchanges(conversation[:6] + leaning[-1:]) == conversation[:2] + conversation[4:6] + \
+        leaning[-1:]  # only the exchange just before it
     assert is_task_answer(' {"queue": "billing"}\n') and not is_task_answer('Sure: {"a": 1}')
     assert not is_task_answer("{}") and not is_task_answer('{"a": 1} and more') and not is_task_answer("{oops")
     assert without_task_exchanges([{"role": "user", "content": "Give me JSON"}]) == [

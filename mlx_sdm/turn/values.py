@@ -312,9 +312,13 @@ def without_task_exchanges(messages: list[ChatMessage]) -> list[ChatMessage]:
     answer alone (:func:`is_task_answer`) are left out, with the question that asked them. A task turn is answered
     alone, as its verifier was built; its JSON left in a later turn's history makes a small model answer everything
     in that JSON (SmolLM2-135M answered the 11 everyday turns after one topic question as ``{"topic": ...}``). The
-    last user message (this turn's question) is always kept."""
+    last user message (this turn's question) is always kept, and so is the exchange just before it when the
+    question leans on it ("Why did you pick that topic?": ``leans_on_previous``)."""
+    from mlx_sdm.network.question_router import leans_on_previous
+
     users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
     last = users[-1] if users else -1
+    kept = {users[-2]} if len(users) > 1 and leans_on_previous(str(messages[last].get("content", ""))) else set()
     out: list[ChatMessage] = []
     skip = False
     for i, m in enumerate(messages):
@@ -322,7 +326,7 @@ def without_task_exchanges(messages: list[ChatMessage]) -> list[ChatMessage]:
             skip = False
             continue
         following = messages[i + 1] if i + 1 < len(messages) else None
-        if m.get("role") == "user" and i != last and following is not None and following.get("role") == "assistant" \
+        if m.get("role") == "user" and i != last and i not in kept and following is not None and following.get("role") == "assistant" \
                 and isinstance(following.get("content"), str) and is_task_answer(following["content"]):
             skip = True
             continue
