@@ -373,22 +373,21 @@ def test_qlora_trains_adapters_over_a_4_bit_base(tmp_path):
 def test_the_review_bench_reviews_only_unused_rows_and_finetune_reads_its_edits_as_gold(tmp_path):
     """scripts/bench/review_finetune.py: the questions it reviews are pool rows no split of the run uses, and its
     chat store's edits are what ``--from-reviews`` reads as gold rows of the task."""
-    import runpy
-    from pathlib import Path
-
     from mlx_sdm.network.tasks.registry import load_task
     from mlx_sdm.store.chat_store import ChatStore
     from mlx_sdm.usecases.finetune_plan import TaskFinetuneArgs, reviewed_rows, split_task
 
-    bench = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "bench" / "review_finetune.py"))
+    from tests.scripts_side import load_script
+
+    bench = load_script("bench/review_finetune.py")
     task = load_task(str(write_word_task(tmp_path / "words.jsonl", rows=800)))
-    spare = bench["spare_items"](task, 4, 0, 20)
+    spare = bench.spare_items(task, 4, 0, 20)
     split = split_task(task, TaskFinetuneArgs(tasks=(str(task.path),), out=tmp_path / "x", train_rows=4, eval_rows=20))
     used = {i.prompt for part in (split.train, split.validation, split.verifier, split.held_out, split.shifted)
             for i in part}
     assert spare and not used & {i.prompt for i in spare}
     items = spare[:3]
-    bench["write_reviews"](tmp_path / "reviews.db", task, items, ["no idea", '{"fruit": maybe', "no"])
+    bench.write_reviews(tmp_path / "reviews.db", task, items, ["no idea", '{"fruit": maybe', "no"])
     with ChatStore(tmp_path / "reviews.db") as store:
         found = reviewed_rows(store.review_queue.training_rows(), [task])[task.name]
     assert sorted((i.prompt, i.gold) for i in found.gold) == sorted((i.prompt, i.gold) for i in items)
