@@ -31,6 +31,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 import mlx_sdm  # noqa: F401  (the fast BLAS before mlx)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,7 +55,8 @@ class Measured:
 
 
 def spare_items(task, train_rows: int, seed: int, eval_rows: int):
-    """The task's pool rows no split of a ``--train-rows train_rows`` run uses, in the run's own shuffled order."""
+    """The task's pool rows no split of a ``--train-rows train_rows`` run uses (finetune's own ``split_task``), in
+    the order that run shuffles its pool (the measurement in docs/finetuning.md reviewed them in this order)."""
     from mlx_sdm.usecases.finetune_plan import TaskFinetuneArgs, split_task
 
     args = TaskFinetuneArgs(tasks=(str(task.path),), out=Path("unused"), train_rows=train_rows, seed=seed,
@@ -61,11 +64,8 @@ def spare_items(task, train_rows: int, seed: int, eval_rows: int):
     split = split_task(task, args)
     used = {item.prompt.strip() for part in (split.train, split.validation, split.verifier, split.held_out,
                                              split.shifted) for item in part}
-    import numpy as np
-
     pool = task.split("pool")
-    order = np.random.default_rng(seed).permutation(len(pool))
-    return [pool[i] for i in order if pool[i].prompt.strip() not in used]
+    return [pool[i] for i in np.random.default_rng(seed).permutation(len(pool)) if pool[i].prompt.strip() not in used]
 
 
 def untuned_answers(task, items) -> list[str]:
@@ -120,15 +120,17 @@ def run_finetune(task_path: Path, out: Path, train_rows: int, db: Path | None, *
 
 
 def read_scores(out: Path, reviewed: int, seconds: float, alpha: float = 0.95) -> list[Measured]:
+    """The folder's report rows of the untuned model and the tuned one; the promise as the report judges it."""
+    from mlx_sdm.usecases.finetune_report import SplitScore
+
     report = json.loads((out / "report.json").read_text())
     rows = []
     for s in report["scores"]:
         if s["model"] not in ("untuned", "LoRA"):
             continue
-        promise = all(not st["admitted"] or st["accuracy"] is None or st["accuracy"] >= alpha
-                      for st in s.get("strata") or ())
+        score = SplitScore(**{**s, "strata": tuple(s["strata"]), "cells": tuple(s["cells"])})
         rows.append(Measured(reviewed, s["model"], s["split"], s["rows"], s["accuracy"], s["well_formed"],
-                             s["verified"], s["verified_right"], promise, seconds))
+                             s["verified"], s["verified_right"], not score.violations(alpha), seconds))
     return rows
 
 
@@ -136,13 +138,13 @@ def table(rows: list[Measured]) -> str:
     def pct(v):
         return "–" if v is None else f"{v:.2f}"
 
-    lines = ["| reviewed answers | model | split | right | in the JSON | verified | verified right | promise |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| reviewed answers | model | split | right | in the JSON | verified | verified right | promise | run (min) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         verified = "–" if r.verified is None else f"{r.verified}/{r.rows} ({r.verified / r.rows:.0%})"
         right = "–" if r.verified_right is None else f"{r.verified_right}/{r.verified}"
         lines.append(f"| {r.reviewed} | {r.model} | {r.split} | {pct(r.accuracy)} | {pct(r.well_formed)} | "
-                     f"{verified} | {right} | {'held' if r.promise else 'BROKEN'} |")
+                     f"{verified} | {right} | {'held' if r.promise else 'BROKEN'} | {r.seconds / 60:.1f} |")
     return "\n".join(lines)
 
 
