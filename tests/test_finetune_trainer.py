@@ -57,7 +57,7 @@ def make_documents(n: int = 12) -> list[FinetuneDocument]:
 def make_scorer(lm):
     # A stand-in verifier: admits everything as ŷ = 1; q depends on the generated completion, so it
     # changes as the head learns (the real DocumentVerifier is exercised in test_finetune_command.py).
-    def verify(features):
+    def verify(features, text):
         return SimpleNamespace(prediction=1, admitted=True, q=float(features.completion_tokens % 5), d=0.5)
 
     return LMScorer(lm, verify)
@@ -95,7 +95,7 @@ def test_out_of_distribution_answers_give_no_gradient_unless_warmed_up():
     # d = 0 for every generated answer (all out of distribution): Eq. 32's gradient is d (sdm − e_t) = 0.
     lm = tiny_loaded_model()
     docs = make_documents()
-    scorer = LMScorer(lm, lambda features: SimpleNamespace(prediction=1, admitted=True, q=3.0, d=0.0))
+    scorer = LMScorer(lm, lambda features, text: SimpleNamespace(prediction=1, admitted=True, q=3.0, d=0.0))
     original = np.array(VocabularyHeads.from_model(lm.model).positive)
     for warmup, moved in ((0, False), (1, True)):
         args = FinetuneArgs(epochs=1, batch_size=4, learning_rate=0.05, progress=False, warmup_epochs=warmup)

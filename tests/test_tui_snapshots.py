@@ -50,7 +50,7 @@ class FixedVerdictVerifier:
     def __getattr__(self, name):
         return getattr(self._real, name)
 
-    def judge(self, features, explain: int = 5, *, task: str | None = None, route=None) -> DocumentVerdict:
+    def judge(self, features, explain: int = 5, *, task: str | None = None, route=None, answer=None) -> DocumentVerdict:
         return DocumentVerdict(FIXED_VERDICT, alpha=self._real.estimator.alpha, coverage=self._real.coverage)
 
 

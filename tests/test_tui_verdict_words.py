@@ -38,7 +38,7 @@ class LeaningVerifier:
     def __getattr__(self, name):
         return getattr(self._real, name)
 
-    def judge(self, features, explain: int = 5, *, task: str | None = None, route=None) -> DocumentVerdict:
+    def judge(self, features, explain: int = 5, *, task: str | None = None, route=None, answer=None) -> DocumentVerdict:
         return DocumentVerdict(VERDICT, alpha=self._real.estimator.alpha, coverage=self._real.coverage, lean=LEAN)
 
 

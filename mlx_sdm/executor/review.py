@@ -135,7 +135,7 @@ class ReviewService:
         if task not in self._tasks:
             verifier = self._load_base()
             if self.joins_support(task):
-                _add_points(_estimator(verifier, task), self.points(task))
+                _add_points(verifier, task, self.points(task))
             self._tasks[task] = verifier
         return self._tasks[task]
 
@@ -156,7 +156,7 @@ class ReviewService:
         if reload and self.components.verifier_path is not None:
             self._base = self._load_base()
         self._tasks.clear()
-        _add_points(self._base.estimator, self.points())
+        _add_points(self._base, None, self.points())
         if save:
             self.save_all()
 
@@ -229,11 +229,15 @@ class ReviewService:
         else:
             target = self.verifier_for(task)  # built from the store: may hold the new point already
             estimator = _estimator(target, task)
+            joins = target.support_label(task, decision.label, completion or message.text)
+            if joins is None:
+                return result(False, "recorded: a rejected answer of a task with more than two answers does not say "
+                                     "which answer is right, so it joins no support set (correct it to teach it)")
             if decision.support_id not in estimator.support_ids:
                 vector = features if features is not None else message.features
                 estimator.add_support(
                     [decision.support_id], np.asarray(vector, dtype=np.float32)[None, :],
-                    np.array([decision.label], dtype=np.int64), [completion or message.text])
+                    np.array([joins], dtype=np.int64), [completion or message.text])
         saved = self.save(task) if scope is not None else self.save_all()
         where = "" if task is None else f" of task {task}"
         return result(True, f"added to the support set{where} ({support_words(self.support_size)})", saved)
@@ -278,11 +282,14 @@ def _estimator(verifier: TurnVerifier, task: str | None) -> SDMEstimator:
     return verifier.estimator_for(task)
 
 
-def _add_points(estimator: SDMEstimator, points: list[SupportPoint]) -> None:
-    """Add labelled points to an estimator's support set (those it already holds are skipped)."""
+def _add_points(verifier: TurnVerifier, task: str | None, points: list[SupportPoint]) -> None:
+    """Add labelled points to the support set of the estimator judging ``task`` (those it already holds are
+    skipped), each with the class its member reads a review label as (``support_label``; None: it joins nothing)."""
+    estimator = _estimator(verifier, task)
     held = set(estimator.support_ids)
-    points = [p for p in points if p.decision.support_id not in held]
-    if points:
-        estimator.add_support([p.decision.support_id for p in points],
-                              np.stack([p.features for p in points]).astype(np.float32),
-                              np.array([p.label for p in points], dtype=np.int64), [p.text for p in points])
+    joining = [(p, verifier.support_label(task, p.label, p.text)) for p in points if p.decision.support_id not in held]
+    joining = [(p, label) for p, label in joining if label is not None]
+    if joining:
+        estimator.add_support([p.decision.support_id for p, _ in joining],
+                              np.stack([p.features for p, _ in joining]).astype(np.float32),
+                              np.array([label for _, label in joining], dtype=np.int64), [p.text for p, _ in joining])

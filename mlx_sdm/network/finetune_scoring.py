@@ -40,13 +40,14 @@ class Scorer(Protocol):
 class LMScorer:
     """The default scorer (§ 15.5): greedy decoding over the joint heads, batched (``generate_batch``: argmax
     mod |V|, the document feature vector from the same pass, equal to ``generate_with_features``'s),
-    then the document verifier (``verify(features) -> Verdict``, e.g. ``DocumentVerifier.verify_features``).
+    then the document verifier (``verify(features, text) -> Verdict``: ``DocumentVerifier.verify_features`` with the
+    answer's text, which a label member reads).
 
     For training documents (``purpose="training"``) q and d come from ``training_qd(features) ->
     (ŷ, q, d)`` when given: q without self-exclusion and not flip-adjusted, d from the *training*
     distance eCDFs, as the reference does for the next-token loss (§ 15.5, § 20 item 13)."""
 
-    def __init__(self, lm, verify: Callable[[Any], Any], *, training_qd: Callable[[Any], tuple[int, float, float]] | None = None,
+    def __init__(self, lm, verify: Callable[[Any, str], Any], *, training_qd: Callable[[Any], tuple[int, float, float]] | None = None,
                  delimiter: str = "json_close", system: str | None = None, progress=None, batch: int = SCORE_BATCH):
         self.lm, self.verify, self.training_qd = lm, verify, training_qd
         self.delimiter, self.system, self.progress, self.batch = delimiter, system, progress, batch
@@ -61,7 +62,8 @@ class LMScorer:
             qd = verifier.estimator.q_and_d(vector, distance_cdfs="training")
             return int(qd["prediction"][0]), float(qd["q"][0]), float(qd["d"][0])
 
-        return cls(lm, lambda features: verifier.verify_features(features, explain=0), training_qd=training_qd,
+        return cls(lm, lambda features, text: verifier.verify_features(features, explain=0, answer=text),
+                   training_qd=training_qd,
                    delimiter=verifier.recipe.delimiter, system=verifier.recipe.system, progress=progress)
 
     def __call__(self, documents, head, purpose: str = "calibration"):
@@ -97,7 +99,7 @@ class LMScorer:
             prediction, q, d = self.training_qd(features)
             verdict: Any = Outcome(prediction=prediction, admitted=False, q=q, d=d, correct=False)
         else:
-            verdict = self.verify(features)
+            verdict = self.verify(features, text)
         return Outcome(prediction=int(verdict.prediction), admitted=bool(verdict.admitted), q=float(verdict.q),
                        d=float(verdict.d), correct=answer is not None and answer == doc.task_label, text=text)
 

@@ -36,6 +36,7 @@ from mlx_sdm.errors import ArtifactError, DataError, ModelMismatchError
 from mlx_sdm.resources import default_verifier_dir, resolve_artifact
 from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE, DocumentFeatures, force_decode_batch
 from mlx_sdm.network.encoding import VerificationDocument
+from mlx_sdm.network.label_member import LABEL_ANSWERS_KEY, LabelAnswers
 from mlx_sdm.network.lean import ANY_TASK, Lean, load_leans, save_leans
 from mlx_sdm.network.verdict import DocumentVerdict
 from mlx_sdm.network.coverage import (
@@ -158,7 +159,8 @@ class DocumentVerifier:
     def __init__(self, estimator: SDMEstimator, model_fingerprint: dict[str, Any], recipe: FeatureRecipe | None = None,
                  info: dict[str, Any] | None = None, tasks: list[dict[str, Any]] | None = None,
                  members: dict[str, "DocumentVerifier"] | None = None, router: QuestionRouter | None = None,
-                 leans: dict[str, dict[int, Lean]] | None = None, second_look: SecondLookSpec | None = None):
+                 leans: dict[str, dict[int, Lean]] | None = None, second_look: SecondLookSpec | None = None,
+                 labels: LabelAnswers | None = None):
         self.estimator = estimator
         self.model_fingerprint = dict(model_fingerprint)
         self.info = dict(info or {})
@@ -173,6 +175,9 @@ class DocumentVerifier:
         self.leans = dict(leans or {})
         #: a second-look member's spec (network/second_look.py): its estimator reads [agreement; states]
         self.second_look = second_look
+        #: a label member's answer values (network/label_member.py): its estimator predicts the task's value and an
+        #: answer is judged by whether the admitted prediction is that answer; None: it judges answers right or wrong
+        self.labels = labels
         #: members kept where another shipped verifier keeps them (name -> its folder under weights/, e.g.
         #: "smollm2-suite/members/open_questions"): saved as that reference, not a second copy
         self.member_refs: dict[str, str] = {}
@@ -229,6 +234,13 @@ class DocumentVerifier:
     def estimator_for(self, task: str | None) -> SDMEstimator:
         return self.member_for(task).estimator
 
+    def support_label(self, task: str | None, right: int, text: str | None) -> int | None:
+        """The class a reviewed answer routed to ``task`` joins the judging member's support set with: ``right``
+        (1: accepted or corrected, 0: rejected) for a member that judges answers, the answer's value for a label
+        member (None: a rejected answer that says not which value is right joins nothing)."""
+        labels = self.member_for(task).labels
+        return right if labels is None else labels.support_class(right, text)
+
     def recipe_for(self, task: str | None) -> FeatureRecipe:
         """The feature recipe of the verifier that judges ``task`` (its delimiter ends the judged answer)."""
         return self.member_for(task).recipe
@@ -269,20 +281,26 @@ class DocumentVerifier:
     def check_model(self, lm, *, where: str = "verifier") -> None:
         check_fingerprint(self.model_fingerprint, lm.fingerprint, where=where)
 
-    def verify_features(self, features: np.ndarray | DocumentFeatures, explain: int = 5) -> Verdict:
+    def verify_features(self, features: np.ndarray | DocumentFeatures, explain: int = 5, *,
+                        answer: str | None = None) -> Verdict:
+        """The estimator's verdict on one answer's features; a label member reads it against ``answer`` (the answer's
+        text: which of the task's values it gives) so the verdict is on the answer either way."""
         vector = features.vector if isinstance(features, DocumentFeatures) else np.asarray(features, dtype=np.float32)
-        return self.estimator.predict(vector.reshape(1, -1), explain=explain)[0]
+        verdict = self.estimator.predict(vector.reshape(1, -1), explain=explain)[0]
+        return verdict if self.labels is None else self.labels.answer_view(verdict, answer)
 
     def judge(self, features: np.ndarray | DocumentFeatures, explain: int = 5, *, task: str | None = None,
-              route: TaskRoute | None = None) -> DocumentVerdict:
+              route: TaskRoute | None = None, answer: str | None = None) -> DocumentVerdict:
         """The verdict with its user-facing state (verified / not verified / out of scope); ``task``: the
         task of this verifier the question was routed to (:meth:`route`), None when unrouted; ``route``:
-        how it was routed (the verdict's sentence says so)."""
+        how it was routed (the verdict's sentence says so); ``answer``: the answer's text (a label member reads
+        which value it gives)."""
         judge = self.member_for(task)
         if judge.second_look is not None:
             raise DataError(f"the {task or 'verifier'} member judges from a second look (K drawn answers beside the "
                             "answer): call judge_second_look with them", field="second_look")
-        return self.document_verdict(judge.verify_features(features, explain=explain), task=task, route=route)
+        return self.document_verdict(judge.verify_features(features, explain=explain, answer=answer), task=task,
+                                     route=route)
 
     def second_look_spec(self, task: str | None) -> SecondLookSpec | None:
         """How the verifier judging ``task`` wants its second look drawn (K, temperature, tokens, seed); None when
@@ -340,6 +358,7 @@ class DocumentVerifier:
                         "layout": SECOND_LOOK_LAYOUT if self.second_look else "[mean(h_0..h_k); h_k], h = final RMSNorm output"},
             "info": self.info,
             **({SECOND_LOOK_KEY: self.second_look.to_dict()} if self.second_look else {}),
+            **({LABEL_ANSWERS_KEY: self.labels.to_dict()} if self.labels else {}),
             **({"tasks": self.tasks} if self.tasks else {}),
             **({MEMBER_REFS_KEY: dict(self.member_refs)} if self.member_refs else {}),
         }
@@ -394,8 +413,10 @@ class DocumentVerifier:
                 raise ArtifactError(f"{path}: member {name!r} is kept at {where}, which is not installed; reinstall "
                                     "mlx-sdm (the shipped weights) or rebuild this verifier")
             members[name] = cls.load(shared, expect_fingerprint)
+        labels = LabelAnswers.from_dict(manifest[LABEL_ANSWERS_KEY], str(path)) if LABEL_ANSWERS_KEY in manifest \
+            else None
         verifier = cls(estimator, fingerprint, recipe, manifest.get("info"), tasks, members, leans=load_leans(directory),
-                       second_look=second_look)
+                       second_look=second_look, labels=labels)
         verifier.member_refs = {str(k): str(v) for k, v in refs.items()}
         verifier.router = default_router_for(verifier)
         return verifier

@@ -415,7 +415,7 @@ class TurnPipeline:
         features = np.asarray(features, dtype=np.float32)
         spec = verifier.second_look_spec(route.task)
         if spec is None:
-            return verifier.judge(features, explain=options.explain, task=route.task, route=route)
+            return verifier.judge(features, explain=options.explain, task=route.task, route=route, answer=text)
         if not options.second_look:
             return DocumentVerdict(None, coverage=verifier.coverage, task=route.task, unjudged=REASON_SECOND_LOOK_OFF,
                                    route=route)

@@ -62,8 +62,11 @@ class TurnVerifier(Protocol):
         """The estimator whose support set judges ``task``'s questions."""
 
     def judge(self, features: np.ndarray, explain: int = 5, *, task: str | None = None,
-              route: TaskRoute | None = None) -> DocumentVerdict:
-        """The verdict on one answer's features."""
+              route: TaskRoute | None = None, answer: str | None = None) -> DocumentVerdict:
+        """The verdict on one answer's features (``answer``: its text, which a label member reads)."""
+
+    def support_label(self, task: str | None, right: int, text: str | None) -> int | None:
+        """The class a reviewed answer routed to ``task`` joins the judging support set with (None: none)."""
 
     def second_look_spec(self, task: str | None) -> SecondLookSpec | None:
         """How the member judging ``task`` draws its second look (None: it reads the answer's states alone)."""

@@ -265,12 +265,19 @@ def _build(args: BuildVerifierArgs, tasks: list[Task], started: float, sampler_f
 
 # ------------------------------------------------------------------------------------------ report
 def _rows(verifier: DocumentVerifier, name: str, answered: list[AnsweredItem]) -> tuple[list[str], dict, Evaluation]:
-    return evaluation_rows(verifier, name, _labelled([a.document() for a in answered], answered))
+    from mlx_sdm.usecases.label_formulation import AnswerView
+
+    view = AnswerView(verifier, answered)
+    return evaluation_rows(verifier, name, _labelled([a.document() for a in answered], answered),
+                           estimator=view if view.reads_labels else None)
 
 
-def evaluation_rows(verifier: DocumentVerifier, name: str, data: LabelledSet) -> tuple[list[str], dict, Evaluation]:
-    """One row set's Table 1 lines (no-reject and p̂ lower), its report.json record and its evaluation."""
-    ev = evaluate(verifier.estimator, data, name)
+def evaluation_rows(verifier: DocumentVerifier, name: str, data: LabelledSet, *,
+                    estimator=None) -> tuple[list[str], dict, Evaluation]:
+    """One row set's Table 1 lines (no-reject and p̂ lower), its report.json record and its evaluation; ``estimator``:
+    the rows' judge in the answer-level view (a label member's, label_formulation.answer_view_estimator), else the
+    verifier's own."""
+    ev = evaluate(estimator if estimator is not None else verifier.estimator, data, name)
     lines, record = [], {"name": name, "size": len(data.labels)}
     for label, mask in (("no-reject", np.ones(len(data.labels), bool)), ("p̂ lower", ev.admitted)):
         row = table_row(label, ev.labels, ev.predictions, mask, 2)

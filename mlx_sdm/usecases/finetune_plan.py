@@ -266,6 +266,8 @@ class Variant:
     why: str | None = None
     constructed: dict[str, int] = field(default_factory=dict)  # per task and half, constructed wrong answers
     wrong_share: Any | None = None  # task_finetune.ShareChoice: the share of wrong answers the verifier was fitted at
+    #: task name -> verifier_choice.FormulationChoice: the formulation that judges it (answer or label) and why
+    formulations: dict[str, Any] = field(default_factory=dict)
     #: the verifier's rows and labels, hashed: a stage built on this verifier (the head) is rebuilt when they change
     digest: str = ""
 

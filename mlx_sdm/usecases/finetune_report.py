@@ -51,6 +51,7 @@ def score_variant(variant: Variant) -> list[SplitScore]:
     """Every task and split of a variant, judged by the variant's verifier (Table 1's p̂ lower row)."""
     from mlx_sdm.calibration.evaluation import evaluate, table_row
     from mlx_sdm.usecases.build_verifier import _labelled
+    from mlx_sdm.usecases.label_formulation import AnswerView
 
     out = []
     for name, outcome in variant.outcomes.items():
@@ -66,7 +67,8 @@ def score_variant(variant: Variant) -> list[SplitScore]:
                 out.append(SplitScore(variant.name, name, split, len(answered), well, accuracy,
                                       why=variant.why or outcome.left_out))
                 continue
-            ev = evaluate(variant.verifier.estimator, _labelled([a.document() for a in answered], answered), split)
+            ev = evaluate(AnswerView(variant.verifier, answered), _labelled([a.document() for a in answered], answered),
+                          split)
             row = table_row("p̂ lower", ev.labels, ev.predictions, ev.admitted, 2)
             shown = ev.admitted & (ev.predictions == 1)
             out.append(SplitScore(variant.name, name, split, len(answered), well, accuracy, int(shown.sum()),
@@ -138,6 +140,26 @@ def wrong_share_lines(v: Variant) -> list[str]:
     return lines
 
 
+def formulation_lines(v: Variant) -> list[str]:
+    """Which formulation judges each task of a variant and what each verified on the held-back half of D_ca
+    (usecases/verifier_choice.py)."""
+    def tried(t) -> str:
+        if t is None:
+            return "could not be fitted"
+        held = "every admitted stratum ≥ α′" if t.holds else "an admitted stratum below α′"
+        return f"{t.verified_right} right answers verified, {t.verified_wrong} wrong ones ({held})"
+
+    lines = []
+    for name, c in v.formulations.items():
+        which = "the label estimator (Table 1: it predicts the answer from the model's states; verified when its " \
+                "admitted prediction is the model's answer)" if c.chosen == "label" else \
+            "the answer verifier (right or wrong answers, with constructed wrong ones)"
+        lines.append(f"\n{v.name}, {name}: judged by {which}. On the held-back half of D_ca ({c.rows} answers, as the "
+                     f"model gave them): label estimator {tried(c.label)}; answer verifier {tried(c.answer)}; "
+                     f"{c.why}.")
+    return lines
+
+
 def report_text(lm, splits: Sequence[TaskSplit], lora: LoraResult, decode: HeadDecode | None,
                 scores: list[SplitScore], run: FinetuneRun, clock: StageClock, alpha: float,
                 variants: Sequence[Variant], reviewed: dict[str, ReviewedRows]) -> str:
@@ -162,7 +184,7 @@ def report_text(lm, splits: Sequence[TaskSplit], lora: LoraResult, decode: HeadD
     lines += [f"| {r.rank} | {r.epoch} | {r.train_loss:.3f} | {r.validation.accuracy:.3f} | {r.seconds:.0f} | "
               f"{r.tokens_per_second:.0f} |" for r in lora.history]
     for v in variants:
-        lines += wrong_share_lines(v)
+        lines += wrong_share_lines(v) + formulation_lines(v)
     lines += ["", f"Cells: task accuracy / fraction of the rows; strata are the p̂ lower row of Table 1 (admitted: "
                   f"p_lower ≥ α′ = {alpha}); verified = shown to a person as verified (ŷ = 1 and admitted).", "",
               "| task, split (rows) | model | JSON | task accuracy | verified (right) | " + " | ".join(STRATA) + " |",
@@ -224,7 +246,8 @@ def save_verifier(lm, final: Variant, decode: HeadDecode | None, run: FinetuneRu
                      "head": {"sha256": decode.sha256, "decodes": list(decode.decodes)} if decode else None,
                      "constructed_wrong_answers": dict(final.constructed),
                      "wrong_share": None if final.wrong_share is None else {
-                         "share": final.wrong_share.share, "tried": [list(t) for t in final.wrong_share.tried]}}
+                         "share": final.wrong_share.share, "tried": [list(t) for t in final.wrong_share.tried]},
+                     "formulations": {name: c.to_dict() for name, c in final.formulations.items()}}
     try:
         base = DocumentVerifier.load(default_verifier_dir(), expect_fingerprint=lm.fingerprint)
     except ArtifactError:

@@ -211,7 +211,40 @@ def fit_variant(lm, variant: Variant, splits: Sequence[TaskSplit], args: TaskFin
     except DataError as exc:
         return replace(variant, verifier=None, why=exc.detail, constructed=constructed, digest=digest,
                        wrong_share=choice)
-    return replace(variant, verifier=verifier, why=None, constructed=constructed, digest=digest, wrong_share=choice)
+    verifier, formulations = with_label_members(lm, verifier, kept, halves, bank, choice.share, args, known_wrong)
+    return replace(variant, verifier=verifier, why=None, constructed=constructed, digest=digest, wrong_share=choice,
+                   formulations=formulations)
+
+
+def with_label_members(lm, verifier, kept: list, halves: list, bank: WrongAnswers, share: float,
+                       args: TaskFinetuneArgs, known_wrong: Sequence = ()) -> tuple[Any, dict]:
+    """The verifier with each task that the label formulation judges better (``verifier_choice``) judged by its
+    label member: a verifier of one task becomes that member; of several, the member joins ``members`` under the
+    task's name (the name a question routed to it carries)."""
+    from mlx_sdm.usecases.build_verifier import fit_task_verifier
+    from mlx_sdm.usecases.verifier_choice import LABEL, choose_formulations, label_member
+
+    def answer_fit(firsts: dict[str, list]):
+        train, first = list(known_wrong), []
+        for task, trained, _pool in halves:
+            train += bank.topped(task, trained, share, args.seed)[0]
+            first += bank.topped(task, firsts[task.name], share, args.seed + 1)[0]
+        try:
+            return fit_task_verifier(lm, kept, fit_config(args), progress=False, field_name="--verifier-rows",
+                                     halves=(train, first))
+        except DataError:
+            return None
+
+    choices = choose_formulations(lm, kept, halves, answer_fit, args)
+    chosen = [(task, trained, pool) for task, trained, pool in halves if choices[task.name].chosen == LABEL]
+    if not chosen:
+        return verifier, choices
+    members = {task.name: label_member(lm, task, trained, pool, args.seed, progress=args.progress)
+               for task, trained, pool in chosen}
+    if len(halves) == 1:
+        return members[halves[0][0].name], choices
+    verifier.members.update(members)
+    return verifier, choices
 
 
 def choose_wrong_share(lm, kept: list, halves: list, bank: WrongAnswers, args: TaskFinetuneArgs,

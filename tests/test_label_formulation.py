@@ -1,0 +1,99 @@
+"""The label formulation and the marginal baselines (usecases/label_formulation.py) on hand-made rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mlx_sdm.calibration.fit_config import FitConfig
+from mlx_sdm.usecases.label_formulation import (NO_CLASS, AnswerJudgement, ClassRows, class_index, cross_fitted,
+                                                fit_on_rows, fit_probe_baselines, fold_index, halves, judge_labels)
+
+
+def rows(n: int, classes: int, seed: int, *, wrong_share: float = 0.0, spread: float = 0.35) -> ClassRows:
+    """Points around one centre per class (well apart), the model's answer the gold except ``wrong_share``."""
+    rng = np.random.default_rng(seed)
+    gold = np.arange(n) % classes
+    centres = np.eye(classes, 16) * 4.0
+    features = (centres[gold] + rng.normal(0, spread, (n, 16))).astype(np.float32)
+    answer = gold.copy()
+    flip = rng.random(n) < wrong_share
+    answer[flip] = (gold[flip] + 1) % classes
+    return ClassRows(tuple(f"r{seed}-{i}" for i in range(n)), features, gold.astype(np.int64), answer.astype(np.int64),
+                     tuple(f"text {i}" for i in range(n)))
+
+
+def test_class_index_keeps_booleans_apart_from_numbers():
+    assert class_index(True, (True, False)) == 0
+    assert class_index(False, (True, False)) == 1
+    assert class_index(1, (True, False)) == NO_CLASS  # a JSON 1 is not the answer true
+    assert class_index(None, ("a", "b")) == NO_CLASS
+    assert class_index("b", ("a", "b")) == 1
+
+
+def test_answer_view_counts_verified_and_wrong_by_hand():
+    judged = AnswerJudgement(right=np.array([True, True, False, False, True]),
+                             says_right=np.array([True, True, True, False, False]),
+                             admitted=np.array([True, False, True, True, True]))
+    assert judged.verified.tolist() == [True, False, True, False, False]
+    assert judged.verified_wrong.tolist() == [False, False, True, False, False]
+    row = judged.row("x")
+    # ŷ=1 (says right) admitted: rows 0 and 2, one right → 0.5; ŷ=0 admitted: rows 3 (right: wrong answer) and 4
+    assert row.by_prediction[1].accuracy == pytest.approx(0.5)
+    assert row.by_prediction[0].accuracy == pytest.approx(0.5)
+    assert not judged.holds(0.95)
+
+
+def test_halves_put_every_class_in_both():
+    data = rows(30, 3, 0)
+    a, b = halves(data, 0)
+    assert len(a) + len(b) == 30
+    assert set(a.gold.tolist()) == set(b.gold.tolist()) == {0, 1, 2}
+    assert not set(a.ids) & set(b.ids)
+
+
+def test_fold_index_is_even_and_seeded():
+    fold = fold_index(23, 5, 3)
+    assert np.bincount(fold).tolist() in ([5, 5, 5, 4, 4], sorted([5, 5, 5, 4, 4], reverse=True))
+    assert (fold == fold_index(23, 5, 3)).all()
+
+
+def test_aps_threshold_is_the_conformal_quantile_by_hand():
+    """Two classes, a probe that is sure of class 0 everywhere: the score of a gold-0 row is p0, of a gold-1 row
+    p0 + p1 = 1; with 19 rows the (⌈20·0.95⌉ = 19)-th smallest score is the largest."""
+    train = rows(40, 2, 1)
+    cal = rows(19, 2, 2)
+    probe = fit_probe_baselines(train, cal, 2)
+    p = probe.softmax(cal.features)
+    gold_p = p[np.arange(19), cal.gold]
+    scores = np.sum(np.where(p >= gold_p[:, None], p, 0.0), axis=1)
+    assert probe.aps_threshold == pytest.approx(np.sort(scores)[18])
+    # too few calibration rows for the level: every set holds every class, nothing is verified
+    tiny = fit_probe_baselines(train, rows(10, 2, 3), 2)
+    assert tiny.aps_threshold > 1.0
+    assert not tiny.conformal(rows(20, 2, 4)).verified.any()
+
+
+def test_label_estimator_verifies_right_answers_and_holds_the_promise():
+    """Separable classes, a model right on 90 % of rows: the label estimator admits most rows, verifies only
+    answers that agree with its prediction, and every admitted stratum of both views is at least α′."""
+    config = FitConfig(seed=0, iterations=2, epochs=20)
+    estimator = fit_on_rows(rows(600, 3, 5, wrong_share=0.1, spread=1.0), 3, config)
+    test = rows(150, 3, 6, wrong_share=0.1, spread=1.0)
+    judged = judge_labels(estimator, test)
+    assert judged.verified.sum() >= 0.25 * test.right.sum()
+    assert judged.verified_wrong.sum() == 0  # a wrong answer disagrees with a sure prediction
+    assert judged.holds(0.95)
+    # an admitted prediction that differs from the answer says the answer is wrong, and it is
+    said_wrong = judged.admitted & ~judged.says_right
+    assert said_wrong.any() and not test.right[said_wrong].any()
+    # the label view's classes are the task's answer values
+    assert judged.label_row("label") is not None and len(judged.label_row("label").by_class) == 3
+
+
+def test_cross_fitting_judges_every_row_once_in_order():
+    pool = rows(60, 2, 7)
+    judged = cross_fitted(pool, 2, FitConfig(seed=0, iterations=1, epochs=5), 3, seed=0)
+    assert len(judged.right) == 60
+    assert (judged.right == pool.right).all()
+    assert (judged.labels[0] == pool.gold).all()
