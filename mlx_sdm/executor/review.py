@@ -62,6 +62,7 @@ class DecisionResult:
     support_size: int | None  # ReviewService.support_size after the decision: the count every view shows
     saved_to: str | None  # where the updated verifier was saved (atomically)
     message: str = ""
+    replaced: Decision | None = None  # the entry's decision this one replaced (None: it had none)
 
 
 class ReviewService:
@@ -203,7 +204,8 @@ class ReviewService:
         task = None if scope is None else scope.name
 
         def result(applied: bool, text: str, saved: str | None = None) -> DecisionResult:
-            return DecisionResult(stored.id, item.id, stored.label, applied, self.support_size, saved, text)
+            return DecisionResult(stored.id, item.id, stored.label, applied, self.support_size, saved, text,
+                                  recorded.replaced)
 
         if not item.judged:  # the store keeps it out of every support set (ReviewQueue.support_points)
             return result(False, f"recorded as a training row only: {item.why_a_label_changes_nothing}; "
