@@ -75,7 +75,8 @@ class ReviewService:
         self.feature_model = components.feature_model
         self.verifier = verifier_key(components.verifier_path) if components.verifier is not None else None
         self._reviewed_dir = reviewed_dir
-        self._features_of = features_of  # reads an edited answer as the chat judges that turn (None: edits refused)
+        self._features_of = features_of  # reads an edited answer as the chat judges that turn (None: kept unread)
+        self._unreadable: set[int] = set()  # edits read_edits got no features for: not read again every sync
         self._base = components.verifier  # the loaded verifier with the unrouted labels (rebuilt by apply_all)
         self._tasks: dict[str, TurnVerifier] = {}  # task -> its DocumentVerifier (the base + that task's labels)
         self._saved_tasks: set[str] = set()
@@ -236,24 +237,33 @@ class ReviewService:
         where = "" if task is None else f" of task {task}"
         return result(True, f"added to the support set{where} ({support_words(self.support_size)})", saved)
 
+    def edit_features(self, message: MessageRecord, answer: str) -> np.ndarray | None:
+        """An edited answer to ``message``'s question read as the chat reads that turn (no second look: a label joins
+        no second-look set); None where no model can read it here or the message has no stored prompt."""
+        if self._features_of is None or message.prompt is None:
+            return None
+        return self._features_of(TurnRequest(message.prompt, TurnOptions(second_look=False)), answer)
+
     def read_edits(self) -> int:
         """Read the edited answers recorded where no model was loaded (``mlx-sdm review correct``) as the chat reads
         that turn, when this model judged the answer they correct; they join the support sets at the next
         :meth:`apply_all`. Returns how many were read."""
-        if self._features_of is None:
-            return 0
         read = 0
         for decision, message_id in self.store.review_queue.edits_awaiting_features():
+            if decision.id in self._unreadable or decision.completion is None:
+                continue
             message = self.store.message(message_id)
-            if message.prompt is None or message.feature_model != self.feature_model or decision.completion is None:
+            if message.feature_model != self.feature_model:
                 continue  # another model's answer: that model reads it when it is loaded
-            features = self._features_of(TurnRequest(message.prompt, TurnOptions(second_look=False)), decision.completion)
-            if features is not None:
-                self.store.review_queue.set_decision_features(decision.id, features, self.feature_model)
-                read += 1
+            features = self.edit_features(message, decision.completion)
+            if features is None:
+                self._unreadable.add(decision.id)
+                continue
+            self.store.review_queue.set_decision_features(decision.id, features, self.feature_model)
+            read += 1
         return read
 
-    def _task_of(self, message: MessageRecord, given_under: str | None) -> TaskScope | None:
+    def task_of(self, message: MessageRecord, given_under: str | None) -> TaskScope | None:
         """The task the answer was judged under: as stored with its verdict, else (an answer stored before
         tasks were kept, judged by the loaded verifier) its question routed again; None: not known."""
         if message.task is not None:
@@ -387,13 +397,9 @@ def record_review(store: ChatStore, decision: ReviewDecision, service: ReviewSer
     if answer is not None and message.prompt is None:
         raise ReviewRefused(f"review #{item.id} has no stored prompt, so a corrected answer cannot be read as the "
                             "chat reads that turn; accept or reject it instead", code="no_prompt", field="answer")
-    features = None
-    if answer is not None and service is not None and service._features_of is not None:
-        assert message.prompt is not None
-        # the edit's features as the chat reads that turn (no second look: a label joins no second-look set)
-        features = service._features_of(TurnRequest(message.prompt, TurnOptions(second_look=False)), answer)
+    features = None if answer is None or service is None else service.edit_features(message, answer)
     given_under = verifier_key(message.verifier) or (service.verifier if service is not None else None)
-    scope = service._task_of(message, given_under) if service is not None else message.task
+    scope = service.task_of(message, given_under) if service is not None else message.task
     stored = store.review_queue.record_decision(
         item.id, decision.label, note=decision.note, completion=answer, features=features,
         feature_model=service.feature_model if features is not None and service is not None else None,
