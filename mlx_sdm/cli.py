@@ -18,6 +18,7 @@ from mlx_sdm.errors import MlxSdmError
 COMMANDS: dict[str, tuple[str, str]] = {
     "chat": ("mlx_sdm.commands.chat", "private verified chat in the terminal (Textual UI, or --plain)"),
     "history": ("mlx_sdm.commands.history", "search stored chat sessions by words, verdict, task and date (JSON)"),
+    "review": ("mlx_sdm.commands.review", "list the review queue (JSON) and accept, reject or correct its answers"),
     "serve": ("mlx_sdm.commands.serve", "OpenAI-compatible local server: every answer with its verdict, /v1/verify"),
     "generate": ("mlx_sdm.commands.generate", "answer one prompt and print its verdict, p_lower, q, d and exemplars"),
     "doctor": ("mlx_sdm.commands.doctor", "report backend, device, BLAS, measured GFLOPS and the embedded model"),

@@ -135,8 +135,11 @@ def test_chat_completion_carries_a_verdict_and_is_stored(served):
     assert messages[1].text == choice.message.content
     assert messages[1].verdict_status.value == verdict["status"] and messages[1].features is not None
     assert messages[0].metadata.source == messages[1].metadata.source == "api:chat"  # who asked, typed
-    if verdict["status"] != "verified":  # not verified: in the TUI's review queue
-        assert [i.message_id for i in served.store.review_queue.review_items(session_id=session_id)] == [messages[1].id]
+    if verdict["status"] != "verified":  # not verified: in the TUI's review queue, its entry's id in the response
+        [queued] = served.store.review_queue.review_items(session_id=session_id)
+        assert queued.message_id == messages[1].id and reply.model_extra["review_id"] == queued.id
+    else:
+        assert reply.model_extra["review_id"] is None
     # the same conversation id keeps to the same session
     again = served.client().chat.completions.create(model=MODEL, messages=QUESTION, max_tokens=4, user="conv-nonstream")
     assert again.model_extra["session_id"] == session_id
@@ -155,6 +158,9 @@ def test_stream_sends_tokens_then_the_verdict_in_the_last_chunk(served):
     assert last.model_extra["verdict"] == whole.model_extra["verdict"] | {"verifier": last.model_extra["verdict"]["verifier"]}
     assert last.model_extra["monitor"]["level"] == whole.model_extra["monitor"]["level"]
     assert all("verdict" not in (c.model_extra or {}) for c in chunks[:-1])
+    review_id = last.model_extra["review_id"]  # the streamed answer's own review-queue entry (None: not queued)
+    assert review_id is None or served.store.review_queue.review_item(review_id).answer == "".join(
+        c.choices[0].delta.content or "" for c in chunks)
     text = "".join(c.choices[0].delta.content or "" for c in chunks)
     assert text == whole.choices[0].message.content  # greedy: the stream equals the whole answer
     tokens = [t for c in chunks if c.choices[0].logprobs for t in c.choices[0].logprobs.content]
@@ -183,6 +189,53 @@ def test_verify_judges_an_answer_made_elsewhere_and_review_changes_it_at_once(se
         other.review_queue.undo_last_decision()
     status, third, _ = served.raw("/verify", json.dumps(body).encode(), headers=headers)
     assert third["verdict"]["exemplars"] == first["verdict"]["exemplars"]  # undone: back to the base support set
+
+
+def test_reviews_are_listed_and_decided_over_http_through_the_one_write_path(served, monkeypatch):
+    """GET /v1/reviews lists the queue as `mlx-sdm review list` prints it; POST /v1/reviews/{id} decides an answer the
+    server gave (recorded by record_review, as the review screen and the CLI record theirs) and the label joins the
+    served verifier's support set at once; bad decisions are 4xx naming the field."""
+    from mlx_sdm.executor import review as review_mod
+    from tests.test_review_command import ENTRY_KEYS
+
+    recorded: list[str] = []
+    original = review_mod.record_review
+    monkeypatch.setattr(review_mod, "record_review",
+                        lambda store, decision, service=None: recorded.append(decision.verb) or original(store, decision, service))
+    body = {"model": MODEL, "messages": QUESTION, "completion": '{"correctness": false}'}
+    status, first, _ = served.raw("/verify", json.dumps(body).encode(), headers={"X-Session-Id": "http-review"})
+    entry = first["review_id"]
+    assert status == 200 and entry is not None  # the tiny verifier admits nothing: queued
+    status, listed, _ = served.raw("/reviews?status=pending&limit=1000", b"", method="GET")
+    [mine] = [e for e in listed["data"] if e["id"] == entry]
+    assert status == 200 and listed["object"] == "list" and set(mine) == ENTRY_KEYS
+    assert (mine["prompt"], mine["answer"], mine["status"]) == (QUESTION[0]["content"], body["completion"], "pending")
+
+    def decide(decision: dict, review_id: object = entry) -> tuple[int, dict]:
+        status, reply, _ = served.raw(f"/reviews/{review_id}", json.dumps(decision).encode())
+        return status, reply
+
+    status, accepted = decide({"decision": "accept", "note": "checked over HTTP"})
+    assert status == 200 and accepted["decision"] == "accepted" and accepted["applied"] and accepted["replaced"] is None
+    assert accepted["entry"]["decision"]["note"] == "checked over HTTP"
+    status, second, _ = served.raw("/verify", json.dumps(body).encode(), headers={"X-Session-Id": "http-review"})
+    nearest = second["verdict"]["exemplars"][0]  # the label joined the served verifier's support set at once
+    assert nearest["label"] == 1 and nearest["distance"] == pytest.approx(0.0, abs=1e-3)
+    status, again = decide({"decision": "reject"})
+    assert status == 409 and again["error"]["code"] == "already_decided" and "accepted" in again["error"]["message"]
+    status, changed = decide({"decision": "reject", "replace": True})
+    assert status == 200 and (changed["decision"], changed["replaced"]) == ("rejected", "accepted")
+    assert recorded == ["accept", "reject", "reject"]  # the refused one too went to the one write path, which refused it
+    for bad, code, param in (({"decision": "correct"}, 400, "answer"), ({"decision": "maybe"}, 400, "decision"),
+                             ({}, 400, "decision"), ({"decision": "accept", "replace": "yes"}, 400, "replace")):
+        status, error = decide(bad)
+        assert (status, error["error"]["param"]) == (code, param), bad
+    status, error = decide({"decision": "accept"}, 999_999)
+    assert status == 404 and error["error"]["code"] == "not_found" and "999999" in error["error"]["message"]
+    assert served.raw("/reviews?status=maybe", b"", method="GET")[0] == 400
+    assert served.raw("/reviews", b"", method="GET", headers={"Authorization": "Bearer wrong"})[0] == 401
+    with ChatStore(served.store.path) as other:  # leave the shared server's support set as it was
+        other.review_queue.undo_last_decision()
 
 
 def test_eight_concurrent_requests_are_all_answered(served):

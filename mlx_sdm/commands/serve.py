@@ -47,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
             "Serve the local model on an OpenAI-compatible endpoint (/v1/models, /v1/chat/completions with streaming "
             "and logprobs, /v1/verify). Every answer carries a `verdict` object: status verified / not_verified / "
             "out_of_scope, the reason in words, p_lower, q, d and the nearest training exemplars. Every served turn "
-            "is stored in the chat store, so answers that are not verified land in the TUI's review queue, and "
+            "is stored in the chat store, so answers that are not verified land in the TUI's review queue (an "
+            "answer's `review_id`; GET /v1/reviews, POST /v1/reviews/{id} or `mlx-sdm review` decide it too), and "
             "review decisions change the server's later verdicts at once."
         ),
         epilog=(

@@ -40,7 +40,7 @@ from mlx_sdm.executor.events import (
     TurnRef,
     prefill_progress,
 )
-from mlx_sdm.executor.review import DecisionResult, ReviewService
+from mlx_sdm.executor.review import DecisionResult, ReviewDecision, ReviewService
 from mlx_sdm.store.records import MessageRecord
 from mlx_sdm.store.chat_store import ChatStore
 from mlx_sdm.store.turn_writer import Question, TurnReceipt
@@ -182,9 +182,13 @@ class ChatEngine:
     def decide(self, review_id: int, label: int, *, note: str | None = None, completion: str | None = None,
                listener: Listener | None = None) -> Future:
         """Label a review-queue entry (1 acceptable / 0 unacceptable; ``completion`` = an edited,
-        acceptable answer). The point joins the verifier's support set at once. Resolves to a :class:`DecisionResult`."""
+        acceptable answer), replacing its decision if it has one, as the review screen does. Recorded through the one
+        write path (:func:`~mlx_sdm.executor.review.record_review`); the point joins the verifier's support set at
+        once. Resolves to a :class:`DecisionResult`."""
+        decision = ReviewDecision.of_label(review_id, label, completion=completion, note=note)
+
         def run() -> DecisionResult:
-            result = self._require_review().decide(review_id, label, note=note, completion=completion)
+            result = self._require_service().decide(decision)
             session_id = self.store.review_queue.review_item(review_id).session_id
             self._support_changed(listener, session_id, "added" if result.applied else "skipped", result)
             return result

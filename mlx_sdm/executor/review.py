@@ -29,7 +29,16 @@ from mlx_sdm.errors import DataError, MlxSdmError
 from mlx_sdm.turn.seams import TurnVerifier
 from mlx_sdm.turn.values import TurnComponents, TurnOptions, TurnRequest, last_user_text, previous_user_text
 from mlx_sdm.store.chat_store import ChatStore
-from mlx_sdm.store.records import MessageRecord, SupportPoint, TaskScope, support_words
+from mlx_sdm.store.records import (
+    LABEL_ACCEPTABLE,
+    LABEL_UNACCEPTABLE,
+    Decision,
+    MessageRecord,
+    ReviewItem,
+    SupportPoint,
+    TaskScope,
+    support_words,
+)
 
 if TYPE_CHECKING:
     from mlx_sdm.calibration.estimator import SDMEstimator
@@ -53,6 +62,7 @@ class DecisionResult:
     support_size: int | None  # ReviewService.support_size after the decision: the count every view shows
     saved_to: str | None  # where the updated verifier was saved (atomically)
     message: str = ""
+    replaced: Decision | None = None  # the entry's decision this one replaced (None: it had none)
 
 
 class ReviewService:
@@ -65,7 +75,8 @@ class ReviewService:
         self.feature_model = components.feature_model
         self.verifier = verifier_key(components.verifier_path) if components.verifier is not None else None
         self._reviewed_dir = reviewed_dir
-        self._features_of = features_of  # reads an edited answer as the chat judges that turn (None: edits refused)
+        self._features_of = features_of  # reads an edited answer as the chat judges that turn (None: kept unread)
+        self._unreadable: set[int] = set()  # edits read_edits got no features for: not read again every sync
         self._base = components.verifier  # the loaded verifier with the unrouted labels (rebuilt by apply_all)
         self._tasks: dict[str, TurnVerifier] = {}  # task -> its DocumentVerifier (the base + that task's labels)
         self._saved_tasks: set[str] = set()
@@ -183,38 +194,26 @@ class ReviewService:
         return self.save()
 
     # -- decisions ------------------------------------------------------------------------------
-    def decide(self, review_id: int, label: int, *, note: str | None = None,
-               completion: str | None = None) -> DecisionResult:
-        """Label a review-queue entry (1 acceptable / 0 unacceptable; ``completion`` = an edited,
-        acceptable answer, re-encoded with the model)."""
-        item = self.store.review_queue.review_item(review_id)
-        message = self.store.message(item.message_id)
-        features = None
-        if completion is not None:
-            if message.prompt is None or self._features_of is None:
-                raise DataError(f"review entry {review_id} has no stored prompt, so an edited completion cannot be "
-                                "re-encoded; mark it acceptable or unacceptable instead", field="completion")
-            # the edit's features as the chat reads that turn (no second look: a label joins no second-look set)
-            features = self._features_of(TurnRequest(message.prompt, TurnOptions(second_look=False)), completion)
-        superseded = item.decision is not None
-        given_under = verifier_key(message.verifier) or self.verifier
-        scope = self._task_of(message, given_under)
-        decision = self.store.review_queue.record_decision(
-            review_id, label, note=note, completion=completion, features=features,
-            feature_model=self.feature_model if features is not None else None, verifier=given_under, task=scope,
-        )
+    def decide(self, decision: ReviewDecision) -> DecisionResult:
+        """Record a decision (:func:`record_review`, the one write path) and put its point into the loaded
+        verifier's support set at once: an accepted or rejected answer with its own features, a corrected one
+        with the edit's (re-encoded with the model)."""
+        recorded = record_review(self.store, decision, self)
+        item, message, features, scope = recorded.item, recorded.message, recorded.features, recorded.scope
+        stored = recorded.decision
         point_model = self.feature_model if features is not None else message.feature_model
         task = None if scope is None else scope.name
 
         def result(applied: bool, text: str, saved: str | None = None) -> DecisionResult:
-            return DecisionResult(decision.id, review_id, decision.label, applied, self.support_size, saved, text)
+            return DecisionResult(stored.id, item.id, stored.label, applied, self.support_size, saved, text,
+                                  recorded.replaced)
 
         if not item.judged:  # the store keeps it out of every support set (ReviewQueue.support_points)
             return result(False, f"recorded as a training row only: {item.why_a_label_changes_nothing}; "
                                  "the support set is unchanged")
         if self._base is None:
             return result(False, "recorded; no verifier is loaded, so the support set is unchanged")
-        if given_under != self.verifier:
+        if stored.verifier != self.verifier:
             return result(False, "recorded for the verifier that judged this answer; the loaded verifier is another "
                                  "one, so its support set is unchanged")
         if not self.joins_support(task):
@@ -224,25 +223,51 @@ class ReviewService:
         if point_model != self.feature_model or (features is None and message.features is None):
             return result(False, "recorded; the answer's features come from another model, so this verifier cannot "
                                  "use them")
-        if superseded or scope is None:  # the old label must leave / a label of every task: rebuild
+        if recorded.replaced is not None or scope is None:  # the old label must leave / a label of every task: rebuild
             self.apply_all(save=False)
         else:
             target = self.verifier_for(task)  # built from the store: may hold the new point already
             estimator = _estimator(target, task)
-            joins = target.support_label(task, decision.label, completion or message.text)
+            joins = target.support_label(task, stored.label, stored.completion or message.text)
             if joins is None:
                 return result(False, "recorded: a rejected answer of a task with more than two answers does not say "
                                      "which answer is right, so it joins no support set (correct it to teach it)")
-            if decision.support_id not in estimator.support_ids:
+            if stored.support_id not in estimator.support_ids:
                 vector = features if features is not None else message.features
                 estimator.add_support(
-                    [decision.support_id], np.asarray(vector, dtype=np.float32)[None, :],
-                    np.array([joins], dtype=np.int64), [completion or message.text])
+                    [stored.support_id], np.asarray(vector, dtype=np.float32)[None, :],
+                    np.array([joins], dtype=np.int64), [stored.completion or message.text])
         saved = self.save(task) if scope is not None else self.save_all()
         where = "" if task is None else f" of task {task}"
         return result(True, f"added to the support set{where} ({support_words(self.support_size)})", saved)
 
-    def _task_of(self, message: MessageRecord, given_under: str | None) -> TaskScope | None:
+    def edit_features(self, message: MessageRecord, answer: str) -> np.ndarray | None:
+        """An edited answer to ``message``'s question read as the chat reads that turn (no second look: a label joins
+        no second-look set); None where no model can read it here or the message has no stored prompt."""
+        if self._features_of is None or message.prompt is None:
+            return None
+        return self._features_of(TurnRequest(message.prompt, TurnOptions(second_look=False)), answer)
+
+    def read_edits(self) -> int:
+        """Read the edited answers recorded where no model was loaded (``mlx-sdm review correct``) as the chat reads
+        that turn, when this model judged the answer they correct; they join the support sets at the next
+        :meth:`apply_all`. Returns how many were read."""
+        read = 0
+        for decision, message_id in self.store.review_queue.edits_awaiting_features():
+            if decision.id in self._unreadable or decision.completion is None:
+                continue
+            message = self.store.message(message_id)
+            if message.feature_model != self.feature_model:
+                continue  # another model's answer: that model reads it when it is loaded
+            features = self.edit_features(message, decision.completion)
+            if features is None:
+                self._unreadable.add(decision.id)
+                continue
+            self.store.review_queue.set_decision_features(decision.id, features, self.feature_model)
+            read += 1
+        return read
+
+    def task_of(self, message: MessageRecord, given_under: str | None) -> TaskScope | None:
         """The task the answer was judged under: as stored with its verdict, else (an answer stored before
         tasks were kept, judged by the loaded verifier) its question routed again; None: not known."""
         if message.task is not None:
@@ -293,3 +318,107 @@ def _add_points(verifier: TurnVerifier, task: str | None, points: list[SupportPo
         estimator.add_support([p.decision.support_id for p, _ in joining],
                               np.stack([p.features for p, _ in joining]).astype(np.float32),
                               np.array([label for _, label in joining], dtype=np.int64), [p.text for p, _ in joining])
+
+
+
+# -- the one write path -----------------------------------------------------------------------------------------
+
+#: What a person decides of a queued answer, as every front end names it.
+ACCEPT, REJECT, CORRECT = "accept", "reject", "correct"
+VERBS = (ACCEPT, REJECT, CORRECT)
+
+
+class ReviewRefused(DataError):
+    """A decision that cannot be recorded, in one line naming the entry or field and what to do; ``code`` says
+    which (``not_found``, ``already_decided``, ``missing_answer``, ``no_prompt``, ``unknown_decision``) so
+    that the server answers 404 / 409 / 400 and the CLI exits 2."""
+
+    def __init__(self, message: str, *, code: str, field: str, path: str | None = None):
+        super().__init__(message, field=field, path=path)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class ReviewDecision:
+    """A decision on review-queue entry ``review_id``, as the TUI, ``mlx-sdm review`` and ``POST /v1/reviews/{id}``
+    hand it in: ``verb`` accept / reject / correct (``answer``: the corrected answer), a ``note``, and whether it may
+    ``replace`` the entry's active decision (the TUI shows it and replaces it with a key; a script must say so)."""
+
+    review_id: int
+    verb: str
+    answer: str | None = None
+    note: str | None = None
+    replace: bool = False
+
+    @classmethod
+    def of_label(cls, review_id: int, label: int, *, completion: str | None = None, note: str | None = None,
+                 replace: bool = True) -> "ReviewDecision":
+        """The TUI's form (a label, an edited completion) as a decision."""
+        verb = CORRECT if completion is not None else (ACCEPT if label == LABEL_ACCEPTABLE else REJECT)
+        if completion is not None and label != LABEL_ACCEPTABLE:
+            raise DataError("an edited completion is the acceptable version of the answer: use label 1", field="completion")
+        return cls(review_id, verb, completion, note, replace)
+
+    @property
+    def label(self) -> int:
+        return LABEL_UNACCEPTABLE if self.verb == REJECT else LABEL_ACCEPTABLE
+
+
+@dataclass(frozen=True)
+class RecordedReview:
+    """A decision as :func:`record_review` kept it: the stored decision, the entry as it was before, its answer,
+    the edit's features (None: not read yet, or no edit), the task it was kept under and the decision it replaced."""
+
+    decision: Decision
+    item: ReviewItem
+    message: MessageRecord
+    features: np.ndarray | None
+    scope: TaskScope | None
+    replaced: Decision | None
+
+
+def record_review(store: ChatStore, decision: ReviewDecision, service: ReviewService | None = None) -> RecordedReview:
+    """The one write path of a review decision: the TUI (through :meth:`ReviewService.decide`), ``mlx-sdm review``
+    and ``POST /v1/reviews/{id}`` all record it here. ``service``: the loaded model and verifier (None: none is
+    loaded, as for ``mlx-sdm review``). A label is kept under the verifier that judged the answer and the task it
+    was judged under (where the stored answer does not say: the loaded verifier, the question routed again; with
+    nothing loaded, the label counts for every task of its verifier, the rule of decisions stored before tasks were
+    kept). An edit is read by the loaded model; with none, it is kept unread and joins a support set once the
+    model that judged the answer reads it at its next load (:meth:`ReviewService.read_edits`). The support sets
+    themselves are always the store's decisions (:meth:`ReviewQueue.support_points`), so a decision recorded
+    with nothing loaded reaches the next chat or server as one made in the TUI does."""
+    item = _queued(store, decision.review_id)
+    if decision.verb not in VERBS:
+        raise ReviewRefused(f"unknown decision {decision.verb!r} for review #{item.id}; use accept, reject or correct",
+                            code="unknown_decision", field="decision")
+    answer = decision.answer if decision.verb == CORRECT else None
+    if decision.verb == CORRECT and (answer is None or not answer.strip()):
+        raise ReviewRefused(f"correct needs the corrected answer for review #{item.id}: give its text (an empty answer "
+                            "cannot be kept)", code="missing_answer", field="answer")
+    old = item.decision
+    if old is not None and not decision.replace:
+        raise ReviewRefused(
+            f"review #{item.id} is already decided: {old.kind} on {old.created_at[:10]}; to change it, decide again "
+            "with replace (mlx-sdm review --replace, \"replace\": true on the server), as the TUI does",
+            code="already_decided", field="id")
+    message = store.message(item.message_id)
+    if answer is not None and message.prompt is None:
+        raise ReviewRefused(f"review #{item.id} has no stored prompt, so a corrected answer cannot be read as the "
+                            "chat reads that turn; accept or reject it instead", code="no_prompt", field="answer")
+    features = None if answer is None or service is None else service.edit_features(message, answer)
+    given_under = verifier_key(message.verifier) or (service.verifier if service is not None else None)
+    scope = service.task_of(message, given_under) if service is not None else message.task
+    stored = store.review_queue.record_decision(
+        item.id, decision.label, note=decision.note, completion=answer, features=features,
+        feature_model=service.feature_model if features is not None and service is not None else None,
+        verifier=given_under, task=scope)
+    return RecordedReview(stored, item, message, features, scope, old)
+
+
+def _queued(store: ChatStore, review_id: int) -> ReviewItem:
+    """The queue entry ``review_id``, or one line saying there is none and where the ids are listed."""
+    found = store.review_queue.review_items(review_id=review_id)
+    if not found:
+        raise ReviewRefused(f"no review-queue entry with id {review_id} in {store.path}; `mlx-sdm review list` "
+                            "(or GET /v1/reviews) shows the ids", code="not_found", field="id")
+    return found[0]

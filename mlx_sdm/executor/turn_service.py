@@ -25,7 +25,7 @@ from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.turn.pipeline import PrefillCallback, TurnPipeline
 from mlx_sdm.turn.seams import TurnMonitor
 from mlx_sdm.executor.events import KeptTurnItem
-from mlx_sdm.executor.review import ReviewService
+from mlx_sdm.executor.review import DecisionResult, ReviewDecision, ReviewService
 from mlx_sdm.store.chat_store import ChatStore
 from mlx_sdm.turn.values import TurnComponents, TurnItem, TurnOutcome, TurnPlan, TurnRequest
 
@@ -133,10 +133,24 @@ class TurnService:
         another process may have decided). Returns True when they were rebuilt."""
         if self.components.verifier is None:
             return False
-        key = tuple(p.decision.id for p in self.review.all_points())
+        self.review.read_edits()  # edits recorded with no model loaded (`mlx-sdm review correct`) become points
+        key = self._points_key()
         if key == self._applied:
             return False
         self.review.apply_all(save=False, reload=self._applied is not None)  # first time: just loaded
         self._applied = key
         return True
 
+
+    def decide(self, decision: ReviewDecision) -> DecisionResult:
+        """A review decision (the chat's review screen, ``POST /v1/reviews/{id}``): recorded and put into the
+        support sets at once (:meth:`ReviewService.decide`), which then hold what a sync would build."""
+        in_sync = self._applied is not None and self._applied == self._points_key()
+        result = self.review.decide(decision)
+        if in_sync:  # nothing else was decided meanwhile: the sets hold the store's decisions, no rebuild is due
+            self._applied = self._points_key()
+        return result
+
+    def _points_key(self) -> tuple[int, ...]:
+        """Which decisions the support sets hold when they are in step with the store."""
+        return tuple(p.decision.id for p in self.review.all_points())

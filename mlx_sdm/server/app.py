@@ -4,6 +4,9 @@
     POST /v1/chat/completions   an answer with its verdict (SSE stream with "stream": true; the verdict
                                 rides on the last chunk, the one with finish_reason)
     POST /v1/verify             {"messages": [...], "completion": "..."} -> the verdict of an answer made elsewhere
+    GET  /v1/reviews            the review queue (?status=pending|decided|all&task=&limit=), as `mlx-sdm review list`
+    POST /v1/reviews/{id}       {"decision": "accept"|"reject"|"correct", "answer"?, "note"?, "replace"?}: decide an
+                                entry, through the one write path the review screen and `mlx-sdm review` use
     GET  /health                liveness, no key needed
 
 Every handler only parses (``wire``), queues a job on the worker (``worker``: bounded, 503 when full)
@@ -15,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -25,6 +28,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mlx_sdm.errors import DataError, MlxSdmError
+from mlx_sdm.executor.review import ReviewRefused
 from mlx_sdm.server import sse, wire
 from mlx_sdm.server.auth import authorized
 from mlx_sdm.server.request_log import RequestLogMiddleware
@@ -116,6 +120,7 @@ def build_app(worker: ModelWorker[SessionBackend], config: ServerConfig = Server
         return JSONResponse(wire.completion_body(
             ids, text=answer.text, finish_reason=answer.finish_reason, usage=answer.usage(), verdict=answer.verdict_json(),
             logprobs=list(answer.logprobs) if req.logprobs else None, session_id=answer.session_id, monitor=answer.monitor,
+            review_id=answer.review_id,
         ))
 
     async def verify(request: Request) -> Response:
@@ -124,7 +129,7 @@ def build_app(worker: ModelWorker[SessionBackend], config: ServerConfig = Server
         answer: ServedAnswer = await run(lambda b: b.verify(req))
         return JSONResponse({"object": "verification", "model": model_id, "verdict": answer.verdict_json(),
                              "usage": answer.usage(),
-                             "session_id": answer.session_id})
+                             "session_id": answer.session_id, "review_id": answer.review_id})
 
     routes = [
         Route("/v1/models", models, methods=["GET"]),
@@ -133,15 +138,33 @@ def build_app(worker: ModelWorker[SessionBackend], config: ServerConfig = Server
         Route("/v1/verify", verify, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
     ]
-    app = Starlette(routes=routes, exception_handlers={
+    app = Starlette(routes=routes + _review_routes(run, config), exception_handlers={
         wire.ApiError: lambda request, exc: _error_response(exc),
         Overloaded: lambda request, exc: _error_response(_overloaded(exc)),
+        ReviewRefused: lambda request, exc: _error_response(_refused(exc)),
         DataError: lambda request, exc: _error_response(wire.ApiError(400, str(exc), param=exc.field)),
         HTTPException: _http_error,
         MlxSdmError: lambda request, exc: _error_response(wire.ApiError(500, str(exc), type_="server_error")),
         Exception: lambda request, exc: _error_response(wire.ApiError(500, f"internal error: {exc}", type_="server_error")),
     })
     return _with_middleware(app, config)
+
+
+def _review_routes(run: Callable[[Callable[[SessionBackend], Any]], Awaitable[Any]], config: ServerConfig) -> list[Route]:
+    """The review queue over HTTP: ``GET /v1/reviews`` lists it (the JSON ``mlx-sdm review list`` prints), ``POST
+    /v1/reviews/{id}`` decides an entry on the worker (the store and the verifier are its), through the one write
+    path the review screen and ``mlx-sdm review`` use; a refused decision is 404 / 409 / 400 (:func:`_refused`)."""
+
+    async def reviews(request: Request) -> Response:
+        query = wire.parse_review_query(request.query_params)
+        return JSONResponse({"object": "list", "data": await run(lambda b: b.reviews(query))})
+
+    async def review(request: Request) -> Response:
+        body = await read_body(request, config.max_body_bytes)
+        decision = wire.parse_review_decision(body, request.path_params["id"])
+        return JSONResponse(await run(lambda b: b.decide(decision)))
+
+    return [Route("/v1/reviews", reviews, methods=["GET"]), Route("/v1/reviews/{id}", review, methods=["POST"])]
 
 
 def _with_middleware(app: Starlette, config: ServerConfig) -> Starlette:
@@ -157,10 +180,20 @@ def _overloaded(exc: Overloaded) -> wire.ApiError:
                          headers={"Retry-After": str(exc.retry_after)})
 
 
+#: The HTTP status of each way a review decision is refused (:class:`ReviewRefused`'s code); 400 for the rest.
+REFUSED_STATUS = {"not_found": 404, "already_decided": 409}
+
+
+def _refused(exc: Exception) -> wire.ApiError:
+    assert isinstance(exc, ReviewRefused)
+    return wire.ApiError(REFUSED_STATUS.get(exc.code, 400), exc.detail, param=exc.field, code=exc.code)
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     """Starlette's own errors (registered for HTTPException only; Starlette types a handler by Exception)."""
     assert isinstance(exc, HTTPException)
-    message = {404: f"no route {request.url.path}; this server has /v1/models, /v1/chat/completions and /v1/verify",
+    message = {404: f"no route {request.url.path}; this server has /v1/models, /v1/chat/completions, /v1/verify and "
+                    "/v1/reviews",
                405: f"{request.method} is not allowed on {request.url.path}"}.get(exc.status_code, str(exc.detail))
     return _error_response(wire.ApiError(exc.status_code, message))
 
@@ -216,7 +249,8 @@ async def _chunks(ids: wire.StreamIds, req: wire.ChatRequest, events: asyncio.Qu
                 error = exc if isinstance(exc, wire.ApiError) else wire.ApiError(500, str(exc), type_="server_error")
                 yield sse.event(error.body())
                 break
-            extra = {"verdict": answer.verdict_json(), "monitor": answer.monitor, "session_id": answer.session_id}
+            extra = {"verdict": answer.verdict_json(), "monitor": answer.monitor, "session_id": answer.session_id,
+                     "review_id": answer.review_id}
             yield sse.event(wire.chunk_body(ids, delta={}, finish_reason=answer.finish_reason, extra=extra))
             if req.include_usage:
                 yield sse.event(dict(wire.chunk_body(ids, delta={}), choices=[], usage=answer.usage()))

@@ -15,14 +15,15 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 from mlx_sdm.lm.pieces import TokenPiece
 from mlx_sdm.server.results import ServedAnswer, ServedToken
-from mlx_sdm.server.wire import ApiError, ChatMessage, ChatRequest, TokenLogprob, VerifyRequest
+from mlx_sdm.server.wire import ApiError, ChatMessage, ChatRequest, ReviewQuery, TokenLogprob, VerifyRequest
 
 if TYPE_CHECKING:  # the turn's modules load with the model
+    from mlx_sdm.executor.review import ReviewDecision
     from mlx_sdm.lm.prompt import FittedPrompt
     from mlx_sdm.store.chat_store import ChatStore
     from mlx_sdm.store.turn_writer import Question
@@ -148,6 +149,7 @@ class SessionBackend:
         yield ServedAnswer(text=outcome.text, finish_reason=finish, prompt_tokens=outcome.prompt_tokens,
                            completion_tokens=len(outcome.tokens), verdict=outcome.verdict, verifier=self.verifier_name,
                            logprobs=tuple(logprobs), session_id=receipt.session_id, message_id=receipt.message_id,
+                           review_id=receipt.review_id,
                            cached_tokens=outcome.reused_tokens, generation_s=outcome.generation_s,
                            monitor=None if cancelled else monitor_payload(outcome.monitor, outcome.escalation))
 
@@ -165,7 +167,8 @@ class SessionBackend:
         receipt = self.service.judge_turn(session_id, turn, question, request.completion, plan=plan)
         return ServedAnswer(text=request.completion, finish_reason="stop", prompt_tokens=len(rendered.ids),
                             completion_tokens=completion_tokens, verdict=receipt.outcome.verdict,
-                            verifier=self.verifier_name, session_id=receipt.session_id, message_id=receipt.message_id)
+                            verifier=self.verifier_name, session_id=receipt.session_id, message_id=receipt.message_id,
+                            review_id=receipt.review_id)
 
     def _planned(self, messages: tuple[ChatMessage, ...]) -> tuple[TurnPlan, FittedPrompt]:
         """The conversation's plan (routed once) and what the model is asked in it, rendered whole (once)."""
@@ -185,6 +188,22 @@ class SessionBackend:
         """Review decisions made anywhere since the last verdict join the support sets
         (:meth:`TurnService.sync_reviews`). Returns True when they were rebuilt."""
         return self.service.sync_reviews()
+
+    def reviews(self, query: ReviewQuery) -> list[dict[str, Any]]:
+        """``GET /v1/reviews``: the queue entries, each in the JSON form ``mlx-sdm review list`` prints."""
+        items = self.store.review_queue.review_items(status=query.status, task=query.task)
+        return [item.to_dict() for item in items[:query.limit]]
+
+    def decide(self, decision: ReviewDecision) -> dict[str, Any]:
+        """``POST /v1/reviews/{id}``: the decision recorded through the one write path the review screen and
+        ``mlx-sdm review`` use, and put into the served verifier's support set at once."""
+        self.sync_reviews()  # decisions made elsewhere first, so that this one lands on the store's sets
+        result = self.service.decide(decision)
+        entry = self.store.review_queue.review_item(decision.review_id)
+        assert entry.decision is not None  # just recorded
+        return {"object": "review.decision", "id": decision.review_id, "decision": entry.decision.kind,
+                "replaced": None if result.replaced is None else result.replaced.kind, "applied": result.applied,
+                "support_size": result.support_size, "message": result.message, "entry": entry.to_dict()}
 
     # ------------------------------------------------------------------ the store
 

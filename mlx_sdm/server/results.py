@@ -34,6 +34,7 @@ class ServedAnswer:
     logprobs: tuple[TokenLogprob, ...] = ()
     session_id: str | None = None
     message_id: int | None = None
+    review_id: int | None = None  # its review-queue entry (None: not queued), what POST /v1/reviews/{id} decides
     monitor: dict[str, Any] | None = None  # the turn's monitor reading as JSON (turn/escalation.monitor_payload)
     cached_tokens: int = 0  # prompt tokens whose KV cache came from the previous request
     generation_s: float = 0.0  # decoding time (the verdict comes after it; features are from the same pass)

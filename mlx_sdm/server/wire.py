@@ -16,8 +16,9 @@ import math
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
+from mlx_sdm.executor.review import CORRECT, VERBS, ReviewDecision
 from mlx_sdm.lm.defaults import MAX_TEMPERATURE
 
 #: Roles a chat message may have (OpenAI's ``developer`` is read as ``system``).
@@ -236,6 +237,58 @@ def parse_verify_request(body: bytes, *, known_models: tuple[str, ...], session_
                          conversation=_conversation(data, session_header))
 
 
+#: ``GET /v1/reviews``: the entries sent when the query gives no ``limit``, and the queue statuses a query may ask for.
+DEFAULT_REVIEW_LIMIT = 100
+REVIEW_STATUSES = ("pending", "decided", "all")
+
+
+@dataclass(frozen=True)
+class ReviewQuery:
+    """``GET /v1/reviews?status=&task=&limit=``: which queue entries (the filters of ``mlx-sdm review list``)."""
+
+    status: str = "pending"
+    task: str | None = None
+    limit: int = DEFAULT_REVIEW_LIMIT
+
+
+def parse_review_query(params: Mapping[str, str]) -> ReviewQuery:
+    """The query string of ``GET /v1/reviews``; a bad value is a 400 naming it."""
+    status = params.get("status", "pending")
+    if status not in REVIEW_STATUSES:
+        raise ApiError(400, f"status must be one of {', '.join(REVIEW_STATUSES)}, got {status!r}", param="status",
+                       code="invalid_value")
+    limit_text = params.get("limit", str(DEFAULT_REVIEW_LIMIT))
+    if not limit_text.isdigit() or int(limit_text) < 1:
+        raise ApiError(400, f"limit must be a whole number, at least 1, got {limit_text!r}", param="limit",
+                       code="invalid_value")
+    return ReviewQuery(status=status, task=params.get("task") or None, limit=int(limit_text))
+
+
+def parse_review_decision(body: bytes, review_id: str) -> ReviewDecision:
+    """``POST /v1/reviews/{id}`` with ``{"decision": "accept"|"reject"|"correct", "answer"?, "note"?, "replace"?}``:
+    the decision the one write path records (:func:`mlx_sdm.executor.review.record_review`, which also refuses an
+    unknown or already decided entry)."""
+    if not review_id.isdigit() or int(review_id) < 1:
+        raise ApiError(404, f"no review-queue entry {review_id!r}: ids are whole numbers (GET /v1/reviews lists them)",
+                       param="id", code="not_found")
+    data = _decode_body(body)
+    verb = data.get("decision")
+    if verb is None:
+        raise ApiError(400, "decision is required: accept, reject or correct (correct with the corrected \"answer\")",
+                       param="decision", code="missing")
+    if verb not in VERBS:
+        raise ApiError(400, f"decision must be accept, reject or correct, got {json.dumps(verb)[:60]}",
+                       param="decision", code="invalid_value")
+    answer, note = data.get("answer"), data.get("note")
+    for name, value in (("answer", answer), ("note", note)):
+        if value is not None and not isinstance(value, str):
+            raise _wrong_type(name, "a string", value)
+    if verb == CORRECT and (answer is None or not answer.strip()):
+        raise ApiError(400, f"answer is required with \"decision\": \"correct\": the corrected answer for review "
+                       f"#{review_id}", param="answer", code="missing")
+    return ReviewDecision(int(review_id), verb, answer if verb == CORRECT else None, note, _opt_bool(data, "replace"))
+
+
 # ---------------------------------------------------------------------- typed results -> JSON
 
 
@@ -276,8 +329,9 @@ def usage_object(prompt_tokens: int, completion_tokens: int, cached_tokens: int 
 
 def completion_body(ids: StreamIds, *, text: str, finish_reason: str, usage: dict[str, Any],
                     verdict: dict[str, Any], logprobs: list[TokenLogprob] | None, session_id: str | None,
-                    monitor: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A whole ``chat.completion`` object, with our ``verdict`` and the turn's ``monitor`` reading beside ``choices``."""
+                    monitor: dict[str, Any] | None = None, review_id: int | None = None) -> dict[str, Any]:
+    """A whole ``chat.completion`` object, with our ``verdict`` and the turn's ``monitor`` reading beside ``choices``,
+    and ``review_id``: the answer's review-queue entry (null: not queued), which ``POST /v1/reviews/{id}`` decides."""
     return {
         "id": ids.id, "object": "chat.completion", "created": ids.created, "model": ids.model,
         "choices": [{
@@ -290,6 +344,7 @@ def completion_body(ids: StreamIds, *, text: str, finish_reason: str, usage: dic
         "verdict": verdict,
         "monitor": monitor,
         "session_id": session_id,
+        "review_id": review_id,
     }
 
 

@@ -22,6 +22,7 @@ from mlx_sdm.network.verdict import (
     DocumentVerdict,
     VerdictStatus,
 )
+from mlx_sdm.network.verdict_words import verdict_words
 from mlx_sdm.store.message_meta import MessageMeta
 
 #: A stored answer's verdict state: a value of ``mlx_sdm.network.verdict.VerdictStatus`` (rows written
@@ -30,6 +31,8 @@ VERDICT_STATES = tuple(s.value for s in VerdictStatus) + LEGACY_NO_VERIFIER[:1]
 
 LABEL_ACCEPTABLE = 1
 LABEL_UNACCEPTABLE = 0
+#: A decision in one word (:attr:`Decision.kind`).
+DECISION_ACCEPTED, DECISION_REJECTED, DECISION_CORRECTED = "accepted", "rejected", "corrected"
 
 
 
@@ -93,7 +96,8 @@ class TaskScope:
     name: str | None = None
 
 
-def _task_scope(r: sqlite3.Row, prefix: str = "") -> TaskScope | None:
+def task_scope(r: sqlite3.Row, prefix: str = "") -> TaskScope | None:
+    """The row's task scope (its ``task``/``task_recorded`` columns, read under ``prefix``), None: none was kept."""
     keys = r.keys()
     if f"{prefix}task_recorded" not in keys or not r[f"{prefix}task_recorded"]:
         return None
@@ -207,6 +211,26 @@ class Decision:
         """The id this decision's point has in the verifier's support set."""
         return f"review-{self.review_id}-decision-{self.id}"
 
+    @property
+    def kind(self) -> str:
+        """The decision in one word, as every front end says it: ``corrected`` (an edited answer, label 1),
+        ``accepted`` (1) or ``rejected`` (0)."""
+        if self.completion is not None:
+            return DECISION_CORRECTED
+        return DECISION_ACCEPTED if self.label == LABEL_ACCEPTABLE else DECISION_REJECTED
+
+    @property
+    def awaits_features(self) -> bool:
+        """An edited answer recorded where no model could read it (``mlx-sdm review correct``): it joins a support
+        set only once the model that judged the original has read the edit (at the next chat or serve load), never
+        with the original answer's features."""
+        return self.completion is not None and self._features is None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form ``mlx-sdm review`` and ``/v1/reviews`` print."""
+        return {"decision": self.kind, "label": self.label, "answer": self.completion, "note": self.note,
+                "task": None if self.task is None else self.task.name, "decided_at": self.created_at}
+
 
 @dataclass
 class ReviewItem:
@@ -222,10 +246,28 @@ class ReviewItem:
     verdict: DocumentVerdict | None
     monitor: MonitorReading | None
     decision: Decision | None  # the latest decision that is not undone
+    task: TaskScope | None = None  # the verifier's task the answer was judged under (None: not kept)
 
     @property
     def reasons(self) -> list[str]:
         return [r for r in self.reason.split(",") if r]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form of a queue entry, the same for ``mlx-sdm review list`` and ``GET /v1/reviews``: the
+        question (``prompt``) and ``answer``, the verdict's state and its short line (the words every front end
+        says it in), the task, why it was queued, and the active decision (null: pending)."""
+        verdict = self.verdict
+        return {
+            "id": self.id, "prompt": self.prompt, "answer": self.answer,
+            "task": None if self.task is None else self.task.name,
+            "status": "pending" if self.decision is None else "decided",
+            "verdict_status": None if self.verdict_status is None else self.verdict_status.value,
+            "verdict_reason": None if verdict is None else verdict_words(verdict).line,
+            "judged": self.judged, "not_judged_because": self.why_a_label_changes_nothing,
+            "reasons": self.reasons, "created_at": self.created_at,
+            "session_id": self.session_id, "session_title": self.session_title, "message_id": self.message_id,
+            "decision": None if self.decision is None else self.decision.to_dict(),
+        }
 
     @property
     def judged(self) -> bool:
@@ -340,7 +382,7 @@ def message_from_row(r: sqlite3.Row) -> MessageRecord:
         verdict_status=VerdictStatus.read(r["verdict_status"]),
         verdict=stored_verdict(r),
         verifier=r["verifier"],
-        task=_task_scope(r, "verdict_"),
+        task=task_scope(r, "verdict_"),
         monitor=stored_reading(r),
         review_id=r["review_id"],
         _features=r["features"],
@@ -368,6 +410,6 @@ def decision_from_row(r: sqlite3.Row) -> Decision:
         undone_at=r["undone_at"],
         feature_model=r["feature_model"],
         verifier=r["verifier"] if "verifier" in r.keys() else None,
-        task=_task_scope(r),
+        task=task_scope(r),
         _features=r["features"],
     )

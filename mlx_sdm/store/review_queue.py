@@ -30,6 +30,7 @@ from mlx_sdm.store.records import (
     now_iso,
     stored_reading,
     stored_verdict,
+    task_scope,
     verifier_judged,
 )
 from mlx_sdm.network.verdict import VerdictStatus
@@ -55,17 +56,23 @@ class ReviewQueue:
         status: str = "all",
         review_id: int | None = None,
         judged: bool | None = None,
+        task: str | None = None,
     ) -> list[ReviewItem]:
         """Review-queue entries, newest first. ``status``: "pending" (no active decision), "decided" or "all";
-        ``since``/``until``: ISO timestamps or dates (a bare date covers its whole day); ``judged``: True, only
+        ``since``/``until``: ISO timestamps or dates (a bare date covers its whole day); ``task``: only answers
+        judged under that task of their verifier; ``judged``: True, only
         answers a verifier judged (what a label can change: :attr:`ReviewItem.judged`); False, only the others
         (listed apart, each saying why a label changes nothing); None, both."""
         if status not in {"pending", "decided", "all"}:
             raise DataError(f"unknown review status {status!r}; use pending, decided or all", field="status")
         where, params = _review_filters(session_id, reason, since, until, review_id)
+        if task is not None:
+            where.append("v.task = ?")
+            params.append(task)
         rows = self.db.query(
             "SELECT r.*, s.title AS session_title, m.text AS answer, m.prompt_json, "
-            "v.status AS verdict_status, v.verdict_json, ms.details_json AS monitor_json, "
+            "v.status AS verdict_status, v.verdict_json, v.task AS verdict_task, v.task_recorded AS verdict_task_recorded, "
+            "ms.details_json AS monitor_json, "
             "(SELECT u.text FROM messages u WHERE u.session_id = m.session_id AND u.role = 'user' AND u.id < m.id "
             " ORDER BY u.id DESC LIMIT 1) AS user_text "
             "FROM review_queue r JOIN messages m ON m.id = r.message_id JOIN sessions s ON s.id = r.session_id "
@@ -85,6 +92,7 @@ class ReviewQueue:
                 session_title=r["session_title"], reason=r["reason"], created_at=r["created_at"],
                 prompt=r["user_text"] or "", answer=r["answer"], verdict_status=VerdictStatus.read(r["verdict_status"]),
                 verdict=stored_verdict(r), monitor=stored_reading(r), decision=decision,
+                task=task_scope(r, "verdict_"),
             )
             if judged is None or item.judged == judged:
                 items.append(item)
@@ -187,6 +195,8 @@ class ReviewQueue:
         points = []
         for r in rows:
             decision = decision_from_row(r)
+            if decision.awaits_features:  # an edit no model has read yet: not the original answer's point
+                continue
             blob, model = (r["features"], r["feature_model"]) if r["features"] is not None else (r["message_features"], r["message_model"])
             features = features_array(blob)
             if features is None or (feature_model is not None and model != feature_model):
@@ -202,6 +212,20 @@ class ReviewQueue:
                 SupportPoint(decision=decision, features=features, label=decision.label, text=decision.completion or r["answer"])
             )
         return points
+
+    def edits_awaiting_features(self) -> list[tuple[Decision, int]]:
+        """Active edited answers recorded where no model could read them (:attr:`Decision.awaits_features`), each with
+        the id of the answer it corrects, oldest first: a loaded model reads them (:meth:`set_decision_features`)."""
+        rows = self.db.query(
+            "SELECT d.*, r.message_id AS reviewed_message FROM decisions d JOIN review_queue r ON r.id = d.review_id "
+            "WHERE d.undone_at IS NULL AND d.completion IS NOT NULL AND d.features IS NULL ORDER BY d.id")
+        return [(decision_from_row(r), int(r["reviewed_message"])) for r in rows]
+
+    def set_decision_features(self, decision_id: int, features: np.ndarray, feature_model: str | None) -> None:
+        """Keep the features a model read of a decision's edited answer (the decision itself is unchanged)."""
+        with self.db.tx() as conn:
+            conn.execute("UPDATE decisions SET features = ?, feature_model = ? WHERE id = ?",
+                         (features_blob(features), feature_model, decision_id))
 
     def training_rows(self) -> list[dict]:
         """Active decisions as training rows ``{"prompt", "completion", "label"}`` for `mlx-sdm train`/`finetune`.
