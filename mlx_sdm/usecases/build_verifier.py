@@ -153,9 +153,31 @@ def answer_task_items(lm, task: Task, pool_items: list[TaskItem], held_items: li
 
 
 def _fit(lm, kept: list[TaskOutcome], args: BuildVerifierArgs) -> DocumentVerifier:
+    """The answer verifier on the pools halved, then a label member for each closed-set task it judges worse
+    (usecases/verifier_choice.py: the choice finetune makes, on the same D_ca halving)."""
+    from mlx_sdm.lm.features import DELIMITER_JSON_CLOSE
+    from mlx_sdm.usecases.verifier_choice import with_label_members
+
     overrides = {"iterations": args.iterations, "epochs": args.epochs, "estimator": args.estimator}
     config = FitConfig(seed=args.seed, **{k: v for k, v in overrides.items() if v})
-    return fit_task_verifier(lm, kept, config, progress=args.progress)
+    verifier = fit_task_verifier(lm, kept, config, progress=args.progress)
+    closed = [o for o in kept if o.task.delimiter == DELIMITER_JSON_CLOSE and len(o.task.answer_format.answers) >= 2]
+    if not closed or args.estimator not in (None, "", "v1"):
+        return verifier
+    train, _ = pool_halves(kept)
+    halves = [(o.task, o.pool[: len(o.pool) // 2], o.pool[len(o.pool) // 2:]) for o in closed]
+
+    def answer_fit(firsts: dict[str, list]):
+        calibration = [a for o in kept for a in (firsts[o.task.name] if o.task.name in firsts
+                                                 else o.pool[len(o.pool) // 2:])]
+        try:
+            return fit_task_verifier(lm, kept, config, progress=False, halves=(train, calibration))
+        except DataError:
+            return None
+
+    verifier, choices = with_label_members(lm, verifier, kept, halves, answer_fit, args)
+    verifier.info["formulations"] = {name: c.to_dict() for name, c in choices.items()}
+    return verifier
 
 
 def pool_halves(kept: list[TaskOutcome]) -> tuple[list[AnsweredItem], list[AnsweredItem]]:
@@ -255,7 +277,7 @@ def _build(args: BuildVerifierArgs, tasks: list[Task], started: float, sampler_f
         raise DataError("no task left: the model never answered any task in its expected JSON format, so there is "
                         "nothing to verify; try a larger model or your own tasks (--tasks my.jsonl)", field="--tasks")
     verifier = _fit(lm, kept, args)
-    verifier.info = {"built_by": "mlx-sdm build-verifier", "per_task": args.per_task, "eval_size": args.eval_size,
+    verifier.info = {**verifier.info, "built_by": "mlx-sdm build-verifier", "per_task": args.per_task, "eval_size": args.eval_size,
                      "max_tokens": kept[0].task.max_tokens or args.max_tokens, "seed": args.seed,
                      "left_out": [o.task.name for o in outcomes if o.left_out]}
     verifier.save(args.out)

@@ -218,11 +218,10 @@ def fit_variant(lm, variant: Variant, splits: Sequence[TaskSplit], args: TaskFin
 
 def with_label_members(lm, verifier, kept: list, halves: list, bank: WrongAnswers, share: float,
                        args: TaskFinetuneArgs, known_wrong: Sequence = ()) -> tuple[Any, dict]:
-    """The verifier with each task that the label formulation judges better (``verifier_choice``) judged by its
-    label member: a verifier of one task becomes that member; of several, the member joins ``members`` under the
-    task's name (the name a question routed to it carries)."""
+    """The verifier with its label members where they judge a task better (``verifier_choice``); the answer
+    formulation it is compared with is fitted at the chosen wrong-answer share, as the shipped one is."""
     from mlx_sdm.usecases.build_verifier import fit_task_verifier
-    from mlx_sdm.usecases.verifier_choice import LABEL, choose_formulations, label_member
+    from mlx_sdm.usecases import verifier_choice
 
     def answer_fit(firsts: dict[str, list]):
         train, first = list(known_wrong), []
@@ -235,16 +234,7 @@ def with_label_members(lm, verifier, kept: list, halves: list, bank: WrongAnswer
         except DataError:
             return None
 
-    choices = choose_formulations(lm, kept, halves, answer_fit, args)
-    chosen = [(task, trained, pool) for task, trained, pool in halves if choices[task.name].chosen == LABEL]
-    if not chosen:
-        return verifier, choices
-    members = {task.name: label_member(lm, task, trained, pool, args.seed, progress=args.progress)
-               for task, trained, pool in chosen}
-    if len(halves) == 1:
-        return members[halves[0][0].name], choices
-    verifier.members.update(members)
-    return verifier, choices
+    return verifier_choice.with_label_members(lm, verifier, kept, halves, answer_fit, args)
 
 
 def choose_wrong_share(lm, kept: list, halves: list, bank: WrongAnswers, args: TaskFinetuneArgs,

@@ -105,6 +105,23 @@ def choose_formulations(lm, kept: list, halves: list, answer_fit, args) -> dict[
     return out
 
 
+def with_label_members(lm, verifier, kept: list, halves: list, answer_fit, args) -> tuple[Any, dict]:
+    """``verifier`` with each task that the label formulation judges better (:func:`choose_formulations`) judged by
+    its label member, fitted on the LoRA rows' (or D_tr's) answers and all of D_ca: a verifier of one task becomes
+    that member; of several, the member joins ``members`` under the task's name (the name a question routed to it
+    carries). Returns (the verifier, each task's choice)."""
+    choices = choose_formulations(lm, kept, halves, answer_fit, args)
+    chosen = [(task, trained, pool) for task, trained, pool in halves if choices[task.name].chosen == LABEL]
+    if not chosen:
+        return verifier, choices
+    members = {task.name: label_member(lm, task, trained, pool, args.seed, progress=getattr(args, "progress", False))
+               for task, trained, pool in chosen}
+    if len(halves) == 1 and len(kept) == 1:  # the verifier judges this task alone: the member is the verifier
+        return members[halves[0][0].name], choices
+    verifier.members.update(members)
+    return verifier, choices
+
+
 def _label_tried(task, trained: list, first: list, second: list, seed: int) -> Tried | None:
     answers = task.answer_format.answers
     try:

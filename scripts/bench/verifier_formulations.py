@@ -154,10 +154,15 @@ def main() -> None:
     except Exception as exc:
         judged[name] = {"error": f"{type(exc).__name__}: {exc}"}
 
+    if len(shifted) and "error" not in judged[name]:
+        judged["reviews of shifted answers"] = reviews_raise_coverage(full, shifted, alpha, seed=args.seed)
+
     print(f"\n| formulation | held-out verified | verified & wrong | promise | shifted verified | verified & wrong | "
           f"promise | fit s |")
     print("|---|---|---|---|---|---|---|---|")
     for name, r in judged.items():
+        if name == "reviews of shifted answers":
+            continue
         if "error" in r:
             print(f"| {name} | {r['error'][:80]} |||||||")
             continue
@@ -168,9 +173,49 @@ def main() -> None:
         cells += ([f"{s['verified']}/{s['rows']} ({s['right']} right)", str(s["verified_wrong"]),
                    "holds" if s["holds"] else "BROKEN"] if s else ["–", "–", "–"])
         print(f"| {name} | " + " | ".join(cells) + f" | {seconds.get(name, 0):.0f} |")
+    reviews = judged.get("reviews of shifted answers") or {}
+    if reviews:
+        print("\n| shifted answers reviewed (joined the support set) | the other shifted: verified | verified & wrong | "
+              "promise |\n|---|---|---|---|")
+        for n, r in reviews.items():
+            print(f"| {n} | {r['verified']}/{r['rows']} ({r['right']} right) | {r['verified_wrong']} | "
+                  f"{'holds' if r['holds'] else 'BROKEN'} |")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"task": task.name, "formulations": judged, "seconds": seconds}, indent=2))
+
+
+def reviews_raise_coverage(estimator, shifted, alpha: float, *, seed: int, counts=(10, 30, 100)) -> dict:
+    """What N reviewed shifted answers change: each review (a person accepts a right answer or corrects a wrong one
+    to the gold value) joins the label estimator's support set with the gold value, as ``mlx-sdm review`` does; the
+    shifted answers not reviewed are judged again. Reviews are drawn by a seeded shuffle; N above the rows is
+    skipped."""
+    from mlx_sdm.usecases.label_formulation import judge_labels
+
+    import numpy as np
+
+    order = np.random.default_rng(seed + 7).permutation(len(shifted))
+    out = {}
+    for n in (0,) + tuple(counts):
+        if n >= len(shifted):
+            continue
+        reviewed, rest = shifted.subset(order[:n]), shifted.subset(order[n:])
+        est = copy_estimator(estimator)
+        if n:
+            est.add_support([f"review-{i}" for i in reviewed.ids], reviewed.features, reviewed.gold, list(reviewed.texts))
+        out[str(n)] = describe(judge_labels(est, rest), alpha)
+    return out
+
+
+def copy_estimator(estimator):
+    """A copy whose support set can grow without changing the original (saved and loaded back)."""
+    import tempfile
+
+    from mlx_sdm.calibration.estimator import SDMEstimator
+
+    with tempfile.TemporaryDirectory() as tmp:
+        estimator.save(f"{tmp}/est")
+        return SDMEstimator.load(f"{tmp}/est")
 
 
 if __name__ == "__main__":
