@@ -75,7 +75,8 @@ def test_three_stages_on_a_tiny_model_and_the_folder_loads_back(tmp_path, family
     outcome = run_task_finetune(tiny_args(task, tmp_path / "tuned", base), log=lambda line: None)
     folder = read_model_folder(tmp_path / "tuned")
     assert folder.fingerprint["architecture"] == family and [t.name for t in folder.tasks] == ["words"]
-    assert json.loads((folder.adapters / "adapter_config.json").read_text())["fine_tune_type"] == "lora"
+    assert json.loads((folder.path(folder.entries[0].adapters) / "adapter_config.json").read_text())[
+        "fine_tune_type"] == "lora"
     report = (tmp_path / "tuned" / "report.md").read_text()
     assert "| words held-out (" in report and "MiniLM + logistic regression" in report and "untuned" in report
     assert outcome.lora.history and outcome.lora.rank == 8
@@ -240,14 +241,20 @@ def test_a_row_too_long_for_the_context_is_named(tmp_path, capsys, monkeypatch):
                                    r"model reads at most 256", err), err
 
 
-def test_another_run_in_the_same_folder_is_refused(tuned_llama, tmp_path, capsys):
+def test_a_format_1_folder_does_not_grow(tuned_llama, tmp_path, capsys):
+    """A folder of one adapter set for all its tasks (format 1: what one task's run writes, and mlx-sdm wrote
+    before) is refused as --out, in one line saying how to rebuild it; nothing in it changes."""
     import shutil
 
     folder = tmp_path / "tuned"
     shutil.copytree(tuned_llama / "tuned", folder)
+    before = sorted(str(p) for p in folder.rglob("*"))
     task = write_word_task(tmp_path / "other.jsonl", rows=150)
     code, err = _run_cli(["--task", str(task), "--out", str(folder), "--model", str(tuned_llama / "base")], capsys)
-    assert code == 1 and "this folder holds a run with other tasks, rows or settings; give another --out" in err
+    assert code == 1 and len(err.splitlines()) == 1, err
+    assert "is a format-1 model folder (one adapter set for all its tasks) and cannot grow; rebuild it with " \
+           "`mlx-sdm finetune --task" in err
+    assert sorted(str(p) for p in folder.rglob("*")) == before
 
 
 def test_a_full_disk_mid_checkpoint_keeps_the_last_good_one_and_the_rerun_resumes(tmp_path, monkeypatch):
@@ -298,7 +305,7 @@ def test_kill_9_mid_run_then_the_same_command_gives_the_same_adapters(tmp_path):
 
     killed = tmp_path / "killed"
     proc = subprocess.Popen(command(killed), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    checkpoint = killed / ".work" / "lora" / "rank-8" / "epoch-1" / "epoch.json"
+    checkpoint = killed / ".work" / "words" / ".work" / "lora" / "rank-8" / "epoch-1" / "epoch.json"
     deadline = time.monotonic() + 300
     while not checkpoint.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -309,8 +316,8 @@ def test_kill_9_mid_run_then_the_same_command_gives_the_same_adapters(tmp_path):
     subprocess.run(command(killed), env=env, check=True, capture_output=True)
     straight = tmp_path / "straight"
     subprocess.run(command(straight), env=env, check=True, capture_output=True)
-    a = mx.load(str(killed / "adapters" / "adapters.safetensors"))
-    b = mx.load(str(straight / "adapters" / "adapters.safetensors"))
+    a = mx.load(str(killed / "adapters" / "words" / "adapters.safetensors"))
+    b = mx.load(str(straight / "adapters" / "words" / "adapters.safetensors"))
     assert a.keys() == b.keys()
     for key in a:
         np.testing.assert_allclose(np.asarray(a[key]), np.asarray(b[key]), rtol=1e-5, atol=1e-6)
@@ -341,7 +348,7 @@ def test_reviews_teach_it_the_folders_tasks_on_its_base(tuned_llama, tmp_path, c
                           "--lora-learning-rate", "0.001", "--eval-rows", "20", "--epochs", "1", "--head-rows", "20",
                           "--no-baselines", "--quiet"], capsys)
     assert code == 0, err
-    report = json.loads((out / "report.json").read_text())
+    report = json.loads((out / "reports" / "words" / "report.json").read_text())
     # gold: the edit (its rejected original says the same), the rejected answer's other value, the accepted one;
     # wrong: the edit's original and the rejected answer
     assert report["reviewed"] == {"words": {"gold": 3, "wrong": 2}}

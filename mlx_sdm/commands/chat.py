@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.list_tasks:
         from mlx_sdm.commands.generate import list_tasks
 
-        return list_tasks(args.verifier, command="chat")
+        return list_tasks(args.verifier, command="chat", model=args.model)
     from mlx_sdm.store.chat_store import ChatStore
 
     try:

@@ -36,9 +36,12 @@ Your task, one command (--task FILE.jsonl ... --out DIR):
     3. the verifier built on the tuned model's own answers, so its promise is about that model.
   Time: a few hundred short rows of the embedded 135M model take tens of minutes on 2 cores; the command
   prints its estimate first (docs/finetuning.md has measured runs).
-  DIR then holds adapters/ (mlx-lm's format), head/, verifier/, report.md and mlx-sdm-model.json:
-  mlx-sdm chat --model DIR / serve --model DIR / generate --model DIR "..." use it; its adapters answer
-  the questions of its tasks, every other turn is the plain model's.
+  Each task trains its own adapters, one task after another (each resumable on its own in DIR/.work/TASK).
+  DIR then holds adapters/TASK/ (mlx-lm's format), heads/TASK/, verifier/ (a member per task),
+  reports/TASK/ and mlx-sdm-model.json: mlx-sdm chat --model DIR / serve --model DIR / generate --model DIR
+  "..." use it; a task's adapters answer the questions of that task, every other turn is the plain model's.
+  --out at a finished folder adds the named tasks to it (its other tasks' files are left as they are); naming
+  a task it has retrains that task alone.
   Task-run keys (flags or YAML): {", ".join(TASK_KEYS)}.
 
 Alg. 4 alone (--config FILE.yaml with data:, no task): the LM's output head is cloned into a frozen negative
@@ -173,20 +176,22 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_task(values: dict, source: str) -> int:
-    """``--task``: the three stages into one folder; prints where it is and how to use it."""
+    """``--task``: the three stages for each task, into one folder; prints where it is and how to use it."""
     from mlx_sdm.usecases.finetune_plan import task_args_from
-    from mlx_sdm.usecases.task_finetune import run_task_finetune
+    from mlx_sdm.usecases.model_growth import run_growth
 
     args = task_args_from(values, source)
     try:
-        outcome = run_task_finetune(args)
+        outcome = run_growth(args)
     except KeyboardInterrupt:
         print(f"mlx-sdm finetune: interrupted; rerun the same command to continue from the last checkpoint in "
               f"{args.out}", file=sys.stderr)
         return 130
-    print(outcome.report)
-    print(f"saved {outcome.folder} ({sum(outcome.clock.seconds.values()) / 60:.0f} min); use it with: "
-          f"mlx-sdm chat --model {outcome.folder}")
+    for run in outcome.runs.values():
+        print(run.report)
+    minutes = sum(sum(run.clock.seconds.values()) for run in outcome.runs.values()) / 60
+    print(f"saved {outcome.folder} ({minutes:.0f} min; its tasks: {', '.join(e.name for e in outcome.manifest.entries)});"
+          f" use it with: mlx-sdm chat --model {outcome.folder}")
     return 0
 
 

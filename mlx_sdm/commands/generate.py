@@ -147,9 +147,13 @@ def _print_report(components, outcome, *, explain: bool = False) -> None:
         print(f"({len(outcome.tokens)} tokens, {rate:.1f} tokens/s, finish: {outcome.finish_reason})")
 
 
-def list_tasks(verifier: str | None, command: str = "generate") -> int:
-    """``--list-tasks`` (``generate``'s and ``chat``'s): what the verifier (default: the shipped one) covers, read from
-    its verifier.json."""
+def list_tasks(verifier: str | None, command: str = "generate", model: str | None = None) -> int:
+    """``--list-tasks`` (``generate``'s and ``chat``'s): a fine-tuned folder's tasks (``--model DIR``) with its
+    run's numbers, else what the verifier (default: the shipped one) covers, read from its verifier.json."""
+    from mlx_sdm.usecases.model_folder import is_model_folder
+
+    if verifier is None and is_model_folder(model):
+        return list_folder_tasks(str(model), command)
     from pathlib import Path
 
     from mlx_sdm.usecases.loading import verification_off
@@ -175,10 +179,31 @@ def list_tasks(verifier: str | None, command: str = "generate") -> int:
     return 0
 
 
+def list_folder_tasks(folder: str, command: str) -> int:
+    """Each task of a fine-tuned model folder: its held-out task accuracy and the share of its held-out answers
+    shown as verified (its run's report), and a prompt to try."""
+    from mlx_sdm.errors import ArtifactError
+    from mlx_sdm.usecases.model_folder import read_model_folder
+
+    try:
+        manifest = read_model_folder(folder)
+    except ArtifactError as exc:
+        print(f"mlx-sdm {command}: {exc}", file=sys.stderr)
+        return 1
+    print(f"model {folder}: {len(manifest.entries)} fine-tuned task(s) on {manifest.base_model or 'the embedded model'}")
+    for entry in manifest.entries:
+        accuracy = "-" if entry.held_out_accuracy is None else f"{entry.held_out_accuracy:.2f}"
+        verified = "-" if entry.verified_share is None else f"{entry.verified_share:.0%}"
+        print(f"- {entry.name}: held-out accuracy {accuracy}, verified {verified} of its held-out answers"
+              f"{'' if entry.verifier else ' (no verifier: its answers go unverified)'}")
+        print(f"  try: mlx-sdm {command} --model {folder} {json.dumps(entry.instruction.instruction + ' ...')}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.list_tasks:
-        return list_tasks(args.verifier)
+        return list_tasks(args.verifier, model=args.model)
     if args.prompt is None or not args.prompt.strip():
         print("mlx-sdm generate: the prompt is empty; give the question to answer, e.g. mlx-sdm generate \"What is 2+2?\"",
               file=sys.stderr)

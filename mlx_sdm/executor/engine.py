@@ -23,7 +23,6 @@ import traceback
 from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from mlx_sdm.errors import DataError, MlxSdmError
@@ -274,7 +273,7 @@ class ChatEngine:
             head_path=components.head_path, embedder=components.embedder.name if components.embedder is not None else None,
             max_tokens=self.config.max_tokens, irreversible_tools=list(self.config.irreversible_tools),
             coverage=components.coverage, model_tasks=components.adapted_tasks,
-            model_folder=str(Path(components.lm.adapters.path).parent) if components.lm.adapters is not None else None,
+            model_folder=components.lm.adapters.folder if components.lm.adapters is not None else None,
         )
         self._emit(None, ENGINE_REF, EngineState("ready", f"model {components.lm.name} ready"))
         return self._info

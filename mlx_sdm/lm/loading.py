@@ -62,7 +62,8 @@ class LoadedModel:
     def weights_tag(self) -> str:
         """What decides this model's outputs beyond its fingerprint: the adapters when they are on ("" when none
         are): a cache of answers or features is keyed by it."""
-        return f"adapters:{self.adapters.sha256}" if self.adapters is not None and self.adapters.active else ""
+        current = self.adapters.current if self.adapters is not None else None
+        return f"adapters:{current.sha256}" if current is not None else ""
 
     @property
     def hidden_size(self) -> int:

@@ -248,7 +248,8 @@ class DocumentVerifier:
     @property
     def coverage(self) -> VerifierCoverage:
         """What this verifier covers (its tasks and its members'; unknown when its manifest does not say)."""
-        tasks = self.tasks + [t for m in self.members.values() for t in m.tasks]
+        names = {t.get("name") for t in self.tasks}
+        tasks = self.tasks + [t for m in self.members.values() for t in m.tasks if t.get("name") not in names]
         return read_coverage({"tasks": tasks, "info": self.info} if tasks else {"info": self.info})
 
     # ------------------------------------------------------------------------------------- build

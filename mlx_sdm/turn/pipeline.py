@@ -140,7 +140,7 @@ class TurnPipeline:
         judge = self.components.verifier is not None and route.how is not RouteKind.NO_CHECKABLE_ANSWER and (
             route.matched or route.open_question or not self._routes_tasks())
         adapters = self.components.lm.adapters
-        adapted = adapters is not None and route.matched and adapters.serves(route.instruction)
+        adapted = adapters.serves(route.instruction) if adapters is not None and route.matched else None
         return TurnPlan(route, seen, judged, self._head_for(question["content"]), judge, adapted)
 
     def _delimiter_for(self, route: TaskRoute) -> str:
@@ -172,6 +172,10 @@ class TurnPipeline:
         starts one of the tasks it was trained on (the same router as the verifier's), else the model's own
         (None). A task asked in a person's own words is asked as the task's own instruction with their payload
         (``route.asked``), so it decodes as that task's prompts do."""
+        task_heads = self.components.task_heads
+        if task_heads:  # a fine-tuned folder's heads: the one of the task the question starts, else none
+            index = match_instruction([t.instruction for t, _ in task_heads], question)
+            return task_heads[index][1] if index is not None else None
         head, tasks = self.components.head, self.components.head_tasks
         if head is None or tasks is None:
             return head
@@ -242,8 +246,9 @@ class TurnPipeline:
         with self._weights(plan.adapted):  # the adapters on for a turn of their tasks, for all it asks of the model
             yield from self._stream(request, plan, stop or threading.Event(), monitor, prefix, keep_prefix, on_prefill)
 
-    def _weights(self, adapted: bool) -> contextlib.AbstractContextManager:
-        """The model as this turn uses it: its LoRA adapters on (``adapted``) or off; a model with none as it is."""
+    def _weights(self, adapted: str | None) -> contextlib.AbstractContextManager:
+        """The model as this turn uses it: the adapter set of task ``adapted`` in, or none (the base model's own
+        modules); a model with no adapters as it is."""
         adapters = self.components.lm.adapters
         return adapters.use(adapted) if adapters is not None else contextlib.nullcontext()
 

@@ -55,6 +55,8 @@ class TurnComponents:
     #: the tasks the head was trained on: it decodes only turns routed to one of them (None: its manifest
     #: names none, and a head the user chose decodes every turn)
     head_tasks: tuple[TaskInstruction, ...] | None = None
+    #: a fine-tuned folder's heads, one per task that kept one: each decodes only its own task's turns
+    task_heads: tuple[tuple[TaskInstruction, Head], ...] = ()
     #: the tasks the model's LoRA adapters were trained on (a fine-tuned model folder): their questions are answered
     #: under the task's system prompt with the adapters on, also when no verifier routes them
     adapted_tasks: tuple[TaskInstruction, ...] = ()
@@ -136,9 +138,9 @@ class TurnPlan:
     judged: list[ChatMessage]  # what the verifier judges the answer against: a system prompt + this question
     head: Head | None  # the SDM-network head this turn decodes with; None = the model's own head
     judge: bool  # the verifier makes an estimator judgement (False: no verifier, or not one of its tasks)
-    #: the model's LoRA adapters are on for this turn (a question of one of the tasks they were trained on);
-    #: off, the model is exactly the base (lm/adapters.py)
-    adapted: bool = False
+    #: the adapter set switched in for this turn (the task's name: a question of the task it was trained on);
+    #: None, the model is exactly the base (lm/adapters.py)
+    adapted: str | None = None
     #: what the model reads, rendered and fitted into its context (``TurnPipeline.fit``; None: not fitted yet)
     prompt: FittedPrompt | None = field(default=None, repr=False)
 

@@ -16,7 +16,7 @@ import numpy as np
 from mlx_sdm.errors import ArtifactError
 from mlx_sdm.network.coverage import TaskInstruction
 from mlx_sdm.usecases.lora_training import LoraResult
-from mlx_sdm.usecases.model_folder import HEAD_DIR, REPORT_JSON, REPORT_MD, VERIFIER_DIR, ModelFolder
+from mlx_sdm.usecases.model_folder import HEAD_DIR, REPORT_JSON, REPORT_MD, VERIFIER_DIR, write_run_manifest
 from mlx_sdm.usecases.finetune_plan import FinetuneRun, HeadDecode, ReviewedRows, StageClock, TaskSplit, Variant
 
 SPLITS = (("held_out", "held-out"), ("shifted", "shifted"))
@@ -242,7 +242,7 @@ def save_verifier(lm, final: Variant, decode: HeadDecode | None, run: FinetuneRu
     if verifier is None:
         return False
     verifier.info = {"built_by": "mlx-sdm finetune", "seed": run.args.seed,
-                     "adapters": {"sha256": lm.adapters.sha256, "rank": lora.rank, "epoch": lora.epoch},
+                     "adapters": {"sha256": lm.adapters.only.sha256, "rank": lora.rank, "epoch": lora.epoch},
                      "head": {"sha256": decode.sha256, "decodes": list(decode.decodes)} if decode else None,
                      "constructed_wrong_answers": dict(final.constructed),
                      "wrong_share": None if final.wrong_share is None else {
@@ -290,9 +290,10 @@ def write_folder(lm, splits: Sequence[TaskSplit], instructions: Sequence[TaskIns
         "reviewed": {name: {"gold": len(r.gold), "wrong": len(r.wrong)} for name, r in reviewed.items()},
         "stages": {"seconds": clock.seconds, "peak_gb": clock.peak_gb},
         "scores": [asdict(s) for s in scores]}, indent=2, default=str) + "\n")
-    ModelFolder(run.out, run.args.model, {k: v for k, v in lm.fingerprint.items()}, tuple(instructions),
-                lm.adapters.sha256, run.args.quantized, has_head=decode is not None, has_verifier=has_verifier,
-                info={"rank": lora.rank, "epoch": lora.epoch, "seed": run.args.seed, "name": lm.name,
-                      "tasks": [s.task.name for s in splits],
-                      "task_files": {s.task.name: str(Path(s.task.path).resolve()) for s in splits if s.task.path}}).save()
+    write_run_manifest(run.out, run.args.model, {k: v for k, v in lm.fingerprint.items()}, tuple(instructions),
+                       lm.adapters.only.sha256, run.args.quantized, has_head=decode is not None, has_verifier=has_verifier,
+                       info={"rank": lora.rank, "epoch": lora.epoch, "seed": run.args.seed, "name": lm.name,
+                             "tasks": [s.task.name for s in splits],
+                             "task_files": {s.task.name: str(Path(s.task.path).resolve()) for s in splits
+                                            if s.task.path}})
     return text

@@ -120,8 +120,10 @@ def load_components(model: str | None = None, *, verifier: str | None = None, he
         raise DataError(f"unknown embedder {embedder!r}; use one of {', '.join(EMBEDDER_CHOICES)}", field="embedder")
     folder = model_folder_for(model)
     tasks: tuple[TaskInstruction, ...] = ()
+    task_heads: tuple[tuple[TaskInstruction, Any], ...] = ()
     if folder is not None:
-        lm, loaded, head_loaded, tasks = load_folder_parts(folder, verifier=verifier, head=head, quantized=quantized)
+        parts = load_folder_parts(folder, verifier=verifier, head=head, quantized=quantized)
+        lm, loaded, head_loaded, tasks, task_heads = parts.lm, parts.verifier, parts.head, parts.tasks, parts.task_heads
     else:
         lm = load_model(model, quantized=quantized)
         loaded, head_loaded = load_verifier(verifier, lm), load_head(head, lm, model)
@@ -131,42 +133,44 @@ def load_components(model: str | None = None, *, verifier: str | None = None, he
     return TurnComponents(
         lm=lm, verifier=loaded.verifier, verifier_path=loaded.path, unverifiable_reason=loaded.unverifiable_reason,
         head=head_loaded.head, head_path=head_loaded.path, head_tasks=head_loaded.tasks, adapted_tasks=tasks,
+        task_heads=task_heads,
         embedder=make_embedder(embedder, model=lm.model, tokenizer=lm.tokenizer, model_name=lm.name),
     )
 
 
-def load_folder_parts(folder: Path, *, verifier: str | None, head: str | None, quantized: bool
-                      ) -> tuple[Any, LoadedVerifier, LoadedHead, tuple[TaskInstruction, ...]]:
-    """A fine-tuned folder's model (its adapters attached), its verifier and head unless ``--verifier`` /
+def load_folder_parts(folder: Path, *, verifier: str | None, head: str | None, quantized: bool) -> FolderParts:
+    """A fine-tuned folder's model (its adapters attached), its verifier and heads unless ``--verifier`` /
     ``--head`` name others; a verifier that reads other states than this model's adapters give is refused."""
-    from mlx_sdm.usecases.model_folder import load_model_folder
+    from mlx_sdm.usecases.model_folder import VERIFIER_DIR, check_reads_adapters, load_model_folder
 
     loaded = load_model_folder(folder, quantized=quantized or None)
     lm, manifest = loaded.lm, loaded.manifest
-    if verifier is None and manifest.verifier is None:
+    if verifier is None and not any(e.verifier for e in manifest.entries):
         found = LoadedVerifier(None, None, f"{folder} has no verifier: the fine-tune could not build one (its "
                                            "report.md says why); its answers go unverified")
     else:
-        found = load_verifier(verifier if verifier is not None else str(manifest.verifier), lm)
+        found = load_verifier(verifier if verifier is not None else str(folder / VERIFIER_DIR), lm)
         if found.verifier is not None:
-            check_verifier_reads(found.verifier, lm, where=str(found.path))
-    if head is None:
-        head = str(manifest.head) if manifest.head is not None else "none"
-    return lm, found, load_head(head, lm, None), manifest.tasks
+            check_reads_adapters(found.verifier, lm, where=str(found.path))
+    if head is not None:
+        return FolderParts(lm, found, load_head(head, lm, None), manifest.tasks)
+    shared = {e.head for e in manifest.entries if e.head is not None}
+    if manifest.format_version == 1 and shared:  # a format-1 folder: one head for all its tasks
+        return FolderParts(lm, found, load_head(str(folder / shared.pop()), lm, None), manifest.tasks)
+    heads = tuple((e.instruction, load_head(str(folder / e.head), lm, None).head) for e in manifest.entries if e.head)
+    return FolderParts(lm, found, LoadedHead(None, None), manifest.tasks, heads)
 
 
-def check_verifier_reads(verifier: Any, lm: Any, *, where: str) -> None:
-    """A verifier built on a fine-tuned model's states judges only with those adapters: one that records adapters
-    needs the same ones loaded, and one built on the base model may not judge the adapters' tasks."""
-    from mlx_sdm.usecases.model_folder import check_reads_adapters
+@dataclass(frozen=True)
+class FolderParts:
+    """What a fine-tuned folder gives a turn: the model with its adapters, the verifier, a head chosen with
+    ``--head`` (or a format-1 folder's one head), the tasks, and each task's own head where it kept one."""
 
-    if (verifier.info.get("adapters") or {}).get("sha256") or lm.adapters is None:
-        check_reads_adapters(verifier.info, lm, where=where)
-        return
-    overlap = [prefix for prefix, _ in verifier.recipe.task_systems if lm.adapters.serves(prefix)]
-    if overlap:
-        raise ModelMismatchError(f"{where}: this verifier was built on the base model's states, but this model's "
-                                 f"adapters answer its task {overlap[0][:40]!r}...; use the model folder's own verifier")
+    lm: Any
+    verifier: LoadedVerifier
+    head: LoadedHead
+    tasks: tuple[TaskInstruction, ...]
+    task_heads: tuple[tuple[TaskInstruction, Any], ...] = ()
 
 
 def chat_components(config: Any) -> TurnComponents:

@@ -31,9 +31,10 @@ def main() -> None:
     components = load_components(args.model)
     adapters = components.lm.adapters
     started = time.perf_counter()
+    first = next(iter(adapters.sets))  # one task's set in, then the base model's own modules back
     for _ in range(1000):
-        adapters.switch(True)
-        adapters.switch(False)
+        adapters.switch(first)
+        adapters.switch(None)
     switch_ms = (time.perf_counter() - started) / 2000 * 1e3
     task = components.adapted_tasks[0]
     example = next((t["example_prompt"] for t in components.verifier.tasks if t.get("name") == task.name), None) \
