@@ -263,7 +263,7 @@ def open_member(run: ModelFolder) -> Any | None:
 
 def joined_verifier(members: dict[str, Any], open_questions: Any | None) -> Any:
     """The verifier's top level: every task's instruction routed to its member (by its name); with one task, that
-    task's own estimator and leans (a single task's route names no member). Only the open-question member is
+    task's own estimator, leans and label answers (a single task's route names no member). Only the open-question member is
     saved with it: the tasks' members are copied in as they are."""
     from mlx_sdm.network.verdict import OPEN_QUESTIONS
     from mlx_sdm.network.verifier import DocumentVerifier, FeatureRecipe
@@ -277,4 +277,5 @@ def joined_verifier(members: dict[str, Any], open_questions: Any | None) -> Any:
     return DocumentVerifier(first.estimator, first.model_fingerprint, recipe, info,
                             [t for m in members.values() for t in m.tasks],
                             {OPEN_QUESTIONS: open_questions} if open_questions is not None else {},
-                            leans=first.leans if len(members) == 1 else {})
+                            leans=first.leans if len(members) == 1 else {},
+                            labels=first.labels if len(members) == 1 else None)
