@@ -45,6 +45,8 @@ DECISIONS = STATE / "decisions.json"
 UNTUNED_REPORT = ROOT / "weights" / "smollm2-suite-head" / "report.md"
 #: How often the watcher looks for a new checkpoint to commit.
 POLL_SECONDS = 30
+#: The open-question member the shipped folder refers to instead of keeping a copy.
+SHARED_MEMBER = ("open_questions", "smollm2-suite/members/open_questions")
 #: The run's records kept with a checkpoint (the answer cache is not: it is remade from the adapters).
 KEPT = ("run.json", "clock.json", "lora.json", "lora")
 
@@ -155,17 +157,48 @@ def judge(task: str) -> dict:
 
 
 def install(task: str) -> None:
-    """The finished task's files into the shipped folder (the folder's other tasks untouched)."""
+    """The finished task's files into the shipped folder, every other task's files as they were: the shipped folder
+    staged in the build folder, the task installed into it (``model_growth.install_task``), then shipped."""
     from mlx_sdm.usecases.model_folder import MODEL_MANIFEST, read_model_folder
     from mlx_sdm.usecases.model_growth import install_task
 
-    staged = SHIPPED / ".work" / task
-    shutil.rmtree(staged, ignore_errors=True)
-    staged.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(run_dir(task), staged, ignore=shutil.ignore_patterns(".work"))
-    manifest = read_model_folder(SHIPPED) if (SHIPPED / MODEL_MANIFEST).is_file() else None
-    install_task(SHIPPED, manifest, task)
-    shutil.rmtree(SHIPPED / ".work", ignore_errors=True)
+    stage = WORK.parent / "default-model-shipped"
+    shutil.rmtree(stage, ignore_errors=True)
+    if (SHIPPED / MODEL_MANIFEST).is_file():
+        shutil.copytree(SHIPPED, stage)
+    shutil.copytree(run_dir(task), stage / ".work" / task, ignore=shutil.ignore_patterns(".work"))
+    manifest = read_model_folder(stage) if (stage / MODEL_MANIFEST).is_file() else None
+    install_task(stage, manifest, task)
+    ship(stage, SHIPPED)
+
+
+def ship(run: Path, out: Path) -> None:
+    """A finished folder as it ships (format 2: adapters/<task>/, heads/<task>/, reports/<task>/, the verifier with
+    a member per task): no .work, the open-question member as a reference to the one ``weights/smollm2-suite``
+    ships (one copy), each task's member as its run wrote it."""
+    from mlx_sdm.atomic import atomic_directory
+    from mlx_sdm.network.verifier import DocumentVerifier
+    from mlx_sdm.usecases.model_folder import (ADAPTERS_DIR, HEADS_DIR, MEMBERS_DIR, MODEL_MANIFEST, REPORTS_DIR,
+                                               VERIFIER_DIR, read_model_folder)
+
+    folder = read_model_folder(run)  # a finished folder only
+    with atomic_directory(out) as tmp:
+        for name in (ADAPTERS_DIR, HEADS_DIR, REPORTS_DIR):
+            if (run / name).is_dir():
+                shutil.copytree(run / name, tmp / name)
+        shutil.copy2(run / MODEL_MANIFEST, tmp / MODEL_MANIFEST)
+        if any(e.verifier for e in folder.entries):
+            verifier = DocumentVerifier.load(run / VERIFIER_DIR)
+            name, where = SHARED_MEMBER
+            if name in verifier.members:
+                verifier.member_refs[name] = where
+            verifier.save(tmp / VERIFIER_DIR)
+            for member in (run / VERIFIER_DIR / MEMBERS_DIR).iterdir():  # each task's member as its run wrote it
+                if member.name not in verifier.member_refs:
+                    shutil.rmtree(tmp / VERIFIER_DIR / MEMBERS_DIR / member.name, ignore_errors=True)
+                    shutil.copytree(member, tmp / VERIFIER_DIR / MEMBERS_DIR / member.name)
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    print(f"shipped {out} ({size / 1e6:.1f} MB)")
 
 
 # ----------------------------------------------------------------------------------------- the build
