@@ -97,3 +97,45 @@ def test_cross_fitting_judges_every_row_once_in_order():
     assert len(judged.right) == 60
     assert (judged.right == pool.right).all()
     assert (judged.labels[0] == pool.gold).all()
+
+
+# ----------------------------------------------------------------------------------------- the label member
+def label_verifier(tmp_path):
+    """A label member over 16-wide features (a fingerprint of hidden size 8), saved and loaded back."""
+    from mlx_sdm.network.label_member import LabelAnswers
+    from mlx_sdm.network.verifier import DocumentVerifier, FeatureRecipe
+
+    estimator = fit_on_rows(rows(400, 2, 5, spread=1.0), 2, FitConfig(seed=0, iterations=2, epochs=20))
+    fingerprint = {"architecture": "tiny", "hidden_size": 8, "vocab_size": 10, "num_layers": 1, "head_sha256": "x"}
+    verifier = DocumentVerifier(estimator, fingerprint, FeatureRecipe(), labels=LabelAnswers("spam", (True, False)))
+    verifier.save(tmp_path / "v")
+    return DocumentVerifier.load(tmp_path / "v")
+
+
+def test_a_label_member_judges_the_answer_it_is_given(tmp_path):
+    verifier = label_verifier(tmp_path)
+    assert verifier.labels is not None and verifier.labels.answers == (True, False)
+    test = rows(60, 2, 8, spread=1.0)
+    admitted = [i for i in range(60) if verifier.estimator.predict(test.features[i:i + 1])[0].admitted]
+    assert admitted, "the fixture's estimator admits some rows"
+    i = admitted[0]
+    gold = (True, False)[test.gold[i]]
+    right = verifier.verify_features(test.features[i], answer=f'{{"spam": {str(gold).lower()}}}')
+    wrong = verifier.verify_features(test.features[i], answer=f'{{"spam": {str(not gold).lower()}}}')
+    none = verifier.verify_features(test.features[i], answer="I think it is spam.")
+    assert (right.prediction, right.admitted) == (1, True)  # verified
+    assert (wrong.prediction, wrong.admitted) == (0, True)  # confidently wrong
+    assert (none.prediction, none.admitted) == (0, False)  # not in the task's JSON: nothing to say
+    assert right.p_lower == wrong.p_lower  # the same estimate, read against two answers
+
+
+def test_a_review_joins_a_label_member_as_the_answers_value(tmp_path):
+    verifier = label_verifier(tmp_path)
+    assert verifier.support_label(None, 1, '{"spam": false}') == 1  # accepted: its own value (index of false)
+    assert verifier.support_label(None, 0, '{"spam": false}') == 0  # rejected yes/no: the other value
+    assert verifier.support_label(None, 1, "no JSON here") is None
+    from mlx_sdm.network.label_member import LabelAnswers
+
+    topics = LabelAnswers("topic", ("sports", "tech", "business"))
+    assert topics.support_class(0, '{"topic": "tech"}') is None  # rejected: not which of the others is right
+    assert topics.support_class(1, '{"topic": "tech"}') == 1
