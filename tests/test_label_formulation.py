@@ -139,3 +139,51 @@ def test_a_review_joins_a_label_member_as_the_answers_value(tmp_path):
     topics = LabelAnswers("topic", ("sports", "tech", "business"))
     assert topics.support_class(0, '{"topic": "tech"}') is None  # rejected: not which of the others is right
     assert topics.support_class(1, '{"topic": "tech"}') == 1
+
+
+# ----------------------------------------------------------------------------------------- the choice in a run
+def answered_rows(task, n: int, seed: int, *, wrong_share: float = 0.05, offset: int = 0):
+    """``AnsweredItem``s of a two-value task whose features separate the gold values (no LM)."""
+    from mlx_sdm.network.tasks import AnswerLabel, TaskItem
+    from mlx_sdm.network.tasks.answers import AnsweredItem
+
+    data = rows(n, 2, seed, wrong_share=wrong_share, spread=1.0)
+    values = task.answer_format.answers
+    out = []
+    for i in range(n):
+        gold, said = values[data.gold[i]], values[data.answer[i]]
+        item = TaskItem(f"{seed}-{offset + i}", task.name, f"Is it junk? TEXT: row {offset + i}", gold, "row", "pool")
+        out.append(AnsweredItem(item, task.answer_format.completion(said), data.features[i], "stop",
+                                AnswerLabel(said, True, said == gold), None))
+    return out
+
+
+def test_the_label_formulation_is_chosen_and_its_held_out_figures_come_from_folds(tmp_path):
+    """Where the answer formulation cannot be fitted (the model is almost never wrong), the label member judges
+    the task; every unseen row calibrates it, and the held-out rows are judged by folds that did not see them."""
+    import json
+    from types import SimpleNamespace
+
+    from mlx_sdm.network.tasks.registry import load_task
+    from mlx_sdm.usecases.build_verifier import TaskOutcome
+    from mlx_sdm.usecases.verifier_choice import LABEL, with_label_members
+
+    path = tmp_path / "junk.jsonl"
+    path.write_text("\n".join(json.dumps({"prompt": f"Is it junk? TEXT: row {i}", "answer": {"junk": i % 2 == 0}})
+                              for i in range(20)) + "\n")
+    task = load_task(str(path))
+    trained, pool, held = answered_rows(task, 200, 11), answered_rows(task, 300, 12, offset=1000), \
+        answered_rows(task, 100, 13, offset=2000)
+    outcome = TaskOutcome(task, pool, held, [])
+    lm = SimpleNamespace(fingerprint={"architecture": "tiny", "hidden_size": 8, "vocab_size": 10, "num_layers": 1,
+                                      "head_sha256": "x"}, name="tiny")
+    args = SimpleNamespace(seed=0, progress=False)
+    judges = with_label_members(lm, None, [outcome], [(task, trained, pool)], lambda firsts: None, args,
+                                held_out_calibrates=True)
+    choice = judges.choices[task.name]
+    assert choice.chosen == LABEL and choice.answer is None and choice.label.verified_right > 0
+    assert judges.verifier.labels is not None  # one task: the member is the verifier
+    assert judges.verifier.estimator.manifest["training"]["support_size"] + \
+        judges.verifier.estimator.manifest["training"]["calibration_size"] == 600  # LoRA rows, D_ca and held-out
+    folds = judges.held_out[task.name]
+    assert len(folds.right) == 100 and folds.verified.sum() > 0 and folds.holds()

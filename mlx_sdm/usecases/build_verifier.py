@@ -175,9 +175,9 @@ def _fit(lm, kept: list[TaskOutcome], args: BuildVerifierArgs) -> DocumentVerifi
         except DataError:
             return None
 
-    verifier, choices = with_label_members(lm, verifier, kept, halves, answer_fit, args)
-    verifier.info["formulations"] = {name: c.to_dict() for name, c in choices.items()}
-    return verifier
+    judges = with_label_members(lm, verifier, kept, halves, answer_fit, args)
+    judges.verifier.info["formulations"] = {name: c.to_dict() for name, c in judges.choices.items()}
+    return judges.verifier
 
 
 def pool_halves(kept: list[TaskOutcome]) -> tuple[list[AnsweredItem], list[AnsweredItem]]:

@@ -268,6 +268,9 @@ class Variant:
     wrong_share: Any | None = None  # task_finetune.ShareChoice: the share of wrong answers the verifier was fitted at
     #: task name -> verifier_choice.FormulationChoice: the formulation that judges it (answer or label) and why
     formulations: dict[str, Any] = field(default_factory=dict)
+    #: task name -> label_formulation.AnswerJudgement of its held-out rows by folds, where they calibrate the shipped
+    #: label member (the report reads these, not the member's own judgement of rows it calibrated on)
+    held_out_judged: dict[str, Any] = field(default_factory=dict)
     #: the verifier's rows and labels, hashed: a stage built on this verifier (the head) is rebuilt when they change
     digest: str = ""
 

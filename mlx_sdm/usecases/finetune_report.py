@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -67,12 +67,17 @@ def score_variant(variant: Variant) -> list[SplitScore]:
                 out.append(SplitScore(variant.name, name, split, len(answered), well, accuracy,
                                       why=variant.why or outcome.left_out))
                 continue
-            ev = evaluate(AnswerView(variant.verifier, answered), _labelled([a.document() for a in answered], answered),
-                          split)
-            row = table_row("p̂ lower", ev.labels, ev.predictions, ev.admitted, 2)
-            shown = ev.admitted & (ev.predictions == 1)
+            folds = variant.held_out_judged.get(name) if attr == "held_out" else None
+            if folds is not None:  # these rows calibrate the shipped member: judged by the folds that did not see them
+                labels, predictions, admitted = folds.right.astype(int), folds.says_right.astype(int), folds.admitted
+            else:
+                ev = evaluate(AnswerView(variant.verifier, answered),
+                              _labelled([a.document() for a in answered], answered), split)
+                labels, predictions, admitted = ev.labels, ev.predictions, ev.admitted
+            row = table_row("p̂ lower", labels, predictions, admitted, 2)
+            shown = admitted & (predictions == 1)
             out.append(SplitScore(variant.name, name, split, len(answered), well, accuracy, int(shown.sum()),
-                                  int((shown & (ev.labels == 1)).sum()),
+                                  int((shown & (labels == 1)).sum()),
                                   tuple({"accuracy": s.accuracy, "admitted": s.admitted, "total": s.total}
                                         for s in row.strata()), tuple(s.markdown() for s in row.strata())))
     return out
@@ -156,7 +161,9 @@ def formulation_lines(v: Variant) -> list[str]:
             "the answer verifier (right or wrong answers, with constructed wrong ones)"
         lines.append(f"\n{v.name}, {name}: judged by {which}. On the held-back half of D_ca ({c.rows} answers, as the "
                      f"model gave them): label estimator {tried(c.label)}; answer verifier {tried(c.answer)}; "
-                     f"{c.why}.")
+                     f"{c.why}." + (" Every row no training saw calibrates it, the held-out rows too: their figures "
+                                   "below come from 5 folds, each judged by a member fitted without it."
+                                   if name in v.held_out_judged else ""))
     return lines
 
 
@@ -256,7 +263,9 @@ def save_verifier(lm, final: Variant, decode: HeadDecode | None, run: FinetuneRu
         verifier.members[OPEN_QUESTIONS] = base.members[OPEN_QUESTIONS]
     folder = run.out / VERIFIER_DIR
     verifier.save(folder)
-    write_report(verifier, list(final.outcomes.values()), folder, plot_png=True)
+    outcomes = [replace(o, held_out=[]) if o.task.name in final.held_out_judged else o  # rows it calibrated on
+                for o in final.outcomes.values()]
+    write_report(verifier, outcomes, folder, plot_png=True)
     return True
 
 

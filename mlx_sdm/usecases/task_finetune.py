@@ -211,15 +211,16 @@ def fit_variant(lm, variant: Variant, splits: Sequence[TaskSplit], args: TaskFin
     except DataError as exc:
         return replace(variant, verifier=None, why=exc.detail, constructed=constructed, digest=digest,
                        wrong_share=choice)
-    verifier, formulations = with_label_members(lm, verifier, kept, halves, bank, choice.share, args, known_wrong)
-    return replace(variant, verifier=verifier, why=None, constructed=constructed, digest=digest, wrong_share=choice,
-                   formulations=formulations)
+    judges = with_label_members(lm, verifier, kept, halves, bank, choice.share, args, known_wrong)
+    return replace(variant, verifier=judges.verifier, why=None, constructed=constructed, digest=digest,
+                   wrong_share=choice, formulations=judges.choices, held_out_judged=judges.held_out)
 
 
 def with_label_members(lm, verifier, kept: list, halves: list, bank: WrongAnswers, share: float,
-                       args: TaskFinetuneArgs, known_wrong: Sequence = ()) -> tuple[Any, dict]:
-    """The verifier with its label members where they judge a task better (``verifier_choice``); the answer
-    formulation it is compared with is fitted at the chosen wrong-answer share, as the shipped one is."""
+                       args: TaskFinetuneArgs, known_wrong: Sequence = ()):
+    """The verifier with its label members where they judge a task better (``verifier_choice``), every row nobody
+    trained on calibrating them (the held-out rows too: their figures come from folds); the answer formulation it is
+    compared with is fitted at the chosen wrong-answer share, as the shipped one is."""
     from mlx_sdm.usecases.build_verifier import fit_task_verifier
     from mlx_sdm.usecases import verifier_choice
 
@@ -234,7 +235,7 @@ def with_label_members(lm, verifier, kept: list, halves: list, bank: WrongAnswer
         except DataError:
             return None
 
-    return verifier_choice.with_label_members(lm, verifier, kept, halves, answer_fit, args)
+    return verifier_choice.with_label_members(lm, verifier, kept, halves, answer_fit, args, held_out_calibrates=True)
 
 
 def choose_wrong_share(lm, kept: list, halves: list, bank: WrongAnswers, args: TaskFinetuneArgs,

@@ -105,21 +105,55 @@ def choose_formulations(lm, kept: list, halves: list, answer_fit, args) -> dict[
     return out
 
 
-def with_label_members(lm, verifier, kept: list, halves: list, answer_fit, args) -> tuple[Any, dict]:
+#: Folds of the held-out figures when the held-out rows calibrate the shipped member (``held_out_calibrates``).
+FOLDS = 5
+
+
+@dataclass(frozen=True)
+class Judges:
+    """The verifier with its label members, each task's choice, and the held-out rows of each label task as folds
+    judged them (calibrated on the other folds and D_ca; absent: the shipped verifier never saw them)."""
+
+    verifier: Any
+    choices: dict[str, FormulationChoice]
+    held_out: dict[str, AnswerJudgement]
+
+
+def with_label_members(lm, verifier, kept: list, halves: list, answer_fit, args, *,
+                       held_out_calibrates: bool = False) -> Judges:
     """``verifier`` with each task that the label formulation judges better (:func:`choose_formulations`) judged by
     its label member, fitted on the LoRA rows' (or D_tr's) answers and all of D_ca: a verifier of one task becomes
     that member; of several, the member joins ``members`` under the task's name (the name a question routed to it
-    carries). Returns (the verifier, each task's choice)."""
+    carries). ``held_out_calibrates``: every row nobody trained on calibrates it, the held-out rows too, and their
+    figures come from :data:`FOLDS` folds (each judged by a member fitted without it)."""
     choices = choose_formulations(lm, kept, halves, answer_fit, args)
     chosen = [(task, trained, pool) for task, trained, pool in halves if choices[task.name].chosen == LABEL]
     if not chosen:
-        return verifier, choices
-    members = {task.name: label_member(lm, task, trained, pool, args.seed, progress=getattr(args, "progress", False))
-               for task, trained, pool in chosen}
+        return Judges(verifier, choices, {})
+    held = {o.task.name: list(o.held_out) for o in kept} if held_out_calibrates else {}
+    progress = getattr(args, "progress", False)
+    members, judged = {}, {}
+    for task, trained, pool in chosen:
+        extra = held.get(task.name, [])
+        members[task.name] = label_member(lm, task, trained, pool + extra, args.seed, progress=progress)
+        if extra:
+            judged[task.name] = held_out_by_folds(task, trained, pool, extra, args.seed)
     if len(halves) == 1 and len(kept) == 1:  # the verifier judges this task alone: the member is the verifier
-        return members[halves[0][0].name], choices
+        return Judges(members[halves[0][0].name], choices, judged)
     verifier.members.update(members)
-    return verifier, choices
+    return Judges(verifier, choices, judged)
+
+
+def held_out_by_folds(task, trained: list, pool: list, held: list, seed: int) -> AnswerJudgement:
+    """The held-out rows judged by folds: D_ca and the held-out rows cut in :data:`FOLDS`, each fold judged by a
+    label estimator fitted on the LoRA rows' answers and the other folds (usecases/label_formulation.py)."""
+    from mlx_sdm.usecases.label_formulation import cross_fitted, part
+
+    answers = task.answer_format.answers
+    rows = ClassRows.concat([class_rows(pool, answers), class_rows(held, answers)])
+    crossed = cross_fitted(rows, len(answers), FitConfig(seed=seed), FOLDS, seed=seed,
+                           extra_train=class_rows(trained, answers))
+    return part(crossed, len(pool), len(rows))
 
 
 def _label_tried(task, trained: list, first: list, second: list, seed: int) -> Tried | None:
@@ -134,7 +168,8 @@ def _label_tried(task, trained: list, first: list, second: list, seed: int) -> T
 
 def label_member(lm, task, trained: list, pool: list, seed: int, *, progress: Any = None):
     """The task's label member (network/label_member.py): Alg. 1–3 over the gold labels of the LoRA rows' answers
-    and all of D_ca, as a DocumentVerifier that routes to this task alone."""
+    and ``pool`` (all of D_ca, and the held-out rows where they calibrate), as a DocumentVerifier that routes to
+    this task alone."""
     from mlx_sdm.network.verifier import DocumentVerifier, FeatureRecipe
 
     answers = task.answer_format.answers
