@@ -203,10 +203,10 @@ def _rows(path, rows):
     ("one class", [{"prompt": f"{WORD_INSTRUCTION} WORD: w{i}", "answer": {"fruit": True}} for i in range(80)],
      r"bad.jsonl: field 'answer': every row of task bad has the same answer \(true\)"),
     ("too few rows", [{"prompt": f"{WORD_INSTRUCTION} WORD: w{i}", "answer": {"fruit": i % 2 == 0}} for i in range(20)],
-     r"bad.jsonl: task bad has 16 rows to train and calibrate on; it needs at least 25"),
-    ("the same prompt twice", [{"prompt": f"{WORD_INSTRUCTION} WORD: w{i % 60}", "answer": {"fruit": i % 2 == 0}}
+     r"bad.jsonl: task bad has 20 rows; it needs at least 58 \(a fifth is held out .*\): add 38 rows"),
+    ("the same prompt twice", [{"prompt": f"{WORD_INSTRUCTION} WORD: w{i % 61}", "answer": {"fruit": i % 2 == 0}}
                                for i in range(120)],
-     r"bad.jsonl: field 'prompt': rows 'bad-\d+' \(\w+\) and 'bad-\d+' \(\w+\) of task bad have the same prompt"),
+     r"bad.jsonl: field 'answer': lines 1 and 62 have the same prompt with two answers \(True and False\)"),
     ("no shared instruction", [{"prompt": f"{i} is this a fruit? {{\"fruit\": bool}}", "answer": {"fruit": i % 2 == 0}}
                                for i in range(120)],
      r"bad.jsonl: field 'prompt': the prompts of task bad share no instruction at their start"),
