@@ -78,6 +78,12 @@ def test_three_stages_on_a_tiny_model_and_the_folder_loads_back(tmp_path, family
     assert json.loads((folder.adapters / "adapter_config.json").read_text())["fine_tune_type"] == "lora"
     report = (tmp_path / "tuned" / "report.md").read_text()
     assert "| words held-out (" in report and "MiniLM + logistic regression" in report and "untuned" in report
+    top = report.splitlines()[:10]  # in plain words first: right vs untuned, what was vouched for, what to do next
+    assert top[2].startswith("- On 20 held-out rows it never saw, the tuned model was right ")
+    assert any(line.startswith("- Next: ") for line in top)
+    from mlx_sdm.usecases.finetune_report import summary_lines
+
+    assert summary_lines(report)[0] == top[2][2:] and summary_lines(report)[-1].startswith("Next: ")
     assert outcome.lora.history and outcome.lora.rank == 8
     choice = outcome.final.wrong_share
     assert choice is not None and choice.share in task_finetune.WRONG_SHARES
