@@ -1,19 +1,27 @@
 """The one place progress bars are made.
 
-On a terminal a command gets a tqdm bar. Piped or redirected (a log file, ``| tee``, CI) the same
-calls print a few plain lines instead: one each time another quarter of the work is done, with the
-bar's description, counts and last postfix, and nothing for transient (``leave=False``) bars, so
-a log holds a handful of readable lines rather than hundreds of carriage-return redraws.
+On a terminal a command gets a tqdm bar. Piped or redirected (a log file, ``| tee``, CI), or with ``NO_COLOR`` set
+or ``TERM=dumb``, the same calls print a few plain lines instead: one each time another quarter of the work is
+done, with the bar's description, counts and last postfix, and nothing for transient (``leave=False``) bars, so a
+log holds a handful of readable lines rather than hundreds of carriage-return redraws, and no escape code.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import Any, Iterable, Iterator, TextIO
 
 #: A piped bar prints a line each time this fraction of its total is done (so at most four lines).
 PLAIN_STEP = 0.25
+
+
+def plain_output(stream: TextIO) -> bool:
+    """Plain lines, no escape codes: output that is not a terminal, or a person who asked for none (``NO_COLOR``
+    set to anything, https://no-color.org; ``TERM=dumb``): tqdm redraws with carriage returns and, for stacked
+    bars, cursor-movement codes."""
+    return not is_terminal(stream) or bool(os.environ.get("NO_COLOR")) or os.environ.get("TERM") == "dumb"
 
 
 def is_terminal(stream: TextIO) -> bool:
@@ -28,7 +36,7 @@ def progress_bar(iterable: Iterable | None = None, *, total: int | None = None, 
     """A tqdm bar on a terminal; a :class:`PlainProgress` (same calls) when ``file`` (stderr) is not one.
     ``initial``: work done before (a resumed run's finished epochs)."""
     stream = file or sys.stderr
-    if not disable and is_terminal(stream):
+    if not disable and not plain_output(stream):
         from tqdm import tqdm
 
         return tqdm(iterable, total=total, desc=desc, unit=unit, dynamic_ncols=True, leave=leave, file=stream,
