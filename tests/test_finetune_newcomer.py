@@ -118,3 +118,21 @@ def test_the_summary_says_right_vs_untuned_and_what_was_vouched_for():
 ])
 def test_what_to_do_next_is_chosen_from_the_numbers(held, shifted, starts):
     assert next_step(numbers(held, shifted)).startswith(starts)
+
+
+def test_reviews_retrain_a_table_task_with_the_flags_that_made_its_prompts(tmp_path):
+    """The folder keeps --instruction and the columns (info.table), so ``--from-reviews --model DIR`` reads its
+    table file into the same prompts again; a flag given again wins."""
+    from mlx_sdm.network.coverage import TaskInstruction
+    from mlx_sdm.usecases.finetune_plan import task_args_from
+    from mlx_sdm.usecases.model_folder import ModelFolder
+
+    task = _mail_csv(tmp_path / "mail.csv", 60)
+    folder = tmp_path / "junk-model"
+    folder.mkdir()
+    ModelFolder(folder, "smollm2", {}, (TaskInstruction("Junk? Respond", None, "mail"),), "0" * 64,
+                info={"task_files": {"mail": str(task)}, "table": {"instruction": "Junk?", "label_column": "label"}}).save()
+    args = task_args_from({"from_reviews": "chat.db", "model": str(folder), "out": str(tmp_path / "again")}, "test")
+    assert args.tasks == (str(task),) and args.instruction == "Junk?" and args.columns.label == "label"
+    again = task_args_from({"from_reviews": "chat.db", "model": str(folder), "out": "x", "instruction": "Spam?"}, "t")
+    assert again.instruction == "Spam?"

@@ -285,6 +285,14 @@ def copy_head(decode: HeadDecode | None, run: FinetuneRun) -> None:
             shutil.copy2(path, tmp / path.name)
 
 
+def table_flags(args) -> dict[str, str]:
+    """The flags that turned a table's rows into prompts (``--text-column`` ...), under their task-run keys: kept in
+    the folder, so ``--from-reviews --model DIR`` reads its table files the same way again."""
+    chosen = {"text_column": args.text_column, "label_column": args.label_column, "instruction": args.instruction,
+              "field": args.answer_field}
+    return {key: value for key, value in chosen.items() if value is not None}
+
+
 def write_folder(lm, splits: Sequence[TaskSplit], instructions: Sequence[TaskInstruction], lora: LoraResult,
                  final: Variant, decode: HeadDecode | None, others: Sequence[Variant], run: FinetuneRun,
                  clock: StageClock, reviewed: dict[str, ReviewedRows]) -> str:
@@ -309,5 +317,6 @@ def write_folder(lm, splits: Sequence[TaskSplit], instructions: Sequence[TaskIns
                 lm.adapters.sha256, run.args.quantized, has_head=decode is not None, has_verifier=has_verifier,
                 info={"rank": lora.rank, "epoch": lora.epoch, "seed": run.args.seed, "name": lm.name,
                       "tasks": [s.task.name for s in splits],
-                      "task_files": {s.task.name: str(Path(s.task.path).resolve()) for s in splits if s.task.path}}).save()
+                      "task_files": {s.task.name: str(Path(s.task.path).resolve()) for s in splits if s.task.path},
+                      "table": table_flags(run.args)}).save()
     return text
