@@ -136,3 +136,28 @@ def test_reviews_retrain_a_table_task_with_the_flags_that_made_its_prompts(tmp_p
     assert args.tasks == (str(task),) and args.instruction == "Junk?" and args.columns.label == "label"
     again = task_args_from({"from_reviews": "chat.db", "model": str(folder), "out": "x", "instruction": "Spam?"}, "t")
     assert again.instruction == "Spam?"
+
+
+def test_a_csv_run_says_how_it_read_the_file_and_ends_with_what_to_do_next(tmp_path, capsys):
+    """The whole command on a CSV and a tiny llama: the form line first, then at the end the folder and the
+    report's plain summary (its last line what to do next); the folder's report.md opens with the same lines."""
+    from tests.tiny_family import FRUITS, OTHERS, save_tiny_family
+
+    base = save_tiny_family(tmp_path / "base", "llama")
+    words = FRUITS + OTHERS
+    lines = ["word,kind"] + [f"{words[i % 20]} {i},{'fruit' if i % 20 < 10 else 'other'}" for i in range(200)]
+    task = tmp_path / "words.csv"
+    task.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    code, out, err = _run(["--task", str(task), "--text-column", "word", "--label-column", "kind", "--instruction",
+                           "Is the following word a fruit?", "--out", str(tmp_path / "tuned"), "--model", str(base),
+                           "--lora-ranks", "8", "--lora-layers", "2", "--lora-epochs", "1", "--lora-learning-rate",
+                           "0.001", "--eval-rows", "20", "--no-head", "--no-baselines", "--verifier-rows", "64",
+                           "--quiet"], capsys)
+    assert code == 0, err
+    printed = out.strip().splitlines()
+    assert printed[0] == (f"{task}: a table of a text column and a label column: 200 rows, answers {{\"label\": ...}} "
+                          'of 2 values; prompts written as "Is the following word a fruit? Respond using the following '
+                          'JSON: {"label": str}, where the label is one of fruit, other. TEXT: ..."')
+    assert printed[-1].startswith("Next: ") and any(line.startswith("On 20 held-out rows") for line in printed)
+    report = (tmp_path / "tuned" / "report.md").read_text().splitlines()
+    assert [line[2:] for line in report[2:8] if line.startswith("- ")][-1] == printed[-1]

@@ -107,5 +107,6 @@ def summary(n: RunNumbers) -> list[str]:
     if n.shifted is not None and n.shifted.rows:
         lines += split_lines(n.shifted)
     else:
-        lines.append("No shifted rows: mark some rows \"split\": \"shifted\" to see how it does on other data.")
+        lines.append("No shifted rows: mark rows of other data \"split\": \"shifted\" (a split column in a table) to "
+                     "see how it does on them.")
     return lines + [next_step(n)]
