@@ -29,7 +29,8 @@ EPILOG = f"""
 Your task, one command (--task FILE.jsonl ... --out DIR):
   FILE holds one row per question: {{"prompt": "...", "answer": {{"field": value}}}} (+ "id", "split":
   "shifted", "system" on the first row), every prompt starting with the task's instruction and asking for
-  that JSON; a shipped task's name (bbc_topic, fever, ...) works too. The rows are split, seeded: LoRA
+  that JSON; a shipped task's name (bbc_topic, fever, ...) works too, and so do a CSV/TSV or JSONL table of a
+  text and a label column and mlx-lm's chat or completions rows (--help shows each). The rows are split, seeded: LoRA
   training rows (the tuned model's answers to them also train the verifier), validation rows, calibration
   rows (never trained on); the task's held-out and shifted rows are kept for the report. Then, resumable
   after any stop (rerun the command):
@@ -146,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = CommandParser(
         prog="mlx-sdm finetune", add_help=False,
         description="Teach a model your task and build the verifier that says which of its answers to trust: "
-                    "--task FILE.jsonl --out DIR (LoRA, Alg. 4's head, the verifier, into one folder). With "
+                    "--task FILE --out DIR (LoRA, Alg. 4's head, the verifier, into one folder). With "
                     "--config FILE.yaml and data:, Alg. 4 alone on the positive vocabulary head.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -184,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
 def add_task_arguments(p: argparse.ArgumentParser) -> None:
     t = p.add_argument_group("your task (--task): LoRA, the head and the verifier into one folder")
     t.add_argument("--task", nargs="+", action="extend", metavar="FILE_OR_NAME",
-                   help="task files (.jsonl) or shipped task names; with --out, runs the three stages")
+                   help="task files (.csv, .tsv, .jsonl) or shipped task names; with --out, runs the three stages")
     t.add_argument("--out", metavar="DIR", help="the model folder to write (rerun the same command to resume)")
     t.add_argument("--plan", action="store_true", default=None,
                    help="read the files and run every check, print the rows per part, the labels and the time; "

@@ -1,5 +1,5 @@
-"""The files a person has, read as one task: what ``finetune --task FILE`` (and ``build-verifier --tasks FILE``)
-accept, in four forms, told apart by the file itself:
+"""The files a person has, read as one task: what ``finetune --task FILE`` accepts, in four forms, told apart by
+the file itself (``build-verifier --tasks FILE`` reads them too, without the flags a table's prompts need):
 
 - **rows** (the task format): JSONL ``{"prompt": "...", "answer": {FIELD: VALUE}}`` (+ ``"id"``, ``"split":
   "shifted"``, ``"system"`` on the first row); every prompt asks for the JSON itself.
