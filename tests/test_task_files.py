@@ -130,3 +130,12 @@ def test_too_few_rows_names_the_minimum_the_file_needs(tmp_path):
     assert len(split.verifier) == 20 and len(split.train) == 23
     with pytest.raises(DataError):
         split_task(task_of(57), args)
+
+
+def test_a_split_column_marks_a_tables_shifted_rows(tmp_path):
+    lines = ["text,label,split"] + [f"mail {i},{'ab'[i % 2]},{'shifted' if i >= 60 else ''}" for i in range(70)]
+    task = user_task(_csv(tmp_path / "mail.csv", lines), JUNK)
+    main, shifted = task.examples()
+    assert (len(main), len(shifted)) == (60, 10) and "70 rows (10 marked shifted)" in task.notes[0]
+    assert sorted(i.prompt.rsplit("TEXT: ", 1)[1] for i in task.split("shifted")) == sorted(f"mail {i}" for i in
+                                                                                            range(60, 70))
