@@ -8,13 +8,18 @@ log holds a handful of readable lines rather than hundreds of carriage-return re
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import re
 import sys
 import time
 from typing import Any, Iterable, Iterator, TextIO
 
 #: A piped bar prints a line each time this fraction of its total is done (so at most four lines).
 PLAIN_STEP = 0.25
+#: An ANSI escape sequence (colour, bold, cursor movement), as a library's coloured console writes them.
+ESCAPE_CODE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 def plain_output(stream: TextIO) -> bool:
@@ -110,3 +115,31 @@ class PlainProgress:
         extra = f" ({self.postfix})" if self.postfix else ""
         label = f"{self.desc}: " if self.desc else ""
         print(f"{label}{count} {self.unit}{percent}, {seconds:.0f} s{extra}", file=self.file, flush=True)
+
+
+class _WithoutEscapeCodes(io.TextIOBase):
+    """A text stream that passes what is written on to ``stream`` without its escape codes."""
+
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(ESCAPE_CODE.sub("", text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+
+@contextlib.contextmanager
+def without_escape_codes() -> Iterator[None]:
+    """Around a library that colours its output whatever it writes to (mlx-lm's trainer forces a truecolor rich
+    console): on plain output (:func:`plain_output`) stdout loses its escape codes; on a terminal, as it is."""
+    if not plain_output(sys.stdout):
+        yield
+        return
+    with contextlib.redirect_stdout(_WithoutEscapeCodes(sys.stdout)):
+        yield

@@ -106,3 +106,25 @@ def test_a_finetune_plan_piped_has_no_escape_codes(tmp_path):
                           "--plan"], capture_output=True, text=True, timeout=120, env=dict(os.environ, NO_COLOR="1"))
     assert out.returncode == 0, out.stderr
     assert "mail: labels" in out.stdout and "\x1b" not in out.stdout + out.stderr
+
+
+def test_mlx_lms_coloured_trainer_output_loses_its_escape_codes_when_piped(monkeypatch):
+    """mlx-lm's trainer prints through a rich console forced to truecolor; piped, what reaches stdout is plain."""
+    import contextlib
+
+    from mlx_lm.cli_ui import TrainUI
+
+    from mlx_sdm.progress import without_escape_codes
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), without_escape_codes():
+        with TrainUI(2) as ui:
+            ui.report_train(1, 0.5, 100.0, 2000)
+            ui.advance()
+    assert "0.500" in out.getvalue() and "\x1b" not in out.getvalue(), repr(out.getvalue())
+    monkeypatch.setenv("TERM", "xterm")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    terminal = Terminal()
+    with contextlib.redirect_stdout(terminal), without_escape_codes():
+        TrainUI(1).report_train(1, 0.5, 100.0, 2000)
+    assert "\x1b" in terminal.getvalue()  # a terminal keeps mlx-lm's colours
