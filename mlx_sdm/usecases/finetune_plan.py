@@ -168,8 +168,10 @@ PARTS = ("held_out", "shifted", "verifier", "validation", "train")
 
 def check_split(split: TaskSplit) -> TaskSplit:
     """Bad input the model would learn from silently: one answer value only (an error), the same prompt in two
-    parts (a user's file: an error naming both rows; a shipped task's data, whose sources repeat some texts:
-    the copy in the less protected part is left out, so a held-out or calibration row is never trained on)."""
+    parts (a user's file: an error naming both rows, though reading the file keeps a repeated row once and refuses
+    two answers to one prompt by their lines first, ``task_files.without_repeats``; a shipped task's data, whose
+    sources repeat some texts: the copy in the less protected part is left out, so a held-out or calibration row is
+    never trained on)."""
     task, where = split.task, split.task.path or split.task.source
     values = {json.dumps(item.gold) for item in split.train + split.verifier}
     if len(values) < 2:

@@ -240,7 +240,8 @@ def projection(splits: Sequence[TaskSplit], args, epoch: float, per_answer: floa
     rows = sum(len(s.train) for s in splits)
     low, high = epoch + rest, epoch * args.lora.max_epochs * len(args.lora.ranks) + rest
     return (f"estimate: LoRA about {epoch / 60:.0f} min an epoch over {rows} rows (at most "
-            f"{args.lora.max_epochs} epochs{' per rank' if len(args.lora.ranks) > 1 else ''}); {later} about "
+            f"{args.lora.max_epochs} epoch{'s' if args.lora.max_epochs > 1 else ''}"
+            f"{' per rank' if len(args.lora.ranks) > 1 else ''}); {later} about "
             f"{rest / 60:.0f} min; in all about {low / 60:.0f}–{high / 60:.0f} min")
 
 
