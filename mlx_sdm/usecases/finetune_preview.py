@@ -87,10 +87,12 @@ def preview_text(preview: RunPreview) -> str:
     for task in preview.tasks:
         n = task.sizes
         lines += list(task.notes)
+        spare = task.rows - n["train"] - n["validation"] - n["calibration"] - n["held_out"]
         lines.append(f"{task.name}: {task.rows} rows{f' and {task.shifted} shifted' if task.shifted else ''}: "
                      f"{n['train']} train the model, {n['validation']} check it while it trains, {n['calibration']} "
-                     f"calibrate the verifier, {n['held_out']} held-out and {n['shifted']} shifted rows test it "
-                     f"(rows left over are not used)")
+                     f"calibrate the verifier, {n['held_out']} held-out and {n['shifted']} shifted rows test it"
+                     + (f" ({spare} more are not used: --train-rows, --verifier-rows and --eval-rows take more)"
+                        if spare > 0 else ""))
         lines.append(f"{task.name}: labels " + ", ".join(f"{value} {count}" for value, count in task.labels))
     lines.append(f"minimum: {preview.minimum} rows a task (not counting shifted ones): {preview.why}")
     lines.append(f"{preview.estimate} (from the rows' length: the embedded 135M model on 2 cores; the run measures "
