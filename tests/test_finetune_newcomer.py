@@ -161,3 +161,8 @@ def test_a_csv_run_says_how_it_read_the_file_and_ends_with_what_to_do_next(tmp_p
     assert printed[-1].startswith("Next: ") and any(line.startswith("On 20 held-out rows") for line in printed)
     report = (tmp_path / "tuned" / "report.md").read_text().splitlines()
     assert [line[2:] for line in report[2:8] if line.startswith("- ")][-1] == printed[-1]
+
+
+def test_finetune_alone_points_to_the_task_run(capsys):
+    code, _, err = _run([], capsys)
+    assert code == 1 and "name your labelled file: --task FILE --out DIR" in err and len(err.splitlines()) == 1

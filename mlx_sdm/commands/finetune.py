@@ -233,10 +233,13 @@ def main(argv: list[str] | None = None) -> int:
     values = task_values(args, file_values)
     if values is not None:
         return run_task(values, args.config or "command line")
-    if args.plan:
-        from mlx_sdm.errors import DataError
+    from mlx_sdm.errors import DataError
 
+    if args.plan:
         raise DataError("--plan checks a task run: give --task FILE (the head alone has no plan)", field="--plan")
+    if args.config is None and args.data is None:  # nothing named: a newcomer's first try, told the task run
+        raise DataError("name your labelled file: --task FILE --out DIR (`mlx-sdm finetune --help` shows the file "
+                        "forms); the head alone on a frozen model takes --config FILE.yaml (--help-head)", field="--task")
     overrides = {k: v for k, v in vars(args).items()
                  if k not in ("config", "plan") and (k in CONFIG_KEYS or k not in TASK_KEYS)}
     config = build_config(file_values, overrides, source=args.config or "command line")
