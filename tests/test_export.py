@@ -76,6 +76,7 @@ def test_the_fused_model_answers_token_for_token_as_the_adapted_one(tmp_path, ca
     assert any(name.startswith("blk.") for name in gguf)
     note = json.loads((tmp_path / "plain" / "mlx-sdm-export.json").read_text())
     assert note["verifier"] is None and note["adapters"] == "adapters"
+    assert note["tasks"][0]["instruction"] == WORD_INSTRUCTION
 
 
 def test_the_adapter_set_of_a_task_is_found_in_either_layout(tmp_path):

@@ -100,5 +100,6 @@ def export_folder(folder: str | Path, out: str | Path, *, task: str | None = Non
         (tmp / EXPORT_NOTE).write_text(json.dumps({
             "exported_from": str(Path(folder).resolve()), "base_model": manifest.base_model, "task": task,
             "adapters": str(adapters.relative_to(manifest.folder)), "adapters_sha256": manifest.adapters_sha256,
+            "tasks": [t.to_dict() for t in manifest.tasks],  # each task's instruction and system prompt, to ask it so
             "verifier": None, "note": NO_VERIFIER}, indent=2) + "\n", encoding="utf-8")
     return ExportResult(out, adapters, task, architecture, out / GGUF_FILE if gguf else None)
