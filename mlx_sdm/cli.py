@@ -28,7 +28,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("mlx_sdm.commands.train", "train an SDM estimator / document verifier from labelled JSONL"),
     "verify": ("mlx_sdm.commands.verify", "verify JSONL rows (embeddings or prompt+completion) in batch"),
     "report": ("mlx_sdm.commands.report", "Table-1 style calibration report on labelled JSONL, with plots"),
-    "finetune": ("mlx_sdm.commands.finetune", "SDM-network fine-tuning of the positive vocabulary head (Alg. 4)"),
+    "finetune": ("mlx_sdm.commands.finetune",
+                 "teach a model your task from a labelled file (CSV, JSONL), with a verifier for its answers"),
+    "export": ("mlx_sdm.commands.export", "write a fine-tuned folder as one plain mlx-lm model (and a GGUF file)"),
     "compress-head": ("mlx_sdm.commands.compress_head", "store a fine-tuned head as its low-rank change (the form that ships)"),
     "eval-monitor": ("mlx_sdm.commands.eval_monitor", "score logged sessions: TPS, AUROC, AUARC per monitor"),
 }

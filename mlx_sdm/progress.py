@@ -1,19 +1,32 @@
 """The one place progress bars are made.
 
-On a terminal a command gets a tqdm bar. Piped or redirected (a log file, ``| tee``, CI) the same
-calls print a few plain lines instead: one each time another quarter of the work is done, with the
-bar's description, counts and last postfix, and nothing for transient (``leave=False``) bars, so
-a log holds a handful of readable lines rather than hundreds of carriage-return redraws.
+On a terminal a command gets a tqdm bar. Piped or redirected (a log file, ``| tee``, CI), or with ``NO_COLOR`` set
+or ``TERM=dumb``, the same calls print a few plain lines instead: one each time another quarter of the work is
+done, with the bar's description, counts and last postfix, and nothing for transient (``leave=False``) bars, so a
+log holds a handful of readable lines rather than hundreds of carriage-return redraws, and no escape code.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
+import re
 import sys
 import time
 from typing import Any, Iterable, Iterator, TextIO
 
 #: A piped bar prints a line each time this fraction of its total is done (so at most four lines).
 PLAIN_STEP = 0.25
+#: An ANSI escape sequence (colour, bold, cursor movement), as a library's coloured console writes them.
+ESCAPE_CODE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def plain_output(stream: TextIO) -> bool:
+    """Plain lines, no escape codes: output that is not a terminal, or a person who asked for none (``NO_COLOR``
+    set to anything, https://no-color.org; ``TERM=dumb``): tqdm redraws with carriage returns and, for stacked
+    bars, cursor-movement codes."""
+    return not is_terminal(stream) or bool(os.environ.get("NO_COLOR")) or os.environ.get("TERM") == "dumb"
 
 
 def is_terminal(stream: TextIO) -> bool:
@@ -28,7 +41,7 @@ def progress_bar(iterable: Iterable | None = None, *, total: int | None = None, 
     """A tqdm bar on a terminal; a :class:`PlainProgress` (same calls) when ``file`` (stderr) is not one.
     ``initial``: work done before (a resumed run's finished epochs)."""
     stream = file or sys.stderr
-    if not disable and is_terminal(stream):
+    if not disable and not plain_output(stream):
         from tqdm import tqdm
 
         return tqdm(iterable, total=total, desc=desc, unit=unit, dynamic_ncols=True, leave=leave, file=stream,
@@ -102,3 +115,31 @@ class PlainProgress:
         extra = f" ({self.postfix})" if self.postfix else ""
         label = f"{self.desc}: " if self.desc else ""
         print(f"{label}{count} {self.unit}{percent}, {seconds:.0f} s{extra}", file=self.file, flush=True)
+
+
+class _WithoutEscapeCodes(io.TextIOBase):
+    """A text stream that passes what is written on to ``stream`` without its escape codes."""
+
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(ESCAPE_CODE.sub("", text))
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+
+@contextlib.contextmanager
+def without_escape_codes() -> Iterator[None]:
+    """Around a library that colours its output whatever it writes to (mlx-lm's trainer forces a truecolor rich
+    console): on plain output (:func:`plain_output`) stdout loses its escape codes; on a terminal, as it is."""
+    if not plain_output(sys.stdout):
+        yield
+        return
+    with contextlib.redirect_stdout(_WithoutEscapeCodes(sys.stdout)):
+        yield

@@ -14,9 +14,11 @@ class Terminal(io.StringIO):
         return True
 
 
-def test_a_terminal_gets_a_tqdm_bar():
+def test_a_terminal_gets_a_tqdm_bar(monkeypatch):
     from tqdm import tqdm
 
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("TERM", "xterm")
     out = Terminal()
     bar = progress_bar(total=10, desc="work", file=out)
     assert isinstance(bar, tqdm)
@@ -77,3 +79,52 @@ def test_bars_are_made_only_in_the_progress_module():
     makers = [str(p.relative_to(root)) for package in ("mlx_sdm", "tui", "scripts") for p in (root / package).rglob("*.py")
               if "import tqdm" in p.read_text(encoding="utf-8") or "from tqdm" in p.read_text(encoding="utf-8")]
     assert makers == ["mlx_sdm/progress.py"]
+
+
+def test_no_color_or_a_dumb_terminal_gets_plain_lines_without_escape_codes(monkeypatch):
+    """NO_COLOR (https://no-color.org) and TERM=dumb: plain lines even on a terminal; no escape code either way."""
+    for name, value in (("NO_COLOR", "1"), ("TERM", "dumb")):
+        with monkeypatch.context() as env:
+            env.delenv("NO_COLOR", raising=False)
+            env.setenv(name, value)
+            out = Terminal()
+            bar = progress_bar(total=4, desc="work", file=out)
+            assert isinstance(bar, PlainProgress)
+            bar.update(4)
+            bar.close()
+            assert "\x1b" not in out.getvalue() and "\r" not in out.getvalue()
+
+
+def test_a_finetune_plan_piped_has_no_escape_codes(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    task = tmp_path / "mail.csv"
+    task.write_text("text,label\n" + "".join(f"mail {i},{'spam' if i % 2 else 'ham'}\n" for i in range(80)))
+    out = subprocess.run([sys.executable, "-m", "mlx_sdm", "finetune", "--task", str(task), "--instruction", "Junk?",
+                          "--plan"], capture_output=True, text=True, timeout=120, env=dict(os.environ, NO_COLOR="1"))
+    assert out.returncode == 0, out.stderr
+    assert "mail: labels" in out.stdout and "\x1b" not in out.stdout + out.stderr
+
+
+def test_mlx_lms_coloured_trainer_output_loses_its_escape_codes_when_piped(monkeypatch):
+    """mlx-lm's trainer prints through a rich console forced to truecolor; piped, what reaches stdout is plain."""
+    import contextlib
+
+    from mlx_lm.cli_ui import TrainUI
+
+    from mlx_sdm.progress import without_escape_codes
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), without_escape_codes():
+        with TrainUI(2) as ui:
+            ui.report_train(1, 0.5, 100.0, 2000)
+            ui.advance()
+    assert "0.500" in out.getvalue() and "\x1b" not in out.getvalue(), repr(out.getvalue())
+    monkeypatch.setenv("TERM", "xterm")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    terminal = Terminal()
+    with contextlib.redirect_stdout(terminal), without_escape_codes():
+        TrainUI(1).report_train(1, 0.5, 100.0, 2000)
+    assert "\x1b" in terminal.getvalue()  # a terminal keeps mlx-lm's colours

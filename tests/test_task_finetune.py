@@ -79,6 +79,12 @@ def test_three_stages_on_a_tiny_model_and_the_folder_loads_back(tmp_path, family
         "fine_tune_type"] == "lora"
     report = (tmp_path / "tuned" / "report.md").read_text()
     assert "| words held-out (" in report and "MiniLM + logistic regression" in report and "untuned" in report
+    top = report.splitlines()[:10]  # in plain words first: right vs untuned, what was vouched for, what to do next
+    assert top[2].startswith("- On 20 held-out rows it never saw, the tuned model was right ")
+    assert any(line.startswith("- Next: ") for line in top)
+    from mlx_sdm.usecases.finetune_report import summary_lines
+
+    assert summary_lines(report)[0] == top[2][2:] and summary_lines(report)[-1].startswith("Next: ")
     assert outcome.lora.history and outcome.lora.rank == 8
     choice = outcome.final.wrong_share
     assert choice is not None and choice.share in task_finetune.WRONG_SHARES
@@ -204,10 +210,10 @@ def _rows(path, rows):
     ("one class", [{"prompt": f"{WORD_INSTRUCTION} WORD: w{i}", "answer": {"fruit": True}} for i in range(80)],
      r"bad.jsonl: field 'answer': every row of task bad has the same answer \(true\)"),
     ("too few rows", [{"prompt": f"{WORD_INSTRUCTION} WORD: w{i}", "answer": {"fruit": i % 2 == 0}} for i in range(20)],
-     r"bad.jsonl: task bad has 16 rows to train and calibrate on; it needs at least 25"),
-    ("the same prompt twice", [{"prompt": f"{WORD_INSTRUCTION} WORD: w{i % 60}", "answer": {"fruit": i % 2 == 0}}
+     r"bad.jsonl: task bad has 20 rows; it needs at least 58 \(a fifth is held out .*\): add 38 rows"),
+    ("the same prompt twice", [{"prompt": f"{WORD_INSTRUCTION} WORD: w{i % 61}", "answer": {"fruit": i % 2 == 0}}
                                for i in range(120)],
-     r"bad.jsonl: field 'prompt': rows 'bad-\d+' \(\w+\) and 'bad-\d+' \(\w+\) of task bad have the same prompt"),
+     r"bad.jsonl: field 'answer': lines 1 and 62 have the same prompt with two answers \(True and False\)"),
     ("no shared instruction", [{"prompt": f"{i} is this a fruit? {{\"fruit\": bool}}", "answer": {"fruit": i % 2 == 0}}
                                for i in range(120)],
      r"bad.jsonl: field 'prompt': the prompts of task bad share no instruction at their start"),

@@ -1,11 +1,15 @@
 """``mlx-sdm finetune``: a model that answers your task right, and a verifier that says which answers to trust
 (``--task FILE --out DIR``: LoRA, then Alg. 4's head, then the verifier, into one folder), or Alg. 4 alone on
-the positive vocabulary head (``--config FILE.yaml`` with ``data:``)."""
+the positive vocabulary head (``--config FILE.yaml`` with ``data:``).
+
+``--help`` is the task run a newcomer needs (:data:`TASK_HELP`, under 50 lines, in plain words); ``--help-all`` and
+``--help-head`` print every option and the head-alone mode's reference (:data:`EPILOG`)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 
 from mlx_sdm.commands.arguments import CommandParser
 from mlx_sdm.commands.chat import default_db_path
@@ -25,7 +29,8 @@ EPILOG = f"""
 Your task, one command (--task FILE.jsonl ... --out DIR):
   FILE holds one row per question: {{"prompt": "...", "answer": {{"field": value}}}} (+ "id", "split":
   "shifted", "system" on the first row), every prompt starting with the task's instruction and asking for
-  that JSON; a shipped task's name (bbc_topic, fever, ...) works too. The rows are split, seeded: LoRA
+  that JSON; a shipped task's name (bbc_topic, fever, ...) works too, and so do a CSV/TSV or JSONL table of a
+  text and a label column and mlx-lm's chat or completions rows (--help shows each). The rows are split, seeded: LoRA
   training rows (the tuned model's answers to them also train the verifier), validation rows, calibration
   rows (never trained on); the task's held-out and shifted rows are kept for the report. Then, resumable
   after any stop (rerun the command):
@@ -77,15 +82,82 @@ examples:
 """
 
 
+#: What ``--help`` prints: the task run, for a person who has a labelled file and nothing else.
+TASK_HELP = """usage: mlx-sdm finetune --task FILE --out DIR [--plan] [options]
+
+Teach a model your task from labelled examples, and build the verifier that says which of its
+answers to trust. Everything runs on this machine; rerun the same command to resume after a stop.
+
+Your file, one labelled example a row (the form is detected and said in one line):
+  CSV or TSV    text,label   then rows such as   "Win a prize now!",spam
+  JSONL         {{"text": "Win a prize now!", "label": "spam"}}
+                (--text-column NAME and --label-column NAME name other columns;
+                 --instruction "Is this e-mail junk?" is the question asked before each text)
+  task rows     {{"prompt": "Is this e-mail junk? ... TEXT: Win a prize now!", "answer": {{"label": "spam"}}}}
+  mlx-lm chat   {{"messages": [{{"role": "user", "content": "..."}}, {{"role": "assistant", "content": "spam"}}]}}
+  completions   {{"prompt": "...", "completion": "spam"}}
+  A chat or completion answer is a bare label (its prompt is then written as for a table) or the
+  one-field JSON (the prompt as it is). Rows with "split": "shifted" are other data, tested apart.
+
+{rows}
+
+Check a file first (reads it, prints the rows, labels and time; trains and writes nothing):
+  mlx-sdm finetune --task mail.csv --instruction "Is this e-mail junk?" --plan
+
+The flags most people change:
+  --lora-epochs N    passes over the training rows, at most (default {epochs}; more when it guesses)
+  --train-rows N     training rows a task, at most (default {train_rows})
+  --model NAME       the model to teach: smollm2 (default, 135M), a folder, a .gguf or a hub id
+
+Where the result goes: DIR holds the adapters, the verifier and report.md, whose first lines say
+how often the tuned model was right, how many answers were verified, and what to do next. Use it:
+  mlx-sdm chat --model DIR             questions starting with the instruction use the tuned model
+  mlx-sdm serve --model DIR            the same through an OpenAI-compatible server
+  mlx-sdm export DIR --out OUT         one plain mlx-lm model (the verifier does not travel with it)
+
+Example:
+  mlx-sdm finetune --task mail.csv --instruction "Is this e-mail junk?" --out junk-model
+  mlx-sdm chat --model junk-model
+
+Every option: --help-all. The head alone on a frozen model (--config FILE.yaml): --help-head.
+"""
+
+
+def task_help() -> str:
+    from mlx_sdm.usecases.finetune_plan import DEFAULT_TRAIN_ROWS, TaskFinetuneArgs, minimum_rows, minimum_why
+    from pathlib import Path
+
+    args = TaskFinetuneArgs(tasks=(), out=Path("."))
+    rows = textwrap.fill(f"How many rows: at least {minimum_rows(args)} (not counting shifted ones): {minimum_why(args)}. "
+                         "A few hundred is better. Repeated rows are kept once; the same text with two labels is "
+                         "refused, naming both lines.", width=100)
+    return TASK_HELP.format(rows=rows, epochs=DEFAULT_LORA_EPOCHS, train_rows=DEFAULT_TRAIN_ROWS)
+
+
+class _PrintHelp(argparse.Action):
+    """``--help``: the task run in plain words; ``--help-all`` / ``--help-head``: every option and the reference."""
+
+    def __init__(self, option_strings, dest, full: bool = False, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+        self.full = full
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(parser.format_help() if self.full else task_help(), end="" if self.full else "")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = CommandParser(
-        prog="mlx-sdm finetune",
+        prog="mlx-sdm finetune", add_help=False,
         description="Teach a model your task and build the verifier that says which of its answers to trust: "
-                    "--task FILE.jsonl --out DIR (LoRA, Alg. 4's head, the verifier, into one folder). With "
+                    "--task FILE --out DIR (LoRA, Alg. 4's head, the verifier, into one folder). With "
                     "--config FILE.yaml and data:, Alg. 4 alone on the positive vocabulary head.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("-h", "--help", action=_PrintHelp, help="the task run in plain words")
+    p.add_argument("--help-all", "--help-head", action=_PrintHelp, full=True,
+                   help="this list of every option, and the head-alone mode's reference")
     p.add_argument("--config", "-c", metavar="FILE.yaml", help="YAML file with the keys below; flags override it")
     p.add_argument("--model", help="'smollm2' (embedded, default), a local mlx-lm folder, a .gguf file or a hub id")
     p.add_argument("--quantized", action="store_true", default=None, help="load the frozen base 4-bit")
@@ -116,8 +188,16 @@ def build_parser() -> argparse.ArgumentParser:
 def add_task_arguments(p: argparse.ArgumentParser) -> None:
     t = p.add_argument_group("your task (--task): LoRA, the head and the verifier into one folder")
     t.add_argument("--task", nargs="+", action="extend", metavar="FILE_OR_NAME",
-                   help="task files (.jsonl) or shipped task names; with --out, runs the three stages")
+                   help="task files (.csv, .tsv, .jsonl) or shipped task names; with --out, runs the three stages")
     t.add_argument("--out", metavar="DIR", help="the model folder to write (rerun the same command to resume)")
+    t.add_argument("--plan", action="store_true", default=None,
+                   help="read the files and run every check, print the rows per part, the labels and the time; "
+                        "train and write nothing")
+    t.add_argument("--text-column", metavar="NAME", help="a table's column of texts (default text)")
+    t.add_argument("--label-column", metavar="NAME", help="a table's column of labels (default label)")
+    t.add_argument("--instruction", metavar="TEXT",
+                   help="the question asked before each text of a table, e.g. \"Is this e-mail junk?\"")
+    t.add_argument("--field", metavar="NAME", help="the JSON field of a table's answers (default label)")
     t.add_argument("--lora-ranks", nargs="+", type=int, metavar="R",
                    help=f"LoRA ranks, tried in order while validation accuracy is below the target (default {' '.join(map(str, DEFAULT_LORA_RANKS))})")
     t.add_argument("--lora-layers", type=int, metavar="N", help="last N blocks get LoRA layers (default 8)")
@@ -156,7 +236,15 @@ def main(argv: list[str] | None = None) -> int:
     values = task_values(args, file_values)
     if values is not None:
         return run_task(values, args.config or "command line")
-    overrides = {k: v for k, v in vars(args).items() if k != "config" and (k in CONFIG_KEYS or k not in TASK_KEYS)}
+    from mlx_sdm.errors import DataError
+
+    if args.plan:
+        raise DataError("--plan checks a task run: give --task FILE (the head alone has no plan)", field="--plan")
+    if args.config is None and args.data is None:  # nothing named: a newcomer's first try, told the task run
+        raise DataError("name your labelled file: --task FILE --out DIR (`mlx-sdm finetune --help` shows the file "
+                        "forms); the head alone on a frozen model takes --config FILE.yaml (--help-head)", field="--task")
+    overrides = {k: v for k, v in vars(args).items()
+                 if k not in ("config", "plan") and (k in CONFIG_KEYS or k not in TASK_KEYS)}
     config = build_config(file_values, overrides, source=args.config or "command line")
     try:
         result, head_path = run_finetune(config)
@@ -176,22 +264,36 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_task(values: dict, source: str) -> int:
-    """``--task``: the three stages for each task, into one folder; prints where it is and how to use it."""
+    """``--task``: each task's stages, into one folder that grows a task at a time; prints how each file was read
+    first, and at the end what each run found and what to do next (the top of its report.md). ``--plan``: the checks
+    and numbers only."""
     from mlx_sdm.usecases.finetune_plan import task_args_from
+    from mlx_sdm.usecases.finetune_preview import intake_lines, preview_run, preview_text
+    from mlx_sdm.usecases.finetune_report import summary_lines
     from mlx_sdm.usecases.model_growth import run_growth
 
-    args = task_args_from(values, source)
+    plan = bool(values.pop("plan", False))
+    has_out = bool(values.get("out"))
+    args = task_args_from(values if has_out or not plan else {**values, "out": "."}, source)
+    preview = preview_run(args, has_out=has_out)
+    if plan:
+        print(preview_text(preview))
+        return 0
+    for line in intake_lines(preview.tasks):
+        print(line)
     try:
         outcome = run_growth(args)
     except KeyboardInterrupt:
         print(f"mlx-sdm finetune: interrupted; rerun the same command to continue from the last checkpoint in "
               f"{args.out}", file=sys.stderr)
         return 130
-    for run in outcome.runs.values():
-        print(run.report)
     minutes = sum(sum(run.clock.seconds.values()) for run in outcome.runs.values()) / 60
     print(f"saved {outcome.folder} ({minutes:.0f} min; its tasks: {', '.join(e.name for e in outcome.manifest.entries)});"
           f" use it with: mlx-sdm chat --model {outcome.folder}")
+    for name, run in outcome.runs.items():
+        print(f"{name} (the full report: {outcome.folder / 'reports' / name / 'report.md'}):")
+        for line in summary_lines(run.report):
+            print(line)
     return 0
 
 

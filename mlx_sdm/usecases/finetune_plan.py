@@ -17,7 +17,8 @@ from mlx_sdm.calibration.data import MIN_PER_CLASS
 from mlx_sdm.calibration.fit_config import FitConfig
 from mlx_sdm.errors import DataError
 from mlx_sdm.network.coverage import TaskInstruction
-from mlx_sdm.network.tasks import Task, TaskItem
+from mlx_sdm.network.tasks import HELD_OUT_FRACTION, HELD_OUT_SIZE, Task, TaskItem
+from mlx_sdm.network.tasks.task_files import TableColumns
 from mlx_sdm.usecases.lora_training import LoraPlan, LoraRow, Validation
 
 DEFAULT_TRAIN_ROWS = 320
@@ -59,6 +60,18 @@ class TaskFinetuneArgs:
     progress: bool = True
     #: a chat store whose review decisions on these tasks' answers join the rows (``--from-reviews``)
     reviews: str | None = None
+    #: a table's columns and how its prompts are written (``--text-column``, ``--label-column``, ``--instruction``,
+    #: ``--field``; None: ``TableColumns``' defaults). The prompts written are in the task's hash, so not here.
+    text_column: str | None = None
+    label_column: str | None = None
+    instruction: str | None = None
+    answer_field: str | None = None
+
+    @property
+    def columns(self) -> TableColumns:
+        chosen = {"text": self.text_column, "label": self.label_column, "instruction": self.instruction,
+                  "field": self.answer_field}
+        return TableColumns(**{key: value for key, value in chosen.items() if value is not None})
 
     def identity(self, task_hashes: dict[str, str]) -> dict[str, Any]:
         """What makes two runs the same run, so a resumed run must match it: the rows and how they are split, the
@@ -94,20 +107,54 @@ class TaskSplit:
 
 
 # ----------------------------------------------------------------------------------------- the splits
+def split_sizes(n_main: int, args: TaskFinetuneArgs) -> dict[str, int]:
+    """How many of a task's ``n_main`` rows (those not marked shifted) go to each part: the held-out fifth (at most
+    HELD_OUT_SIZE; ``Task.split``'s rule), then of the rest (the pool) half at most to training, a tenth to
+    validation, the remainder to calibrating the verifier (each at most its ``*_rows``)."""
+    held = min(HELD_OUT_SIZE, int(HELD_OUT_FRACTION * n_main))
+    pool = n_main - held
+    n_train = min(args.train_rows, pool // 2)
+    n_validation = min(args.validation_rows, max(1, pool // 10))
+    return {"train": n_train, "validation": n_validation, "verifier": min(args.verifier_rows, pool - n_train - n_validation),
+            "held_out": min(held, args.eval_rows), "pool": pool}
+
+
+def enough_rows(sizes: dict[str, int], args: TaskFinetuneArgs) -> bool:
+    return sizes["verifier"] >= MIN_VERIFIER_ROWS and sizes["train"] >= args.lora.batch_size
+
+
+def minimum_rows(args: TaskFinetuneArgs) -> int:
+    """The fewest rows (not marked shifted) a task's file needs under these settings: the smallest count whose
+    split (:func:`split_sizes`) trains on a batch at least and calibrates the verifier on MIN_VERIFIER_ROWS."""
+    n = 1
+    while not enough_rows(split_sizes(n, args), args):
+        n += 1
+    return n
+
+
+def minimum_why(args: TaskFinetuneArgs) -> str:
+    """Why that minimum, in plain words."""
+    return (f"a fifth is held out to test on; of the rest, half trains the model (a batch of {args.lora.batch_size} "
+            f"at least), a tenth checks it while it trains, and the remainder ({MIN_VERIFIER_ROWS} at least) "
+            "calibrates the verifier")
+
+
 def split_task(task: Task, args: TaskFinetuneArgs) -> TaskSplit:
     """The pool shuffled with ``args.seed``, cut into training, validation and verifier rows (at most the
-    ``*_rows`` each; half the pool at most for training), and the task's own held-out and shifted rows."""
+    ``*_rows`` each; half the pool at most for training), and the task's own held-out and shifted rows. Too few
+    rows is one error giving the minimum count of rows the file needs (:func:`minimum_rows`)."""
     pool = task.split("pool")
     order = np.random.default_rng(args.seed).permutation(len(pool))
     pool = [pool[i] for i in order]
-    n_train = min(args.train_rows, len(pool) // 2)
-    n_validation = min(args.validation_rows, max(1, len(pool) // 10))
-    n_verifier = min(args.verifier_rows, len(pool) - n_train - n_validation)
+    n_main = len(task.examples()[0])
+    sizes = split_sizes(n_main, args)
     where = task.path or task.source
-    if n_verifier < MIN_VERIFIER_ROWS or n_train < args.lora.batch_size:
-        raise DataError(f"task {task.name} has {len(pool)} rows to train and calibrate on; it needs at least "
-                        f"{MIN_VERIFIER_ROWS + args.lora.batch_size + 1} (training, validation and "
-                        f"{MIN_VERIFIER_ROWS} to calibrate the verifier): add rows", path=where)
+    if not enough_rows(sizes, args):
+        least = minimum_rows(args)
+        rows = "rows" + (" not marked shifted" if task.examples()[1] else "")
+        raise DataError(f"task {task.name} has {n_main} {rows}; it needs at least {least} ({minimum_why(args)}): add "
+                        f"{least - n_main} rows", path=where)
+    n_train, n_validation, n_verifier = sizes["train"], sizes["validation"], sizes["verifier"]
     cut = n_train + n_validation
     return TaskSplit(task, tuple(pool[:n_train]), tuple(pool[n_train:cut]), tuple(pool[cut:cut + n_verifier]),
                      tuple(task.split("held_out", size=args.eval_rows)), tuple(task.split("shifted", size=args.eval_rows)))
@@ -121,8 +168,10 @@ PARTS = ("held_out", "shifted", "verifier", "validation", "train")
 
 def check_split(split: TaskSplit) -> TaskSplit:
     """Bad input the model would learn from silently: one answer value only (an error), the same prompt in two
-    parts (a user's file: an error naming both rows; a shipped task's data, whose sources repeat some texts:
-    the copy in the less protected part is left out, so a held-out or calibration row is never trained on)."""
+    parts (a user's file: an error naming both rows, though reading the file keeps a repeated row once and refuses
+    two answers to one prompt by their lines first, ``task_files.without_repeats``; a shipped task's data, whose
+    sources repeat some texts: the copy in the less protected part is left out, so a held-out or calibration row is
+    never trained on)."""
     task, where = split.task, split.task.path or split.task.source
     values = {json.dumps(item.gold) for item in split.train + split.verifier}
     if len(values) < 2:
@@ -295,7 +344,8 @@ TASK_KEYS = {
     "train_rows": "train_rows", "validation_rows": "validation_rows", "verifier_rows": "verifier_rows",
     "eval_rows": "eval_rows", "head": "head", "epochs": "head_epochs", "learning_rate": "head_learning_rate",
     "head_rank": "head_rank", "head_rows": "head_rows", "baselines": "baselines", "progress": "progress",
-    "from_reviews": "reviews",
+    "from_reviews": "reviews", "text_column": "text_column", "label_column": "label_column",
+    "instruction": "instruction", "field": "answer_field",
 }
 _LORA_FIELDS = ("ranks", "num_layers", "max_epochs", "learning_rate", "batch_size", "target_accuracy")
 
@@ -342,6 +392,8 @@ def task_args_from(values: dict[str, Any], source: str) -> TaskFinetuneArgs:
         folder = read_model_folder(str(values["model"]))
         values = {**values, "model": folder.base_model, "quantized": values.get("quantized", folder.quantized)}
         values.setdefault("task", task_specs(folder))
+        for key, value in dict(folder.info.get("table") or {}).items():  # how its table files became prompts
+            values.setdefault(key, value)
     unknown = [k for k in values if k not in TASK_KEYS]
     if unknown:
         raise DataError(f"not a key of a task run; known keys: {', '.join(TASK_KEYS)}", path=source, field=unknown[0])

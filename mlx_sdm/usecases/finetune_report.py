@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -15,6 +16,7 @@ import numpy as np
 
 from mlx_sdm.errors import ArtifactError
 from mlx_sdm.network.coverage import TaskInstruction
+from mlx_sdm.usecases.finetune_advice import RunNumbers, SplitNumbers, summary
 from mlx_sdm.usecases.lora_training import LoraResult
 from mlx_sdm.usecases.model_folder import HEAD_DIR, REPORT_JSON, REPORT_MD, VERIFIER_DIR, write_run_manifest
 from mlx_sdm.usecases.finetune_plan import FinetuneRun, HeadDecode, ReviewedRows, StageClock, TaskSplit, Variant
@@ -169,10 +171,13 @@ def formulation_lines(v: Variant) -> list[str]:
 
 def report_text(lm, splits: Sequence[TaskSplit], lora: LoraResult, decode: HeadDecode | None,
                 scores: list[SplitScore], run: FinetuneRun, clock: StageClock, alpha: float,
-                variants: Sequence[Variant], reviewed: dict[str, ReviewedRows]) -> str:
-    """report.md: the run, its splits and stages, then one table row per task, split and model."""
+                variants: Sequence[Variant], reviewed: dict[str, ReviewedRows], final: Variant | None = None) -> str:
+    """report.md: the run, the plain summary of ``final`` (the model the folder keeps) against the untuned model,
+    its splits and stages, then one table row per task, split and model."""
     args = run.args
+    plain = summary(run_numbers(scores, final, splits, run.out)) if final is not None else []
     lines = [f"# mlx-sdm finetune: {', '.join(s.task.name for s in splits)} on {lm.name}", "",
+             *[f"- {line}" for line in plain], "" if plain else None,
              f"Seed {args.seed}. LoRA rank {lora.rank}, epoch {lora.epoch} (chosen on validation: accuracy "
              f"{lora.validation.accuracy:.3f}); head {'kept for ' + ', '.join(decode.decodes) if decode else 'not kept'}.",
              *[f"Reviewed answers of {name}: {len(r.gold)} joined the LoRA training rows (edits, accepted answers and "
@@ -198,9 +203,35 @@ def report_text(lm, splits: Sequence[TaskSplit], lora: LoraResult, decode: HeadD
               "|---|---|---|---|---|" + "---|" * len(STRATA)]
     lines += [score_line(s) for s in sorted(scores, key=lambda s: (s.task, s.split != "held-out"))]
     broken = [v for s in scores for v in s.violations(alpha)]
-    lines += ["", "Every admitted stratum is at least α′." if not broken else
-              "Admitted strata below α′: " + "; ".join(broken)]
-    return "\n".join(lines) + "\n"
+    admitted = any(stratum["admitted"] for s in scores for stratum in s.strata)
+    lines += ["", "Admitted strata below α′: " + "; ".join(broken) if broken else
+              "Every admitted stratum is at least α′." if admitted else "Nothing was admitted, so no stratum is claimed."]
+    return "\n".join(line for line in lines if line is not None) + "\n"
+
+
+def run_numbers(scores: Sequence[SplitScore], final: Variant, splits: Sequence[TaskSplit], folder: Path) -> RunNumbers:
+    """The plain summary's numbers: each split summed over the tasks, the final model's against the untuned one's."""
+    def split_numbers(split: str, attr: str) -> SplitNumbers:
+        mine = [s for s in scores if s.model == final.name and s.split == split and s.rows]
+        untuned = [s for s in scores if s.model == "untuned" and s.split == split]  # left out (no JSON): none right
+        golds = [json.dumps(i.gold) for sp in splits for i in getattr(sp, attr)]
+        majority = max(Counter(golds).values()) / len(golds) if golds else 0.0
+        has_verifier = bool(mine) and all(s.verified is not None for s in mine)
+        return SplitNumbers(split, sum(s.rows for s in mine), sum(round((s.accuracy or 0) * s.rows) for s in mine),
+                            sum(round((s.accuracy or 0) * s.rows) for s in untuned) if untuned else None,
+                            sum(s.verified for s in mine) if has_verifier else None,
+                            sum(s.verified - s.verified_right for s in mine) if has_verifier else None, majority)
+
+    instruction = splits[0].task.prompt_prefix.strip() if splits else ""
+    shifted = split_numbers("shifted", "shifted")
+    return RunNumbers(split_numbers("held-out", "held_out"), shifted if shifted.rows else None, str(folder),
+                      instruction, final.why)
+
+
+def summary_lines(report: str) -> list[str]:
+    """The plain summary at the top of a report.md (:func:`report_text`): what a run prints last."""
+    lines = report.splitlines()[2:]
+    return [line[2:] for line in lines[: lines.index("")] if line.startswith("- ")] if "" in lines else []
 
 
 def estimate(lm, splits: Sequence[TaskSplit], args, dataset, *, lora_done: bool = False) -> str:
@@ -221,17 +252,25 @@ def estimate(lm, splits: Sequence[TaskSplit], args, dataset, *, lora_done: bool 
     started = time.perf_counter()
     mx.eval(lm.model(batch))
     step = 3 * (time.perf_counter() - started)
-    epoch = len(dataset) // args.lora.batch_size * step
+    return projection(splits, args, len(dataset) // args.lora.batch_size * step, per_answer, lora_done=lora_done)
+
+
+def projection(splits: Sequence[TaskSplit], args, epoch: float, per_answer: float, *, lora_done: bool = False) -> str:
+    """The estimate's words from the seconds of one LoRA epoch and of one answer: LoRA's epochs (at least one: a rank
+    stops after its first when the validation rows are all but all right; at most every epoch of every rank), every
+    variant's answers to every row, the head's passes."""
     later = "answers, verifiers and the head" if args.head else "answers and verifiers"
     answers = sum(len(s.train) + len(s.verifier) + len(s.held_out) + len(s.shifted) for s in splits)
-    variants = 2 + (2 if args.baselines else 0)
+    variants = (2 if args.head else 1) * (2 if args.baselines else 1)  # tuned (+ head), and untuned (+ head alone)
     head = (2 if args.baselines else 1) * args.head_epochs * 2 * sum(len(s.verifier) for s in splits) if args.head else 0
     rest = (answers * variants + head) * per_answer
     if lora_done:
         return f"estimate: LoRA is done (this run's checkpoint); {later} about {rest / 60:.0f} min"
-    low, high = epoch * min(2, args.lora.max_epochs) + rest, epoch * args.lora.max_epochs * len(args.lora.ranks) + rest
-    return (f"estimate: LoRA about {epoch / 60:.0f} min an epoch over {len(dataset)} rows (at most "
-            f"{args.lora.max_epochs} epochs{' per rank' if len(args.lora.ranks) > 1 else ''}); {later} about "
+    rows = sum(len(s.train) for s in splits)
+    low, high = epoch + rest, epoch * args.lora.max_epochs * len(args.lora.ranks) + rest
+    return (f"estimate: LoRA about {epoch / 60:.0f} min an epoch over {rows} rows (at most "
+            f"{args.lora.max_epochs} epoch{'s' if args.lora.max_epochs > 1 else ''}"
+            f"{' per rank' if len(args.lora.ranks) > 1 else ''}); {later} about "
             f"{rest / 60:.0f} min; in all about {low / 60:.0f}–{high / 60:.0f} min")
 
 
@@ -279,6 +318,14 @@ def copy_head(decode: HeadDecode | None, run: FinetuneRun) -> None:
             shutil.copy2(path, tmp / path.name)
 
 
+def table_flags(args) -> dict[str, str]:
+    """The flags that turned a table's rows into prompts (``--text-column`` ...), under their task-run keys: kept in
+    the folder, so ``--from-reviews --model DIR`` reads its table files the same way again."""
+    chosen = {"text_column": args.text_column, "label_column": args.label_column, "instruction": args.instruction,
+              "field": args.answer_field}
+    return {key: value for key, value in chosen.items() if value is not None}
+
+
 def write_folder(lm, splits: Sequence[TaskSplit], instructions: Sequence[TaskInstruction], lora: LoraResult,
                  final: Variant, decode: HeadDecode | None, others: Sequence[Variant], run: FinetuneRun,
                  clock: StageClock, reviewed: dict[str, ReviewedRows]) -> str:
@@ -290,7 +337,7 @@ def write_folder(lm, splits: Sequence[TaskSplit], instructions: Sequence[TaskIns
     variants = list(others) + ([final] if final not in others else [])
     scores = [s for v in variants for s in score_variant(v)] + minilm_probe(splits)
     alpha = final.verifier.estimator.alpha if final.verifier is not None else 0.95
-    text = report_text(lm, splits, lora, decode, scores, run, clock, alpha, variants, reviewed)
+    text = report_text(lm, splits, lora, decode, scores, run, clock, alpha, variants, reviewed, final)
     atomic_write_text(run.out / REPORT_MD, text)
     atomic_write_text(run.out / REPORT_JSON, json.dumps({
         "seed": run.args.seed, "splits": {s.task.name: s.sizes() for s in splits},
@@ -304,5 +351,6 @@ def write_folder(lm, splits: Sequence[TaskSplit], instructions: Sequence[TaskIns
                        info={"rank": lora.rank, "epoch": lora.epoch, "seed": run.args.seed, "name": lm.name,
                              "tasks": [s.task.name for s in splits],
                              "task_files": {s.task.name: str(Path(s.task.path).resolve()) for s in splits
-                                            if s.task.path}})
+                                            if s.task.path},
+                             "table": table_flags(run.args)})
     return text

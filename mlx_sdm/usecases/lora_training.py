@@ -33,6 +33,7 @@ from mlx.utils import tree_flatten, tree_map_with_path
 
 from mlx_sdm.atomic import atomic_directory, atomic_write_text
 from mlx_sdm.errors import DataError, OutputError
+from mlx_sdm.progress import without_escape_codes
 from mlx_sdm.lm.adapters import ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, LoraSettings, adapter_weights, \
     add_lora_layers, lora_layer_names
 
@@ -209,7 +210,7 @@ def train_one_epoch(model, optimizer, dataset, plan: LoraPlan, epoch_seed: int, 
     args = TrainingArgs(batch_size=plan.batch_size, iters=batches, steps_per_report=max(1, min(10, batches)),
                         steps_per_eval=batches + 1, steps_per_save=batches + 1,
                         adapter_file=str(scratch / ADAPTER_WEIGHTS_FILE), max_seq_length=1 << 20)
-    quiet = contextlib.nullcontext() if show else contextlib.redirect_stdout(io.StringIO())
+    quiet = without_escape_codes() if show else contextlib.redirect_stdout(io.StringIO())  # mlx-lm's colours
     with quiet:
         train(model, optimizer, dataset, None, args, loss=answer_loss,
               iterate_batches=partial(answer_batches, seed=epoch_seed), training_callback=reports)  # type: ignore[arg-type]

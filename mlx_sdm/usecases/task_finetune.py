@@ -413,7 +413,7 @@ def prepare(args: TaskFinetuneArgs) -> Prepared:
     if not args.tasks:
         raise DataError("name at least one task: a .jsonl file of {\"prompt\", \"answer\": {field: value}} rows or a "
                         "shipped task", field="--task")
-    tasks = load_tasks(list(args.tasks))
+    tasks = load_tasks(list(args.tasks), args.columns)
     for task in tasks:
         if task.delimiter != DELIMITER_JSON_CLOSE:
             raise DataError(f"task {task.name} has free-text answers; fine-tuning teaches tasks answered in one JSON "

@@ -101,6 +101,8 @@ class Task:
     max_tokens: int | None = None
     #: the user's JSONL file the task was read from (None: a shipped task)
     path: str | None = None
+    #: what reading the user's file found, to show before a run: the form it was read in, repeated rows dropped
+    notes: tuple[str, ...] = ()
     _cache: tuple | None = field(default=None, repr=False)
 
     # ------------------------------------------------------------------------------------ items

@@ -3,14 +3,14 @@
 User JSONL: one row per prompt, ``{"prompt": str, "answer": {FIELD: VALUE}}`` (+ optional ``"id"``,
 ``"split": "shifted"`` for rows of a shifted collection, and on the first row ``"system"``, the system
 prompt for the whole task). Every row names the same FIELD; the answer
-set is every VALUE seen (booleans if all are booleans). The prompt must ask for that JSON itself.
+set is every VALUE seen (booleans if all are booleans). The prompt must ask for that JSON itself. A CSV/TSV
+table, JSONL columns and mlx-lm's chat and completions rows are read too (``task_files.py``).
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from mlx_sdm.network.encoding import (
 )
 from mlx_sdm.network.verdict import OPEN_QUESTIONS
 from mlx_sdm.network.tasks import SPLIT_SEED, SUITE_SYSTEM_PROMPT, SourceExample, Task
+from mlx_sdm.network.tasks.task_files import TEXT_LABEL, TableColumns, check_task_row, read_task_file
 from mlx_sdm.network.tasks.vendored import read_vendored
 
 BBC_PROMPT_WORDS = 40  # words of the article in the prompt (title first); the shift shows the title only
@@ -192,14 +193,15 @@ SHIPPED_TASK_NAMES = ("bbc_topic", "fever", "sports_understanding", "strategyqa"
 OPEN_TASK = OPEN_QUESTIONS
 
 
-def load_task(name_or_path: str) -> Task:
-    """A shipped task by name, or the user's JSONL task by path; DataError for anything else."""
+def load_task(name_or_path: str, columns: TableColumns | None = None) -> Task:
+    """A shipped task by name, or the user's task file by path (``columns``: a table's); DataError for anything
+    else."""
     shipped = _shipped()
     if name_or_path in shipped:
         return shipped[name_or_path]
     path = Path(name_or_path)
-    if path.suffix in (".jsonl", ".json") or path.exists():
-        return user_task(path)
+    if path.suffix.lower() in (".jsonl", ".json", ".csv", ".tsv") or path.exists():
+        return user_task(path, columns)
     raise DataError(f"unknown task {name_or_path!r}; shipped tasks are {', '.join(SHIPPED_TASK_NAMES + (OPEN_TASK,))}, "
                     "or give the path of your own .jsonl task", field="--tasks")
 
@@ -215,7 +217,7 @@ def task_files_in(folder: Path) -> list[Path]:
     return found
 
 
-def load_tasks(names: list[str] | None) -> list[Task]:
+def load_tasks(names: list[str] | None, columns: TableColumns | None = None) -> list[Task]:
     """Every shipped task (None) or the named ones, in order (a folder: each of its .jsonl files);
     duplicates refused."""
     names = list(names) if names else list(SHIPPED_TASK_NAMES)
@@ -223,7 +225,7 @@ def load_tasks(names: list[str] | None) -> list[Task]:
     for name in names:
         is_folder = name not in SHIPPED_TASK_NAMES + (OPEN_TASK,) and Path(name).is_dir()
         expanded += [str(p) for p in task_files_in(Path(name))] if is_folder else [name]
-    tasks = [load_task(n) for n in expanded]
+    tasks = [load_task(n, columns) for n in expanded]
     seen: set[str] = set()
     for task in tasks:
         if task.name in seen:
@@ -232,47 +234,24 @@ def load_tasks(names: list[str] | None) -> list[Task]:
     return tasks
 
 
-def user_task(path: Path) -> Task:
-    """A task from the user's JSONL (module docstring); every row checked, errors name file:line:field."""
+def user_task(path: Path, columns: TableColumns | None = None) -> Task:
+    """A task from the user's file, in any form ``task_files`` reads (a CSV/TSV table, JSONL task rows, mlx-lm's
+    chat or completions rows); every row checked, errors name file:line:field. ``columns``: how a table's text and
+    label become prompts and answers (``--text-column``, ``--label-column``, ``--instruction``, ``--field``)."""
     if not path.is_file():
-        raise DataError("no such task file; give a shipped task name or a .jsonl file", path=str(path))
-    main, shift, field_name, values, system = [], [], None, [], SUITE_SYSTEM_PROMPT
-    for number, row in iter_jsonl_objects(path):
-        _check_user_row(row, path, number)
-        if not main and not shift and isinstance(row.get("system"), str):
-            system = row["system"]
-        answer = row["answer"]
-        key = next(iter(answer))
-        if field_name is None:
-            field_name = key
-        elif key != field_name:
-            raise DataError(f"every row must answer the same JSON field; this row names {key!r}, the first named "
-                            f"{field_name!r}", path=str(path), line=number, field="answer")
-        value = answer[key]
-        if value not in values:
-            values.append(value)
-        example = SourceExample(str(row.get("id", f"{path.stem}-{number}")), row["prompt"], value)
-        (shift if row.get("split") == "shifted" else main).append(example)
+        raise DataError("no such task file; give a shipped task name, or a .jsonl, .csv or .tsv file", path=str(path))
+    read = read_task_file(path, columns or TableColumns())
+    main = [SourceExample(r.id, r.prompt, r.value) for r in read.rows if not r.shifted]
+    shift = [SourceExample(r.id, r.prompt, r.value) for r in read.rows if r.shifted]
     if not main:
-        raise DataError('no rows; expected JSONL lines {"prompt": str, "answer": {"field": value}}', path=str(path))
-    boolean = all(isinstance(v, bool) for v in values)
-    fmt = TaskFormat(path.stem, field_name, "", "", (True, False) if boolean else tuple(values))
+        raise DataError('no rows that are not marked "split": "shifted"; a task trains and calibrates on those',
+                        path=str(path))
+    fmt = TaskFormat(path.stem, read.field, read.instruction, TEXT_LABEL if read.instruction else "", read.values)
     return Task(path.stem, f"your task from {path.name}", fmt, f"user file {path}",
                 "the rows marked \"split\": \"shifted\"" if shift else "none (no rows marked \"split\": \"shifted\")",
-                lambda: (main, shift), lambda ex, view: ex.text, system=system, shift_by_view=False, path=str(path))
+                lambda: (main, shift), lambda ex, view: ex.text, system=read.system or SUITE_SYSTEM_PROMPT,
+                shift_by_view=False, path=str(path), notes=read.notes)
 
 
-def _check_user_row(row: Any, path: Path, number: int) -> None:
-    if not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
-        raise DataError("must be a non-empty string", path=str(path), line=number, field="prompt")
-    answer = row.get("answer")
-    if not isinstance(answer, dict) or len(answer) != 1:
-        raise DataError('must be a one-field JSON object such as {"answer": "yes"}', path=str(path), line=number,
-                        field="answer")
-    value = next(iter(answer.values()))
-    if not isinstance(value, (bool, str, int)) or isinstance(value, float):
-        raise DataError("the answer value must be a string, a boolean or an integer", path=str(path), line=number,
-                        field="answer")
-    split = row.get("split")
-    if split not in (None, "main", "shifted"):
-        raise DataError(f"{split!r} is not \"main\" or \"shifted\"", path=str(path), line=number, field="split")
+#: The task format's row check, kept under its old name for callers of this module.
+_check_user_row = check_task_row
