@@ -125,13 +125,14 @@ def test_reviews_retrain_a_table_task_with_the_flags_that_made_its_prompts(tmp_p
     table file into the same prompts again; a flag given again wins."""
     from mlx_sdm.network.coverage import TaskInstruction
     from mlx_sdm.usecases.finetune_plan import task_args_from
-    from mlx_sdm.usecases.model_folder import ModelFolder
+    from mlx_sdm.usecases.model_folder import write_run_manifest
 
     task = _mail_csv(tmp_path / "mail.csv", 60)
     folder = tmp_path / "junk-model"
     folder.mkdir()
-    ModelFolder(folder, "smollm2", {}, (TaskInstruction("Junk? Respond", None, "mail"),), "0" * 64,
-                info={"task_files": {"mail": str(task)}, "table": {"instruction": "Junk?", "label_column": "label"}}).save()
+    write_run_manifest(folder, "smollm2", {}, (TaskInstruction("Junk? Respond", None, "mail"),), "0" * 64, False,
+                       has_head=False, has_verifier=False,
+                       info={"task_files": {"mail": str(task)}, "table": {"instruction": "Junk?", "label_column": "label"}})
     args = task_args_from({"from_reviews": "chat.db", "model": str(folder), "out": str(tmp_path / "again")}, "test")
     assert args.tasks == (str(task),) and args.instruction == "Junk?" and args.columns.label == "label"
     again = task_args_from({"from_reviews": "chat.db", "model": str(folder), "out": "x", "instruction": "Spam?"}, "t")
@@ -159,7 +160,7 @@ def test_a_csv_run_says_how_it_read_the_file_and_ends_with_what_to_do_next(tmp_p
                           'of 2 values; prompts written as "Is the following word a fruit? Respond using the following '
                           'JSON: {"label": str}, where the label is one of fruit, other. TEXT: ..."')
     assert printed[-1].startswith("Next: ") and any(line.startswith("On 20 held-out rows") for line in printed)
-    report = (tmp_path / "tuned" / "report.md").read_text().splitlines()
+    report = (tmp_path / "tuned" / "reports" / "words" / "report.md").read_text().splitlines()
     assert [line[2:] for line in report[2:8] if line.startswith("- ")][-1] == printed[-1]
 
 

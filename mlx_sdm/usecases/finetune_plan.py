@@ -392,8 +392,9 @@ def task_args_from(values: dict[str, Any], source: str) -> TaskFinetuneArgs:
         folder = read_model_folder(str(values["model"]))
         values = {**values, "model": folder.base_model, "quantized": values.get("quantized", folder.quantized)}
         values.setdefault("task", task_specs(folder))
-        for key, value in dict(folder.info.get("table") or {}).items():  # how its table files became prompts
-            values.setdefault(key, value)
+        for entry in folder.entries:  # how its table files became prompts
+            for key, value in dict(entry.info.get("table") or {}).items():
+                values.setdefault(key, value)
     unknown = [k for k in values if k not in TASK_KEYS]
     if unknown:
         raise DataError(f"not a key of a task run; known keys: {', '.join(TASK_KEYS)}", path=source, field=unknown[0])

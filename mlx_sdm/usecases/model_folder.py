@@ -170,7 +170,8 @@ def _v1_entries(data: dict[str, Any], folder: Path, where: str) -> tuple[FolderT
     info = dict(data.get("info") or {})
     files = dict(info.get("task_files") or {})
     return tuple(FolderTask(t, ADAPTERS_DIR, sha, head, verifier,
-                            info={"task_file": files.get(t.name), **{k: info.get(k) for k in ("rank", "epoch", "seed")}})
+                            info={"task_file": files.get(t.name),
+                                  **{k: info.get(k) for k in ("rank", "epoch", "seed", "table") if k in info}})
                  for t in tasks)
 
 
