@@ -2,9 +2,11 @@
 
 mlx-lm's pieces make it: ``linear_to_lora_layers`` makes the LoRA layers, ``ChatDataset`` with ``mask_prompt``
 renders each row with the model's chat template and masks the loss to the answer's tokens, ``iterate_batches``
-batches them (length-sorted, seeded). The frozen blocks below the adapted ones run once per row, not once per
-epoch (``lora_cached.py``: its loop is ``mlx_lm.tuner.trainer.train``'s, from the cached hidden states; a model it
-does not recognise trains with ``train`` itself, as before). This module decides *how long* and *at what rank*:
+batches them in a seeded order (its length sort reads a ``CacheDataset``'s raw rows, one key each, so it sorts
+nothing: a batch is padded to its longest row). The frozen blocks below the adapted ones run once per row, not
+once per epoch (``lora_cached.py``: its loop is ``mlx_lm.tuner.trainer.train``'s, from the cached hidden states; a
+model it does not recognise trains with ``train`` itself, as before). This module decides *how long* and *at what
+rank*:
 
 - an epoch is one pass over the training rows (``train(iters=batches per epoch)``, the batch order seeded
   by the epoch), after which the model answers the validation rows (greedy, as a turn answers) and its
@@ -162,7 +164,7 @@ class _Reports:
 
 def answer_batches(dataset, batch_size: int, max_seq_length: int, loop: bool = False, seed: int | None = None,
                    comm_group=None):
-    """mlx-lm's ``iterate_batches`` (its length-sorted, padded batches in a seeded order), each with the answer
+    """mlx-lm's ``iterate_batches`` (its padded batches in a seeded order), each with the answer
     window: the positions whose next token is an answer token, as [B, W] indices and a mask (W: the batch's
     longest answer). :func:`answer_loss` reads the vocabulary head at those positions only."""
     import numpy as np
