@@ -22,7 +22,7 @@ forward as before (:func:`frozen_split` says why, and the LoRA stage logs it).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from itertools import islice
 from pathlib import Path
@@ -46,8 +46,8 @@ _STORED = {mx.float32: np.float32, mx.float16: np.float16, mx.bfloat16: np.uint1
 class FrozenSplit:
     """``model.model``'s forward cut before block ``cut``: :meth:`prefix` then :meth:`suffix` is ``model.model``."""
 
-    inner: nn.Module
-    cut: int
+    inner: nn.Module = field(repr=False)
+    cut: int = 0
 
     def _blocks(self, h: mx.array, layers: Sequence[nn.Module]) -> mx.array:
         from mlx_lm.models.base import create_attention_mask
