@@ -16,14 +16,15 @@ batches, the same loss; tests/test_lora_cached.py checks it on a tiny model). ``
 from __future__ import annotations
 
 import argparse
-import sys
+import runpy
 import tempfile
 import time
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parent)]  # this checkout
-import mlx_sdm  # noqa: E402,F401  (the fast BLAS before mlx)
-import lora_throughput  # noqa: E402  (its rows and its mlx_lm.lora runner)
+import mlx_sdm  # noqa: F401  (the fast BLAS before mlx)
+
+_THROUGHPUT = runpy.run_path(str(Path(__file__).with_name("lora_throughput.py")))  # its rows, its mlx_lm.lora runner
+rows_for, run_mlx_lm, export_model, ROOT = (_THROUGHPUT[k] for k in ("rows_for", "run_mlx_lm", "export_model", "ROOT"))
 
 
 def side(rows, cached: bool, work: Path):
@@ -53,9 +54,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=64)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--mlx-lm-steps", type=int, default=0, help="also time mlx_lm.lora for N steps (0: not)")
-    parser.add_argument("--export", default=str(lora_throughput.ROOT / "build" / "smollm2-mlx"))
+    parser.add_argument("--export", default=str(ROOT / "build" / "smollm2-mlx"))
     a = parser.parse_args()
-    rows = lora_throughput.rows_for(a.rows)
+    rows = rows_for(a.rows)
     plan = LoraPlan(batch_size=4, num_layers=8)
     with tempfile.TemporaryDirectory() as work:
         sides = {"old": side(rows, False, Path(work)), "new": side(rows, True, Path(work))}
@@ -76,8 +77,7 @@ def main() -> None:
         sides["new"][3].close()
         theirs = None
         if a.mlx_lm_steps:
-            n, s = lora_throughput.run_mlx_lm(lora_throughput.export_model(Path(a.export)), rows, a.mlx_lm_steps, 1,
-                                              Path(work))
+            n, s = run_mlx_lm(export_model(Path(a.export)), rows, a.mlx_lm_steps, 1, Path(work))
             theirs = n / s
     old, new = (sum(v) / len(v) for v in (rates["old"], rates["new"]))
     spread = a.rows * a.epochs / (a.rows * a.epochs / new + build)
