@@ -86,6 +86,7 @@ def test_three_stages_on_a_tiny_model_and_the_folder_loads_back(tmp_path, family
 
     assert summary_lines(report)[0] == top[2][2:] and summary_lines(report)[-1].startswith("Next: ")
     assert outcome.lora.history and outcome.lora.rank == 8
+    assert [p.name for p in (tmp_path / "tuned" / ".work").iterdir()] == ["run.json"]  # a clean folder
     choice = outcome.final.wrong_share
     assert choice is not None and choice.share in task_finetune.WRONG_SHARES
     if family == "llama":
@@ -287,9 +288,10 @@ def test_a_full_disk_mid_checkpoint_keeps_the_last_good_one_and_the_rerun_resume
     assert json.loads((epochs / "epoch-1" / "epoch.json").read_text())["epoch"] == 1
     monkeypatch.setattr(lora_training.mx, "save_safetensors", real)
     lines: list[str] = []
-    run_task_finetune(args, log=lines.append)
+    run_task_finetune(__import__("dataclasses").replace(args, keep_work=True), log=lines.append)
     assert any("rank 8 epoch 1: from the checkpoint" in line for line in lines)
     assert (tmp_path / "tuned" / "mlx-sdm-model.json").is_file()
+    assert (epochs / "epoch-1" / "adapters.safetensors").is_file()  # --keep-work
 
 
 def test_kill_9_mid_run_then_the_same_command_gives_the_same_adapters(tmp_path):

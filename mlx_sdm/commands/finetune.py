@@ -214,6 +214,9 @@ def add_task_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--head-rows", type=int, help="rows per task of the training and the calibration rows that Alg. 4 reads (default 60)")
     t.add_argument("--no-baselines", dest="baselines", action="store_false", default=None,
                    help="leave the untuned model and the head alone out of the report (faster)")
+    t.add_argument("--keep-work", dest="keep_work", action="store_true", default=None,
+                   help="keep DIR/.work (epoch checkpoints, cached answers) after the run: a rerun then refits the "
+                        "verifier from them; by default only its run.json stays")
     t.add_argument("--from-reviews", nargs="?", const=str(default_db_path()), metavar="DB",
                    help="the review queue's labels and edits on these tasks' answers join the rows (an edit or an "
                         "accepted answer trains LoRA, a rejected one the verifier); DB: the chat store (default "

@@ -58,6 +58,8 @@ class TaskFinetuneArgs:
     head_rows: int = DEFAULT_HEAD_ROWS  # per task, of D_tr (Alg. 4's targets) and of D_ca (its epoch choice)
     baselines: bool = True  # the untuned model and the head alone (today's Alg. 4) in the report
     progress: bool = True
+    #: keep ``DIR/.work`` (checkpoints, cached answers) after a finished run; else only its run.json stays
+    keep_work: bool = False
     #: a chat store whose review decisions on these tasks' answers join the rows (``--from-reviews``)
     reviews: str | None = None
     #: a table's columns and how its prompts are written (``--text-column``, ``--label-column``, ``--instruction``,
@@ -255,6 +257,21 @@ class FinetuneRun:
 
         atomic_write_text(self.record_path(stage), json.dumps(data, indent=2, default=str) + "\n")
 
+    def clean(self) -> None:
+        """A finished run's work folder emptied: its checkpoints and cached answers go; its run.json (the run's
+        identity, a few hundred bytes) stays, so the folder still refuses another run's settings."""
+        import shutil
+
+        if not self.work.is_dir():
+            return
+        for path in self.work.iterdir():
+            if path == self.record_path("run"):
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+
     def check_identity(self, identity: dict[str, Any]) -> None:
         """A folder holds one run: resuming one with other settings or rows is refused, naming what to do."""
         stored = self.read_record("run")
@@ -345,7 +362,7 @@ TASK_KEYS = {
     "eval_rows": "eval_rows", "head": "head", "epochs": "head_epochs", "learning_rate": "head_learning_rate",
     "head_rank": "head_rank", "head_rows": "head_rows", "baselines": "baselines", "progress": "progress",
     "from_reviews": "reviews", "text_column": "text_column", "label_column": "label_column",
-    "instruction": "instruction", "field": "answer_field",
+    "instruction": "instruction", "field": "answer_field", "keep_work": "keep_work",
 }
 _LORA_FIELDS = ("ranks", "num_layers", "max_epochs", "learning_rate", "batch_size", "target_accuracy")
 

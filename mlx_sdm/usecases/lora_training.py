@@ -1,9 +1,12 @@
 """Stage 1 of ``mlx-sdm finetune --task``: supervised LoRA on the gold answers, with mlx-lm's tuner.
 
-Everything that trains is mlx-lm's: ``linear_to_lora_layers`` makes the LoRA layers, ``ChatDataset`` with
-``mask_prompt`` renders each row with the model's chat template and masks the loss to the answer's tokens,
-``iterate_batches`` batches them (length-sorted, seeded), and ``mlx_lm.tuner.trainer.train`` runs the steps
-(its loss, its compiled step, its progress bar). This module only decides *how long* and *at what rank*:
+mlx-lm's pieces make it: ``linear_to_lora_layers`` makes the LoRA layers, ``ChatDataset`` with ``mask_prompt``
+renders each row with the model's chat template and masks the loss to the answer's tokens, ``iterate_batches``
+batches them in a seeded order (its length sort reads a ``CacheDataset``'s raw rows, one key each, so it sorts
+nothing: a batch is padded to its longest row). The frozen blocks below the adapted ones run once per row, not
+once per epoch (``lora_cached.py``: its loop is ``mlx_lm.tuner.trainer.train``'s, from the cached hidden states; a
+model it does not recognise trains with ``train`` itself, as before). This module decides *how long* and *at what
+rank*:
 
 - an epoch is one pass over the training rows (``train(iters=batches per epoch)``, the batch order seeded
   by the epoch), after which the model answers the validation rows (greedy, as a turn answers) and its
@@ -36,6 +39,7 @@ from mlx_sdm.errors import DataError, OutputError
 from mlx_sdm.progress import without_escape_codes
 from mlx_sdm.lm.adapters import ADAPTER_CONFIG_FILE, ADAPTER_WEIGHTS_FILE, LoraSettings, adapter_weights, \
     add_lora_layers, lora_layer_names
+from mlx_sdm.usecases.lora_cached import FrozenCache, train_cached_epoch
 
 #: Adam's learning rate for the LoRA stage (mlx-lm's default is 1e-5 for long runs; a few hundred short rows
 #: need a larger step: docs/finetuning.md, the choice measured).
@@ -161,20 +165,17 @@ class _Reports:
 
 def answer_batches(dataset, batch_size: int, max_seq_length: int, loop: bool = False, seed: int | None = None,
                    comm_group=None):
-    """mlx-lm's ``iterate_batches`` (its length-sorted, padded batches in a seeded order), each with the answer
+    """mlx-lm's ``iterate_batches`` (its padded batches in a seeded order), each with the answer
     window: the positions whose next token is an answer token, as [B, W] indices and a mask (W: the batch's
     longest answer). :func:`answer_loss` reads the vocabulary head at those positions only."""
     import numpy as np
     from mlx_lm.tuner.trainer import iterate_batches
 
+    from mlx_sdm.usecases.lora_cached import answer_window
+
     for batch, lengths in iterate_batches(dataset, batch_size, max_seq_length, loop=loop, seed=seed,
                                           comm_group=comm_group):
-        spans = np.array(lengths.tolist(), dtype=np.int64)  # [offset, length] per row
-        starts, counts = spans[:, 0] - 1, spans[:, 1] - spans[:, 0]  # position t predicts token t + 1
-        width = max(1, int(counts.max()))
-        steps = np.arange(width)[None, :]
-        mask = steps < counts[:, None]
-        index = np.where(mask, starts[:, None] + steps, 0).astype(np.int32)
+        index, mask = answer_window(np.array(lengths.tolist(), dtype=np.int64))  # [offset, length] per row
         yield batch, mx.array(index), mx.array(mask)
 
 
@@ -197,8 +198,9 @@ def answer_loss(model, batch, index, mask):
 
 
 def train_one_epoch(model, optimizer, dataset, plan: LoraPlan, epoch_seed: int, scratch: Path, *,
-                    show: bool = True) -> _Reports:
-    """One pass over ``dataset`` with mlx-lm's ``train`` (its batches ordered by ``epoch_seed``)."""
+                    show: bool = True, cache: FrozenCache | None = None, steps_per_report: int | None = None) -> _Reports:
+    """One pass over ``dataset`` (its batches ordered by ``epoch_seed``): from ``cache``'s hidden states through the
+    adapted blocks only (lora_cached.py), or, without one, mlx-lm's ``train`` on the whole model."""
     from mlx_lm.tuner.trainer import TrainingArgs, train
 
     batches = len(dataset) // plan.batch_size
@@ -206,11 +208,18 @@ def train_one_epoch(model, optimizer, dataset, plan: LoraPlan, epoch_seed: int, 
         raise DataError(f"{len(dataset)} training rows are fewer than one batch of {plan.batch_size}",
                         field="batch_size")
     reports = _Reports()
+    every = steps_per_report or max(1, min(10, batches))
+    quiet = without_escape_codes() if show else contextlib.redirect_stdout(io.StringIO())  # mlx-lm's colours
+    made = cache.get() if cache is not None else None
+    if made is not None:
+        with quiet:
+            train_cached_epoch(model, optimizer, dataset, made[1], made[0], batch_size=plan.batch_size,
+                               seed=epoch_seed, reports=reports, steps_per_report=every, show=show)
+        return reports
     scratch.mkdir(parents=True, exist_ok=True)
-    args = TrainingArgs(batch_size=plan.batch_size, iters=batches, steps_per_report=max(1, min(10, batches)),
+    args = TrainingArgs(batch_size=plan.batch_size, iters=batches, steps_per_report=every,
                         steps_per_eval=batches + 1, steps_per_save=batches + 1,
                         adapter_file=str(scratch / ADAPTER_WEIGHTS_FILE), max_seq_length=1 << 20)
-    quiet = without_escape_codes() if show else contextlib.redirect_stdout(io.StringIO())  # mlx-lm's colours
     with quiet:
         train(model, optimizer, dataset, None, args, loss=answer_loss,
               iterate_batches=partial(answer_batches, seed=epoch_seed), training_callback=reports)  # type: ignore[arg-type]
@@ -268,7 +277,7 @@ def best_epoch(history: Sequence[EpochRecord]) -> EpochRecord:
 
 
 def train_rank(model, dataset, rank: int, plan: LoraPlan, work: Path, validate: Validate, *, show: bool,
-               log: Callable[[str], None]) -> list[EpochRecord]:
+               log: Callable[[str], None], cache: FrozenCache | None = None) -> list[EpochRecord]:
     """One rank's epochs from fresh LoRA layers (seeded), resuming after the last checkpointed epoch."""
     import mlx.optimizers as optim
     from mlx_lm.tuner.utils import remove_lora_layers
@@ -288,7 +297,8 @@ def train_rank(model, dataset, rank: int, plan: LoraPlan, work: Path, validate: 
             _restore_epoch(folder, model, optimizer)
             log(f"rank {rank} epoch {epoch}: from the checkpoint (validation accuracy {record.validation.accuracy:.3f})")
         else:
-            record = _run_epoch(model, optimizer, dataset, plan, settings, epoch, folder, validate, show=show)
+            record = _run_epoch(model, optimizer, dataset, plan, settings, epoch, folder, validate, show=show,
+                                cache=cache)
             log(f"rank {rank} epoch {epoch}: loss {record.train_loss:.3f}, validation accuracy "
                 f"{record.validation.accuracy:.3f} ({record.seconds:.0f} s, {record.tokens_per_second:.0f} answer tokens/s)")
         history.append(record)
@@ -298,11 +308,11 @@ def train_rank(model, dataset, rank: int, plan: LoraPlan, work: Path, validate: 
 
 
 def _run_epoch(model, optimizer, dataset, plan: LoraPlan, settings: LoraSettings, epoch: int, folder: Path,
-               validate: Validate, *, show: bool) -> EpochRecord:
+               validate: Validate, *, show: bool, cache: FrozenCache | None = None) -> EpochRecord:
     started = time.perf_counter()
     model.train()
     reports = train_one_epoch(model, optimizer, dataset, plan, plan.seed * 1000 + settings.rank * 10 + epoch,
-                              folder.parent, show=show)
+                              folder.parent, show=show, cache=cache)
     model.eval()
     validation = validate()
     record = EpochRecord(settings.rank, epoch, reports.loss, validation, time.perf_counter() - started,
@@ -312,17 +322,22 @@ def _run_epoch(model, optimizer, dataset, plan: LoraPlan, settings: LoraSettings
 
 
 def train_lora(lm, dataset, plan: LoraPlan, work: Path, validate: Validate, out: Path, *,
-               show: bool = True, log: Callable[[str], None] = print) -> LoraResult:
+               show: bool = True, log: Callable[[str], None] = print, cached: bool = True) -> LoraResult:
     """Stage 1 (module docstring) on ``dataset`` (:func:`chat_dataset`): the chosen rank's best epoch written to
-    ``out`` as mlx-lm's adapter folder; the model is returned without LoRA layers (the folder's adapters are
+    ``out`` as mlx-lm's adapter folder (``cached``: the frozen blocks run once per row, lora_cached.py); the model is returned without LoRA layers (the folder's adapters are
     attached for the tasks' turns by :func:`mlx_sdm.lm.adapters.attach_adapters`)."""
     from mlx_lm.tuner.utils import remove_lora_layers
 
     history: list[EpochRecord] = []
-    for rank in plan.ranks:
-        history += train_rank(lm.model, dataset, rank, plan, work, validate, show=show, log=log)
-        if best_epoch(history).validation.accuracy >= plan.target_accuracy:
-            break
+    cache = FrozenCache(lm.model, dataset, plan.num_layers, work, log) if cached else None
+    try:
+        for rank in plan.ranks:
+            history += train_rank(lm.model, dataset, rank, plan, work, validate, show=show, log=log, cache=cache)
+            if best_epoch(history).validation.accuracy >= plan.target_accuracy:
+                break
+    finally:
+        if cache is not None:
+            cache.close()
     remove_lora_layers(lm.model)
     chosen = best_epoch(history)
     source = _epoch_dir(work, chosen.rank, chosen.epoch)

@@ -491,6 +491,8 @@ def run_task_finetune(args: TaskFinetuneArgs, *, log: Callable[[str], None] = pr
     baselines = with_stage(run, clock, "baselines", lambda: baseline_stage(lm, splits, run, reviewed)) \
         if args.baselines else []
     report = write_folder(lm, splits, instructions, lora, final, decode, [tuned] + baselines, run, clock, reviewed)
+    if not args.keep_work:
+        run.clean()
     return FinetuneOutcome(Path(args.out), lora, final, decode, baselines, report, clock)
 
 
