@@ -25,7 +25,7 @@ def tuned_folder(root, family: str = "llama"):
     from mlx_sdm.lm.adapters import file_sha256
     from mlx_sdm.lm.loading import load_model
     from mlx_sdm.network.coverage import TaskInstruction
-    from mlx_sdm.usecases.model_folder import ModelFolder
+    from mlx_sdm.usecases.model_folder import write_run_manifest
 
     base = save_tiny_family(root / "base", family)
     model, _ = load(str(base))
@@ -41,8 +41,9 @@ def tuned_folder(root, family: str = "llama"):
     (folder / "adapters" / "adapter_config.json").write_text(json.dumps(
         {"fine_tune_type": "lora", "num_layers": 2, "lora_parameters": settings}))
     lm = load_model(str(base))
-    ModelFolder(folder, str(base), lm.fingerprint, (TaskInstruction(WORD_INSTRUCTION, None, "words"),),
-                file_sha256(folder / "adapters" / "adapters.safetensors")).save()
+    write_run_manifest(folder, str(base), lm.fingerprint, (TaskInstruction(WORD_INSTRUCTION, None, "words"),),
+                       file_sha256(folder / "adapters" / "adapters.safetensors"), False, has_head=False,
+                       has_verifier=False, info={})
     return base, folder
 
 

@@ -79,7 +79,7 @@ def plan_growth(args: TaskFinetuneArgs) -> GrowthPlan:
     if not args.tasks:
         raise DataError("name at least one task: a .jsonl file of {\"prompt\", \"answer\": {field: value}} rows or a "
                         "shipped task", field="--task")
-    tasks = load_tasks(list(args.tasks))
+    tasks = load_tasks(list(args.tasks), args.columns)
     runs = tuple(replace(args, tasks=(t.path or t.name,), out=out / WORK_DIR / t.name) for t in tasks)
     check_instructions(tasks, existing)
     return GrowthPlan(out, existing, runs)

@@ -424,7 +424,7 @@ def prepare(args: TaskFinetuneArgs) -> Prepared:
     if len({i.instruction for i in instructions}) < len(instructions):
         raise DataError("two tasks start their prompts with the same instruction, so a question cannot be routed to "
                         "one of them: give each task its own instruction", field="--task")
-    check_output_folder(args.out, force=True, artifact_files=(MODEL_MANIFEST, f"{WORK_DIR}/run.json"))
+    check_output_folder(args.out, force=True, artifact_files=(MODEL_MANIFEST, WORK_DIR))
     hashes = {s.task.name: task_hash(s.task, reviewed.get(s.task.name)) for s in splits}
     return Prepared(splits, instructions, reviewed, args.identity(hashes))
 
