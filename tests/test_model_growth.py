@@ -236,3 +236,27 @@ def test_the_default_models_ship_copies_the_new_layout_without_its_work(grown, t
     for name in ("words", "sweet"):
         assert task_files(shipped, name) == task_files(grown / "tuned", name)
     assert set(load_components(str(shipped)).lm.adapters.sets) == {"words", "sweet"}
+
+
+def test_a_task_without_a_verifier_is_answered_with_its_adapters_and_left_unjudged(grown, tmp_path):
+    """A task whose run could build no verifier (the model never answered in its JSON) still answers its questions
+    with its own adapters and system prompt; the folder's verifier, which does not cover it, judges none of them."""
+    from mlx_sdm.network.verifier import DocumentVerifier
+    from mlx_sdm.turn.pipeline import TurnPipeline
+    from mlx_sdm.usecases.loading import load_components
+    from mlx_sdm.usecases.model_growth import joined_verifier
+
+    folder = tmp_path / "tuned"
+    shutil.copytree(grown / "tuned", folder)
+    words = DocumentVerifier.load(folder / "verifier" / "members" / "words")
+    shutil.rmtree(folder / "verifier")
+    joined_verifier({"words": words}, None).save(folder / "verifier")
+    shutil.copytree(grown / "tuned" / "verifier" / "members" / "words", folder / "verifier" / "members" / "words")
+    manifest = json.loads((folder / "mlx-sdm-model.json").read_text())
+    manifest["tasks"][1]["verifier"] = None
+    (folder / "mlx-sdm-model.json").write_text(json.dumps(manifest))
+    pipeline = TurnPipeline(load_components(str(folder)))
+    sweet = pipeline.plan([{"role": "user", "content": f"{SWEET_INSTRUCTION} WORD: pear 7"}])
+    assert sweet.adapted == "sweet" and not sweet.judge and sweet.route.system == manifest["tasks"][1]["system"]
+    words_plan = pipeline.plan([{"role": "user", "content": f"{WORD_INSTRUCTION} WORD: pear 7"}])
+    assert words_plan.adapted == "words" and words_plan.judge

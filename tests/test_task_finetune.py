@@ -411,6 +411,7 @@ def test_a_format_1_folder_still_loads_its_one_set_serving_all_its_tasks(tuned_l
     folder = read_model_folder(tuned_llama / "tuned")
     assert folder.format_version == 1 and [e.adapters for e in folder.entries] == ["adapters"]
     components = load_components(str(tuned_llama / "tuned"))
-    assert list(components.lm.adapters.sets) == ["adapters"] and components.verifier is not None
+    (only,) = components.lm.adapters.sets.values()
+    assert only.path == str(tuned_llama / "tuned" / "adapters") and components.verifier is not None
     question = [{"role": "user", "content": f"{WORD_INSTRUCTION} WORD: pear 7"}]
-    assert TurnPipeline(components).plan(question).adapted == "adapters"
+    assert TurnPipeline(components).plan(question).adapted == only.name
