@@ -147,12 +147,11 @@ def run_growth(args: TaskFinetuneArgs, *, log: Callable[[str], None] = print) ->
     from mlx_sdm.usecases.task_finetune import prepare, run_task_finetune
 
     plan = plan_growth(args)
-    for run in plan.runs:
-        prepare(run)  # every task's rows checked before the first one trains
+    identities = [prepare(run).identity for run in plan.runs]  # every task's rows checked before the first trains
     manifest, outcomes = plan.existing, {}
-    for run in plan.runs:
+    for run, identity in zip(plan.runs, identities):
         name = Path(run.out).name
-        fresh_work(plan, run, log)
+        fresh_work(plan, run, identity, log)
         log(f"task {name}: its own LoRA adapters, head and verifier ({run.out})")
         outcomes[name] = run_task_finetune(run, log=log)
         manifest = install_task(plan.out, manifest, name)
@@ -160,17 +159,15 @@ def run_growth(args: TaskFinetuneArgs, *, log: Callable[[str], None] = print) ->
     return GrowthOutcome(plan.out, manifest, outcomes)
 
 
-def fresh_work(plan: GrowthPlan, run: TaskFinetuneArgs, log: Callable[[str], None]) -> None:
+def fresh_work(plan: GrowthPlan, run: TaskFinetuneArgs, identity: dict[str, Any], log: Callable[[str], None]) -> None:
     """A task's work folder as its run may use it: an unfinished run with these rows and settings resumes; the
     finished run the folder installed (a task named again: retrained) or one with other rows or settings is
     cleared, so the task trains anew."""
-    from mlx_sdm.usecases.task_finetune import prepare
-
     work, name = Path(run.out), Path(run.out).name
     if not work.is_dir():
         return
     stored = FinetuneRun(run).read_record("run") or {}
-    same = stored.get("identity") == json.loads(json.dumps(prepare(run).identity, default=str))
+    same = stored.get("identity") == json.loads(json.dumps(identity, default=str))
     finished = (work / MODEL_MANIFEST).is_file()
     installed = plan.existing is not None and plan.existing.entry(name) is not None
     if same and not (finished and installed):
