@@ -188,6 +188,22 @@ def test_naming_a_task_the_folder_has_retrains_it_alone(grown, tmp_path):
     assert any("task words: retrained" in line for line in lines)
 
 
+def test_the_same_command_again_trains_nothing_and_changes_no_tasks_files(grown, tmp_path):
+    """Each task's run is its own: the command run again (after a stop, or after it finished) keeps every finished
+    task's run as it is and trains none again."""
+    from mlx_sdm.usecases.model_growth import run_growth
+
+    folder = tmp_path / "tuned"
+    shutil.copytree(grown / "tuned", folder)
+    before = {name: task_files(folder, name) for name in ("words", "sweet")}
+    lines: list[str] = []
+    outcome = run_growth(quick_args([grown / "words.jsonl", grown / "sweet.jsonl"], folder, grown / "base"),
+                         log=lines.append)
+    assert outcome.runs == {} and [e.name for e in outcome.manifest.entries] == ["words", "sweet"]
+    assert sum("is finished" in line for line in lines) == 2
+    assert {name: task_files(folder, name) for name in ("words", "sweet")} == before
+
+
 def _cli(argv, capsys) -> tuple[int, str]:
     from mlx_sdm.cli import main
 
