@@ -188,6 +188,22 @@ def test_naming_a_task_the_folder_has_retrains_it_alone(grown, tmp_path):
     assert any("task words: retrained" in line for line in lines)
 
 
+def test_the_same_command_again_trains_nothing_and_changes_no_tasks_files(grown, tmp_path):
+    """Each task's run is its own: the command run again (after a stop, or after it finished) keeps every finished
+    task's run as it is and trains none again."""
+    from mlx_sdm.usecases.model_growth import run_growth
+
+    folder = tmp_path / "tuned"
+    shutil.copytree(grown / "tuned", folder)
+    before = {name: task_files(folder, name) for name in ("words", "sweet")}
+    lines: list[str] = []
+    outcome = run_growth(quick_args([grown / "words.jsonl", grown / "sweet.jsonl"], folder, grown / "base"),
+                         log=lines.append)
+    assert outcome.runs == {} and [e.name for e in outcome.manifest.entries] == ["words", "sweet"]
+    assert sum("is finished" in line for line in lines) == 2
+    assert {name: task_files(folder, name) for name in ("words", "sweet")} == before
+
+
 def _cli(argv, capsys) -> tuple[int, str]:
     from mlx_sdm.cli import main
 
@@ -236,3 +252,27 @@ def test_the_default_models_ship_copies_the_new_layout_without_its_work(grown, t
     for name in ("words", "sweet"):
         assert task_files(shipped, name) == task_files(grown / "tuned", name)
     assert set(load_components(str(shipped)).lm.adapters.sets) == {"words", "sweet"}
+
+
+def test_a_task_without_a_verifier_is_answered_with_its_adapters_and_left_unjudged(grown, tmp_path):
+    """A task whose run could build no verifier (the model never answered in its JSON) still answers its questions
+    with its own adapters and system prompt; the folder's verifier, which does not cover it, judges none of them."""
+    from mlx_sdm.network.verifier import DocumentVerifier
+    from mlx_sdm.turn.pipeline import TurnPipeline
+    from mlx_sdm.usecases.loading import load_components
+    from mlx_sdm.usecases.model_growth import joined_verifier
+
+    folder = tmp_path / "tuned"
+    shutil.copytree(grown / "tuned", folder)
+    words = DocumentVerifier.load(folder / "verifier" / "members" / "words")
+    shutil.rmtree(folder / "verifier")
+    joined_verifier({"words": words}, None).save(folder / "verifier")
+    shutil.copytree(grown / "tuned" / "verifier" / "members" / "words", folder / "verifier" / "members" / "words")
+    manifest = json.loads((folder / "mlx-sdm-model.json").read_text())
+    manifest["tasks"][1]["verifier"] = None
+    (folder / "mlx-sdm-model.json").write_text(json.dumps(manifest))
+    pipeline = TurnPipeline(load_components(str(folder)))
+    sweet = pipeline.plan([{"role": "user", "content": f"{SWEET_INSTRUCTION} WORD: pear 7"}])
+    assert sweet.adapted == "sweet" and not sweet.judge and sweet.route.system == manifest["tasks"][1]["system"]
+    words_plan = pipeline.plan([{"role": "user", "content": f"{WORD_INSTRUCTION} WORD: pear 7"}])
+    assert words_plan.adapted == "words" and words_plan.judge

@@ -407,3 +407,19 @@ def test_the_review_bench_reviews_only_unused_rows_and_finetune_reads_its_edits_
         found = reviewed_rows(store.review_queue.training_rows(), [task])[task.name]
     assert sorted((i.prompt, i.gold) for i in found.gold) == sorted((i.prompt, i.gold) for i in items)
     assert found.wrong == ()  # answers not in the task's JSON are no known-wrong answers
+
+
+def test_a_format_1_folder_still_loads_its_one_set_serving_all_its_tasks(tuned_llama):
+    """What one task's run writes (and mlx-sdm wrote before folders grew): format 1, one adapter set, head and
+    verifier for all its tasks; it loads as it is."""
+    from mlx_sdm.turn.pipeline import TurnPipeline
+    from mlx_sdm.usecases.loading import load_components
+    from mlx_sdm.usecases.model_folder import read_model_folder
+
+    folder = read_model_folder(tuned_llama / "tuned")
+    assert folder.format_version == 1 and [e.adapters for e in folder.entries] == ["adapters"]
+    components = load_components(str(tuned_llama / "tuned"))
+    (only,) = components.lm.adapters.sets.values()
+    assert only.path == str(tuned_llama / "tuned" / "adapters") and components.verifier is not None
+    question = [{"role": "user", "content": f"{WORD_INSTRUCTION} WORD: pear 7"}]
+    assert TurnPipeline(components).plan(question).adapted == only.name

@@ -46,7 +46,7 @@ Your task, one command (--task FILE.jsonl ... --out DIR):
   reports/TASK/ and mlx-sdm-model.json: mlx-sdm chat --model DIR / serve --model DIR / generate --model DIR
   "..." use it; a task's adapters answer the questions of that task, every other turn is the plain model's.
   --out at a finished folder adds the named tasks to it (its other tasks' files are left as they are); naming
-  a task it has retrains that task alone.
+  a task it has, with other rows, --seed or settings, retrains that task alone.
   Task-run keys (flags or YAML): {", ".join(TASK_KEYS)}.
 
 Alg. 4 alone (--config FILE.yaml with data:, no task): the LM's output head is cloned into a frozen negative

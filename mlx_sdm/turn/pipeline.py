@@ -138,7 +138,7 @@ class TurnPipeline:
             seen = ours + without_task_exchanges(list(messages))
         judged = ([seen[0]] if seen and seen[0].get("role") == "system" else []) + [question]
         judge = self.components.verifier is not None and route.how is not RouteKind.NO_CHECKABLE_ANSWER and (
-            route.matched or route.open_question or not self._routes_tasks())
+            route.matched or route.open_question or not self._routes_tasks()) and not _unjudged_task(route)
         adapters = self.components.lm.adapters
         adapted = adapters.serves(route.instruction) if adapters is not None and route.matched else None
         return TurnPlan(route, seen, judged, self._head_for(question["content"]), judge, adapted)
@@ -162,8 +162,13 @@ class TurnPipeline:
         verifier = self.components.verifier
         route = verifier.route(question, previous_user_text(messages)) if verifier is not None else TaskRoute()
         tasks = self.components.head_tasks or self.components.adapted_tasks
-        if route.matched or self._routes_tasks() or not tasks:
+        if route.matched or not tasks:
             return route
+        if self._routes_tasks():  # a task of the model's its verifier does not judge (none could be built for it):
+            tasks = self.components.adapted_tasks  # answered as that task, with its adapters, and not judged
+            index = match_instruction([t.instruction for t in tasks], question)
+            return route if index is None else TaskRoute(tasks[index].system, None, tasks[index].instruction,
+                                                         kind=RouteKind.NOT_COVERED)
         index = match_instruction([t.instruction for t in tasks], question)
         return route if index is None else TaskRoute(tasks[index].system, None, tasks[index].instruction)
 
@@ -359,7 +364,7 @@ class TurnPipeline:
         answer, batched by the judged unit's delimiter; None where there is nothing to read (no judgement, an
         empty answer, or nothing left of it once tokenised, e.g. only special tokens)."""
         out: list[np.ndarray | None] = [None] * len(plans)
-        by_reading: dict[tuple[str, bool], list[int]] = {}
+        by_reading: dict[tuple[str, str | None], list[int]] = {}
         for i, (plan, text) in enumerate(zip(plans, completions)):
             if plan.judge and text.strip():
                 by_reading.setdefault((self._delimiter_for(plan.route), plan.adapted), []).append(i)
@@ -556,7 +561,7 @@ class TurnPipeline:
         answers); None (greedy, or ``options.temperature``: a regenerated answer) for task and everyday turns."""
         if options.temperature > 0 or plan.judge or self.components.verifier is None:
             return None
-        writing = plan.route.how in (RouteKind.NO_CHECKABLE_ANSWER, RouteKind.NOT_COVERED)
+        writing = plan.route.how in (RouteKind.NO_CHECKABLE_ANSWER, RouteKind.NOT_COVERED) and not plan.route.matched
         return WRITING if writing else None
 
     def _generate(self, plan: TurnPlan, options: TurnOptions, stop: threading.Event, prefix: PrefixCache | None,
@@ -651,3 +656,8 @@ def _previous_answer(messages: Sequence[ChatMessage]) -> str:
         if message.get("role") == "assistant":
             return str(message.get("content") or "").strip()
     return ""
+
+
+def _unjudged_task(route: TaskRoute) -> bool:
+    """A question of one of the model's fine-tuned tasks that the loaded verifier does not cover (``_route``)."""
+    return route.matched and route.kind is RouteKind.NOT_COVERED

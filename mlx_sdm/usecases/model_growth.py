@@ -13,8 +13,9 @@ then installed into the folder:
 
 and the manifest is written again, listing the folder's other tasks as they were and this one. So every other
 task's files are never rewritten (only the verifier's top level, which routes a question to its task's member, is
-made again), ``--out`` at a finished folder adds the named tasks to it, and naming a task it has retrains that task
-alone. A run never drops a task: the manifest lists every task the folder had and every task installed.
+made again), ``--out`` at a finished folder adds the named tasks to it, and naming a task it has with other rows,
+seed or settings retrains that task alone (with the same ones its finished run is kept: it would train the same
+adapters). A run never drops a task: the manifest lists every task the folder had and every task installed.
 
 ``--out`` is refused, before anything is written, at a folder fine-tuned on another base model, at a format-1
 folder (one adapter set for all its tasks: rebuild it), and at a folder that is not a model folder.
@@ -147,37 +148,38 @@ def run_growth(args: TaskFinetuneArgs, *, log: Callable[[str], None] = print) ->
     from mlx_sdm.usecases.task_finetune import prepare, run_task_finetune
 
     plan = plan_growth(args)
-    for run in plan.runs:
-        prepare(run)  # every task's rows checked before the first one trains
+    identities = [prepare(run).identity for run in plan.runs]  # every task's rows checked before the first trains
     manifest, outcomes = plan.existing, {}
-    for run in plan.runs:
+    for run, identity in zip(plan.runs, identities):
         name = Path(run.out).name
-        fresh_work(plan, run, log)
-        log(f"task {name}: its own LoRA adapters, head and verifier ({run.out})")
-        outcomes[name] = run_task_finetune(run, log=log)
+        if not finished_work(plan, run, identity, log):
+            log(f"task {name}: its own LoRA adapters, head and verifier ({run.out})")
+            outcomes[name] = run_task_finetune(run, log=log)
         manifest = install_task(plan.out, manifest, name)
     assert manifest is not None
     return GrowthOutcome(plan.out, manifest, outcomes)
 
 
-def fresh_work(plan: GrowthPlan, run: TaskFinetuneArgs, log: Callable[[str], None]) -> None:
-    """A task's work folder as its run may use it: an unfinished run with these rows and settings resumes; the
-    finished run the folder installed (a task named again: retrained) or one with other rows or settings is
-    cleared, so the task trains anew."""
-    from mlx_sdm.usecases.task_finetune import prepare
-
+def finished_work(plan: GrowthPlan, run: TaskFinetuneArgs, identity: dict[str, Any],
+                  log: Callable[[str], None]) -> bool:
+    """Whether a task's work folder holds its finished run with these rows and settings (True: installed as it is,
+    not trained again: the same command after a stop goes on with the next task, and a retrain with the same rows,
+    seed and settings would make the same adapters). An unfinished run with them resumes; a run with other rows or
+    settings (the task retrained with them) is cleared, so the task trains anew."""
     work, name = Path(run.out), Path(run.out).name
     if not work.is_dir():
-        return
+        return False
     stored = FinetuneRun(run).read_record("run") or {}
-    same = stored.get("identity") == json.loads(json.dumps(prepare(run).identity, default=str))
-    finished = (work / MODEL_MANIFEST).is_file()
+    if stored.get("identity") == json.loads(json.dumps(identity, default=str)):
+        finished = (work / MODEL_MANIFEST).is_file()
+        if finished:
+            log(f"task {name}: its run with these rows and settings is finished ({work}); kept as it is")
+        return finished
     installed = plan.existing is not None and plan.existing.entry(name) is not None
-    if same and not (finished and installed):
-        return  # resumed (or installed now, if it finished before the folder's manifest was written)
-    log(f"task {name}: {'retrained' if installed else 'its earlier unfinished run had other rows or settings'}; "
-        "its work folder starts again")
+    log(f"task {name}: {'retrained with other' if installed else 'its earlier unfinished run had other'} rows or "
+        "settings; its work folder starts again")
     shutil.rmtree(work)
+    return False
 
 
 # ----------------------------------------------------------------------------------------- installing a task

@@ -10,6 +10,7 @@ with task accuracy, answers in the JSON and the fraction verified, per task and 
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 
 import mlx_sdm  # noqa: F401  (the fast BLAS before mlx)
@@ -34,20 +35,24 @@ def today(rows: int, cache: Path):
     return Variant("today (plain + shipped head)", outcomes, verifier)
 
 
-def tuned(folder: Path, rows: int, cache: Path):
-    """The fine-tuned folder as the chat loads it: adapters on for the suite's turns, its head where it decodes."""
+def tuned(folder: Path, rows: int, cache: Path) -> list:
+    """The fine-tuned folder as the chat loads it: each task's adapters in for its turns, its head where it decodes;
+    one variant per task, judged by the verifier member that judges that task."""
     from mlx_sdm.usecases.finetune_plan import Variant
     from mlx_sdm.usecases.loading import load_components
 
     components = load_components(str(folder))
-    decodes = {t.name for t in components.head_tasks or ()}
-    with components.lm.adapters.use(True):
-        outcomes = answer(components.lm, rows, cache, head_for=lambda name: components.head if name in decodes else None,
-                          head_tag=str(components.head_path))
-    return Variant(f"fine-tuned ({folder.name})", outcomes, components.verifier)
+    adapters, verifier = components.lm.adapters, components.verifier
+    heads = {t.name: head for t, head in components.task_heads}
+    heads.update({t.name: components.head for t in components.head_tasks or ()})
+    outcomes = answer(components.lm, rows, cache, head_for=heads.get, head_tag=str(folder),
+                      weights_for=lambda task: adapters.use(adapters.serves(task.prompt_prefix.strip())))
+    several = verifier is not None and len(verifier.recipe.task_systems) > 1
+    judges = {name: verifier.member_for(name) if several else verifier for name in outcomes}
+    return [Variant(f"fine-tuned ({folder.name})", {name: outcome}, judges[name]) for name, outcome in outcomes.items()]
 
 
-def answer(lm, rows: int, cache: Path, *, head_for, head_tag: str) -> dict:
+def answer(lm, rows: int, cache: Path, *, head_for, head_tag: str, weights_for=None) -> dict:
     """Every suite task's held-out and shifted rows answered (greedy, the task's system prompt, batched, cached)."""
     from mlx_sdm.network.tasks.answers import AnswerSettings, answer_items
     from mlx_sdm.network.tasks.registry import load_tasks
@@ -58,8 +63,9 @@ def answer(lm, rows: int, cache: Path, *, head_for, head_tag: str) -> dict:
         head = head_for(task.name)
         settings = AnswerSettings(DEFAULT_MAX_TOKENS, cache_dir=cache, head_tag=head_tag if head is not None else "")
         settings = settings.for_task(task)
-        held = answer_items(lm, task, task.split("held_out", size=rows), settings, head=head)
-        shifted = answer_items(lm, task, task.split("shifted", size=rows), settings, head=head)
+        with weights_for(task) if weights_for is not None else contextlib.nullcontext():  # the task's adapters
+            held = answer_items(lm, task, task.split("held_out", size=rows), settings, head=head)
+            shifted = answer_items(lm, task, task.split("shifted", size=rows), settings, head=head)
         out[task.name] = TaskOutcome(task, [], held, shifted)
     return out
 
@@ -72,8 +78,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=100, help="held-out and shifted rows per task")
     parser.add_argument("--cache", default="build/suite-before-after.cache")
     args = parser.parse_args()
-    scores = score_variant(today(args.rows, Path(args.cache))) + score_variant(tuned(Path(args.folder), args.rows,
-                                                                                      Path(args.cache)))
+    scores = score_variant(today(args.rows, Path(args.cache))) + [
+        s for variant in tuned(Path(args.folder), args.rows, Path(args.cache)) for s in score_variant(variant)]
     print("| task, split (rows) | model | JSON | task accuracy | verified (right) | y=0 | y=1 | ŷ=0 | ŷ=1 | marginal |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for s in sorted(scores, key=lambda s: (SUITE.index(s.task), s.split != "held-out")):
