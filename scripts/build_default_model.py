@@ -8,7 +8,8 @@ majority answer on the held-out rows.
     .venv/bin/python scripts/build_default_model.py --minutes 100    # start no task after 100 minutes
     .venv/bin/python scripts/build_default_model.py --status         # what is shipped, decided, in progress
 
-A task runs in ``build/default-model/`` (a model folder of its own, ignored by git). Its checkpoints (LoRA's
+A task runs in ``build/default-model/<task>/`` (a model folder of its own, ignored by git; tasks may build side by
+side). Its checkpoints (LoRA's
 finished epochs with Adam's state, the run's records: a few MB) are copied to ``build-state/smollm2-tuned/<task>/``
 and committed as each lands, so a sitting that ends mid-task continues in the next one, on another machine: a
 task whose run folder is gone starts from its committed checkpoint. A finished task is judged against the bars
@@ -26,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import mlx_sdm  # noqa: F401  (the fast BLAS before mlx)
@@ -51,13 +53,21 @@ SHARED_MEMBER = ("open_questions", "smollm2-suite/members/open_questions")
 KEPT = ("run.json", "clock.json", "lora.json", "lora")
 
 
-def git(*args: str) -> None:
-    subprocess.run(["git", "-C", str(ROOT), *args], check=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def git(*args: str) -> bool:
+    return subprocess.run(["git", "-C", str(ROOT), *args], check=False, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode == 0
 
 
-def commit(paths: list[Path], message: str) -> None:
-    git("add", "-A", "--", *[str(p.relative_to(ROOT)) for p in paths])
-    git("commit", "-q", "-m", message, "--", *[str(p.relative_to(ROOT)) for p in paths])
+def commit(paths: list[Path], message: str, tries: int = 5) -> None:
+    """Commit ``paths`` only (another build or a person may be committing too: a locked index is tried again)."""
+    names = [str(p.relative_to(ROOT)) for p in paths if p.exists()]
+    for attempt in range(tries):
+        if git("add", "-A", "--", *names) and git("commit", "-q", "-m", message, "--", *names):
+            return
+        if not git("diff", "--cached", "--quiet", "--", *names) or (ROOT / ".git" / "index.lock").exists():
+            time.sleep(2 + attempt)
+            continue
+        return  # nothing to commit
 
 
 def read_decisions() -> dict:
@@ -71,9 +81,14 @@ def write_decisions(decisions: dict) -> None:
 
 
 # ----------------------------------------------------------------------------------------- checkpoints
+def out_dir(task: str) -> Path:
+    """The task's own model folder in the build folder (one per task, so tasks may build side by side)."""
+    return WORK / task
+
+
 def run_dir(task: str) -> Path:
-    """The task's run inside the build folder (``finetune --out WORK`` puts it at WORK/.work/<task>)."""
-    return WORK / ".work" / task
+    """The task's run (``finetune --out DIR`` puts it at DIR/.work/<task>)."""
+    return out_dir(task) / ".work" / task
 
 
 def save_checkpoint(task: str) -> bool:
@@ -209,7 +224,7 @@ def build_task(task: str, extra: list[str]) -> dict:
     watcher.start()
     started = time.time()
     try:
-        subprocess.run([sys.executable, "-m", "mlx_sdm", "finetune", "--task", task, "--out", str(WORK),
+        subprocess.run([sys.executable, "-m", "mlx_sdm", "finetune", "--task", task, "--out", str(out_dir(task)),
                         "--keep-work", *RUN_FLAGS, *extra], check=True)
     finally:
         done.set()
@@ -217,14 +232,29 @@ def build_task(task: str, extra: list[str]) -> dict:
     if save_checkpoint(task):
         commit([STATE / task], f"default model build: {task} checkpoint")
     decision = {**judge(task), "minutes": round((time.time() - started) / 60, 1)}
-    if decision["ships"]:
-        install(task)
-    decisions = read_decisions()
-    decisions[task] = decision
-    write_decisions(decisions)
-    commit([SHIPPED, DECISIONS], f"default model build: {task} {'shipped' if decision['ships'] else 'not shipped'} "
-                                 f"({decision['why']})")
+    with installing():
+        if decision["ships"]:
+            install(task)
+        decisions = read_decisions()
+        decisions[task] = decision
+        write_decisions(decisions)
+        commit([SHIPPED, DECISIONS], f"default model build: {task} {'shipped' if decision['ships'] else 'not shipped'}"
+                                     f" ({decision['why']})")
     return decision
+
+
+@contextmanager
+def installing():
+    """One installer at a time (tasks may build side by side; the shipped folder and the decisions are shared)."""
+    import fcntl
+
+    WORK.mkdir(parents=True, exist_ok=True)
+    with open(WORK / "install.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def status() -> None:
