@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from mlx_sdm.calibration.fit_config import FitConfig
-from mlx_sdm.usecases.label_formulation import (NO_CLASS, AnswerJudgement, ClassRows, class_index, cross_fitted,
-                                                fit_on_rows, fit_probe_baselines, fold_index, halves, judge_labels)
+from mlx_sdm.network.label_member import NO_CLASS, class_index
+from mlx_sdm.usecases.label_formulation import (AnswerJudgement, ClassRows, cross_fitted, fit_on_rows,
+                                                fit_probe_baselines, fold_index, halves, judge_labels)
 
 
 def rows(n: int, classes: int, seed: int, *, wrong_share: float = 0.0, spread: float = 0.35) -> ClassRows:

@@ -33,7 +33,7 @@ from mlx_sdm.calibration.constants import ALPHA_PRIME
 from mlx_sdm.calibration.data import LabelledSet
 from mlx_sdm.calibration.evaluation import Row, table_row
 from mlx_sdm.calibration.fit_config import FitConfig
-from mlx_sdm.network.label_member import NO_CLASS, class_index
+from mlx_sdm.network.label_member import class_index
 
 #: The answer-level view's classes: the answer is wrong (0) or right (1).
 WRONG, RIGHT = 0, 1
