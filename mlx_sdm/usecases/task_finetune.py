@@ -181,7 +181,7 @@ class WrongAnswers:
 
 
 def fit_variant(lm, variant: Variant, splits: Sequence[TaskSplit], args: TaskFinetuneArgs, *, adapted: bool,
-                known_wrong: Sequence = ()) -> Variant:
+                known_wrong: Sequence = (), labels: bool = True) -> Variant:
     """The verifier on this variant's own answers: D_tr its answers to the LoRA training rows (``variant.trained``)
     plus ``known_wrong`` (answers a person rejected) → Alg. 1–2; D_ca its answers to the verifier rows → Alg. 3.
     Each task's part of either set is topped up to the wrong-answer share :func:`choose_wrong_share` picks on D_ca.
@@ -211,6 +211,8 @@ def fit_variant(lm, variant: Variant, splits: Sequence[TaskSplit], args: TaskFin
     except DataError as exc:
         return replace(variant, verifier=None, why=exc.detail, constructed=constructed, digest=digest,
                        wrong_share=choice)
+    if not labels:  # the answer formulation alone (scripts/bench/verifier_formulations.py compares the two)
+        return replace(variant, verifier=verifier, why=None, constructed=constructed, digest=digest, wrong_share=choice)
     judges = with_label_members(lm, verifier, kept, halves, bank, choice.share, args, known_wrong)
     return replace(variant, verifier=judges.verifier, why=None, constructed=constructed, digest=digest,
                    wrong_share=choice, formulations=judges.choices, held_out_judged=judges.held_out)

@@ -111,9 +111,12 @@ def main() -> None:
         seconds[name] = time.perf_counter() - started
         judged[name] = {"held_out": describe(held_j, alpha),
                         "shifted": describe(shifted_j, alpha) if len(shifted) else None}
+        h = judged[name]["held_out"]
+        print(f"{name}: held-out {h['verified']}/{h['rows']} verified, {h['verified_wrong']} wrong "
+              f"({'holds' if h['holds'] else 'BROKEN'}); {seconds[name]:.0f} s", flush=True)
 
     def answer_formulation():
-        variant = fit_variant(lm, Variant("LoRA", outcomes, trained=trained), splits, targs, adapted=True)
+        variant = fit_variant(lm, Variant("LoRA", outcomes, trained=trained), splits, targs, adapted=True, labels=False)
         est = variant.verifier.estimator
         return (judge_answers(est, held.features, held.right),
                 judge_answers(est, shifted.features, shifted.right) if len(shifted) else None)
