@@ -58,9 +58,13 @@ def git(*args: str) -> bool:
                           stderr=subprocess.DEVNULL).returncode == 0
 
 
+def tracked(path: Path) -> bool:
+    return git("ls-files", "--error-unmatch", str(path.relative_to(ROOT)))
+
+
 def commit(paths: list[Path], message: str, tries: int = 5) -> None:
     """Commit ``paths`` only (another build or a person may be committing too: a locked index is tried again)."""
-    names = [str(p.relative_to(ROOT)) for p in paths if p.exists()]
+    names = [str(p.relative_to(ROOT)) for p in paths if p.exists() or tracked(p)]
     for attempt in range(tries):
         if git("add", "-A", "--", *names) and git("commit", "-q", "-m", message, "--", *names):
             return
@@ -238,8 +242,9 @@ def build_task(task: str, extra: list[str]) -> dict:
         decisions = read_decisions()
         decisions[task] = decision
         write_decisions(decisions)
-        commit([SHIPPED, DECISIONS], f"default model build: {task} {'shipped' if decision['ships'] else 'not shipped'}"
-                                     f" ({decision['why']})")
+        shutil.rmtree(STATE / task, ignore_errors=True)  # decided: its checkpoints are history, not needed to go on
+        commit([SHIPPED, DECISIONS, STATE / task], f"default model build: {task} "
+                                                   f"{'shipped' if decision['ships'] else 'not shipped'} ({decision['why']})")
     return decision
 
 
