@@ -32,16 +32,20 @@ if TYPE_CHECKING:  # MLX types: the UI imports the turn's values without loading
 @dataclass
 class PrefixCache:
     """A session's KV cache after its last answer: ``ids`` are the token ids it holds (its offset is
-    ``len(ids)``) and ``hidden_sum`` the float64 sum of their final normed hidden states."""
+    ``len(ids)``), ``hidden_sum`` the float64 sum of their final normed hidden states and ``weights`` the
+    weights that computed them (``LoadedModel.weights_tag``: "" for the base model, else the adapter set on)."""
 
     cache: list
     ids: list[int]
     hidden_sum: np.ndarray
+    weights: str = ""
 
-    def usable_for(self, full_ids: list[int]) -> bool:
+    def usable_for(self, full_ids: list[int], weights: str) -> bool:
+        """The cache serves a prompt that extends its tokens, read by the weights that made it (a LoRA set changes
+        the keys and values of the blocks it adapts, so a cache made with it serves no turn without it)."""
         n = len(self.ids)
         offset = getattr(self.cache[0], "offset", None) if self.cache else None
-        return 0 < n < len(full_ids) and offset == n and full_ids[:n] == self.ids
+        return 0 < n < len(full_ids) and offset == n and full_ids[:n] == self.ids and weights == self.weights
 
 
 @dataclass
@@ -216,7 +220,8 @@ class _Start:
            prefix: PrefixCache | None) -> "_Start":
         from mlx_lm.models.cache import make_prompt_cache
 
-        if keep_cache and prefix is not None and prefix.usable_for(full_ids) and len(full_ids) + max_tokens < lm.max_context:
+        if (keep_cache and prefix is not None and prefix.usable_for(full_ids, lm.weights_tag)
+                and len(full_ids) + max_tokens < lm.max_context):
             return cls(prefix.cache, len(prefix.ids), prefix.hidden_sum, full_ids[len(prefix.ids):])
         return cls(make_prompt_cache(lm.model) if keep_cache else None, 0, None, full_ids)
 
@@ -295,7 +300,8 @@ def _kept_cache(lm: LoadedModel, full_ids: list[int], start: _Start, ids: list[i
     if (vector is not None and covered == span and offset >= span and not result.truncated_prompt_tokens
             and can_trim_prompt_cache(cache)):
         hidden = vector.shape[0] // 2
-        next_prefix = PrefixCache(cache=cache, ids=held[:span], hidden_sum=vector[:hidden].astype(np.float64) * covered)
+        next_prefix = PrefixCache(cache=cache, ids=held[:span], hidden_sum=vector[:hidden].astype(np.float64) * covered,
+                                  weights=lm.weights_tag)
     return cache, held[:offset], next_prefix
 
 
