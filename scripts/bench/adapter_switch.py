@@ -50,20 +50,29 @@ def main() -> None:
     from mlx_sdm.turn.values import TurnOptions
 
     options = TurnOptions(max_tokens=24, enable_p_true=False)
-    medians = {}
-    for mode, (round_, measured) in MODES.items():
-        chat, firsts = Chat(TurnPipeline(components), options), []
-        for i in range(args.turns):
-            for kind in round_:
-                question = asked[i % len(asked)] if kind == "T" else EVERYDAY[i % len(EVERYDAY)]
-                outcome = chat.turn(question)
-                if kind == measured and i:
-                    firsts.append(outcome.first_token_s)
-        medians[mode] = statistics.median(firsts)
-        print(f"first token, {mode}: median {medians[mode] * 1e3:.0f} ms ({len(firsts)} turns)")
+    medians = {mode: _first_tokens(Chat(TurnPipeline(components), options), mode, args.turns, asked) for mode in MODES}
     print(f"ratio everyday after task / after everyday: "
           f"{medians['everyday after task'] / medians['everyday after everyday']:.2f}; "
           f"task after everyday / after task: {medians['task after everyday'] / medians['task after task']:.2f}")
+
+
+def _first_tokens(chat: "Chat", mode: str, turns: int, asked: list[str]) -> float:
+    """One conversation of ``turns`` rounds of ``mode``; prints and returns the measured turns' median first token
+    (s), with the prompt tokens they prefilled and read from the cache (what explains a difference)."""
+    round_, measured = MODES[mode]
+    firsts, fed, cached = [], [], []
+    for i in range(turns):
+        for kind in round_:
+            outcome = chat.turn(asked[i % len(asked)] if kind == "T" else EVERYDAY[i % len(EVERYDAY)])
+            if kind == measured and i:
+                answer = outcome.answer
+                firsts.append(outcome.first_token_s)
+                fed.append(answer.prompt_tokens - answer.reused_tokens)
+                cached.append(answer.reused_tokens)
+    median = statistics.median(firsts)
+    print(f"first token, {mode}: median {median * 1e3:.0f} ms ({len(firsts)} turns; on average "
+          f"{statistics.mean(fed):.0f} prompt tokens prefilled, {statistics.mean(cached):.0f} from the cache)")
+    return median
 
 
 def _components(args, turns: int):
