@@ -364,7 +364,7 @@ class TurnPipeline:
         answer, batched by the judged unit's delimiter; None where there is nothing to read (no judgement, an
         empty answer, or nothing left of it once tokenised, e.g. only special tokens)."""
         out: list[np.ndarray | None] = [None] * len(plans)
-        by_reading: dict[tuple[str, bool], list[int]] = {}
+        by_reading: dict[tuple[str, str | None], list[int]] = {}
         for i, (plan, text) in enumerate(zip(plans, completions)):
             if plan.judge and text.strip():
                 by_reading.setdefault((self._delimiter_for(plan.route), plan.adapted), []).append(i)
