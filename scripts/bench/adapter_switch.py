@@ -10,6 +10,7 @@ after an everyday turn, and a task turn prefills its own prompt whatever came be
     .venv/bin/python scripts/bench/adapter_switch.py --model weights/smollm2-tuned --turns 6
     .venv/bin/python scripts/bench/adapter_switch.py --adapters DIR/adapters/bbc_topic --task bbc_topic --turns 4
 
+``--follow-ups``: everyday questions that lean on the turn before (see FOLLOW_UPS), in place of standalone ones.
 ``--model``: a fine-tuned model folder (its first adapted task, asked with its verifier's example prompt);
 ``--adapters`` + ``--task``: one shipped task's adapter folder (what ``mlx-sdm finetune --task`` writes) on the
 embedded SmolLM2, asked with the task's first held-out prompt.
@@ -23,8 +24,18 @@ import time
 
 import mlx_sdm  # noqa: F401  (the fast BLAS before mlx)
 
-EVERYDAY = ["What is the capital of Japan?", "And what is its population?", "Name a famous temple there.",
-            "What food is it known for?", "What is the weather like in spring?", "How do I get there from Osaka?"]
+#: Everyday questions that stand alone (``leans_on_previous`` reads none as a follow-up), so an everyday turn reads
+#: the same conversation after a task turn as after an everyday one (``without_task_exchanges`` leaves the task
+#: exchanges out): what differs is the switch alone.
+EVERYDAY = ["What is the capital of Japan?", "What is the population of Tokyo?", "Name a famous temple in Kyoto.",
+            "What food is Osaka known for?", "What is the weather like in Tokyo in spring?",
+            "How do I get from Osaka to Kyoto?"]
+#: ``--follow-ups``: questions that lean on the turn before. After a task turn such a question reads that task's
+#: exchange too (new tokens to prefill), and the next turn leaves it out again, so the conversation as the model
+#: reads it no longer starts with the cached tokens and is prefilled whole: a cost of the conversation's rendering,
+#: not of the switch.
+FOLLOW_UPS = ["What is the capital of Japan?", "And what is its population?", "Name a famous temple there.",
+              "What food is it known for?", "What is the weather like in spring?", "How do I get there from Osaka?"]
 #: What each mode's conversation asks in a round ("E": an everyday question, "T": a task question) and which of its
 #: turns' first tokens it measures (from the second round on: the first everyday turn has no cache to reuse).
 MODES = {
@@ -41,6 +52,7 @@ def main() -> None:
     parser.add_argument("--adapters", help="one task's adapter folder, on the embedded SmolLM2 (with --task)")
     parser.add_argument("--task", help="the shipped task the --adapters folder answers")
     parser.add_argument("--turns", type=int, default=6, help="rounds per mode")
+    parser.add_argument("--follow-ups", action="store_true", help="everyday questions that lean on the turn before")
     args = parser.parse_args()
     if bool(args.model) == bool(args.adapters) or bool(args.adapters) != bool(args.task):
         parser.error("give --model DIR, or --adapters DIR with --task NAME")
@@ -50,20 +62,22 @@ def main() -> None:
     from mlx_sdm.turn.values import TurnOptions
 
     options = TurnOptions(max_tokens=24, enable_p_true=False)
-    medians = {mode: _first_tokens(Chat(TurnPipeline(components), options), mode, args.turns, asked) for mode in MODES}
+    everyday = FOLLOW_UPS if args.follow_ups else EVERYDAY
+    medians = {mode: _first_tokens(Chat(TurnPipeline(components), options), mode, args.turns, asked, everyday)
+               for mode in MODES}
     print(f"ratio everyday after task / after everyday: "
           f"{medians['everyday after task'] / medians['everyday after everyday']:.2f}; "
           f"task after everyday / after task: {medians['task after everyday'] / medians['task after task']:.2f}")
 
 
-def _first_tokens(chat: "Chat", mode: str, turns: int, asked: list[str]) -> float:
+def _first_tokens(chat: "Chat", mode: str, turns: int, asked: list[str], everyday: list[str]) -> float:
     """One conversation of ``turns`` rounds of ``mode``; prints and returns the measured turns' median first token
     (s), with the prompt tokens they prefilled and read from the cache (what explains a difference)."""
     round_, measured = MODES[mode]
     firsts, fed, cached = [], [], []
     for i in range(turns):
         for kind in round_:
-            outcome = chat.turn(asked[i % len(asked)] if kind == "T" else EVERYDAY[i % len(EVERYDAY)])
+            outcome = chat.turn(asked[i % len(asked)] if kind == "T" else everyday[i % len(everyday)])
             if kind == measured and i:
                 answer = outcome.answer
                 firsts.append(outcome.first_token_s)
