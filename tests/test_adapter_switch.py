@@ -147,13 +147,38 @@ def test_a_cache_serves_only_the_weights_that_made_it(components):
     lm = components.lm
     messages = [{"role": "user", "content": EVERYDAY[0]}]
     first = generate_answer(lm, messages, max_tokens=4, keep_cache=True)
-    assert first.prefix is not None and first.prefix.weights == "" and first.prefix.usable_for(
-        first.prefix.ids + [1], "")
+    n = len(first.prefix.ids) if first.prefix is not None else 0
+    assert first.prefix is not None and first.prefix.weights == "" and first.prefix.shared_with(
+        first.prefix.ids + [1], "") == n
     follow = messages + [{"role": "assistant", "content": first.text}, {"role": "user", "content": EVERYDAY[1]}]
     with lm.adapters.use("spell"):
         alien = replace(first.prefix, weights=lm.weights_tag)  # as a turn with the spell set on would tag it
     assert alien.weights != ""
-    assert not alien.usable_for(first.prefix.ids + [1], "")
+    assert alien.shared_with(first.prefix.ids + [1], "") == 0
     again = generate_answer(lm, follow, max_tokens=4, keep_cache=True, prefix=alien)
     full = generate_answer(lm, follow, max_tokens=4, keep_cache=True)
     assert again.reused_tokens == 0 and again.token_ids == full.token_ids
+
+
+def test_a_conversation_read_otherwise_reuses_the_part_it_starts_with(components):
+    """A follow-up after a task turn reads that task's exchange (it leans on it); the turn after leaves the exchange
+    out again (``without_task_exchanges``), so the cache no longer holds the start of what the model reads. It is cut
+    to the tokens both start with, and only the rest is prefilled: the same tokens and features as a full prefill."""
+    chat = Chat(components)
+    chat.ask(EVERYDAY[0])
+    chat.ask(f"{TASKS['spell']} apple")
+    chat.messages[-1]["content"] = '{"word": "a-p-p-l-e"}'  # a task's answer alone, as the tuned model gives it
+    leaning = chat.ask("And what is its population?")
+    assert any(m["content"] == f"{TASKS['spell']} apple" for m in leaning.messages)  # it reads the task's exchange
+    held = list(chat.prefix.ids)
+    after = chat.ask("What is the population of Tokyo?")
+    seen = after.messages
+    assert all(m["content"] != f"{TASKS['spell']} apple" for m in seen)  # the task exchange is left out again
+    from mlx_sdm.lm.prompt import render_prompt
+
+    rendered = render_prompt(components.lm.tokenizer, seen)
+    shared = next(i for i, (a, b) in enumerate(zip(rendered, held)) if a != b)
+    assert 0 < after.answer.reused_tokens == shared < len(held)
+    full = _fresh(components, chat.messages[:-1])
+    assert after.answer.token_ids == full.answer.token_ids
+    np.testing.assert_allclose(after.answer.features, full.answer.features, atol=1e-5)
