@@ -1,7 +1,9 @@
 """A chat that switches LoRA adapters per turn keeps its cached KV prefix across the task turns: a task turn is
 answered alone (its task's prompt, none of the conversation), so it neither reads the conversation's cache nor
 replaces it, and the everyday turn after it prefills its new tokens only, with the same tokens and features as a
-full prefill. A cache made by one set of weights never serves a turn made with another (``PrefixCache.weights``).
+full prefill. A cache made by one set of weights never serves a turn made with another (``PrefixCache.weights``). A
+follow-up that leaned on a task exchange reads it, and the turn after leaves it out again: that turn reuses the part
+of the cache both readings start with.
 
 The model: the tiny llama with 4 blocks, two adapter sets (mlx-lm's format, random non-zero ``lora_b``) on its last
 2 blocks, each answering its own task's turns."""
