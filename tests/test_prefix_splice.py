@@ -46,7 +46,7 @@ def test_turn_two_prefills_only_its_new_tokens_after_an_answer_in_odd_tokens():
     lm.model(mx.array(cached)[None], cache=cache)
     mx.eval([c.state for c in cache])
     hidden = lm.model.args.hidden_size
-    prefix = PrefixCache(cache=cache, ids=cached, hidden_sum=np.zeros(hidden, dtype=np.float64))
+    prefix = PrefixCache(cache=cache, ids=cached, hidden=np.zeros((len(cached), hidden), dtype=np.float32))
     follow = QUESTION + [{"role": "assistant", "content": WORD}, {"role": "user", "content": "And a drink?"}]
     *_, answer = stream_answer(lm, follow, max_tokens=3, keep_cache=True, prefix=prefix)
     assert isinstance(answer, GeneratedAnswer)

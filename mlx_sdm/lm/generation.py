@@ -151,6 +151,8 @@ class GenerationResult:
     prompt_time_s: float
     generation_time_s: float
     feature_time_s: float
+    #: the [features.positions, D] hidden states the features read (``GenerationConfig.keep_hidden``; else None)
+    hidden: mx.array | None = field(default=None, repr=False)
 
     @property
     def generation_tps(self) -> float:
@@ -178,6 +180,9 @@ class GenerationConfig:
     max_context: int | None = None  # default: the model's context length
     prefill_step_size: int = PREFILL_STEP_TOKENS  # mlx-lm prefills the prompt in chunks of this many tokens
     sampler: Callable[[mx.array], mx.array] | None = None  # default greedy
+    #: keep the hidden states the features read in the result (a chat keeps them with its KV cache); off where many
+    #: results are kept (a verifier's build), each would hold its [positions, D] states
+    keep_hidden: bool = False
     extra: dict = field(default_factory=dict)  # passed on to mlx-lm's generate_step
 
 
@@ -302,6 +307,7 @@ def _final_result(wrapper, tokenizer, config: GenerationConfig, ids: list[int], 
         prompt_time_s=prompt_time,
         generation_time_s=generation_time,
         feature_time_s=feature_time,
+        hidden=hidden[: features.positions] if config.keep_hidden else None,
     )
 
 

@@ -5,10 +5,12 @@ verification and monitoring need (token strings, log-probs, document features fr
 
 Prefix reuse across turns: a chat prompt is the previous prompt + the previous answer + the new
 message, so the KV cache of the previous turn is kept (:class:`PrefixCache`) and only the new tokens
-are prefilled; the first token then comes as fast on turn 20 as on turn 1. The document features
-stay those of the whole conversation: their mean part ``mean(h_0..h_k)`` is recombined from the
-running sum of the cached positions' final hidden states and the mean over the newly fed ones
-(docs/method.md § 15.3; equal to a full recompute up to float rounding, which a test checks).
+are prefilled; the first token then comes as fast on turn 20 as on turn 1. A conversation the model reads
+otherwise than last turn (an earlier exchange left out) reuses the cache up to the first token that differs (the
+cache is cut back there). The document features stay those of the whole conversation: their mean part
+``mean(h_0..h_k)`` is recombined from the sum of the reused positions' final hidden states (kept per position
+with the cache) and the mean over the newly fed ones (docs/method.md § 15.3; equal to a full recompute up to
+float rounding, which a test checks).
 """
 
 from __future__ import annotations
@@ -32,16 +34,27 @@ if TYPE_CHECKING:  # MLX types: the UI imports the turn's values without loading
 @dataclass
 class PrefixCache:
     """A session's KV cache after its last answer: ``ids`` are the token ids it holds (its offset is
-    ``len(ids)``) and ``hidden_sum`` the float64 sum of their final normed hidden states."""
+    ``len(ids)``), ``hidden`` their final normed hidden states ([len(ids), D] float32: the features' mean over
+    any leading part of them, 2.3 kB a token for SmolLM2) and ``weights`` the weights that computed them
+    (``LoadedModel.weights_tag``: "" for the base model, else the adapter set on)."""
 
     cache: list
     ids: list[int]
-    hidden_sum: np.ndarray
+    hidden: np.ndarray
+    weights: str = ""
 
-    def usable_for(self, full_ids: list[int]) -> bool:
+    def shared_with(self, full_ids: list[int], weights: str) -> int:
+        """How many leading tokens of the prompt ``full_ids`` this cache serves: the tokens both start with, at
+        most all but the prompt's last (fed to predict the answer's first token). 0 when it serves none: made by
+        other weights (a LoRA set changes the keys and values of the blocks it adapts, so a cache made with it
+        serves no turn without it), or its offset no longer says which tokens it holds."""
         n = len(self.ids)
         offset = getattr(self.cache[0], "offset", None) if self.cache else None
-        return 0 < n < len(full_ids) and offset == n and full_ids[:n] == self.ids
+        if not n or offset != n or weights != self.weights:
+            return 0
+        limit = min(n, len(full_ids) - 1)
+        same = np.asarray(full_ids[:limit]) == np.asarray(self.ids[:limit])
+        return limit if bool(same.all()) else int(np.argmin(same))
 
 
 @dataclass
@@ -152,7 +165,7 @@ def stream_answer(
     extra.update({"prompt_cache": start.cache} if start.cache is not None else {})
     extra.update({"prompt_progress_callback": on_prefill} if on_prefill is not None else {})
     config = GenerationConfig(max_tokens=max_tokens, sampler=sampler, delimiter=delimiter,
-                              stop_at_delimiter=stop_at_delimiter, extra=extra)
+                              stop_at_delimiter=stop_at_delimiter, keep_hidden=keep_cache, extra=extra)
     # the prompt is rendered once per turn (full_ids); generation reads its ids (after a reused prefix: the new ones)
     streamed = _Streamed([], [], [], None)
     yield from _stream(lm, start.feed, config, head, stop, phase, top_logprobs, streamed)
@@ -203,12 +216,15 @@ def _sampler(temperature: float) -> Any:
 
 @dataclass
 class _Start:
-    """Where generation starts: a fresh cache (or none), or the previous turn's cache and the
-    running sum of its hidden states, feeding only the new tokens."""
+    """Where generation starts: a fresh cache (or none), or the previous turn's cache cut to the tokens the
+    prompt starts with (``base_len``) and their hidden states (``base_hidden``, summed in ``base_sum``), feeding
+    only the rest. A conversation read otherwise than last turn (a task exchange a follow-up leaned on is left out
+    again: ``without_task_exchanges``) still reuses the part before the first token that differs."""
 
     cache: list | None
     base_len: int
     base_sum: np.ndarray | None
+    base_hidden: np.ndarray | None
     feed: list[int]
 
     @classmethod
@@ -216,9 +232,25 @@ class _Start:
            prefix: PrefixCache | None) -> "_Start":
         from mlx_lm.models.cache import make_prompt_cache
 
-        if keep_cache and prefix is not None and prefix.usable_for(full_ids) and len(full_ids) + max_tokens < lm.max_context:
-            return cls(prefix.cache, len(prefix.ids), prefix.hidden_sum, full_ids[len(prefix.ids):])
-        return cls(make_prompt_cache(lm.model) if keep_cache else None, 0, None, full_ids)
+        shared = 0
+        if keep_cache and prefix is not None and len(full_ids) + max_tokens < lm.max_context:
+            shared = prefix.shared_with(full_ids, lm.weights_tag)
+        if prefix is not None and shared and _cut(prefix.cache, len(prefix.ids) - shared):
+            rows = prefix.hidden[:shared]
+            return cls(prefix.cache, shared, rows.sum(axis=0, dtype=np.float64), rows, full_ids[shared:])
+        return cls(make_prompt_cache(lm.model) if keep_cache else None, 0, None, None, full_ids)
+
+
+def _cut(cache: list, tokens: int) -> bool:
+    """The cache's last ``tokens`` positions dropped (mlx-lm's trim: the offset moves back); False where its
+    layers cannot be trimmed (a rotating window that has wrapped), so the caller prefills afresh."""
+    from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
+
+    if not tokens:
+        return True
+    if not can_trim_prompt_cache(cache):
+        return False
+    return trim_prompt_cache(cache, tokens) == tokens
 
 
 @dataclass
@@ -294,9 +326,18 @@ def _kept_cache(lm: LoadedModel, full_ids: list[int], start: _Start, ids: list[i
     next_prefix = None
     if (vector is not None and covered == span and offset >= span and not result.truncated_prompt_tokens
             and can_trim_prompt_cache(cache)):
-        hidden = vector.shape[0] // 2
-        next_prefix = PrefixCache(cache=cache, ids=held[:span], hidden_sum=vector[:hidden].astype(np.float64) * covered)
+        next_prefix = PrefixCache(cache=cache, ids=held[:span], hidden=_held_hidden(start, result),
+                                  weights=lm.weights_tag)
     return cache, held[:offset], next_prefix
+
+
+def _held_hidden(start: _Start, result: GenerationResult) -> np.ndarray:
+    """The final hidden states of every position the kept cache holds: the reused part's, then the fed ones'."""
+    import mlx.core as mx
+
+    assert result.hidden is not None  # kept: stream_answer asks for it with a cache (keep_hidden)
+    fed = np.array(result.hidden.astype(mx.float32))  # numpy reads no bfloat16: float32 first
+    return np.concatenate([start.base_hidden, fed]) if start.base_hidden is not None else fed
 
 
 def _judged_tokens(features: DocumentFeatures, generated: int) -> int:

@@ -260,7 +260,12 @@ class TurnPipeline:
     def _stream(self, request: TurnRequest, plan: TurnPlan, stop: threading.Event, monitor: TurnMonitor | None,
                 prefix: PrefixCache | None, keep_prefix: Callable[[PrefixCache], None] | None,
                 on_prefill: PrefillCallback | None) -> Iterator[TurnItem]:
-        if plan.adapted:  # a cached prefix was made by the other weights (and one made now is for none to reuse)
+        if plan.adapted:  # a task turn: answered alone, none of the conversation in its prompt (``plan``)
+            # so it extends no cached conversation, and the cache it makes (its task prompt, its adapters' keys and
+            # values) serves no later turn. The conversation's cached prefix goes on to the next turn as it came:
+            # the everyday turn after a task turn prefills its new tokens only, as after an everyday turn.
+            if prefix is not None and keep_prefix is not None:
+                keep_prefix(prefix)
             prefix, request = None, replace(request, options=replace(request.options, reuse_cache=False))
         options = request.options
         started = time.perf_counter()
