@@ -188,3 +188,16 @@ def test_the_label_formulation_is_chosen_and_its_held_out_figures_come_from_fold
         judges.verifier.estimator.manifest["training"]["calibration_size"] == 600  # LoRA rows, D_ca and held-out
     folds = judges.held_out[task.name]
     assert len(folds.right) == 100 and folds.verified.sum() > 0 and folds.holds()
+
+
+def test_an_epoch_is_kept_whatever_the_selection_metric(monkeypatch):
+    """v2's selection metric is the negative balanced sdm loss, below −1 whenever that loss is above 1 (seen on the
+    tuned SmolLM2's BBC states): Alg. 1 keeps the best epoch all the same (ties: the later), never none."""
+    from dataclasses import replace
+
+    from mlx_sdm.calibration import training
+
+    real = training.reestimate
+    monkeypatch.setattr(training, "reestimate", lambda *a, **k: replace(real(*a, **k), metric=-5.0))
+    estimator = fit_on_rows(rows(120, 2, 3, spread=1.0), 2, FitConfig(seed=0, iterations=1, epochs=3, estimator="v2"))
+    assert estimator.manifest["training"]["epochs_chosen"] == [3]

@@ -185,13 +185,13 @@ def run_iteration(iteration: int, pool_h: np.ndarray, pool_y: np.ndarray, num_cl
         # re-estimation pass: ŷ_tr, q, d for both sets, eCDFs, v and q̃ (Alg. 1)
         est = reestimate(adaptor, h_tr, y_tr, h_ca, y_ca, num_classes, config.knn_backend, config.estimator)
         q_tr, d_tr = est.q_tr.astype(np.float64), est.d_tr
-        if est.metric >= best_metric:  # ties → later epoch
-            best_metric = est.metric
+        if best is None or est.metric >= best_metric:  # ties → later epoch; a metric that is not a number (the
+            best_metric = est.metric                     # canonical one on a class with no q' > 0) keeps epoch 1
             best = (epoch, _parameters(adaptor), est)
         if progress is not None:
             progress({"iteration": iteration, "iterations": config.iterations, "epoch": epoch,
                       "epochs": config.epochs, "loss": losses[-1], "balanced_q": est.metric})
-    assert best is not None  # every epoch's metric beats -1
+    assert best is not None  # the first epoch is always kept
     epoch, params, est = best
     if config.estimator == KIND_V2:
         return _finish_v2(iteration, epoch, params, (mu, sigma), tr_idx, ca_idx, est, y_ca, num_classes, config,
