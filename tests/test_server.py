@@ -400,7 +400,9 @@ def test_a_conversation_that_continues_reuses_the_kv_cache(served):
                             {"role": "user", "content": "And is Rome the capital of Italy?"}]
     second = client.chat.completions.create(model=MODEL, messages=follow_up, max_tokens=6, user="conv-cache")
     cached = second.usage.prompt_tokens_details.cached_tokens
-    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    # the first request may reuse what it shares with an earlier one (the same tokens, the same KV entries), never
+    # all of its prompt; the follow-up reuses at least the whole first exchange
+    assert first.usage.prompt_tokens_details.cached_tokens < first.usage.prompt_tokens
     assert first.usage.prompt_tokens < cached < second.usage.prompt_tokens
 
 

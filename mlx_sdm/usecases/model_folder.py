@@ -69,7 +69,7 @@ class FolderTask:
     def to_dict(self) -> dict[str, Any]:
         return {**self.instruction.to_dict(), "adapters": {"path": self.adapters, "sha256": self.adapters_sha256},
                 "head": self.head, "verifier": self.verifier,
-                "held_out": {"accuracy": self.held_out_accuracy, "verified": self.verified_share}, "info": self.info}
+                "held_out": {"accuracy": self.held_out_accuracy, "verified_share": self.verified_share}, "info": self.info}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str) -> "FolderTask":
@@ -78,7 +78,7 @@ class FolderTask:
             raise ValueError(f"{where}: a task without 'name'")
         held = data.get("held_out") or {}
         return cls(instruction, str(data["adapters"]["path"]), str(data["adapters"]["sha256"]), data.get("head"),
-                   data.get("verifier"), _number(held.get("accuracy")), _number(held.get("verified")),
+                   data.get("verifier"), _number(held.get("accuracy")), _number(held.get("verified_share")),
                    dict(data.get("info") or {}))
 
 

@@ -216,16 +216,18 @@ def install_task(out: Path, manifest: ModelFolder | None, name: str) -> ModelFol
 def task_entry(run: ModelFolder, name: str) -> FolderTask:
     """The manifest's entry of a task from its run's folder: its instruction, files, run settings and the final
     model's held-out task accuracy and verified share (its report's numbers)."""
+    from mlx_sdm.usecases.finetune_report import SplitScore
+
     entry = run.entries[0]
     final = "LoRA + head" if entry.head is not None else "LoRA"
-    scores = json.loads((run.folder / REPORT_JSON).read_text(encoding="utf-8")).get("scores", [])
-    held = next((s for s in scores if s["model"] == final and s["task"] == name and s["split"] == "held-out"), {})
-    rows = held.get("rows") or 0
-    verified = held.get("verified")
+    scores = [SplitScore(**s) for s in json.loads((run.folder / REPORT_JSON).read_text(encoding="utf-8")).get("scores", [])]
+    held = next((s for s in scores if s.model == final and s.task == name and s.split == "held-out"), None)
+    accuracy = held.accuracy if held is not None else None
+    share = held.verified / held.rows if held is not None and held.verified is not None and held.rows else None
     return FolderTask(entry.instruction, f"{ADAPTERS_DIR}/{name}", entry.adapters_sha256,
                       f"{HEADS_DIR}/{name}" if entry.head is not None else None,
                       f"{VERIFIER_DIR}/{MEMBERS_DIR}/{name}" if entry.verifier is not None else None,
-                      held.get("accuracy"), verified / rows if verified is not None and rows else None,
+                      accuracy, share,
                       {**entry.info, "report": f"{REPORTS_DIR}/{name}/{REPORT_MD}"})
 
 
