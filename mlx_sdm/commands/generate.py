@@ -183,6 +183,7 @@ def list_folder_tasks(folder: str, command: str) -> int:
     """Each task of a fine-tuned model folder: its held-out task accuracy and the share of its held-out answers
     shown as verified (its run's report), and a prompt to try."""
     from mlx_sdm.errors import ArtifactError
+    from mlx_sdm.usecases.finetune_advice import coverage_hint
     from mlx_sdm.usecases.model_folder import read_model_folder
 
     try:
@@ -196,6 +197,9 @@ def list_folder_tasks(folder: str, command: str) -> int:
         verified = "-" if entry.verified_share is None else f"{entry.verified_share:.0%}"
         print(f"- {entry.name}: held-out accuracy {accuracy}, verified {verified} of its held-out answers"
               f"{'' if entry.verifier else ' (no verifier: its answers go unverified)'}")
+        hint = coverage_hint(entry.held_out_accuracy, entry.verified_share) if entry.verifier else None
+        if hint:
+            print(f"  verifies little: {hint}")
         print(f"  try: mlx-sdm {command} --model {folder} {json.dumps(entry.instruction.instruction + ' ...')}")
     return 0
 

@@ -110,3 +110,21 @@ def summary(n: RunNumbers) -> list[str]:
         lines.append("No shifted rows: mark rows of other data \"split\": \"shifted\" (a split column in a table) to "
                      "see how it does on them.")
     return lines + [next_step(n)]
+
+
+#: Below this share of held-out answers verified, ``generate --list-tasks`` says why and what would raise it.
+LOW_COVERAGE = 0.5
+
+
+def coverage_hint(accuracy: float | None, verified_share: float | None, majority: float | None = None) -> str | None:
+    """One plain line on why a task of a fine-tuned folder verifies little and what would raise it (None: it
+    verifies at least :data:`LOW_COVERAGE` of its held-out answers, or its numbers are not known)."""
+    if accuracy is None or verified_share is None or verified_share >= LOW_COVERAGE:
+        return None
+    if majority is not None and accuracy <= majority + GUESS_MARGIN:
+        return "the model is guessing on this task: add rows or epochs (finetune --task FILE --out DIR again)"
+    if accuracy < 1 - WRONG_SHARE:
+        return (f"the model is right on {accuracy:.0%}, under the 95% the verifier promises, so it vouches only for "
+                "regions of answers surer than that: add rows, or review answers (ctrl+r) to teach it")
+    return ("too few calibration rows for the promise at 95%: add rows to the task file, or review answers in the "
+            "chat (ctrl+r): each reviewed answer joins the verifier's support set at once")
