@@ -180,7 +180,7 @@ def test_the_label_formulation_is_chosen_and_its_held_out_figures_come_from_fold
                                       "head_sha256": "x"}, name="tiny")
     args = SimpleNamespace(seed=0, progress=False)
     judges = with_label_members(lm, None, [outcome], [(task, trained, pool)], lambda firsts: None, args,
-                                held_out_calibrates=True)
+                                held_out_calibrates=True, config=FitConfig(seed=0, iterations=2, epochs=20))
     choice = judges.choices[task.name]
     assert choice.chosen == LABEL and choice.answer is None and choice.label.verified_right > 0
     assert judges.verifier.labels is not None  # one task: the member is the verifier

@@ -84,7 +84,8 @@ def held_back_halves(pool: Sequence[Any], seed: int) -> tuple[list[Any], list[An
     return [pool[i] for i in sorted(order[:half])], [pool[i] for i in sorted(order[half:])]
 
 
-def choose_formulations(lm, kept: list, halves: list, answer_fit, args) -> dict[str, FormulationChoice]:
+def choose_formulations(lm, kept: list, halves: list, answer_fit, args,
+                        config: FitConfig | None = None) -> dict[str, FormulationChoice]:
     """Per task of ``kept`` (build_verifier.TaskOutcome), the formulation that judges it (module docstring).
     ``halves``: (task, LoRA rows' answers, D_ca answers) per task; ``answer_fit(first_halves)``: the answer
     verifier fitted on the LoRA rows and the given first halves at the chosen share (None: it cannot be)."""
@@ -100,7 +101,7 @@ def choose_formulations(lm, kept: list, halves: list, answer_fit, args) -> dict[
             est = answer_verifier.estimator_for(task.name if task.name in answer_verifier.members else None)
             rows = class_rows(second, task.answer_format.answers)
             answer = Tried.of(judge_answers(est, rows.features, rows.right))
-        label = _label_tried(task, trained, firsts[task.name], second, args.seed)
+        label = _label_tried(task, trained, firsts[task.name], second, config or FitConfig(seed=args.seed))
         out[task.name] = pick(task.name, len(second), answer, label)
     return out
 
@@ -120,13 +121,14 @@ class Judges:
 
 
 def with_label_members(lm, verifier, kept: list, halves: list, answer_fit, args, *,
-                       held_out_calibrates: bool = False) -> Judges:
+                       held_out_calibrates: bool = False, config: FitConfig | None = None) -> Judges:
     """``verifier`` with each task that the label formulation judges better (:func:`choose_formulations`) judged by
     its label member, fitted on the LoRA rows' (or D_tr's) answers and all of D_ca: a verifier of one task becomes
     that member; of several, the member joins ``members`` under the task's name (the name a question routed to it
     carries). ``held_out_calibrates``: every row nobody trained on calibrates it, the held-out rows too, and their
     figures come from :data:`FOLDS` folds (each judged by a member fitted without it)."""
-    choices = choose_formulations(lm, kept, halves, answer_fit, args)
+    config = config or FitConfig(seed=args.seed)  # Alg. 1's settings (the tests' tiny rows take fewer epochs)
+    choices = choose_formulations(lm, kept, halves, answer_fit, args, config)
     chosen = [(task, trained, pool) for task, trained, pool in halves if choices[task.name].chosen == LABEL]
     if not chosen:
         return Judges(verifier, choices, {})
@@ -135,38 +137,36 @@ def with_label_members(lm, verifier, kept: list, halves: list, answer_fit, args,
     members, judged = {}, {}
     for task, trained, pool in chosen:
         extra = held.get(task.name, [])
-        members[task.name] = label_member(lm, task, trained, pool + extra, args.seed, progress=progress)
+        members[task.name] = label_member(lm, task, trained, pool + extra, config, progress=progress)
         if extra:
-            judged[task.name] = held_out_by_folds(task, trained, pool, extra, args.seed)
+            judged[task.name] = held_out_by_folds(task, trained, pool, extra, config)
     if len(halves) == 1 and len(kept) == 1:  # the verifier judges this task alone: the member is the verifier
         return Judges(members[halves[0][0].name], choices, judged)
     verifier.members.update(members)
     return Judges(verifier, choices, judged)
 
 
-def held_out_by_folds(task, trained: list, pool: list, held: list, seed: int) -> AnswerJudgement:
+def held_out_by_folds(task, trained: list, pool: list, held: list, config: FitConfig) -> AnswerJudgement:
     """The held-out rows judged by folds: D_ca and the held-out rows cut in :data:`FOLDS`, each fold judged by a
     label estimator fitted on the LoRA rows' answers and the other folds (usecases/label_formulation.py)."""
     from mlx_sdm.usecases.label_formulation import cross_fitted, part
 
     answers = task.answer_format.answers
     rows = ClassRows.concat([class_rows(pool, answers), class_rows(held, answers)])
-    crossed = cross_fitted(rows, len(answers), FitConfig(seed=seed), FOLDS, seed=seed,
-                           extra_train=class_rows(trained, answers))
+    crossed = cross_fitted(rows, len(answers), config, FOLDS, seed=config.seed, extra_train=class_rows(trained, answers))
     return part(crossed, len(pool), len(rows))
 
 
-def _label_tried(task, trained: list, first: list, second: list, seed: int) -> Tried | None:
+def _label_tried(task, trained: list, first: list, second: list, config: FitConfig) -> Tried | None:
     answers = task.answer_format.answers
     try:
-        estimator = fit_label_estimator(class_rows(trained, answers), class_rows(first, answers), len(answers),
-                                        FitConfig(seed=seed))
+        estimator = fit_label_estimator(class_rows(trained, answers), class_rows(first, answers), len(answers), config)
     except DataError:
         return None
     return Tried.of(judge_labels(estimator, class_rows(second, answers)))
 
 
-def label_member(lm, task, trained: list, pool: list, seed: int, *, progress: Any = None):
+def label_member(lm, task, trained: list, pool: list, config: FitConfig, *, progress: Any = None):
     """The task's label member (network/label_member.py): Alg. 1–3 over the gold labels of the LoRA rows' answers
     and ``pool`` (all of D_ca, and the held-out rows where they calibrate), as a DocumentVerifier that routes to
     this task alone."""
@@ -179,8 +179,7 @@ def label_member(lm, task, trained: list, pool: list, seed: int, *, progress: An
               "labels": f"the gold value of {task.answer_format.field!r} ({len(answers)} classes) of the model's own "
                         "answers; an answer is verified when the admitted prediction is that answer",
               "model": lm.name}
-    estimator = fit_label_estimator(train, calibration, len(answers), FitConfig(seed=seed), source=source,
-                                    progress=progress)
+    estimator = fit_label_estimator(train, calibration, len(answers), config, source=source, progress=progress)
     recipe = FeatureRecipe(delimiter=task.delimiter, system=task.system,
                            task_systems=((task.prompt_prefix, task.system),) if task.prompt_prefix else (),
                            task_names=(task.name,) if task.prompt_prefix else ())
