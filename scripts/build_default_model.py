@@ -47,8 +47,9 @@ DECISIONS = STATE / "decisions.json"
 UNTUNED_REPORT = ROOT / "weights" / "smollm2-suite-head" / "report.md"
 #: How often the watcher looks for a new checkpoint to commit.
 POLL_SECONDS = 30
-#: The open-question member the shipped folder refers to instead of keeping a copy.
-SHARED_MEMBER = ("open_questions", "smollm2-suite/members/open_questions")
+#: The shipped verifier the default folder's verifier extends: it judges the tasks without adapters and everyday
+#: questions as it does without the folder (resources.DEFAULT_VERIFIER_NAME).
+BASE_VERIFIER = "smollm2-suite"
 #: The run's records kept with a checkpoint (the answer cache is not: it is remade from the adapters).
 KEPT = ("run.json", "clock.json", "lora.json", "lora")
 
@@ -191,31 +192,32 @@ def install(task: str) -> None:
     ship(stage, SHIPPED)
 
 
-def ship(run: Path, out: Path) -> None:
-    """A finished folder as it ships (format 2: adapters/<task>/, heads/<task>/, reports/<task>/, the verifier with
-    a member per task): no .work, the open-question member as a reference to the one ``weights/smollm2-suite``
-    ships (one copy), each task's member as its run wrote it."""
+def ship(run: Path, out: Path, base: str | None = BASE_VERIFIER) -> None:
+    """A finished folder as it ships (format 2: adapters/<task>/, heads/<task>/, reports/<task>/): no .work, and a
+    verifier that extends the shipped verifier ``base`` (by reference, one copy; the suite verifier
+    ``weights/smollm2-suite``): each tuned task's member, as its run wrote it, judges that task's answers (read with
+    its adapters), and the base's estimator and open-question member judge every other question as the plain
+    model answers it, as they do without this folder (None: the run's own verifier, copied)."""
     from mlx_sdm.atomic import atomic_directory
     from mlx_sdm.network.verifier import DocumentVerifier
+    from mlx_sdm.resources import resolve_artifact
     from mlx_sdm.usecases.model_folder import (ADAPTERS_DIR, HEADS_DIR, MEMBERS_DIR, MODEL_MANIFEST, REPORTS_DIR,
                                                VERIFIER_DIR, read_model_folder)
 
     folder = read_model_folder(run)  # a finished folder only
+    judged = [e.name for e in folder.entries if e.verifier]
     with atomic_directory(out) as tmp:
         for name in (ADAPTERS_DIR, HEADS_DIR, REPORTS_DIR):
             if (run / name).is_dir():
                 shutil.copytree(run / name, tmp / name)
         shutil.copy2(run / MODEL_MANIFEST, tmp / MODEL_MANIFEST)
-        if any(e.verifier for e in folder.entries):
-            verifier = DocumentVerifier.load(run / VERIFIER_DIR)
-            name, where = SHARED_MEMBER
-            if name in verifier.members:
-                verifier.member_refs[name] = where
-            verifier.save(tmp / VERIFIER_DIR)
-            for member in (run / VERIFIER_DIR / MEMBERS_DIR).iterdir():  # each task's member as its run wrote it
-                if member.name not in verifier.member_refs:
-                    shutil.rmtree(tmp / VERIFIER_DIR / MEMBERS_DIR / member.name, ignore_errors=True)
-                    shutil.copytree(member, tmp / VERIFIER_DIR / MEMBERS_DIR / member.name)
+        if judged and base is None:
+            shutil.copytree(run / VERIFIER_DIR, tmp / VERIFIER_DIR)
+        elif judged:
+            info = {"built_by": "scripts/build_default_model.py", "tasks": judged}
+            DocumentVerifier.load(resolve_artifact(base)).extending(base, {}, info).save(tmp / VERIFIER_DIR)
+            for name in judged:  # each task's member as its run wrote it
+                shutil.copytree(run / VERIFIER_DIR / MEMBERS_DIR / name, tmp / VERIFIER_DIR / MEMBERS_DIR / name)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     print(f"shipped {out} ({size / 1e6:.1f} MB)")
 

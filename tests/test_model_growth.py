@@ -242,16 +242,34 @@ def test_list_tasks_of_a_model_folder_prints_each_tasks_numbers(grown, capsys):
 
 def test_the_default_models_ship_copies_the_new_layout_without_its_work(grown, tmp_path):
     """scripts/build_default_model.py's ship(): a finished folder as it ships (no .work) still loads, each task's
-    files as the run wrote them."""
+    files as the run wrote them, its verifier extending a shipped one (the suite): the tuned tasks judged by their
+    members with their adapters, a task of the base's that the folder has no adapters for answered by the base
+    model and judged by the base, which is kept once, by reference."""
+    from mlx_sdm.network.verifier import DocumentVerifier, FeatureRecipe
+    from mlx_sdm.turn.pipeline import TurnPipeline
     from mlx_sdm.usecases.loading import load_components
     from tests.scripts_side import load_script
 
+    words = DocumentVerifier.load(grown / "tuned" / "verifier" / "members" / "words")
+    recipe = FeatureRecipe(task_systems=((RED_INSTRUCTION, "You judge red things."),), task_names=("red",))
+    DocumentVerifier(words.estimator, words.model_fingerprint, recipe, {}, [{"name": "red", "description": "red"}]
+                     ).save(tmp_path / "suite")
     shipped = tmp_path / "shipped"
-    load_script("build_default_model.py").ship(grown / "tuned", shipped)
-    assert not (shipped / ".work").exists()
+    load_script("build_default_model.py").ship(grown / "tuned", shipped, base=str(tmp_path / "suite"))
+    assert not (shipped / ".work").exists() and not (shipped / "verifier" / "estimator").exists()
     for name in ("words", "sweet"):
         assert task_files(shipped, name) == task_files(grown / "tuned", name)
-    assert set(load_components(str(shipped)).lm.adapters.sets) == {"words", "sweet"}
+    components = load_components(str(shipped))
+    assert set(components.lm.adapters.sets) == {"words", "sweet"}
+    assert components.verifier.base_ref == str(tmp_path / "suite")
+    pipeline = TurnPipeline(components)
+    red = pipeline.plan([{"role": "user", "content": f"{RED_INSTRUCTION} WORD: cherry"}])
+    assert red.adapted is None and red.judge and red.route.task == "red"
+    for name, instruction in (("words", WORD_INSTRUCTION), ("sweet", SWEET_INSTRUCTION)):
+        plan = pipeline.plan([{"role": "user", "content": f"{instruction} WORD: pear 7"}])
+        assert plan.adapted == name and plan.judge and plan.route.task == name  # (load checked its member's sha)
+        assert components.verifier.member_for(name).info["adapters"]["sha256"] == \
+            components.lm.adapters.sets[name].sha256
 
 
 def test_a_task_without_a_verifier_is_answered_with_its_adapters_and_left_unjudged(grown, tmp_path):

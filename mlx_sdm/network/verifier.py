@@ -57,6 +57,9 @@ VERIFIER_FORMAT_VERSION = 1
 VERIFIER_MANIFEST = "verifier.json"
 #: verifier.json: members stored in another shipped verifier's folder (see DocumentVerifier.member_refs)
 MEMBER_REFS_KEY = "member_refs"
+#: verifier.json: the shipped verifier this one extends (see DocumentVerifier.base_ref): its estimator, recipe,
+#: tasks, leans and members judge every task this one has no member of
+BASE_REF_KEY = "base_ref"
 ESTIMATOR_DIR = "estimator"
 #: Keys of a model fingerprint that must agree (see mlx_sdm.lm.loading.model_fingerprint).
 FINGERPRINT_KEYS = ("architecture", "hidden_size", "vocab_size", "num_layers", "head_sha256")
@@ -181,6 +184,27 @@ class DocumentVerifier:
         #: members kept where another shipped verifier keeps them (name -> its folder under weights/, e.g.
         #: "smollm2-suite/members/open_questions"): saved as that reference, not a second copy
         self.member_refs: dict[str, str] = {}
+        #: the shipped verifier (its folder under weights/, e.g. "smollm2-suite") this one extends: its top level
+        #: and its members come from there and are saved as that reference; this one's own members judge their
+        #: tasks in its place (a fine-tuned folder's tasks over the suite that judges the plain model's answers)
+        self.base_ref: str | None = None
+        self.base_members: frozenset[str] = frozenset()
+
+    def extending(self, base_ref: str, members: dict[str, "DocumentVerifier"], info: dict[str, Any]) -> "DocumentVerifier":
+        """This verifier (a shipped one, loaded from ``base_ref``) extended by ``members``, which judge their tasks
+        in place of its top level or its members of the same name (a member's task this one does not route is
+        routed by its instruction too); saved as the reference plus those members."""
+        known = set(self.recipe.task_names or ())
+        added = [(pair, name) for m in members.values()
+                 for pair, name in zip(m.recipe.task_systems, m.recipe.task_names or ()) if name not in known]
+        recipe = replace(self.recipe, task_systems=self.recipe.task_systems + tuple(pair for pair, _ in added),
+                         task_names=tuple(self.recipe.task_names or ()) + tuple(name for _, name in added))
+        tasks = self.tasks + [t for m in members.values() for t in m.tasks if t.get("name") not in known]
+        joined = DocumentVerifier(self.estimator, self.model_fingerprint, recipe, info, tasks,
+                                  {**self.members, **members}, self.router, self.leans, self.second_look, self.labels)
+        joined.base_ref = base_ref
+        joined.base_members = frozenset(n for n in self.members if n not in members)
+        return joined
 
     @property
     def judges_open_questions(self) -> bool:
@@ -364,15 +388,23 @@ class DocumentVerifier:
             **({MEMBER_REFS_KEY: dict(self.member_refs)} if self.member_refs else {}),
         }
 
+    def _extension_manifest(self) -> dict[str, Any]:
+        """verifier.json of a verifier that extends a shipped one: the reference, its own info and member refs."""
+        return {"format_version": VERIFIER_FORMAT_VERSION, "kind": "document_verifier",
+                "model_fingerprint": self.model_fingerprint, "info": self.info, BASE_REF_KEY: self.base_ref,
+                **({MEMBER_REFS_KEY: dict(self.member_refs)} if self.member_refs else {})}
+
     def save(self, directory: str | Path) -> None:
         with atomic_directory(directory) as tmp:
-            self.estimator.save(tmp / ESTIMATOR_DIR)
+            if self.base_ref is None:
+                self.estimator.save(tmp / ESTIMATOR_DIR)
             for name, member in self.members.items():
-                if name not in self.member_refs:
+                if name not in self.member_refs and name not in self.base_members:
                     member.save(tmp / MEMBERS_DIR / name)
-            if self.leans:
+            if self.leans and self.base_ref is None:
                 save_leans(tmp, self.leans, source=str(self.info.get("built_by", "")))
-            (tmp / VERIFIER_MANIFEST).write_text(json.dumps(self.manifest(), indent=2, sort_keys=True), encoding="utf-8")
+            manifest = self.manifest() if self.base_ref is None else self._extension_manifest()
+            (tmp / VERIFIER_MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True), encoding="utf-8")
             tmp.chmod(0o755)
             (tmp / VERIFIER_MANIFEST).chmod(0o644)
 
@@ -394,6 +426,8 @@ class DocumentVerifier:
         fingerprint = manifest["model_fingerprint"]
         if expect_fingerprint is not None:
             check_fingerprint(fingerprint, expect_fingerprint, where=str(directory))
+        if manifest.get(BASE_REF_KEY):
+            return cls._load_extension(directory, manifest, expect_fingerprint)
         second_look = SecondLookSpec.from_dict(manifest[SECOND_LOOK_KEY], str(path)) if SECOND_LOOK_KEY in manifest \
             else None
         estimator = SDMEstimator.load(directory / ESTIMATOR_DIR, expect_input_dim=_input_dim(fingerprint, second_look))
@@ -420,6 +454,24 @@ class DocumentVerifier:
                        second_look=second_look, labels=labels)
         verifier.member_refs = {str(k): str(v) for k, v in refs.items()}
         verifier.router = default_router_for(verifier)
+        return verifier
+
+    @classmethod
+    def _load_extension(cls, directory: Path, manifest: dict[str, Any],
+                        expect_fingerprint: dict[str, Any] | None) -> "DocumentVerifier":
+        """A verifier that extends a shipped one (``base_ref``): that one loaded, this folder's members over it."""
+        where = str(manifest[BASE_REF_KEY])
+        shared = resolve_artifact(where)
+        if not (shared / VERIFIER_MANIFEST).is_file():
+            raise ArtifactError(f"{directory / VERIFIER_MANIFEST}: it extends the verifier at {where}, which is not "
+                                "installed; reinstall mlx-sdm (the shipped weights) or rebuild this folder")
+        base = cls.load(shared, expect_fingerprint or manifest["model_fingerprint"])
+        members = {p.name: cls.load(p, expect_fingerprint) for p in sorted((directory / MEMBERS_DIR).glob("*"))
+                   if (p / VERIFIER_MANIFEST).is_file()}
+        for name, ref in (manifest.get(MEMBER_REFS_KEY) or {}).items():
+            members[name] = cls.load(resolve_artifact(ref), expect_fingerprint)
+        verifier = base.extending(where, members, manifest.get("info") or {})
+        verifier.member_refs = {str(k): str(v) for k, v in (manifest.get(MEMBER_REFS_KEY) or {}).items()}
         return verifier
 
 

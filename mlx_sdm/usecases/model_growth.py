@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mlx_sdm.errors import DataError, ModelMismatchError, OutputError
+from mlx_sdm.resources import resolve_artifact
 from mlx_sdm.usecases.finetune_plan import WORK_DIR, FinetuneRun, TaskFinetuneArgs
 from mlx_sdm.usecases.model_folder import (
     ADAPTERS_DIR,
@@ -245,8 +246,12 @@ def write_verifier(out: Path, entries: list[FolderTask], run: ModelFolder) -> No
         return
     sources = {e.name: (run.folder / VERIFIER_DIR if e.name == name else out / e.verifier) for e in judged}
     staging = out / WORK_DIR / "verifier-top"
-    members = {n: DocumentVerifier.load(path) for n, path in sources.items()}
-    top = joined_verifier(members, open_member(run))
+    base = extended_base(out)
+    if base is not None:  # the folder's verifier extends a shipped one: kept, its members copied in below
+        top = DocumentVerifier.load(resolve_artifact(base)).extending(
+            base, {}, {"built_by": "mlx-sdm finetune", "tasks": [e.name for e in judged]})
+    else:
+        top = joined_verifier({n: DocumentVerifier.load(path) for n, path in sources.items()}, open_member(run))
     top.save(staging)
     with atomic_directory(out / VERIFIER_DIR) as tmp:
         shutil.copytree(staging, tmp, dirs_exist_ok=True)
@@ -254,6 +259,19 @@ def write_verifier(out: Path, entries: list[FolderTask], run: ModelFolder) -> No
             shutil.copytree(path, tmp / MEMBERS_DIR / member, ignore=shutil.ignore_patterns(MEMBERS_DIR)
                             if path == run.folder / VERIFIER_DIR else None)
     shutil.rmtree(staging, ignore_errors=True)
+
+
+def extended_base(out: Path) -> str | None:
+    """The shipped verifier the folder's verifier extends (``DocumentVerifier.base_ref``; the shipped default
+    folder's extends the suite verifier, which judges the plain model's answers on the tasks it has no adapters
+    for), None: it extends none, or the folder has no verifier yet."""
+    from mlx_sdm.network.verifier import BASE_REF_KEY, VERIFIER_MANIFEST
+
+    path = out / VERIFIER_DIR / VERIFIER_MANIFEST
+    if not path.is_file():
+        return None
+    ref = json.loads(path.read_text(encoding="utf-8")).get(BASE_REF_KEY)
+    return str(ref) if ref else None
 
 
 def open_member(run: ModelFolder) -> Any | None:
