@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Sequence
 
 from mlx_sdm.usecases.finetune_plan import TaskFinetuneArgs, TaskSplit, minimum_rows, minimum_why
+from mlx_sdm.usecases.finetune_report import RunEstimate, projection
 
 #: Seconds of one LoRA epoch per character of a training row (its prompt and answer, plus TEMPLATE_CHARS).
 LORA_SECONDS_PER_CHAR = 0.0077
@@ -49,14 +50,13 @@ class RunPreview:
     tasks: tuple[TaskPreview, ...]
     minimum: int
     why: str
-    estimate: str
+    estimate: RunEstimate
     out: Path | None
 
 
 def preview_run(args: TaskFinetuneArgs, *, has_out: bool = True) -> RunPreview:
     """The run's checks and numbers, no model loaded. ``has_out`` False: no ``--out`` was given, so the folder
     check runs on a path that is never made."""
-    from mlx_sdm.usecases.finetune_report import projection
     from mlx_sdm.usecases.task_finetune import prepare
 
     if not has_out:
@@ -95,7 +95,7 @@ def preview_text(preview: RunPreview) -> str:
                         if spare > 0 else ""))
         lines.append(f"{task.name}: labels " + ", ".join(f"{value} {count}" for value, count in task.labels))
     lines.append(f"minimum: {preview.minimum} rows a task (not counting shifted ones): {preview.why}")
-    lines.append(f"{preview.estimate} (from the rows' length: the embedded 135M model on 2 cores; the run measures "
+    lines.append(f"{preview.estimate.text} (from the rows' length: the embedded 135M model on 2 cores; the run measures "
                  "its own on this machine before it trains)")
     where = f" into {preview.out}" if preview.out is not None else " (give --out DIR)"
     lines.append(f"the file is ready: run the same command without --plan to train{where}; nothing was written")

@@ -191,6 +191,7 @@ def report_text(lm, splits: Sequence[TaskSplit], lora: LoraResult, decode: HeadD
                      f"{n['shifted']} |")
     lines += ["", "| stage | seconds | peak memory (GB) |", "|---|---|---|"]
     lines += [f"| {name} | {clock.seconds[name]:.0f} | {clock.peak_gb.get(name, 0):.2f} |" for name in clock.seconds]
+    lines += estimate_lines(run.read_record("estimate"), clock, len(lora.history))
     lines += ["", "LoRA epochs (validation task accuracy after each):", "", "| rank | epoch | loss | validation | "
               "seconds | answer tokens/s |", "|---|---|---|---|---|---|"]
     lines += [f"| {r.rank} | {r.epoch} | {r.train_loss:.3f} | {r.validation.accuracy:.3f} | {r.seconds:.0f} | "
@@ -234,7 +235,7 @@ def summary_lines(report: str) -> list[str]:
     return [line[2:] for line in lines[: lines.index("")] if line.startswith("- ")] if "" in lines else []
 
 
-def estimate(lm, splits: Sequence[TaskSplit], args, dataset, *, lora_done: bool = False) -> str:
+def estimate(lm, splits: Sequence[TaskSplit], args, dataset, *, lora_done: bool = False) -> RunEstimate:
     """The run's time, projected before it starts from two measured steps on this machine: a batch of answers
     (the untuned model, greedy) and a forward pass over one training batch (a training step is about three).
     ``lora_done``: a resumed run whose LoRA stage is finished (the estimate is of what is left)."""
@@ -255,23 +256,75 @@ def estimate(lm, splits: Sequence[TaskSplit], args, dataset, *, lora_done: bool 
     return projection(splits, args, len(dataset) // args.lora.batch_size * step, per_answer, lora_done=lora_done)
 
 
-def projection(splits: Sequence[TaskSplit], args, epoch: float, per_answer: float, *, lora_done: bool = False) -> str:
-    """The estimate's words from the seconds of one LoRA epoch and of one answer: LoRA's epochs (at least one: a rank
-    stops after its first when the validation rows are all but all right; at most every epoch of every rank), every
+@dataclass(frozen=True)
+class RunEstimate:
+    """A run's time projected before it starts: one LoRA epoch (the frozen blocks' cache included) and the stages
+    after LoRA, from two measured steps (:func:`estimate`) or from the rows' lengths (``finetune --plan``)."""
+
+    epoch_seconds: float
+    rest_seconds: float
+    rows: int  # LoRA's training rows
+    max_epochs: int
+    ranks: int
+    later: str  # what comes after LoRA, in words
+    lora_done: bool = False
+
+    @property
+    def low_seconds(self) -> float:
+        """One epoch (a rank stops after its first when the validation rows are all but all right) and the rest."""
+        return (0.0 if self.lora_done else self.epoch_seconds) + self.rest_seconds
+
+    @property
+    def high_seconds(self) -> float:
+        """Every epoch of every rank, and the rest."""
+        return (0.0 if self.lora_done else self.epoch_seconds * self.max_epochs * self.ranks) + self.rest_seconds
+
+    @property
+    def text(self) -> str:
+        if self.lora_done:
+            return f"estimate: LoRA is done (this run's checkpoint); {self.later} about {self.rest_seconds / 60:.0f} min"
+        return (f"estimate: LoRA about {self.epoch_seconds / 60:.0f} min an epoch over {self.rows} rows (at most "
+                f"{self.max_epochs} epoch{'s' if self.max_epochs > 1 else ''}{' per rank' if self.ranks > 1 else ''}); "
+                f"{self.later} about {self.rest_seconds / 60:.0f} min; in all about {self.low_seconds / 60:.0f}–"
+                f"{self.high_seconds / 60:.0f} min")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def projection(splits: Sequence[TaskSplit], args, epoch: float, per_answer: float, *,
+               lora_done: bool = False) -> RunEstimate:
+    """The estimate from the seconds of one LoRA epoch and of one answer: LoRA's epochs (at least one: a rank stops
+    after its first when the validation rows are all but all right; at most every epoch of every rank), every
     variant's answers to every row, the head's passes."""
     later = "answers, verifiers and the head" if args.head else "answers and verifiers"
     answers = sum(len(s.train) + len(s.verifier) + len(s.held_out) + len(s.shifted) for s in splits)
     variants = (2 if args.head else 1) * (2 if args.baselines else 1)  # tuned (+ head), and untuned (+ head alone)
     head = (2 if args.baselines else 1) * args.head_epochs * 2 * sum(len(s.verifier) for s in splits) if args.head else 0
-    rest = (answers * variants + head) * per_answer
-    if lora_done:
-        return f"estimate: LoRA is done (this run's checkpoint); {later} about {rest / 60:.0f} min"
-    rows = sum(len(s.train) for s in splits)
-    low, high = epoch + rest, epoch * args.lora.max_epochs * len(args.lora.ranks) + rest
-    return (f"estimate: LoRA about {epoch / 60:.0f} min an epoch over {rows} rows (at most "
-            f"{args.lora.max_epochs} epoch{'s' if args.lora.max_epochs > 1 else ''}"
-            f"{' per rank' if len(args.lora.ranks) > 1 else ''}); {later} about "
-            f"{rest / 60:.0f} min; in all about {low / 60:.0f}–{high / 60:.0f} min")
+    return RunEstimate(epoch, (answers * variants + head) * per_answer, sum(len(s.train) for s in splits),
+                       args.lora.max_epochs, len(args.lora.ranks), later, lora_done)
+
+
+def estimate_lines(recorded: dict[str, Any] | None, clock: StageClock, epochs: int) -> list[str]:
+    """The estimate printed before the run started beside what the run took (the report's stage table), each
+    part's error in percent (``epochs``: the LoRA epochs the run made); none when the run kept no estimate (one
+    resumed after LoRA)."""
+    if not recorded or recorded.get("lora_done") or "1 LoRA" not in clock.seconds or epochs < 1:
+        return []
+    guess = RunEstimate(**recorded)
+    epoch = clock.seconds["1 LoRA"] / epochs
+    rest = sum(v for k, v in clock.seconds.items() if k != "1 LoRA")
+    whole = clock.seconds["1 LoRA"] + rest
+    said = guess.epoch_seconds * epochs + guess.rest_seconds  # the estimate, for the epochs the run made
+
+    def off(estimated: float, measured: float) -> str:
+        return f"{(estimated - measured) / measured:+.0%}" if measured > 0 else "-"
+
+    return ["", f"Estimated before it started: {guess.text.removeprefix('estimate: ')}. It took {whole / 60:.0f} min: "
+                f"LoRA {epoch / 60:.1f} min an epoch over {epochs} epoch{'s' if epochs > 1 else ''} (estimated "
+                f"{guess.epoch_seconds / 60:.1f}, {off(guess.epoch_seconds, epoch)}), {guess.later} {rest / 60:.1f} min "
+                f"(estimated {guess.rest_seconds / 60:.1f}, {off(guess.rest_seconds, rest)}); for the epochs it made, "
+                f"the estimate was {said / 60:.0f} min ({off(said, whole)})."]
 
 
 # ----------------------------------------------------------------------------------------- the folder

@@ -475,7 +475,10 @@ def run_task_finetune(args: TaskFinetuneArgs, *, log: Callable[[str], None] = pr
     clock = read_clock(run)
     dataset = chat_dataset(lora_rows(splits), lm.tokenizer, lm.max_context,
                            {s.task.name: s.task.path or s.task.source for s in splits})  # every row fits, or one error
-    log(estimate(lm, splits, args, dataset, lora_done=run.read_record("lora") is not None))
+    projected = estimate(lm, splits, args, dataset, lora_done=run.read_record("lora") is not None)
+    log(projected.text)
+    if run.read_record("estimate") is None:  # the first sitting's, which the report sets beside what the run took
+        run.write_record("estimate", projected.to_dict())
     lora = with_stage(run, clock, "1 LoRA", lambda: lora_stage(lm, splits, run, dataset))
     adapters = attach_adapters(lm.model, lora.adapters, instructions=tuple(i.instruction for i in instructions))
     lm = replace(lm, adapters=adapters)
