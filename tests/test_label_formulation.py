@@ -201,3 +201,20 @@ def test_an_epoch_is_kept_whatever_the_selection_metric(monkeypatch):
     monkeypatch.setattr(training, "reestimate", lambda *a, **k: replace(real(*a, **k), metric=-5.0))
     estimator = fit_on_rows(rows(120, 2, 3, spread=1.0), 2, FitConfig(seed=0, iterations=1, epochs=3, estimator="v2"))
     assert estimator.manifest["training"]["epochs_chosen"] == [3]
+
+
+def test_a_label_member_s_exemplars_read_as_this_answer_to_known_questions():
+    """Each nearest known row (its question and gold value) is shown with this answer, right there or not."""
+    from mlx_sdm.calibration.row_verdict import Exemplar, Verdict
+    from mlx_sdm.network.label_member import LabelAnswers
+
+    labels = LabelAnswers("topic", ("business", "sports"))
+    verdict = Verdict(prediction=1, p_lower=0.97, admitted=True, q=5, d=0.8, q_bin=1, reason=None,
+                      exemplars=[Exemplar("a", 1, 1, 0.5, "Striker scores late"), Exemplar("b", 0, 0, 0.9, "Profits rise")])
+    view = labels.answer_view(verdict, '{"topic": "sports"}')
+    assert [(e.text, e.label) for e in view.exemplars] == [('Striker scores late => {"topic": "sports"}', 1),
+                                                           ('Profits rise => {"topic": "sports"}', 0)]
+    other = labels.answer_view(verdict, '{"topic": "business"}')
+    assert [(e.text, e.label) for e in other.exemplars] == [('Striker scores late => {"topic": "business"}', 0),
+                                                            ('Profits rise => {"topic": "business"}', 1)]
+    assert [e.text for e in labels.answer_view(verdict, "no JSON").exemplars] == ["Striker scores late", "Profits rise"]

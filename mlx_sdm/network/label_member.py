@@ -10,17 +10,20 @@ verdict's rule, words and store are the same for every member:
 - ŷ is another value → prediction 0; admitted → the verifier is confident the answer is wrong;
 - an answer that is none of the values (not in the task's JSON) → prediction 0 and not admitted.
 
-Each nearest exemplar is read the same way: ``label`` 1 where that known row's gold value is this answer's value.
+Each nearest exemplar is read the same way: that known row's question with this answer, ``label`` 1 where its gold
+value is this answer's value (this answer would have been right there), 0 where it is another.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from typing import Any
 
 from mlx_sdm.calibration.row_verdict import Exemplar, Verdict
 from mlx_sdm.errors import ArtifactError
 from mlx_sdm.network.encoding import first_json_object
+from mlx_sdm.network.evidence import ANSWER_SEPARATOR
 
 #: verifier.json key of a label member.
 LABEL_ANSWERS_KEY = "label_answers"
@@ -60,6 +63,10 @@ class LabelAnswers:
         agrees = int(verdict.prediction == mine)
         return replace(verdict, prediction=agrees, exemplars=[self._exemplar(e, mine) for e in verdict.exemplars])
 
+    def answer_text(self, index: int) -> str:
+        """The task's JSON answer of value ``index`` (as the model is asked to give it)."""
+        return json.dumps({self.field: self.answers[index]})
+
     def support_class(self, right: int, text: str | None) -> int | None:
         """The class a reviewed answer joins the support set with: an answer a person accepted or corrected
         (``right`` 1) is its own value; a rejected one (0) is the other value of a yes/no task, and of a task with
@@ -71,9 +78,13 @@ class LabelAnswers:
             return mine
         return 1 - mine if len(self.answers) == 2 else None
 
-    @staticmethod
-    def _exemplar(exemplar: Exemplar, mine: int) -> Exemplar:
-        return replace(exemplar, label=int(exemplar.label == mine), prediction=int(exemplar.prediction == mine))
+    def _exemplar(self, exemplar: Exemplar, mine: int) -> Exemplar:
+        """A known row (its question and gold value) as the answer view reads it: its question with this answer,
+        right there or not (an answer of no value: the row as it is)."""
+        text = exemplar.text
+        if mine != NO_CLASS and text is not None and ANSWER_SEPARATOR not in text:
+            text = f"{text}{ANSWER_SEPARATOR}{self.answer_text(mine)}"
+        return replace(exemplar, text=text, label=int(exemplar.label == mine), prediction=int(exemplar.prediction == mine))
 
     def to_dict(self) -> dict[str, Any]:
         return {"field": self.field, "answers": list(self.answers)}
