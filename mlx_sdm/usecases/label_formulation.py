@@ -118,6 +118,11 @@ class AnswerJudgement:
         rows = [self.row("answer")] + ([self.label_row("label")] if self.labels is not None else [])
         return all(r.calibrated(alpha) for r in rows if r is not None)
 
+    def subset(self, index: np.ndarray | slice) -> "AnswerJudgement":
+        """The rows ``index`` selects (a boolean mask, indices or a slice: one source of a pooled set)."""
+        labels = None if self.labels is None else (self.labels[0][index], self.labels[1][index], self.labels[2])
+        return AnswerJudgement(self.right[index], self.says_right[index], self.admitted[index], labels)
+
     @staticmethod
     def concat(parts: Sequence["AnswerJudgement"]) -> "AnswerJudgement":
         labels = None
@@ -260,9 +265,7 @@ def cross_fitted(pool: ClassRows, num_classes: int, config: FitConfig, folds: in
 
 def part(judged: AnswerJudgement, start: int, stop: int) -> AnswerJudgement:
     """Rows ``start:stop`` of a judgement (one source of a pooled set)."""
-    sl = slice(start, stop)
-    labels = None if judged.labels is None else (judged.labels[0][sl], judged.labels[1][sl], judged.labels[2])
-    return AnswerJudgement(judged.right[sl], judged.says_right[sl], judged.admitted[sl], labels)
+    return judged.subset(slice(start, stop))
 
 
 # ----------------------------------------------------------------------------------------- reports

@@ -57,6 +57,14 @@ def load_run(task: str, run: Path, args: argparse.Namespace):
     return lm, targs, prepared.splits, outcomes, trained, validation
 
 
+def sources(rows) -> dict[str, "np.ndarray"]:
+    """Each source of a split's rows (the id before its "/": ``spam-hard-ham-1``, ``spam-spam-2``) as a mask."""
+    import numpy as np
+
+    names = np.array([i.split("/")[0] for i in rows.ids])
+    return {str(n): names == n for n in sorted(set(names))}
+
+
 def describe(judged, alpha: float) -> dict:
     row = judged.row("answer")
     label = judged.label_row("label")
@@ -110,7 +118,9 @@ def main() -> None:
             return
         seconds[name] = time.perf_counter() - started
         judged[name] = {"held_out": describe(held_j, alpha),
-                        "shifted": describe(shifted_j, alpha) if len(shifted) else None}
+                        "shifted": describe(shifted_j, alpha) if len(shifted) else None,
+                        "shifted_by_source": {source: describe(shifted_j.subset(mask), alpha)
+                                              for source, mask in sources(shifted).items()} if len(shifted) else {}}
         h = judged[name]["held_out"]
         print(f"{name}: held-out {h['verified']}/{h['rows']} verified, {h['verified_wrong']} wrong "
               f"({'holds' if h['holds'] else 'BROKEN'}); {seconds[name]:.0f} s", flush=True)
@@ -176,6 +186,14 @@ def main() -> None:
         cells += ([f"{s['verified']}/{s['rows']} ({s['right']} right)", str(s["verified_wrong"]),
                    "holds" if s["holds"] else "BROKEN"] if s else ["–", "–", "–"])
         print(f"| {name} | " + " | ".join(cells) + f" | {seconds.get(name, 0):.0f} |")
+    by_source = {name: r["shifted_by_source"] for name, r in judged.items() if r.get("shifted_by_source")}
+    if any(len(v) > 1 for v in by_source.values()):  # the shifted rows come from several sources: each apart
+        names = sorted({source for v in by_source.values() for source in v})
+        print("\n| formulation | " + " | ".join(f"{n}: verified | wrong" for n in names) + " |")
+        print("|---|" + "---|---|" * len(names))
+        for name, v in by_source.items():
+            print(f"| {name} | " + " | ".join(f"{v[n]['verified']}/{v[n]['rows']} ({v[n]['right']} right) | "
+                                             f"{v[n]['verified_wrong']}" for n in names) + " |")
     reviews = judged.get("reviews of shifted answers") or {}
     if reviews:
         print("\n| shifted answers reviewed (joined the support set) | the other shifted: verified | verified & wrong | "
