@@ -19,7 +19,7 @@ DEFAULT_HEAD_NAME: str | None = "smollm2-suite-head"  # scripts/build_default_he
 
 #: The fine-tuned model folder shipped for the embedded model (``mlx-sdm finetune --task``: LoRA adapters, head and
 #: verifier; usecases/model_folder.py): with no ``--model``, generate/chat/serve load it; None: the plain model.
-DEFAULT_MODEL_NAME: str | None = None
+DEFAULT_MODEL_NAME: str | None = "smollm2-tuned"  # scripts/build_default_model.py (one adapter set per task)
 
 
 WEIGHTS_FOLDER = "weights"  # the checkout's top-level folder; mlx_sdm/weights inside a wheel (setup.py)

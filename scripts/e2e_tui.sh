@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end drive of the real chat UI (embedded SmolLM2, the shipped default verifier and head) in tmux:
+# End-to-end drive of the real chat UI (embedded SmolLM2 with the shipped default fine-tuned folder) in tmux:
 # a five-step conversation, each step checked on the screen and printed as ok / FAIL.
 #
 #   scripts/e2e_tui.sh [--svg DIR]
@@ -59,7 +59,7 @@ GUIDANCE=${GUIDANCE:-"Answer in one short sentence."}
 QUESTION="What is the capital of Australia?"
 FOLLOW_UP="Why did you pick that topic?"
 # The README's article (tests/test_default_verifies_smollm2.py, ARTICLE).
-ARTICLE='Classify the topic of the following news article. Respond using the following JSON: {"topic": str}. ARTICLE: Wenger dejected as Arsenal slump Arsenal manager Arsene Wenger claimed their display in the 3-1 defeat against Bayern Munich was "our worst peformance in the Champions League". Kolo Toure'"'"'s late goal gives the Gunners hope for the second leg, but'
+ARTICLE='Classify the topic of the following news article. Respond using the following JSON: {"topic": str}. ARTICLE: Striker'"'"'s late goal sends United into cup semi-final. A stoppage-time header gave United a 2-1 win away from home and a place in the semi-finals. The manager praised his players for never giving up after falling behind early.'
 BADGE='(✔ verified|✘ not verified|\? not verified|○ out of scope|· no verifier)'
 SESSION="mlx-sdm-e2e-$$"
 STATUS=0

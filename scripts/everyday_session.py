@@ -23,10 +23,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+#: The README's article (tests/test_default_verifies_smollm2.py, ARTICLE).
 ARTICLE = ("Classify the topic of the following news article. Respond using the following JSON: {\"topic\": str}. "
-           "ARTICLE: Wenger dejected as Arsenal slump Arsenal manager Arsene Wenger claimed their display in the 3-1 "
-           "defeat against Bayern Munich was \"our worst peformance in the Champions League\". Kolo Toure's late goal "
-           "gives the Gunners hope for the second leg, but")
+           "ARTICLE: Striker's late goal sends United into cup semi-final. A stoppage-time header gave United a 2-1 "
+           "win away from home and a place in the semi-finals. The manager praised his players for never giving up "
+           "after falling behind early.")
 
 #: (message, a pattern the right answer contains, or None; the kind: fact / task / chat)
 TURNS: tuple[tuple[str, str | None, str], ...] = (

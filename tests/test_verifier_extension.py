@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from mlx_sdm.errors import ArtifactError
-from mlx_sdm.network.verifier import BASE_REF_KEY, ESTIMATOR_DIR, MEMBERS_DIR, VERIFIER_MANIFEST, DocumentVerifier
+from mlx_sdm.network.coverage import MEMBERS_DIR
+from mlx_sdm.network.verifier import BASE_REF_KEY, ESTIMATOR_DIR, VERIFIER_MANIFEST, DocumentVerifier
 from tests.tiny_verifier import build_tiny_verifier, tiny_loaded_model
 
 TOPIC, SPAM, MAIL = "Classify the topic.", "Decide spam.", "Route the mail."

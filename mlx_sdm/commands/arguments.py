@@ -11,6 +11,10 @@ from typing import Callable
 from mlx_sdm.lm.defaults import MAX_TEMPERATURE
 
 MAX_PORT = 65535
+#: ``--model``'s help (generate, chat and serve load the same default)
+MODEL_HELP = ("the embedded SmolLM2 with its shipped fine-tuned folder (default; weights/smollm2-tuned: each task's "
+              "adapters and verifier); smollm2: the plain embedded model; a fine-tuned folder, a local mlx-lm folder "
+              "or .gguf, a preset (phi-3.5) or a hub id")
 #: ``--no-second-look``'s help, the same for chat, generate and serve.
 NO_SECOND_LOOK_HELP = ("judge everyday answers by their hidden states alone, without drawing more answers to the same "
                        "question (the second look runs only with a verifier built with `build-verifier --second-look`; "

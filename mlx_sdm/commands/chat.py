@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from mlx_sdm.commands.arguments import NO_SECOND_LOOK_HELP, CommandParser, positive_int, temperature
+from mlx_sdm.commands.arguments import MODEL_HELP, NO_SECOND_LOOK_HELP, CommandParser, positive_int, temperature
 from mlx_sdm.errors import MlxSdmError
 
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS, MAX_TEMPERATURE
@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
             f"\nThe store defaults to {default_db_path()} (set MLX_SDM_HOME or --db to move it)."
         ),
     )
-    parser.add_argument("--model", default=None, help="smollm2 (default, embedded), a local mlx-lm folder or .gguf, a preset (phi-3.5) or a hub id")
+    parser.add_argument("--model", default=None, help=MODEL_HELP)
     parser.add_argument("--verifier", default=None,
                         help="verifier directory (mlx-sdm train); default: the one shipped in weights/ for the model; 'none' turns verification off")
     parser.add_argument("--head", default=None, metavar="DIR|none", help=(

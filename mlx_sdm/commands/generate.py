@@ -14,7 +14,7 @@ import sys
 import threading
 import warnings
 
-from mlx_sdm.commands.arguments import NO_SECOND_LOOK_HELP, CommandParser, non_negative_int, positive_int
+from mlx_sdm.commands.arguments import MODEL_HELP, NO_SECOND_LOOK_HELP, CommandParser, non_negative_int, positive_int
 from mlx_sdm.monitor.online.auq_escalation import EscalationAction
 from mlx_sdm.network.verdict import VerdictStatus
 from mlx_sdm.network.verdict_words import verdict_json, verdict_report
@@ -22,7 +22,6 @@ from mlx_sdm.turn.escalation import monitor_payload
 
 DEFAULT_MAX_TOKENS = 128
 DEFAULT_EXPLAIN = 3
-DEFAULT_MODEL = "smollm2"
 
 EPILOG = """
 The answer streams as it is generated; the verifier then reads the final hidden states captured
@@ -62,8 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("prompt", nargs="?", default=None, help="the user message (rendered with the model's chat template)")
     p.add_argument("--list-tasks", action="store_true",
                    help="print the tasks the verifier covers, with an example prompt for each, and exit")
-    p.add_argument("--model", default=DEFAULT_MODEL,
-                   help="smollm2 (embedded, default), a local mlx-lm folder or .gguf, a preset (phi-3.5) or a hub id")
+    p.add_argument("--model", default=None, help=MODEL_HELP)
     p.add_argument("--quantized", action="store_true", help="keep the GGUF's 4-bit weights (default: float32, faster on CPU)")
     p.add_argument("--verifier", default=None, metavar="DIR|none",
                    help="document verifier folder; default: the shipped one for the model; 'none' to skip verification")
@@ -150,10 +148,11 @@ def _print_report(components, outcome, *, explain: bool = False) -> None:
 def list_tasks(verifier: str | None, command: str = "generate", model: str | None = None) -> int:
     """``--list-tasks`` (``generate``'s and ``chat``'s): a fine-tuned folder's tasks (``--model DIR``) with its
     run's numbers, else what the verifier (default: the shipped one) covers, read from its verifier.json."""
-    from mlx_sdm.usecases.model_folder import is_model_folder
+    from mlx_sdm.usecases.loading import model_folder_for
 
-    if verifier is None and is_model_folder(model):
-        return list_folder_tasks(str(model), command)
+    folder = model_folder_for(model) if verifier is None else None  # --model DIR, or the shipped default folder
+    if folder is not None:
+        return list_folder_tasks(str(folder), command, named=model is not None)
     from pathlib import Path
 
     from mlx_sdm.usecases.loading import verification_off
@@ -179,19 +178,27 @@ def list_tasks(verifier: str | None, command: str = "generate", model: str | Non
     return 0
 
 
-def list_folder_tasks(folder: str, command: str) -> int:
+def list_folder_tasks(folder: str, command: str, named: bool = True) -> int:
     """Each task of a fine-tuned model folder: its held-out task accuracy and the share of its held-out answers
-    shown as verified (its run's report), and a prompt to try."""
+    shown as verified (its run's report), and a prompt to try (``named``: the folder was given with ``--model``;
+    else it is the shipped default, loaded with no flag); then the tasks of the verifier it extends."""
+    from pathlib import Path
+
     from mlx_sdm.errors import ArtifactError
+    from mlx_sdm.network.coverage import read_coverage
+    from mlx_sdm.resources import resolve_artifact
     from mlx_sdm.usecases.finetune_advice import coverage_hint
     from mlx_sdm.usecases.model_folder import read_model_folder
+    from mlx_sdm.usecases.model_growth import extended_base
 
     try:
         manifest = read_model_folder(folder)
     except ArtifactError as exc:
         print(f"mlx-sdm {command}: {exc}", file=sys.stderr)
         return 1
-    print(f"model {folder}: {len(manifest.entries)} fine-tuned task(s) on {manifest.base_model or 'the embedded model'}")
+    flag = f" --model {folder}" if named else ""
+    print(f"{'model' if named else 'the default model,'} {folder}: {len(manifest.entries)} fine-tuned task(s) on "
+          f"{manifest.base_model or 'the embedded model'}")
     for entry in manifest.entries:
         accuracy = "-" if entry.held_out_accuracy is None else f"{entry.held_out_accuracy:.2f}"
         verified = "-" if entry.verified_share is None else f"{entry.verified_share:.0%}"
@@ -200,7 +207,16 @@ def list_folder_tasks(folder: str, command: str) -> int:
         hint = coverage_hint(entry.held_out_accuracy, entry.verified_share) if entry.verifier else None
         if hint:
             print(f"  verifies little: {hint}")
-        print(f"  try: mlx-sdm {command} --model {folder} {json.dumps(entry.instruction.instruction + ' ...')}")
+        print(f"  try: mlx-sdm {command}{flag} {json.dumps(entry.instruction.instruction + ' ...')}")
+    base = extended_base(Path(folder))
+    if base is not None:
+        names = {e.name for e in manifest.entries}
+        coverage = read_coverage(json.loads((resolve_artifact(base) / "verifier.json").read_text(encoding="utf-8")))
+        others = [t for t in coverage.tasks if t.name not in names]
+        if others:
+            print(f"answered by the model without adapters and judged by the verifier {base}, as without this folder:")
+        for task in others:
+            print(f"- {task.name}: {task.description}")
     return 0
 
 

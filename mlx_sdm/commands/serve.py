@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from mlx_sdm.commands.arguments import NO_SECOND_LOOK_HELP, CommandParser, port, positive_int
+from mlx_sdm.commands.arguments import MODEL_HELP, NO_SECOND_LOOK_HELP, CommandParser, port, positive_int
 from mlx_sdm.errors import MlxSdmError
 from mlx_sdm.lm.defaults import DEFAULT_MAX_TOKENS
 
@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
             "store session; without it each request is its own session. Overloaded: 503 with Retry-After.\n"
         ),
     )
-    parser.add_argument("--model", default=None, help="smollm2 (default, embedded), a local mlx-lm folder or .gguf, a preset or a hub id")
+    parser.add_argument("--model", default=None, help=MODEL_HELP)
     parser.add_argument("--verifier", default=None,
                         help="verifier directory; default: the one shipped for the model; 'none' = no verification (verdicts say so)")
     parser.add_argument("--head", default=None, metavar="DIR|none", help=(

@@ -124,6 +124,8 @@ def load_components(model: str | None = None, *, verifier: str | None = None, he
     if folder is not None:
         parts = load_folder_parts(folder, verifier=verifier, head=head, quantized=quantized)
         lm, loaded, head_loaded, tasks, task_heads = parts.lm, parts.verifier, parts.head, parts.tasks, parts.task_heads
+        if model is None and head is None:  # the shipped default folder
+            task_heads += shipped_head_beside(lm, tasks)
     else:
         lm = load_model(model, quantized=quantized)
         loaded, head_loaded = load_verifier(verifier, lm), load_head(head, lm, model)
@@ -136,6 +138,17 @@ def load_components(model: str | None = None, *, verifier: str | None = None, he
         task_heads=task_heads,
         embedder=make_embedder(embedder, model=lm.model, tokenizer=lm.tokenizer, model_name=lm.name),
     )
+
+
+def shipped_head_beside(lm: Any, adapted: tuple[TaskInstruction, ...]) -> tuple[tuple[TaskInstruction, Any], ...]:
+    """The shipped default head, for the tasks it decodes that the shipped default folder has no adapters for: it
+    decodes them as it does without the folder, so no task's answer is worse for the folder (none: no head
+    shipped, or every task it decodes has its adapters)."""
+    loaded = load_head(None, lm, None)
+    if loaded.head is None or not loaded.tasks:
+        return ()
+    names = {t.name for t in adapted}
+    return tuple((t, loaded.head) for t in loaded.tasks if t.name not in names)
 
 
 def load_folder_parts(folder: Path, *, verifier: str | None, head: str | None, quantized: bool) -> FolderParts:
