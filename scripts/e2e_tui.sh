@@ -9,7 +9,7 @@
 #   2. the README's news article: {"topic": "sports"}, "✔ verified"; its evidence expanded (ctrl+b);
 #   3. a follow-up ("Why did you pick that topic?"): a prose answer, not forced into the task's JSON;
 #   4. the review queue (ctrl+r): the turn-1 answer (else the first queued one) marked acceptable; the
-#      review footer's and the chat's status line's "support set N points" (one count) both move by one;
+#      review footer's "support set N points" moves by one (the chat's status line does not show the count);
 #   5. the article again: the same answer and the same verdict as in step 2;
 #   6. edit and resend (ctrl+up): the follow-up of step 3 edited and sent in a new branch holding turns 1
 #      and 2; its answer gets a badge, and the original session keeps its own turn 3;
@@ -84,7 +84,8 @@ regen_badge() { regen_block "$1" "$2" | grep -E "^[▸▾]? ?$BADGE" | head -1 |
 header() { pane | grep -m1 -o "[^◆]* — verified local chat" | sed 's/ — verified local chat$//; s/^ *//'; }
 turn_answer() { turn_block "$1" | awk '/^(▸|▾) / {exit} {print}' | sed '/^$/d'; }
 turn_badge() { turn_block "$1" | grep -E "^[▸▾]? ?$BADGE" | head -1 | sed 's/^[▸▾] //'; }
-support_in_status() { pane | grep -o "· support set [0-9]* points" | grep -o "[0-9][0-9]*" | tail -1; }
+# The support set's count is the review screen's (its footer); the chat's status line does not show it.
+support_in_footer() { pane | grep -o "pending · support set [0-9]* points" | grep -o "[0-9][0-9]* points" | grep -o "[0-9]*" | tail -1; }
 # Textual's toasts (drawn with ▌ at the right) cover the status line's end; wait until they are gone.
 no_toasts() { local i; for i in $(seq 120); do pane | grep -q "▌" || return 0; sleep 0.1; done; return 1; }
 # The chat screen is showing (not the review queue or a prompt): its input's placeholder or footer.
@@ -183,8 +184,8 @@ echo "e2e: screens, store and svgs in $E2E_OUT"
 tmux new-session -d -s "$SESSION" -x "${E2E_SIZE%x*}" -y "${E2E_SIZE#*x}" \
     "env $(printf '%q ' "${env_vars[@]}") $PYTHON -m mlx_sdm chat --db $E2E_OUT/store/chat.db $CHAT_ARGS; echo EXITED \$?; sleep 30"
 t_start=$(now)
-if wait_for "model [^·]+ · verifier [^·]+ · head" "$LOAD_TIMEOUT"; then
-    ok "model, verifier and head loaded in $(elapsed "$t_start") s"
+if wait_for "model [^·]+ · (verifier [^·]+ · head|its own verifier)" "$LOAD_TIMEOUT"; then
+    ok "model and verifier loaded in $(elapsed "$t_start") s"
 else
     fail "the model did not load within $LOAD_TIMEOUT s"; save "00-load"; exit 1
 fi
@@ -256,10 +257,10 @@ shot chat-follow-up
 
 echo "e2e: -- step 4: a review label"
 no_toasts
-support=$(support_in_status)
 tmux send-keys -t "$SESSION" C-r
 if wait_for "Review queue" 10 && wait_for "support set [0-9]+ points" 10; then
     ok "4: review queue open"
+    support=$(support_in_footer)
     echo "e2e:   queue: $(pane | grep -o "[0-9]* pending")"
     chat_column | awk '/^when +session +reason/{f=1; print; next} f && /^▔/{exit} f && NF && !/^▉$/' | sed 's/^/e2e:     /'
     save "04-review-queue"
@@ -275,7 +276,7 @@ if wait_for "Review queue" 10 && wait_for "support set [0-9]+ points" 10; then
         if [ -n "$support" ] && wait_for "support set $((support + 1)) points" 60; then
             ok "4: the label is in the support set (review footer: support set $support → $((support + 1)) points)"
         else
-            fail "4: review footer shows support set $((${support:-0} + 1)) points (status line said ${support:-nothing})"
+            fail "4: review footer shows support set $((${support:-0} + 1)) points (it said ${support:-nothing} before)"
         fi
         pane | grep -o "[0-9]* pending · support set [0-9]* points[^│]*" | head -1 | sed 's/ *$//; s/^/e2e:   /'
         save "04b-review-labelled"
@@ -286,11 +287,6 @@ else
 fi
 back_to_chat || fail "4: back to the chat (escape)"
 no_toasts
-if [ -n "$support" ] && wait_for "· support set $((support + 1)) points" 10; then
-    ok "4: the chat's status line moved (support set $support → $((support + 1)) points)"
-else
-    fail "4: the chat's status line shows support set $((${support:-0} + 1)) points (it says support set $(support_in_status) points)"
-fi
 save "04c-chat-after-label"
 
 echo "e2e: -- step 5: the article again"

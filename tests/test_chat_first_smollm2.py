@@ -65,9 +65,12 @@ def pipelines(smollm2):
 
 
 def _ask(pipeline, messages, max_tokens=MAX_TOKENS):
+    """One turn, without P(True) and the reflection: the follow-up prompts a turn may add after its answer change
+    neither the answer's tokens nor its verdict, and would double what these tests ask of the model."""
     from mlx_sdm.turn.values import TurnOptions, TurnRequest
 
-    return pipeline.run(TurnRequest(messages, TurnOptions(max_tokens=max_tokens, reuse_cache=False)))
+    options = TurnOptions(max_tokens=max_tokens, reuse_cache=False, enable_p_true=False, generate_reflection=False)
+    return pipeline.run(TurnRequest(messages, options))
 
 
 def test_everyday_prompts_are_answered_exactly_as_without_the_folder(pipelines):
