@@ -302,12 +302,12 @@ def test_kill_9_mid_run_then_the_same_command_gives_the_same_adapters(tmp_path):
     import time
 
     base = save_tiny_family(tmp_path / "base", "llama")
-    task = write_word_task(tmp_path / "words.jsonl", rows=400)
+    task = write_word_task(tmp_path / "words.jsonl", rows=240)
     env = dict(os.environ, PYTHONPATH=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
 
     def command(out):
         return [sys.executable, "-m", "mlx_sdm", "finetune", "--task", str(task), "--out", str(out), "--model",
-                str(base), "--lora-ranks", "8", "--lora-layers", "2", "--lora-epochs", "4", "--lora-learning-rate",
+                str(base), "--lora-ranks", "8", "--lora-layers", "2", "--lora-epochs", "3", "--lora-learning-rate",
                 "0.001", "--eval-rows", "20", "--no-head", "--no-baselines", "--verifier-rows", "64",
                 "--quiet"]  # the adapters are what is compared: no head, a verifier fitted once
 
